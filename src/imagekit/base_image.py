@@ -1,0 +1,156 @@
+"""Offline base images: bootstrap a minimal root filesystem and import it.
+
+This is how an air-gapped site (and CI here) gets a base image without a
+registry: ``debootstrap --variant=minbase`` (or ``mmdebstrap`` when present,
+which streams a tarball and needs no unpacked copy) from a distro mirror, then
+``docker import`` with a CMD (Enroot and Pyxis refuse an image without one),
+a PATH, and labels recording where the filesystem came from.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagekit import __version__
+from imagekit.errors import ImagekitError, UsageError
+
+# distro -> (suites known to debootstrap, the apt source file pattern to find a mirror)
+KNOWN = {
+    "debian": ("bullseye", "bookworm", "trixie"),
+    "ubuntu": ("focal", "jammy", "noble"),
+}
+DEFAULT_REPO = "imagekit"
+PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Kept so that BuildKit cache mounts of /var/cache/apt hold the downloaded .debs.
+APT_KEEP = 'Binary::apt::APT::Keep-Downloaded-Packages "true";\n'
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    distro: str
+    suite: str
+    mirror: str
+    tag: str
+
+
+def image_tag(name: str) -> str:
+    """``debian:bookworm`` -> ``imagekit/debian:bookworm`` (the local tag stacks refer to)."""
+    distro, _, suite = name.partition(":")
+    return f"{DEFAULT_REPO}/{distro}:{suite}"
+
+
+def parse(name: str, mirror: str | None = None, tag: str | None = None) -> BaseSpec:
+    distro, _, suite = name.partition(":")
+    if distro not in KNOWN or not suite:
+        valid = ", ".join(f"{d}:{s}" for d, ss in KNOWN.items() for s in ss)
+        raise UsageError(f"unknown base {name!r}", f"use one of: {valid}")
+    if suite not in KNOWN[distro]:
+        raise UsageError(f"unknown {distro} suite {suite!r}", f"use one of: {', '.join(KNOWN[distro])}")
+    mirror = mirror or os.environ.get(f"IMAGEKIT_{distro.upper()}_MIRROR") or host_mirror(distro)
+    if not mirror:
+        raise UsageError(f"no {distro} mirror configured",
+                         f"pass --mirror URL or set IMAGEKIT_{distro.upper()}_MIRROR")
+    return BaseSpec(distro, suite, mirror.rstrip("/"), tag or image_tag(name))
+
+
+def host_mirror(distro: str, apt_dir: Path = Path("/etc/apt")) -> str | None:
+    """The host's own apt mirror for ``distro`` (so no mirror host is hard-coded)."""
+    texts = []
+    for path in [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*"))]:
+        if path.is_file() and path.suffix in ("", ".list", ".sources"):
+            try:
+                texts.append(path.read_text())
+            except OSError:
+                continue
+    pattern = re.compile(rf"(?:URIs:\s*|^deb\s+(?:\[[^\]]*\]\s+)?)(\S+/{distro})\s", re.M)
+    for text in texts:
+        for match in pattern.finditer(text + "\n"):
+            return match.group(1)
+    return None
+
+
+def ensure(name: str, *, mirror: str | None = None, tag: str | None = None, force: bool = False,
+           log=print) -> str:
+    """Make the base image unless an image with that tag already exists; return its tag."""
+    from imagekit import engine
+
+    spec = parse(name, mirror, tag)
+    if not force and engine.image_exists(spec.tag):
+        log(f"base image {spec.tag} exists; reusing it (--force to rebuild)")
+        return spec.tag
+    _bootstrap_and_import(spec, log)
+    return spec.tag
+
+
+def _bootstrap_and_import(spec: BaseSpec, log) -> None:
+    from imagekit import engine
+
+    created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    changes = [
+        'CMD ["/bin/bash"]',
+        f"ENV PATH={PATH_ENV}",
+        "ENV LANG=C.UTF-8",
+        f"LABEL org.opencontainers.image.title={spec.distro}-{spec.suite}-minbase",
+        f"LABEL org.opencontainers.image.created={created}",
+        f"LABEL io.imagekit.base={spec.distro}:{spec.suite}",
+        f"LABEL io.imagekit.base.mirror={spec.mirror}",
+        f"LABEL io.imagekit.version={__version__}",
+    ]
+    import_cmd = [engine.docker_cli(), "import"]
+    for change in changes:
+        import_cmd += ["--change", change]
+    import_cmd += ["-", spec.tag]
+
+    if shutil.which("mmdebstrap"):
+        log(f"bootstrapping {spec.distro}:{spec.suite} from {spec.mirror} with mmdebstrap (streamed)")
+        boot = subprocess.Popen(
+            ["mmdebstrap", "--variant=minbase", "--quiet",
+             f"--customize-hook=echo '{APT_KEEP.strip()}' > \"$1/etc/apt/apt.conf.d/01imagekit-keep-debs\"",
+             "--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/*",
+             spec.suite, "-", spec.mirror], stdout=subprocess.PIPE)
+        _run_import(import_cmd, boot, log)
+        return
+
+    if not shutil.which("debootstrap"):
+        raise ImagekitError("neither mmdebstrap nor debootstrap is installed",
+                            "apt-get install debootstrap")
+    workdir = Path(tempfile.mkdtemp(prefix="imagekit-base-"))
+    try:
+        rootfs = workdir / "rootfs"
+        log(f"bootstrapping {spec.distro}:{spec.suite} from {spec.mirror} with debootstrap")
+        proc = subprocess.run(["debootstrap", "--variant=minbase", spec.suite, str(rootfs), spec.mirror],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if proc.returncode != 0:
+            tail = "\n".join(proc.stdout.splitlines()[-15:])
+            raise ImagekitError(f"debootstrap failed (exit {proc.returncode}):\n{tail}",
+                                "check the mirror with --mirror URL")
+        (rootfs / "etc/apt/apt.conf.d/01imagekit-keep-debs").write_text(APT_KEEP)
+        for sub in ("var/lib/apt/lists", "var/cache/apt/archives"):
+            for entry in (rootfs / sub).glob("*"):
+                if entry.is_file():
+                    entry.unlink()
+        log(f"importing as {spec.tag}")
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", "-", "."],
+                               stdout=subprocess.PIPE)
+        _run_import(import_cmd, tar, log)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_import(import_cmd: list[str], producer: subprocess.Popen, log) -> None:
+    try:
+        imp = subprocess.run(import_cmd, stdin=producer.stdout, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    finally:
+        producer.stdout.close()
+        producer_rc = producer.wait()
+    if producer_rc != 0 or imp.returncode != 0:
+        raise ImagekitError(f"importing the base image failed: {imp.stderr.strip() or f'producer exit {producer_rc}'}")
+    log(f"imported {import_cmd[-1]} ({imp.stdout.strip()[:19]})")

@@ -1,0 +1,42 @@
+"""Shared test tiers.
+
+Tests marked ``engine`` need a real Docker engine. Locally they skip when no
+engine answers; in CI (``CI`` set) a missing engine is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+
+
+@functools.lru_cache(maxsize=1)
+def engine_problem() -> str | None:
+    try:
+        from imagekit import engine
+
+        engine.client()
+    except Exception as exc:  # EngineError or an import problem: report it either way
+        return str(exc)
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("engine") is None:
+        return
+    problem = engine_problem()
+    if problem is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI needs a Docker engine and none answers: {problem}", pytrace=False)
+    pytest.skip(f"no Docker engine: {problem}")
+
+
+@pytest.fixture(scope="session")
+def base_image() -> str:
+    """The locally bootstrapped Debian base (``imagekit base debian:bookworm``)."""
+    from imagekit import base_image as base
+
+    return base.ensure("debian:bookworm", log=lambda *_: None)
