@@ -1,0 +1,152 @@
+"""Safe output files: temporary name in the target directory, rename when complete.
+
+A failed or interrupted export must never leave a file that looks finished
+(a truncated ``.sqsh`` starts fine under Pyxis and fails on first read of a
+missing block), so every writer works on ``.NAME.<random>.part`` beside the
+target and renames it only after the data is flushed. Free space is checked
+before the first byte is written, because running out at 90 % of a 20 GB
+image is the most expensive way to learn it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from imagekit.errors import ImagekitError, UsageError
+
+# Room for squashfs metadata, the SIF header/descriptor table and filesystem slack.
+SPACE_MARGIN = 64 * 1024 * 1024
+
+
+@dataclass
+class ExportResult:
+    """What one export produced; ``to_json`` is the CLI's ``--json`` document."""
+
+    path: str
+    format: str
+    image: str
+    bytes: int
+    sha256: str
+    seconds: float
+    tool: str = ""
+    compression: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def free_bytes(directory: Path) -> int:
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
+def check_free_space(directory: Path, needed: int, what: str) -> None:
+    """Refuse to start when ``directory`` cannot hold ``needed`` bytes (+ margin)."""
+    have = free_bytes(directory)
+    want = needed + SPACE_MARGIN
+    if have < want:
+        raise ImagekitError(
+            f"not enough free space in {directory} for {what}: need about {human(want)}, "
+            f"{human(have)} free",
+            "free some space, write elsewhere with -o DIR/NAME, or pass --no-space-check "
+            "if you know the output compresses well")
+
+
+def prepare_target(output: Path, force: bool) -> Path:
+    """Absolute target path; refuses to overwrite unless ``force`` (like Enroot's import)."""
+    output = Path(output).expanduser().absolute()
+    if output.is_dir():
+        raise UsageError(f"{output} is a directory", "give a file name, e.g. -o ./image.sqsh")
+    if not output.parent.is_dir():
+        raise UsageError(f"directory {output.parent} does not exist", f"mkdir -p {output.parent}")
+    if output.exists() and not force:
+        raise UsageError(f"{output} already exists", "remove it or pass --force to replace it")
+    return output
+
+
+@contextlib.contextmanager
+def atomic_output(target: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; rename onto it only if the block succeeds.
+
+    Any exception, including KeyboardInterrupt and the SIGTERM turned into one by
+    :func:`interrupt_on_sigterm`, removes the temporary file.
+    """
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+@contextlib.contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """Treat SIGTERM (Slurm's and systemd's stop signal) like Ctrl-C while exporting."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum, frame):  # noqa: ARG001 - signal handler signature
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def sha256_file(path: Path, bufsize: int = 4 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(bufsize):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class Progress:
+    """Counts exported bytes and reports them to a callback at most every ``interval`` s."""
+
+    def __init__(self, report: Callable[[int, bool], None] | None, interval: float = 0.5) -> None:
+        self.report = report
+        self.interval = interval
+        self.total = 0
+        self._last = 0.0
+
+    def add(self, n: int) -> None:
+        self.total += n
+        if self.report is None:
+            return
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._last = now
+            self.report(self.total, False)
+
+    def done(self) -> None:
+        if self.report is not None:
+            self.report(self.total, True)

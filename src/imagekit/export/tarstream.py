@@ -1,0 +1,285 @@
+"""A streaming tar filter that works on raw 512-byte blocks.
+
+``docker export`` produces one flattened tar stream; the squashfs tools read
+one. In between, imagekit drops entries (``dev/*``, ``.dockerenv``, files it
+replaces), adjusts modes or ownership in place and appends its own files at
+the end. Re-encoding every member through :mod:`tarfile` would cost CPU and
+risk changing what the engine wrote, so kept members are copied byte for byte
+(extension headers included) and only the fields that must change are
+patched, with the header checksum recomputed.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from dataclasses import dataclass, field
+from typing import BinaryIO, Callable, Iterable
+
+BLOCK = 512
+CHUNK = 1 << 20
+ZERO_BLOCK = bytes(BLOCK)
+
+REGULAR = (b"0", b"\0", b"7")
+HARDLINK = b"1"
+SYMLINK = b"2"
+DIRECTORY = b"5"
+EXT_TYPES = (b"x", b"L", b"K")  # describe the member that follows
+GLOBAL_PAX = b"g"
+
+
+class TarFormatError(ValueError):
+    """The input is not a tar stream this filter understands."""
+
+
+@dataclass
+class Member:
+    """What the callbacks see of one member; ``mode``/``uid``/``gid`` may be changed."""
+
+    name: str          # normalised: no leading "./" or "/", no trailing "/"
+    type: bytes
+    mode: int
+    uid: int
+    gid: int
+    size: int
+    linkname: str
+
+
+@dataclass
+class FilterStats:
+    kept: list[str] = field(default_factory=list)
+    dropped: int = 0
+    bytes_in: int = 0
+
+
+def normalise(name: str) -> str:
+    while name.startswith("./"):
+        name = name[2:]
+    return name.strip("/")
+
+
+def _num(field_: bytes) -> int:
+    if field_ and field_[0] & 0x80:  # GNU base-256 for large values
+        value = int.from_bytes(field_, "big") & ~(0x80 << (8 * (len(field_) - 1)))
+        return value
+    text = field_.split(b"\0", 1)[0].strip(b" ")
+    return int(text, 8) if text else 0
+
+
+def _octal(value: int, width: int) -> bytes:
+    """``width``-byte octal field, NUL-terminated (base-256 when it does not fit)."""
+    text = b"%0*o" % (width - 1, value)
+    if len(text) > width - 1:
+        return (value | (0x80 << (8 * (width - 1)))).to_bytes(width, "big")
+    return text + b"\0"
+
+
+def _checksum(hdr: bytearray) -> None:
+    hdr[148:156] = b" " * 8
+    hdr[148:156] = b"%06o\0 " % sum(hdr)
+
+
+def _parse_pax(data: bytes) -> dict[str, str]:
+    records: dict[str, str] = {}
+    pos = 0
+    while pos < len(data):
+        space = data.find(b" ", pos)
+        if space < 0:
+            break
+        try:
+            length = int(data[pos:space])
+        except ValueError as exc:
+            raise TarFormatError("bad pax record length") from exc
+        record = data[space + 1:pos + length - 1]
+        key, _, value = record.partition(b"=")
+        records[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+        pos += length
+    return records
+
+
+def _pax_block(records: dict[str, str]) -> bytes:
+    """A complete 'x' header + data for ``records`` (used when ownership must change)."""
+    body = b""
+    for key, value in records.items():
+        payload = f" {key}={value}\n".encode("utf-8", "surrogateescape")
+        n = len(payload)
+        while len(str(n).encode()) + len(payload) != n:
+            n = len(str(n).encode()) + len(payload)
+        body += str(n).encode() + payload
+    info = tarfile.TarInfo("././@PaxHeader")
+    info.type = b"x"
+    info.size = len(body)
+    hdr = info.tobuf(format=tarfile.USTAR_FORMAT)
+    return hdr + body + bytes(-len(body) % BLOCK)
+
+
+class _Reader:
+    def __init__(self, src: BinaryIO, on_bytes: Callable[[int], None] | None) -> None:
+        self.src = src
+        self.on_bytes = on_bytes
+        self.total = 0
+
+    def exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.src.read(n - len(buf))
+            if not chunk:
+                raise TarFormatError(f"tar stream ended early ({self.total + len(buf)} bytes read)")
+            buf += chunk
+        self._count(n)
+        return bytes(buf)
+
+    def copy(self, n: int, dst: BinaryIO | None) -> None:
+        """Copy (or skip, when ``dst`` is None) ``n`` bytes plus block padding."""
+        remaining = n + (-n % BLOCK)
+        while remaining:
+            chunk = self.src.read(min(CHUNK, remaining))
+            if not chunk:
+                raise TarFormatError("tar stream ended inside a member")
+            remaining -= len(chunk)
+            self._count(len(chunk))
+            if dst is not None:
+                dst.write(chunk)
+
+    def _count(self, n: int) -> None:
+        self.total += n
+        if self.on_bytes is not None:
+            self.on_bytes(n)
+
+
+def filter_tar(src: BinaryIO, dst: BinaryIO, *,
+               keep: Callable[[Member], bool],
+               adjust: Callable[[Member], None] | None = None,
+               extra: Callable[[set[str]], Iterable[tuple[tarfile.TarInfo, bytes]]] | None = None,
+               on_bytes: Callable[[int], None] | None = None) -> FilterStats:
+    """Copy the tar stream ``src`` to ``dst``, keeping members for which ``keep`` is true.
+
+    ``adjust`` may change a kept member's mode/uid/gid; ``extra(seen_names)`` returns
+    members appended before the end-of-archive marker.
+    """
+    reader = _Reader(src, on_bytes)
+    stats = FilterStats()
+    seen: set[str] = set()
+    dropped_names: set[str] = set()
+    pending: list[bytes] = []          # raw extension blocks for the next member
+    pax: dict[str, str] = {}
+    long_name = long_link = None
+
+    while True:
+        hdr = bytearray(reader.exact(BLOCK))
+        if hdr == ZERO_BLOCK:
+            break
+        stored = _num(bytes(hdr[148:156]))
+        probe = bytearray(hdr)
+        probe[148:156] = b" " * 8
+        if sum(probe) != stored:
+            raise TarFormatError(f"bad tar header checksum at byte {reader.total - BLOCK}")
+        typ = bytes(hdr[156:157])
+        size = _num(bytes(hdr[124:136]))
+
+        if typ in EXT_TYPES:
+            data = reader.exact(size + (-size % BLOCK))
+            pending.append(bytes(hdr) + data)
+            payload = data[:size]
+            if typ == b"x":
+                pax.update(_parse_pax(payload))
+            elif typ == b"L":
+                long_name = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            else:
+                long_link = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            continue
+        if typ == GLOBAL_PAX:
+            dst.write(bytes(hdr))
+            reader.copy(size, dst)
+            continue
+
+        name = pax.get("path") or long_name
+        if name is None:
+            name = hdr[0:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            if hdr[257:263] == b"ustar\0" and hdr[345] != 0:
+                prefix = hdr[345:500].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                name = f"{prefix}/{name}"
+        link = pax.get("linkpath") or long_link
+        if link is None:
+            link = hdr[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        if "size" in pax:
+            size = int(pax["size"])
+        member = Member(name=normalise(name), type=typ, mode=_num(bytes(hdr[100:108])),
+                        uid=int(pax["uid"]) if "uid" in pax else _num(bytes(hdr[108:116])),
+                        gid=int(pax["gid"]) if "gid" in pax else _num(bytes(hdr[116:124])),
+                        size=size, linkname=link)
+        data_size = size if typ not in (HARDLINK, SYMLINK, DIRECTORY) else 0
+        if typ in (b"3", b"4", b"6"):
+            data_size = 0
+
+        wanted = keep(member) and not (typ == HARDLINK and normalise(link) in dropped_names)
+        if not wanted:
+            stats.dropped += 1
+            dropped_names.add(member.name)
+            reader.copy(data_size, None)
+        else:
+            before = (member.mode, member.uid, member.gid)
+            if adjust is not None:
+                adjust(member)
+            if (member.mode, member.uid, member.gid) != before:
+                hdr[100:108] = _octal(member.mode & 0o7777, 8)
+                hdr[108:116] = _octal(member.uid, 8)
+                hdr[116:124] = _octal(member.gid, 8)
+                _checksum(hdr)
+                if "uid" in pax or "gid" in pax:
+                    # Rewrite the pax header too, or it would override the patched fields.
+                    pending = [b for b in pending if b[156:157] != b"x"]
+                    records = dict(pax)
+                    records.pop("uid", None), records.pop("gid", None)
+                    records.pop("uname", None), records.pop("gname", None)
+                    if records:
+                        pending.append(_pax_block(records))
+            for block in pending:
+                dst.write(block)
+            dst.write(bytes(hdr))
+            reader.copy(data_size, dst)
+            seen.add(member.name)
+            stats.kept.append(member.name)
+        pending, pax, long_name, long_link = [], {}, None, None
+
+    if extra is not None:
+        for info, data in extra(seen):
+            dst.write(info.tobuf(format=tarfile.PAX_FORMAT))
+            if data:
+                dst.write(data + bytes(-len(data) % BLOCK))
+    dst.write(ZERO_BLOCK * 2)
+    stats.bytes_in = reader.total
+    return stats
+
+
+def file_entry(name: str, data: bytes, *, mode: int = 0o644, mtime: int = 0) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, mtime
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info, data
+
+
+def dir_entry(name: str, *, mode: int = 0o755, mtime: int = 0) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, mtime
+    info.uname = info.gname = "root"
+    return info, b""
+
+
+def symlink_entry(name: str, target: str, *, mtime: int = 0) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode, info.mtime = tarfile.SYMTYPE, target, 0o777, mtime
+    info.uname = info.gname = "root"
+    return info, b""
+
+
+def missing_dirs(path: str, seen: set[str]) -> list[str]:
+    """Parents of ``path`` (and ``path`` itself) not present in ``seen``, outermost first."""
+    parts = normalise(path).split("/") if normalise(path) else []
+    out = []
+    for i in range(1, len(parts) + 1):
+        candidate = "/".join(parts[:i])
+        if candidate not in seen:
+            out.append(candidate)
+    return out
+
