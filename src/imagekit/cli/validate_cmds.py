@@ -1,0 +1,94 @@
+"""``imagekit validate``: judge nccl-tests / MPI benchmark output. Thin: read, parse, evaluate, print."""
+
+from __future__ import annotations
+
+import click
+
+_TRANSPORTS = ["IB", "GDRDMA", "Socket", "P2P", "SHM", "NVLS", "CollNet"]
+
+
+@click.command("validate")
+@click.argument("source", metavar="FILE|-")
+@click.option("--min-busbw", type=float, metavar="GBPS", help="Fail when a run's peak busbw (GB/s) is below this.")
+@click.option("--max-latency-us", type=float, metavar="US",
+              help="Fail when the time at any small size (see --small-size) is above this.")
+@click.option("--expect-transport", multiple=True, metavar="NAME",
+              type=click.Choice(_TRANSPORTS, case_sensitive=False),
+              help="Fail unless NCCL used this transport (needs NCCL_DEBUG=INFO lines). Repeatable.")
+@click.option("--baseline", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Per-system limits (YAML or JSON): min busbw per collective and size, max latency, transports.")
+@click.option("--collective", metavar="NAME",
+              help="Name for nccl-tests runs whose output does not say (older nccl-tests), e.g. all_reduce.")
+@click.option("--small-size", default="1K", show_default=True, metavar="BYTES",
+              help="Sizes up to this count as small for latency (K/M/G suffixes).")
+@click.option("--saturation", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True,
+              help="Saturation size = smallest size whose busbw reaches this fraction of the peak.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full result and verdict as JSON.")
+@click.option("--brief", is_flag=True, help="Text output without the per-size table.")
+def validate(source: str, min_busbw: "float | None", max_latency_us: "float | None",
+             expect_transport: "tuple[str, ...]", baseline: "str | None", collective: "str | None",
+             small_size: str, saturation: float, as_json: bool, brief: bool) -> None:
+    """Parse nccl-tests, OSU / mpi4py benchmark output and NCCL_DEBUG=INFO logs; apply gates.
+
+    Reads FILE, or stdin with '-'. Reports peak busbw and busbw per size
+    (out-of-place and in-place), the saturation size, time at small sizes,
+    #wrong / out-of-bounds errors, transports (IB, GDRDMA, Socket, P2P, SHM),
+    ranks, hosts and truncated runs.
+
+    Exit codes: 0 pass, 1 a gate failed (or the run is truncated, or has
+    wrong elements), 2 unreadable input (no table, corrupted table).
+
+    \b
+    Examples:
+      srun --mpi=pmix all_reduce_perf -b 8 -e 8G -f 2 | imagekit validate - --min-busbw 150
+      imagekit validate nccl.log --expect-transport IB --expect-transport GDRDMA
+      imagekit validate nccl.log --baseline site/dgx-h100.yaml --json
+      mpirun -np 2 python -m mpi4py.bench pingpong | imagekit validate - --max-latency-us 5
+
+    \b
+    Baseline file (YAML or JSON):
+      system: dgx-h100-2node
+      expect_transport: [IB, GDRDMA]
+      benchmarks:
+        all_reduce:
+          min_busbw: 350            # GB/s, peak
+          max_latency_us: 40        # every size <= small_size
+          sizes: {1G: 340, 8K: {max_latency_us: 30}}
+    """
+    from imagekit.errors import UsageError
+    from imagekit.validate import Gates, evaluate, load_baseline, parse, to_json, to_text
+    from imagekit.validate.units import parse_size
+
+    try:
+        small = parse_size(small_size)
+    except ValueError as exc:
+        raise UsageError(f"--small-size: {exc}") from None
+    gates = Gates(min_busbw=min_busbw, max_latency_us=max_latency_us, expect_transport=list(expect_transport),
+                  small_size=small, saturation_fraction=saturation, collective=collective,
+                  baseline=load_baseline(baseline) if baseline else None)
+    if source == "-":
+        data = click.get_binary_stream("stdin").read()
+        name = "<stdin>"
+    else:
+        try:
+            with open(source, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise UsageError(f"cannot read {source}: {exc.strerror}", "give a log file or '-' for stdin") from None
+        name = source
+    result = parse(data, source=name)
+    verdict = evaluate(result, gates)
+    small_eff = gates.baseline.small_size if gates.baseline and gates.baseline.small_size is not None else small
+    frac = (gates.baseline.saturation_fraction if gates.baseline and gates.baseline.saturation_fraction is not None
+            else saturation)
+    if as_json:
+        click.echo(to_json(result, verdict, small_eff, frac))
+    elif verdict.status == "unreadable":
+        if result.has_tables:
+            click.echo(to_text(result, verdict, small_eff, frac, table=not brief), nl=False)
+        raise UsageError(f"{name}: unreadable: {verdict.failures[0].message}",
+                         "give the benchmark's full stdout (nccl-tests, OSU or mpi4py.bench)")
+    else:
+        click.echo(to_text(result, verdict, small_eff, frac, table=not brief), nl=False)
+    if verdict.exit_code:
+        click.get_current_context().exit(verdict.exit_code)

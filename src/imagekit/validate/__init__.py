@@ -1,0 +1,20 @@
+"""Validate nccl-tests / MPI benchmark output: parse into dataclasses, judge against gates.
+
+    >>> from imagekit.validate import parse, evaluate, Gates
+    >>> result = parse(open("all_reduce.log").read())          # doctest: +SKIP
+    >>> verdict = evaluate(result, Gates(min_busbw=100))        # doctest: +SKIP
+    >>> verdict.status, verdict.exit_code                       # doctest: +SKIP
+    ('pass', 0)
+"""
+
+from imagekit.validate.gates import Baseline, Gates, Limits, SizeLimit, baseline_from_dict, load_baseline, evaluate
+from imagekit.validate.model import (Failure, Measurement, MpiBenchRun, MpiPoint, NcclTestsRun, RankInfo, Result,
+                                     Row, TransportInfo, Verdict)
+from imagekit.validate.parse import parse
+from imagekit.validate.report import to_json, to_text
+
+__all__ = [
+    "Baseline", "Failure", "Gates", "Limits", "Measurement", "MpiBenchRun", "MpiPoint", "NcclTestsRun", "RankInfo",
+    "Result", "Row", "SizeLimit", "TransportInfo", "Verdict", "baseline_from_dict", "evaluate", "load_baseline",
+    "parse", "to_json", "to_text",
+]

@@ -1,0 +1,430 @@
+"""Gates (limits a run must meet), the per-system baseline file, and the verdict.
+
+Baseline file (YAML or JSON), every key optional::
+
+    version: 1
+    system: dgx-h100-2node          # shown in the report
+    expect_transport: [IB, GDRDMA]  # each must carry at least one NCCL channel
+    small_size: 1K                  # sizes <= this are "small" for latency limits
+    saturation_fraction: 0.9
+    min_busbw: 300                  # GB/s, peak busbw of every run
+    max_latency_us: 60              # every small size of every run
+    benchmarks:                     # per collective / MPI benchmark ("collectives" also accepted)
+      all_reduce:                   # all_reduce_perf; names compare without "_" and "_perf"
+        min_busbw: 350
+        max_latency_us: 40
+        sizes:                      # per size: a number is a busbw floor (GB/s) ...
+          1G: 340
+          8K: {max_latency_us: 30}  # ... or a mapping with min_busbw / max_latency_us
+      osu_latency: {max_latency_us: 3}
+      pingpong: {min_busbw: 10}     # MPI bandwidth tables: MB/s / 1000 compared as GB/s
+
+Per-size limits apply to both out-of-place and in-place figures; a size named in
+the baseline but missing from the run fails.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from imagekit.errors import UsageError
+from imagekit.validate import summary
+from imagekit.validate.model import Failure, MpiBenchRun, NcclTestsRun, Result, Verdict
+from imagekit.validate.nccl_log import canonical
+from imagekit.validate.units import format_size, parse_size
+
+
+@dataclass
+class SizeLimit:
+    min_busbw: Optional[float] = None
+    max_latency_us: Optional[float] = None
+
+
+@dataclass
+class Limits:
+    min_busbw: Optional[float] = None
+    max_latency_us: Optional[float] = None
+    sizes: dict[int, SizeLimit] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return self.min_busbw is None and self.max_latency_us is None and not self.sizes
+
+
+@dataclass
+class Baseline:
+    path: str = ""
+    system: str = ""
+    defaults: Limits = field(default_factory=Limits)
+    expect_transport: list[str] = field(default_factory=list)
+    small_size: Optional[int] = None
+    saturation_fraction: Optional[float] = None
+    benchmarks: dict[str, Limits] = field(default_factory=dict)  # key: bench_key(name)
+
+
+@dataclass
+class Gates:
+    min_busbw: Optional[float] = None  # GB/s, compared with each run's peak
+    max_latency_us: Optional[float] = None  # compared with every small size
+    expect_transport: list[str] = field(default_factory=list)
+    small_size: int = summary.DEFAULT_SMALL_SIZE
+    saturation_fraction: float = summary.DEFAULT_SATURATION
+    collective: Optional[str] = None  # name for nccl-tests runs whose output does not say
+    baseline: Optional[Baseline] = None
+
+
+def bench_key(name: str) -> str:
+    """``all_reduce_perf`` == ``all_reduce`` == ``AllReduce`` == ``allreduce``."""
+    name = re.sub(r"(_perf)?(_mpi)?$", "", name.strip().lower())
+    return re.sub(r"[^a-z0-9]", "", name)
+
+
+# -- baseline file ---------------------------------------------------------------------------
+_TOP_KEYS = {"version", "system", "expect_transport", "small_size", "saturation_fraction", "min_busbw",
+             "max_latency_us", "benchmarks", "collectives"}
+_BENCH_KEYS = {"min_busbw", "max_latency_us", "sizes"}
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{where}: expected a number, got {value!r}")
+    return float(value)
+
+
+def _limits(data: Any, where: str) -> Limits:
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: expected a mapping, got {type(data).__name__}")
+    unknown = set(data) - _BENCH_KEYS
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}",
+                         f"allowed: {', '.join(sorted(_BENCH_KEYS))}")
+    lim = Limits()
+    if data.get("min_busbw") is not None:
+        lim.min_busbw = _number(data["min_busbw"], f"{where}.min_busbw")
+    if data.get("max_latency_us") is not None:
+        lim.max_latency_us = _number(data["max_latency_us"], f"{where}.max_latency_us")
+    sizes = data.get("sizes") or {}
+    if not isinstance(sizes, dict):
+        raise UsageError(f"{where}.sizes: expected a mapping of size -> limit")
+    for key, val in sizes.items():
+        try:
+            size = parse_size(key)
+        except ValueError as exc:
+            raise UsageError(f"{where}.sizes: {exc}") from None
+        here = f"{where}.sizes.{key}"
+        if isinstance(val, dict):
+            unknown = set(val) - {"min_busbw", "max_latency_us"}
+            if unknown:
+                raise UsageError(f"{here}: unknown key(s) {', '.join(sorted(map(str, unknown)))}",
+                                 "allowed: min_busbw, max_latency_us")
+            lim.sizes[size] = SizeLimit(
+                _number(val["min_busbw"], here) if val.get("min_busbw") is not None else None,
+                _number(val["max_latency_us"], here) if val.get("max_latency_us") is not None else None)
+        else:
+            lim.sizes[size] = SizeLimit(min_busbw=_number(val, here))
+    return lim
+
+
+def baseline_from_dict(data: Any, path: str = "<baseline>") -> Baseline:
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: a baseline is a mapping (see imagekit validate --help)")
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise UsageError(f"{path}: unknown key(s) {', '.join(sorted(map(str, unknown)))}",
+                         f"allowed: {', '.join(sorted(_TOP_KEYS))}")
+    if data.get("version", 1) != 1:
+        raise UsageError(f"{path}: unsupported baseline version {data.get('version')!r}", "use version: 1")
+    base = Baseline(path=path, system=str(data.get("system") or ""))
+    base.defaults = _limits({k: data[k] for k in ("min_busbw", "max_latency_us") if k in data}, path)
+    expect = data.get("expect_transport") or []
+    if isinstance(expect, str):
+        expect = [expect]
+    for name in expect:
+        if canonical(str(name)) is None:
+            raise UsageError(f"{path}: expect_transport: unknown transport {name!r}",
+                             "use IB, GDRDMA, Socket, P2P, SHM, NVLS or CollNet")
+        base.expect_transport.append(canonical(str(name)) or str(name))
+    if data.get("small_size") is not None:
+        try:
+            base.small_size = parse_size(data["small_size"])
+        except ValueError as exc:
+            raise UsageError(f"{path}: small_size: {exc}") from None
+    if data.get("saturation_fraction") is not None:
+        frac = _number(data["saturation_fraction"], f"{path}: saturation_fraction")
+        if not 0 < frac <= 1:
+            raise UsageError(f"{path}: saturation_fraction must be in (0, 1], got {frac}")
+        base.saturation_fraction = frac
+    benches = data.get("benchmarks") or data.get("collectives") or {}
+    if not isinstance(benches, dict):
+        raise UsageError(f"{path}: benchmarks: expected a mapping of name -> limits")
+    for name, lim in benches.items():
+        base.benchmarks[bench_key(str(name))] = _limits(lim or {}, f"{path}: benchmarks.{name}")
+    return base
+
+
+def load_baseline(path: "str | Path") -> Baseline:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read baseline {p}: {exc.strerror}") from None
+    if p.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{p}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    else:
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{p}:{mark.line + 1}" if mark else str(p)
+            raise UsageError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    return baseline_from_dict(data, str(p))
+
+
+# -- evaluation ------------------------------------------------------------------------------
+def _fmt(v: float) -> str:
+    return f"{v:.2f}".rstrip("0").rstrip(".") if v == v else "nan"
+
+
+class _Judge:
+    def __init__(self, gates: Gates) -> None:
+        self.gates = gates
+        base = gates.baseline
+        self.small = base.small_size if base and base.small_size is not None else gates.small_size
+        self.fraction = (base.saturation_fraction if base and base.saturation_fraction is not None
+                         else gates.saturation_fraction)
+        self.verdict = Verdict(status="pass")
+        self.unreadable: list[str] = []
+        self.applied: set[str] = set()
+
+    def fail(self, check: str, message: str, **kw: Any) -> None:
+        self.verdict.failures.append(Failure(check, message, **kw))
+
+    def ok(self, message: str) -> None:
+        self.verdict.passed.append(message)
+
+    def limit_sets(self, label: str, key: Optional[str]) -> list[tuple[str, Limits]]:
+        g, base = self.gates, self.gates.baseline
+        sets = []
+        if g.min_busbw is not None or g.max_latency_us is not None:
+            sets.append(("", Limits(g.min_busbw, g.max_latency_us)))
+        if base is not None:
+            if not base.defaults.empty:
+                sets.append(("baseline ", base.defaults))
+            if base.benchmarks:
+                if key is None:
+                    if len(base.benchmarks) == 1:
+                        only = next(iter(base.benchmarks))
+                        self.verdict.notes.append(f"{label}: collective unknown; applied the only baseline entry "
+                                                  f"'{only}'")
+                        sets.append((f"baseline {only} ", base.benchmarks[only]))
+                    else:
+                        self.fail("baseline", f"{label}: cannot tell which collective this is, so the baseline "
+                                  "entries cannot be matched; pass --collective NAME", run=label)
+                elif key in base.benchmarks:
+                    sets.append((f"baseline {key} ", base.benchmarks[key]))
+                else:
+                    self.verdict.notes.append(f"{label}: no baseline entry for '{key}'")
+        return sets
+
+    # nccl-tests ------------------------------------------------------------------------------
+    def nccl_run(self, idx: int, run: NcclTestsRun) -> None:
+        name = run.collective or self.gates.collective
+        label = f"{name or 'nccl-tests'} (run {idx + 1}, line {run.line})"
+        if run.garbled:
+            self.unreadable.append(f"{label}: corrupted table: {run.garbled[0]}")
+            return
+        if not run.rows:
+            if run.truncated:
+                self.fail("truncated", f"{label}: truncated before any result row: {run.truncation[0]}", run=label)
+            else:
+                self.unreadable.append(f"{label}: header but no result table")
+            return
+        for why in run.truncation:
+            self.fail("truncated", f"{label}: truncated: {why}", run=label)
+        if run.out_of_bounds:
+            self.fail("out_of_bounds", f"{label}: {run.out_of_bounds} out-of-bounds values reported",
+                      run=label, value=float(run.out_of_bounds), limit=0.0)
+        bad = 0
+        for row in run.rows:
+            for fig, m in row.named_halves():
+                if (m.wrong is not None and m.wrong > 0 and "error" not in run.columns) or m.flagged:
+                    bad += 1
+                    what = f"#wrong {m.wrong:g}" if not m.flagged else f"error {m.wrong:g} (flagged *)"
+                    self.fail("errors", f"{label}: {what} ({fig}) at {format_size(row.size)} {row.dtype} {row.redop}",
+                              run=label, size=row.size, figure=fig, value=m.wrong, limit=0.0)
+        if not bad:
+            checked = any(m.wrong is not None for r in run.rows for m in r.halves())
+            self.ok(f"{label}: no wrong elements" + ("" if checked else " (data check off: #wrong N/A)"))
+        for prefix, lim in self.limit_sets(label, bench_key(name) if name else None):
+            self.nccl_limits(label, run, prefix, lim)
+
+    def nccl_limits(self, label: str, run: NcclTestsRun, prefix: str, lim: Limits) -> None:
+        if lim.min_busbw is not None:
+            self.applied.add("busbw")
+            top = summary.peak(run)
+            assert top is not None
+            if top.busbw < lim.min_busbw:
+                self.fail("busbw", f"{label}: peak busbw {_fmt(top.busbw)} GB/s ({top.figure} at "
+                          f"{format_size(top.size)}) < {prefix}min {_fmt(lim.min_busbw)} GB/s",
+                          run=label, size=top.size, figure=top.figure, value=top.busbw, limit=lim.min_busbw)
+            else:
+                self.ok(f"{label}: peak busbw {_fmt(top.busbw)} GB/s >= {prefix}min {_fmt(lim.min_busbw)} GB/s")
+        if lim.max_latency_us is not None:
+            self.applied.add("latency")
+            rows = summary.small_rows(run, self.small)
+            worst = 0.0
+            for row in rows:
+                for fig, m in row.named_halves():
+                    worst = max(worst, m.time_us)
+                    if m.time_us > lim.max_latency_us:
+                        self.fail("latency", f"{label}: time {_fmt(m.time_us)} us ({fig}) at "
+                                  f"{format_size(row.size)} > {prefix}max {_fmt(lim.max_latency_us)} us",
+                                  run=label, size=row.size, figure=fig, value=m.time_us, limit=lim.max_latency_us)
+            if rows and worst <= lim.max_latency_us:
+                self.ok(f"{label}: small-size time <= {_fmt(worst)} us <= {prefix}max {_fmt(lim.max_latency_us)} us")
+        for size, slim in sorted(lim.sizes.items()):
+            rows = [r for r in run.rows if r.size == size]
+            if not rows:
+                self.fail("baseline", f"{label}: {prefix}size {format_size(size)} not in the run "
+                          f"(sizes {format_size(run.rows[0].size)}..{format_size(run.rows[-1].size)})",
+                          run=label, size=size)
+                continue
+            for row in rows:
+                for fig, m in row.named_halves():
+                    if slim.min_busbw is not None and m.busbw < slim.min_busbw:
+                        self.fail("busbw", f"{label}: busbw {_fmt(m.busbw)} GB/s ({fig}) at {format_size(size)} < "
+                                  f"{prefix}min {_fmt(slim.min_busbw)} GB/s",
+                                  run=label, size=size, figure=fig, value=m.busbw, limit=slim.min_busbw)
+                    if slim.max_latency_us is not None and m.time_us > slim.max_latency_us:
+                        self.fail("latency", f"{label}: time {_fmt(m.time_us)} us ({fig}) at {format_size(size)} > "
+                                  f"{prefix}max {_fmt(slim.max_latency_us)} us",
+                                  run=label, size=size, figure=fig, value=m.time_us, limit=slim.max_latency_us)
+
+    # MPI benchmarks --------------------------------------------------------------------------
+    def mpi_run(self, idx: int, run: MpiBenchRun) -> None:
+        label = f"{run.benchmark} (line {run.line})"
+        for why in run.truncation:
+            self.fail("truncated", f"{label}: truncated: {why}", run=label)
+        if not run.points:
+            return
+        for prefix, lim in self.limit_sets(label, bench_key(run.benchmark)):
+            if lim.min_busbw is not None and (top := summary.mpi_peak_bw(run)) is not None:
+                self.applied.add("busbw")
+                gbps = (top.bandwidth_mbps or 0.0) / 1000.0
+                if gbps < lim.min_busbw:
+                    self.fail("busbw", f"{label}: peak bandwidth {_fmt(gbps)} GB/s at {format_size(top.size)} < "
+                              f"{prefix}min {_fmt(lim.min_busbw)} GB/s",
+                              run=label, size=top.size, figure="bandwidth", value=gbps, limit=lim.min_busbw)
+                else:
+                    self.ok(f"{label}: peak bandwidth {_fmt(gbps)} GB/s >= {prefix}min {_fmt(lim.min_busbw)} GB/s")
+            if lim.max_latency_us is not None and (pts := summary.mpi_small_points(run, self.small)):
+                self.applied.add("latency")
+                for p in pts:
+                    assert p.latency_us is not None
+                    if p.latency_us > lim.max_latency_us:
+                        self.fail("latency", f"{label}: latency {_fmt(p.latency_us)} us at {format_size(p.size)} > "
+                                  f"{prefix}max {_fmt(lim.max_latency_us)} us",
+                                  run=label, size=p.size, figure="latency", value=p.latency_us,
+                                  limit=lim.max_latency_us)
+                worst = max(p.latency_us or 0.0 for p in pts)
+                if worst <= lim.max_latency_us:
+                    self.ok(f"{label}: small-size latency <= {_fmt(worst)} us <= {prefix}max "
+                            f"{_fmt(lim.max_latency_us)} us")
+            for size, slim in sorted(lim.sizes.items()):
+                pts = [p for p in run.points if p.size == size]
+                if not pts:
+                    self.fail("baseline", f"{label}: {prefix}size {format_size(size)} not in the run", run=label,
+                              size=size)
+                for p in pts:
+                    if slim.min_busbw is not None and p.bandwidth_mbps is not None \
+                            and p.bandwidth_mbps / 1000.0 < slim.min_busbw:
+                        self.fail("busbw", f"{label}: bandwidth {_fmt(p.bandwidth_mbps / 1000.0)} GB/s at "
+                                  f"{format_size(size)} < {prefix}min {_fmt(slim.min_busbw)} GB/s", run=label,
+                                  size=size, figure="bandwidth", value=p.bandwidth_mbps / 1000.0,
+                                  limit=slim.min_busbw)
+                    if slim.max_latency_us is not None and p.latency_us is not None \
+                            and p.latency_us > slim.max_latency_us:
+                        self.fail("latency", f"{label}: latency {_fmt(p.latency_us)} us at {format_size(size)} > "
+                                  f"{prefix}max {_fmt(slim.max_latency_us)} us", run=label, size=size,
+                                  figure="latency", value=p.latency_us, limit=slim.max_latency_us)
+
+    # transports ------------------------------------------------------------------------------
+    def transports(self, result: Result) -> None:
+        expected = list(self.gates.expect_transport)
+        if self.gates.baseline:
+            expected += [t for t in self.gates.baseline.expect_transport if t not in expected]
+        if not expected:
+            return
+        info = result.transport
+        if not info.vias:
+            why = ("no NCCL_DEBUG=INFO lines in the input" if not info.info_lines
+                   else "NCCL INFO lines but no 'Channel ... via ...' connection lines")
+            self.fail("transport", f"cannot check transport {', '.join(expected)}: {why}",
+                      figure="transport")
+            self.verdict.notes.append("rerun with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,NET is enough) "
+                                      "and keep stdout")
+            return
+        seen = ", ".join(f"{t} ({info.counts[t]})" for t in info.transports)
+        for want in expected:
+            name = canonical(want) or want
+            if name not in info.counts:
+                self.fail("transport", f"expected transport {name} not used; channels via: {seen}",
+                          figure="transport")
+                continue
+            self.ok(f"transport {name} used on {info.counts[name]} channel connections")
+            if name in ("IB", "GDRDMA") and "Socket" in info.counts:
+                self.fail("transport", f"{info.counts['Socket']} channel connections fell back to NET/Socket "
+                          f"while {name} is expected", figure="transport", value=float(info.counts["Socket"]))
+            if name == "GDRDMA":
+                plain = sum(n for via, n in info.vias.items()
+                            if via.upper().startswith("NET/IB") and "GDR" not in via.upper())
+                if plain:
+                    self.fail("transport", f"{plain} NET/IB channel connections without GDRDMA "
+                              "(GPUDirect RDMA off for them)", figure="transport", value=float(plain))
+
+
+def evaluate(result: Result, gates: Optional[Gates] = None) -> Verdict:
+    """Judge a parsed result against the gates. Status: pass | fail | unreadable."""
+    gates = gates or Gates()
+    judge = _Judge(gates)
+    v = judge.verdict
+    if not result.has_tables and not result.transport.info_lines:
+        v.status = "unreadable"
+        v.failures.append(Failure("input", "no nccl-tests table, MPI benchmark table or NCCL log lines found "
+                                  f"in {result.source}"))
+        return v
+    for i, run in enumerate(result.nccl_tests):
+        judge.nccl_run(i, run)
+    for i, mrun in enumerate(result.mpi):
+        judge.mpi_run(i, mrun)
+    judge.transports(result)
+    base = gates.baseline
+    # Explicit limits must be applied somewhere; unmatched per-benchmark baseline entries only
+    # produce a note (a site baseline lists more collectives than one log holds).
+    wanted = {
+        "busbw": gates.min_busbw is not None or (base is not None and base.defaults.min_busbw is not None),
+        "latency": gates.max_latency_us is not None or (base is not None and base.defaults.max_latency_us is not None),
+    }
+    if not result.has_tables and (wanted["busbw"] or wanted["latency"]):
+        judge.unreadable.append(f"{result.source} has NCCL log lines but no benchmark table to check "
+                                "busbw/latency against")
+    else:
+        for gate, want in wanted.items():
+            if want and gate not in judge.applied:
+                what = "bandwidth figures" if gate == "busbw" else "latency figures"
+                judge.fail(gate, f"the {gate} limit could not be applied: no {what} in the input")
+    if judge.unreadable:
+        v.status = "unreadable"
+        v.failures = [Failure("input", m) for m in judge.unreadable] + v.failures
+    elif v.failures:
+        v.status = "fail"
+    return v
