@@ -1,0 +1,112 @@
+"""The per-rank wrapper: outside-in launchers start one container per MPI rank with it.
+
+The host's process manager (``mpirun`` or ``srun --mpi=pmix``) starts the
+wrapper once per rank; the wrapper runs the rank's command inside a container
+that can still talk to that process manager:
+
+- Docker isolates the environment, so every ``OMPI_*``/``PMIX_*``/``OPAL_*``
+  (and ``SLURM_*``/``PMI_*``) variable is forwarded by name; the names are only
+  known when the rank starts, hence a run-time loop rather than a fixed list.
+- The PMIx server's rendezvous files live under ``$PMIX_SERVER_TMPDIR`` (Slurm)
+  or the session directory in ``/tmp`` (ORTE): both are bind-mounted, otherwise
+  every rank comes up as rank 0 of 1.
+- ``--network=host --ipc=host --pid=host`` keep TCP, shared-memory and
+  ``/proc``-based peer discovery working between ranks on one node.
+
+Apptainer shares host namespaces and environment by default; Enroot shares
+namespaces but takes environment variables with ``--env NAME``.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from imagekit.launch.common import JOB_LABEL, MPI_ENV_PREFIXES, SLURM_ENV_PREFIXES, Mount
+
+RUNTIMES = ("docker", "apptainer", "enroot")
+# Tuning a user sets on the host (NCCL_IB_HCA, UCX_TLS...) and Slurm's GPU binding must reach the rank too.
+EXTRA_ENV_PREFIXES = ("NCCL_", "UCX_")
+EXTRA_ENV_NAMES = ("CUDA_VISIBLE_DEVICES",)
+
+
+def _forward_loop(flag: str) -> str:
+    patterns = "|".join([p + "*" for p in MPI_ENV_PREFIXES + SLURM_ENV_PREFIXES + EXTRA_ENV_PREFIXES]
+                        + list(EXTRA_ENV_NAMES))
+    return (
+        "forward=()\n"
+        "while IFS= read -r name; do\n"
+        '  case "$name" in\n'
+        f'    {patterns}) forward+=({flag} "$name") ;;\n'
+        "  esac\n"
+        "done < <(compgen -e)\n"
+    )
+
+
+def _extra_env(flag: str, names: list[str]) -> str:
+    return "".join(f"forward+=({flag} {shlex.quote(n)})\n" for n in names)
+
+
+def render(runtime: str, image: str, *, job_id: str, mounts: list[Mount] = (),
+           env_names: list[str] = (), gpus: bool = False, workdir: str | None = None,
+           docker: str = "docker") -> str:
+    """The wrapper script text for ``runtime``; it runs ``"$@"`` as one rank."""
+    q = shlex.quote
+    head = (
+        "#!/bin/bash\n"
+        f"# imagekit rank wrapper ({runtime}, job {job_id}): runs one MPI rank in a container.\n"
+        "set -euo pipefail\n"
+        f"image={q(image)}\n"
+        # Slurm scripts set IMAGEKIT_JOB_ID per allocation; the literal is the generating job's id.
+        f'job="${{IMAGEKIT_JOB_ID:-{job_id}}}"\n'
+    )
+    if runtime == "docker":
+        binds = "".join(f"binds+=(-v {q(f'{m.src}:{m.dst}' + (':ro' if m.readonly else ''))})\n" for m in mounts)
+        body = (
+            _forward_loop("-e") + _extra_env("-e", list(env_names)) +
+            "# /tmp holds ORTE's session directory; PMIX_SERVER_TMPDIR holds Slurm's PMIx rendezvous.\n"
+            "binds=(-v /tmp:/tmp)\n"
+            'if [ -n "${PMIX_SERVER_TMPDIR:-}" ]; then\n'
+            '  binds+=(-v "$PMIX_SERVER_TMPDIR:$PMIX_SERVER_TMPDIR")\n'
+            "fi\n" + binds +
+            "# RDMA pins memory: give the rank the host's hard memlock limit (docker's default is 64 KiB).\n"
+            'memlock=$(ulimit -H -l)\n'
+            'if [ "$memlock" = unlimited ]; then memlock=-1; else memlock=$((memlock * 1024)); fi\n'
+            'extra=(--ulimit "memlock=$memlock:$memlock")\n' +
+            ("extra+=(--gpus all)\n" if gpus else "") +
+            (f"extra+=(-w {q(workdir)})\n" if workdir else "") +
+            f'exec {q(docker)} run --rm --label "{JOB_LABEL}=$job" \\\n'
+            "  --network=host --ipc=host --pid=host \\\n"
+            '  --user "$(id -u):$(id -g)" "${forward[@]}" "${binds[@]}" "${extra[@]}" \\\n'
+            '  "$image" "$@"\n'
+        )
+    elif runtime == "apptainer":
+        binds = "".join(f"binds+=(--bind {q(f'{m.src}:{m.dst}' + (':ro' if m.readonly else ''))})\n" for m in mounts)
+        body = (
+            "# Apptainer passes the host environment and namespaces through; only\n"
+            "# Slurm's PMIx directory (outside /tmp) must be bound explicitly.\n"
+            "binds=()\n"
+            'if [ -n "${PMIX_SERVER_TMPDIR:-}" ]; then\n'
+            '  binds+=(--bind "$PMIX_SERVER_TMPDIR")\n'
+            "fi\n" + binds +
+            "extra=()\n" +
+            ("extra+=(--nv)\n" if gpus else "") +
+            (f"extra+=(--pwd {q(workdir)})\n" if workdir else "") +
+            'exec apptainer exec "${binds[@]}" "${extra[@]}" "$image" "$@"\n'
+        )
+    elif runtime == "enroot":
+        def fstab(src: str, dst: str, ro: bool = False) -> str:
+            return f"{src}:{dst}:none:x-create=auto,rbind" + (",ro" if ro else "")
+        binds = "".join(f"binds+=(--mount {q(fstab(m.src, m.dst, m.readonly))})\n" for m in mounts)
+        body = (
+            _forward_loop("--env") + _extra_env("--env", list(env_names)) +
+            f"binds=(--mount {q(fstab('/tmp', '/tmp'))})\n"
+            'if [ -n "${PMIX_SERVER_TMPDIR:-}" ]; then\n'
+            '  binds+=(--mount "$PMIX_SERVER_TMPDIR:$PMIX_SERVER_TMPDIR:none:x-create=dir,rbind")\n'
+            "fi\n" + binds +
+            # enroot has no workdir flag: the rank's command runs through sh -c cd.
+            (f'set -- sh -c \'cd "$0" && exec "$@"\' {q(workdir)} "$@"\n' if workdir else "") +
+            'exec enroot start "${forward[@]}" "${binds[@]}" "$image" "$@"\n'
+        )
+    else:  # pragma: no cover - callers validate the runtime first
+        raise ValueError(runtime)
+    return head + body
