@@ -1,0 +1,441 @@
+"""Preflight: compare this host with what the image's labels record, before launching.
+
+Each check returns ``ok``, ``warn``, ``fail`` or ``not checked`` with the fix.
+Host facts are gathered once (``HostFacts.probe()``) and image facts come from
+the labels ``imagekit build`` writes (``io.imagekit.component.<name>.<key>``),
+so every check is a pure function that tests can drive with recorded facts.
+File images (``.sqsh``/``.sif`` paths) carry no readable labels here: the
+image-side checks say "not checked" instead of guessing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import shutil
+import stat
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from imagekit.errors import EngineError, ImagekitError
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "not checked"
+MPI_COMPONENTS = ("openmpi", "mpich", "mvapich2", "intel-mpi", "hpcx")
+RDMA_COMPONENTS = ("ofed", "mlnx-ofed", "doca-ofed", "rdma-core")
+SHM_MIN = 1 << 30  # NCCL and shared-memory BTLs want far more than Docker's 64 MiB default
+# Minimum Linux driver per CUDA major under minor-version compatibility
+# (NVIDIA "CUDA Compatibility", table 1: 11.x >= 450.80.02, 12.x >= 525.60.13, 13.x >= 580).
+CUDA_MIN_DRIVER = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 0, 0)}
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str | None = None
+
+
+@dataclass
+class HostFacts:
+    """What preflight needs to know about the host; ``probe()`` reads the real one."""
+
+    shm_bytes: int | None = None
+    memlock: int | None = None          # None = unlimited
+    infiniband: bool = False
+    driver: str | None = None           # NVIDIA kernel driver version, None when absent
+    srun_mpi: list[str] | None = None   # `srun --mpi=list` entries; None when srun is missing
+    mpirun_version: str | None = None   # host `mpirun --version` (Open MPI), None when missing
+    srun_error: str | None = None       # why `srun --mpi=list` failed, when it did
+
+    @classmethod
+    def probe(cls, *, want_srun: bool = False, want_mpirun: bool = False) -> "HostFacts":
+        facts = cls()
+        try:
+            st = os.statvfs("/dev/shm")
+            facts.shm_bytes = st.f_frsize * st.f_blocks
+        except OSError:
+            facts.shm_bytes = None
+        soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        facts.memlock = None if soft == resource.RLIM_INFINITY else soft
+        facts.infiniband = Path("/dev/infiniband").is_dir()
+        facts.driver = _driver_version()
+        if want_srun and shutil.which("srun"):
+            facts.srun_mpi, facts.srun_error = _srun_mpi_list()
+        if want_mpirun and shutil.which("mpirun"):
+            facts.mpirun_version = _mpirun_version()
+        return facts
+
+
+def _driver_version() -> str | None:
+    proc = Path("/proc/driver/nvidia/version")
+    if proc.is_file():
+        m = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", proc.read_text())
+        if m:
+            return m.group(1)
+    if shutil.which("nvidia-smi"):
+        out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        if out and out.strip():
+            return out.strip().splitlines()[0].strip()
+    return None
+
+
+def _run(cmd: list[str]) -> str | None:
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _srun_mpi_list() -> tuple[list[str], str | None]:
+    try:
+        proc = subprocess.run(["srun", "--mpi=list"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [], str(exc)
+    if proc.returncode != 0:
+        lines = proc.stdout.strip().splitlines()
+        return [], lines[-1] if lines else f"exit {proc.returncode}"
+    return parse_srun_mpi_list(proc.stdout), None
+
+
+def parse_srun_mpi_list(text: str) -> list[str]:
+    """Plugin names from ``srun --mpi=list`` (Slurm 20-24 formats: 'srun: pmix', tab lists, 'pmix_v4')."""
+    names: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        line = re.sub(r"^srun:\s*", "", line)
+        if not line or line.lower().startswith(("mpi plugin types", "specific pmix")):
+            # Slurm 22+ lists versioned plugins on the line after this header: 'pmix_v4'
+            continue
+        for token in re.split(r"[,\s]+", line):
+            if re.fullmatch(r"[a-z][a-z0-9_]*", token) and token not in names:
+                names.append(token)
+    return names
+
+
+def _mpirun_version() -> str | None:
+    out = _run(["mpirun", "--version"]) or ""
+    m = re.search(r"Open MPI\)?\s+(\d+\.\d+\.\d+)", out)
+    return m.group(1) if m else None
+
+
+def is_file_image(ref: str) -> bool:
+    """Pyxis/Apptainer convention: a path (``/``, ``.``) or a .sqsh/.sif file, not an engine image."""
+    return ref.startswith(("/", ".")) or ref.endswith((".sqsh", ".squashfs", ".sif"))
+
+
+def read_labels(ref: str) -> tuple[dict[str, str] | None, str]:
+    """The image's labels, or None and why they cannot be read here."""
+    if is_file_image(ref):
+        return None, f"{ref} is a file image; its labels are not readable here"
+    try:
+        from imagekit import engine
+
+        return engine.image_labels(ref), ""
+    except EngineError as exc:
+        return None, exc.message
+
+
+@dataclass
+class ImageFacts:
+    labels: dict[str, str] | None
+    reason: str = ""
+    components: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_labels(cls, labels: dict[str, str] | None, reason: str = "") -> "ImageFacts":
+        comps: list[str] = []
+        if labels:
+            comps = [c.strip() for c in labels.get("io.imagekit.components", "").split(",") if c.strip()]
+            for key in labels:
+                m = re.match(r"io\.imagekit\.component\.([^.]+)\.version$", key)
+                if m and m.group(1) not in comps:
+                    comps.append(m.group(1))
+        return cls(labels, reason, comps)
+
+    @property
+    def known(self) -> bool:
+        """True when the labels describe components (an imagekit-built image)."""
+        return bool(self.labels) and bool(self.components)
+
+    def version(self, component: str) -> str | None:
+        return (self.labels or {}).get(f"io.imagekit.component.{component}.version")
+
+    def fact(self, component: str, key: str) -> str | None:
+        return (self.labels or {}).get(f"io.imagekit.component.{component}.{key}")
+
+    def has(self, *names: str) -> bool:
+        return any(n in self.components for n in names)
+
+
+def probe_image(ref: str) -> dict[str, str] | None:
+    """Look inside an engine image without labels: MPI launcher path, Open MPI version, sshd."""
+    if is_file_image(ref):
+        return None
+    try:
+        from imagekit import engine
+
+        docker = engine.docker_cli()
+    except EngineError:
+        return None
+    script = ('m=$(command -v mpirun || true); echo "mpirun=$m"; '
+              'if [ -n "$m" ]; then echo "mpi_version=$(mpirun --version 2>/dev/null | head -n1)"; fi; '
+              'if [ -x /usr/sbin/sshd ]; then echo sshd=yes; fi')
+    try:
+        proc = subprocess.run([docker, "run", "--rm", "--entrypoint", "/bin/sh", ref, "-c", script],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+
+
+def check_mpi_probe(ref: str, found: dict[str, str] | None) -> Check:
+    if found is None:
+        return Check("image MPI", SKIP, "no component labels and the image could not be probed")
+    if not found.get("mpirun"):
+        return Check("image MPI", FAIL, f"{ref} has no MPI (no mpirun on the image's PATH)",
+                     "build from a stack with an MPI component (e.g. openmpi), or pick an MPI image")
+    return Check("image MPI", OK, f"{found['mpirun']}: {found.get('mpi_version') or 'version unknown'} (probed)")
+
+
+def _major(version: str | None) -> int | None:
+    m = re.match(r"\D*(\d+)", version or "")
+    return int(m.group(1)) if m else None
+
+
+def _tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version)[:3])
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= (1 << 30) else f"{n / (1 << 20):.0f} MiB"
+
+
+# --- individual checks: each is pure (facts in, Check out) -----------------------------------
+
+def check_labels(img: ImageFacts) -> Check:
+    if img.labels is None:
+        return Check("image labels", SKIP, f"{img.reason}; image-side checks skipped")
+    if not img.known:
+        return Check("image labels", SKIP, "the image has no io.imagekit.component.* labels "
+                     "(not built by imagekit); image-side checks skipped")
+    stack = img.labels.get("io.imagekit.stack", "?")
+    return Check("image labels", OK, f"stack {stack}: {', '.join(img.components)}")
+
+
+def check_mpi(img: ImageFacts) -> Check:
+    if not img.known:
+        return Check("image MPI", SKIP, "no component labels")
+    for name in MPI_COMPONENTS:
+        if img.has(name):
+            return Check("image MPI", OK, f"{name} {img.version(name) or '?'}")
+    return Check("image MPI", FAIL, "the image records no MPI component",
+                 "build from a stack with an MPI component (e.g. openmpi) or launch without MPI")
+
+
+def check_slurm_pmix(img: ImageFacts, host: HostFacts) -> Check:
+    name = "slurm pmix"
+    if host.srun_mpi is None:
+        return Check(name, FAIL, "srun is not on PATH", "run on a Slurm login node, or use `imagekit launch mpirun`")
+    if host.srun_error:
+        return Check(name, FAIL, f"`srun --mpi=list` failed: {host.srun_error}",
+                     "check SLURM_CONF / the cluster's slurm.conf and that slurmctld answers (`sinfo`)")
+    if "pmix" not in host.srun_mpi and not any(p.startswith("pmix") for p in host.srun_mpi):
+        return Check(name, FAIL, f"Slurm has no pmix MPI plugin (srun --mpi=list: {', '.join(host.srun_mpi) or 'nothing'})",
+                     "install Slurm's pmix plugin (Debian: libpmix-dev + libpmix2 before slurmd starts) or ask the admins")
+    host_majors = sorted({int(m) for p in host.srun_mpi for m in re.findall(r"pmix_v(\d+)", p)})
+    if not img.known:
+        return Check(name, SKIP, f"Slurm offers {', '.join(p for p in host.srun_mpi if p.startswith('pmix'))}; "
+                     "image PMIx unknown")
+    img_pmix = img.version("pmix") or img.fact("openmpi", "pmix_version")
+    if img.has("openmpi") and img.fact("openmpi", "pmix") == "false":
+        return Check(name, WARN, "the image's OpenMPI was built without PMIx support",
+                     "rebuild with openmpi pmix: true, or use `srun --mpi=pmi2`")
+    if not img_pmix:
+        return Check(name, WARN, "the image records no PMIx version",
+                     "add a pmix component to the stack so Slurm and the image can be matched")
+    img_major = _major(img_pmix)
+    if host_majors and img_major not in host_majors:
+        both_modern = img_major is not None and img_major >= 3 and min(host_majors) >= 3
+        return Check(name, WARN if both_modern else FAIL,
+                     f"image PMIx {img_pmix} (v{img_major}) vs Slurm pmix_v{'/v'.join(map(str, host_majors))}",
+                     f"build the image with a PMIx {host_majors[-1]}.x to match Slurm "
+                     "(cross-major PMIx is only supported from v3 on, and not for every feature)")
+    return Check(name, OK, f"image PMIx {img_pmix} matches Slurm's pmix plugin")
+
+
+def check_shm(host: HostFacts) -> Check:
+    if host.shm_bytes is None:
+        return Check("/dev/shm", WARN, "no /dev/shm on this host",
+                     "mount a tmpfs on /dev/shm (shared-memory transports and NCCL need it)")
+    if host.shm_bytes < SHM_MIN:
+        return Check("/dev/shm", WARN, f"/dev/shm is {_gib(host.shm_bytes)}",
+                     "enlarge it: `mount -o remount,size=16G /dev/shm`; in Docker use --ipc=host or --shm-size=16g")
+    return Check("/dev/shm", OK, _gib(host.shm_bytes))
+
+
+def check_memlock(img: ImageFacts, host: HostFacts) -> Check:
+    if host.memlock is None:
+        return Check("memlock", OK, "unlimited")
+    detail = f"memlock ulimit is {host.memlock // 1024} KiB"
+    fix = ("`ulimit -l unlimited` (limits.conf: `* - memlock unlimited`); under Slurm make slurmd run with "
+           "LimitMEMLOCK=infinity and keep MEMLOCK in PropagateResourceLimits; Docker: --ulimit memlock=-1")
+    if img.has(*RDMA_COMPONENTS, "ucx"):
+        return Check("memlock", WARN, detail + "; RDMA (verbs/UCX) must pin memory", fix)
+    return Check("memlock", OK, detail + " (enough for TCP/shared memory; RDMA would need unlimited)")
+
+
+def check_infiniband(img: ImageFacts, host: HostFacts) -> Check:
+    if not img.known:
+        return Check("/dev/infiniband", SKIP, "image OFED unknown"
+                     + ("; this host has /dev/infiniband" if host.infiniband else ""))
+    if not img.has(*RDMA_COMPONENTS):
+        return Check("/dev/infiniband", OK, "the image has no OFED/rdma-core; TCP/shared memory only")
+    if host.infiniband:
+        return Check("/dev/infiniband", OK, "present")
+    return Check("/dev/infiniband", WARN, "the image has OFED but this host has no /dev/infiniband; "
+                 "UCX/verbs will fall back to TCP",
+                 "run on InfiniBand/RoCE nodes (Docker: --device=/dev/infiniband --cap-add=IPC_LOCK)")
+
+
+def check_driver(img: ImageFacts, host: HostFacts) -> Check:
+    if host.driver is None:
+        return Check("GPU driver", SKIP, "no NVIDIA driver on this host")
+    cuda = img.version("cuda") if img.known else None
+    if not cuda:
+        return Check("GPU driver", SKIP if not img.known else OK,
+                     f"driver {host.driver}; " + ("image CUDA unknown" if not img.known else "image has no CUDA"))
+    need = CUDA_MIN_DRIVER.get(_major(cuda) or 0)
+    if need is None:
+        return Check("GPU driver", WARN, f"driver {host.driver}; no driver table entry for CUDA {cuda}",
+                     "check NVIDIA's CUDA compatibility table")
+    if _tuple(host.driver) < need:
+        return Check("GPU driver", FAIL, f"driver {host.driver} is older than CUDA {cuda} needs "
+                     f"(>= {'.'.join(map(str, need))})",
+                     f"upgrade the driver, or build with a CUDA {_major(cuda) - 1}.x base "
+                     "(or add the cuda-compat package for forward compatibility on data-center GPUs)")
+    return Check("GPU driver", OK, f"driver {host.driver} runs CUDA {cuda}")
+
+
+def check_sshd(img: ImageFacts) -> Check:
+    if not img.known:
+        return Check("image sshd", SKIP, "no component labels; the launcher checks /usr/sbin/sshd when workers start")
+    if img.has("sshd", "openssh", "openssh-server"):
+        return Check("image sshd", OK, "sshd component present")
+    return Check("image sshd", FAIL, "inside-out needs sshd in the image and none is recorded",
+                 "add the sshd component to the stack, or use an outside-in launcher (slurm / mpirun)")
+
+
+def check_ssh_keys(key_dir: Path) -> Check:
+    key_dir = Path(key_dir)
+    if not key_dir.is_dir():
+        return Check("ssh keys", FAIL, f"{key_dir} does not exist", "let the launcher create the job's keys")
+    problems = []
+    if stat.S_IMODE(key_dir.stat().st_mode) & 0o077:
+        problems.append(f"{key_dir} is {oct(stat.S_IMODE(key_dir.stat().st_mode))}")
+    for key in sorted(key_dir.iterdir()):
+        private = key.name.startswith("id_") or key.name.endswith("_key")
+        if key.is_file() and private and not key.name.endswith(".pub"):
+            mode = stat.S_IMODE(key.stat().st_mode)
+            if mode & 0o077:
+                problems.append(f"{key.name} is {oct(mode)}")
+    if problems:
+        return Check("ssh keys", FAIL, "private keys readable by others: " + "; ".join(problems),
+                     f"chmod 700 {key_dir} && chmod 600 {key_dir}/id_* {key_dir}/*_key (ssh refuses such keys)")
+    return Check("ssh keys", OK, f"{key_dir} private (0700/0600)")
+
+
+def check_host_mpirun(img: ImageFacts, host: HostFacts) -> Check:
+    if host.mpirun_version is None:
+        return Check("host mpirun", FAIL, "no Open MPI `mpirun` on this host",
+                     "install the same Open MPI the image has (Debian: apt-get install openmpi-bin)")
+    img_v = img.version("openmpi") if img.known else None
+    if not img_v:
+        return Check("host mpirun", SKIP if not img.known else WARN,
+                     f"host Open MPI {host.mpirun_version}; image Open MPI unknown")
+    h, i = _tuple(host.mpirun_version)[:2], _tuple(img_v)[:2]
+    if h[0] != i[0]:
+        return Check("host mpirun", FAIL, f"host Open MPI {host.mpirun_version} vs image {img_v}: "
+                     "ORTE/PRRTE wire protocols differ across majors",
+                     f"install Open MPI {img_v} on the hosts, or use inside-out")
+    if h != i:
+        return Check("host mpirun", WARN, f"host Open MPI {host.mpirun_version} vs image {img_v}",
+                     f"use the same {i[0]}.{i[1]}.x on the hosts")
+    return Check("host mpirun", OK, f"host and image Open MPI {img_v}")
+
+
+# --- the whole run ------------------------------------------------------------------------
+
+LAUNCHERS = ("slurm", "mpirun", "inside-out", "mpijob")
+
+
+def run(image: str, *, scheduler: str | None = None, launcher: str | None = None,
+        ssh_key_dir: Path | None = None, host: HostFacts | None = None,
+        labels: dict[str, str] | None = None, probe: bool = False) -> list[Check]:
+    """All checks that apply to ``image`` launched with ``launcher`` (and ``scheduler``).
+
+    ``probe`` runs one short container of an unlabelled engine image to find its MPI.
+    """
+    if labels is not None:
+        img = ImageFacts.from_labels(labels)
+    else:
+        img = ImageFacts.from_labels(*read_labels(image))
+    if host is None:
+        host = HostFacts.probe(want_srun=scheduler == "slurm", want_mpirun=launcher == "mpirun")
+    checks = [check_labels(img), check_mpi(img)]
+    if probe and not img.known and labels is None and not is_file_image(image):
+        found = probe_image(image)
+        checks[1] = check_mpi_probe(image, found)
+        if found and found.get("mpi_version") and "Open MPI" in found["mpi_version"]:
+            m = re.search(r"(\d+\.\d+\.\d+)", found["mpi_version"])
+            if m:  # lets the host-mpirun check compare versions for unlabelled images
+                img = ImageFacts.from_labels({**(img.labels or {}), "io.imagekit.component.openmpi.version": m.group(1),
+                                              "io.imagekit.components": "openmpi"})
+    if scheduler == "slurm":
+        checks.append(check_slurm_pmix(img, host))
+    if launcher == "mpirun":
+        checks.append(check_host_mpirun(img, host))
+    checks += [check_shm(host), check_memlock(img, host), check_infiniband(img, host), check_driver(img, host)]
+    if launcher == "inside-out":
+        checks.append(check_sshd(img))
+        if ssh_key_dir is not None:
+            checks.append(check_ssh_keys(ssh_key_dir))
+    return checks
+
+
+def failed(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.status == FAIL]
+
+
+def format_checks(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{c.status.upper():>11}  {c.name:<{width}}  {c.detail}")
+        if c.fix and c.status in (WARN, FAIL):
+            lines.append(f"{'':>11}  {'':<{width}}  fix: {c.fix}")
+    return "\n".join(lines)
+
+
+def as_json(checks: list[Check]) -> list[dict]:
+    return [asdict(c) for c in checks]
+
+
+def enforce(image: str, *, log, **kwargs) -> list[Check]:
+    """Run preflight for a launcher: print warnings, refuse on failures (``--no-preflight`` skips)."""
+    checks = run(image, **kwargs)
+    for c in checks:
+        if c.status in (WARN, FAIL):
+            log(f"preflight {c.status}: {c.name}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else ""))
+    bad = failed(checks)
+    if bad:
+        first = bad[0]
+        raise ImagekitError(f"preflight refused: {first.name}: {first.detail}",
+                            (first.fix or "") + " — or pass --no-preflight to launch anyway")
+    return checks
