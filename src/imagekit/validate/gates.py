@@ -243,10 +243,9 @@ class _Judge:
             self.unreadable.append(f"{label}: corrupted table: {run.garbled[0]}")
             return
         if not run.rows:
-            if run.truncated:
-                self.fail("truncated", f"{label}: truncated before any result row: {run.truncation[0]}", run=label)
-            else:
-                self.unreadable.append(f"{label}: header but no result table")
+            # Nothing to judge: a header whose run died before its first size, or a stray header.
+            self.unreadable.append(f"{label}: nccl-tests header but no result rows"
+                                   + (f" ({run.truncation[0]})" if run.truncation else ""))
             return
         for why in run.truncation:
             self.fail("truncated", f"{label}: truncated: {why}", run=label)

@@ -258,6 +258,8 @@ class NcclTestsParser:
         if (m := _REDUCING.search(text)) and self.run is not None:
             self.run.params["maxBytes"] = int(m.group(1))
             return True
+        if self.run is not None and (_OOB.match(text) or _AVG.match(text)):
+            return self._comment(text, line)  # legacy nccl-tests prints the footer without '#'
         if text.startswith("#"):
             return self._comment(text, line)
         if self.mode == "table":
@@ -265,7 +267,7 @@ class NcclTestsParser:
         return False
 
     def _comment(self, text: str, line: Line) -> bool:
-        words = text.lstrip("#").split()
+        words = text.lstrip("#").split() or [""]
         if words[:3] == ["size", "count", "type"]:
             run = self.run if self.run is not None and self.mode == "pre" else self._start("columns", line.no)
             run.columns = words

@@ -50,9 +50,38 @@ def _strip_prefixes(line: str) -> str:
     return line
 
 
-def clean_lines(data: "bytes | str") -> list[Line]:
+def normalize(data: "bytes | str") -> str:
+    """Text with escapes removed and one kind of newline."""
     text = decode(data)
-    text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n").replace("\t", " ")
+    return _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n").replace("\t", " ")
+
+
+def wrap_widths(text: str, limit: int = 3) -> list[int]:
+    """Likely terminal widths: lengths shared by several of the longest lines."""
+    lengths: dict[int, int] = {}
+    for line in text.split("\n"):
+        if len(line) >= 40:
+            lengths[len(line)] = lengths.get(len(line), 0) + 1
+    common = sorted((n for n, c in lengths.items() if c >= 2), key=lambda n: (-lengths[n], -n))
+    return common[:limit]
+
+
+def unwrap(text: str, width: int) -> str:
+    """Undo a terminal's hard wrap: a line exactly ``width`` long continues on the next line."""
+    out: list[str] = []
+    buf = ""
+    for line in text.split("\n"):
+        buf += line
+        if len(line) != width:
+            out.append(buf)
+            buf = ""
+    if buf:
+        out.append(buf)
+    return "\n".join(out)
+
+
+def clean_lines(data: "bytes | str") -> list[Line]:
+    text = normalize(data)
     out: list[Line] = []
     for no, raw in enumerate(text.split("\n"), start=1):
         line = _strip_prefixes(_CONTROL.sub("", raw)).rstrip()
