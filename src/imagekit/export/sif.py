@@ -291,7 +291,7 @@ def export(image: str, output: Path, *, compression: str = "gzip", squash_opts: 
                        extra=PARTITION_EXTRA.pack(FS_SQUASHFS, PART_PRIMSYS, arch.encode()))]
     partition_offset = _layout(objects)[-1].offset
     replaced = frozenset(singularity_d.files(config))
-    name, _ = squash.pick_tool(tool)
+    name, _ = squash.pick_tool(tool)  # sqfstar first: it writes in place at the offset
     # Apptainer builds as root keep file ownership (mksquashfs without -all-root).
     spec = squash.SquashSpec(preset=compression, extra_args=squash_opts, tool=name, all_root=False,
                              xattrs=True, epoch=epoch,

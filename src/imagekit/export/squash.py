@@ -26,12 +26,14 @@ SQFSTAR_PRESETS: dict[str, list[str]] = {
     # Enroot's default ENROOT_SQUASH_OPTIONS: lzo metadata, data left uncompressed.
     "enroot": ["-comp", "lzo", "-noD"],
     # Many nodes start the same image from Lustre/GPFS: 1 MiB blocks match the
-    # file system's stripe size and cut metadata round trips; zstd level 3
-    # decompresses faster than lzo while keeping the file small.
-    "shared-fs": ["-comp", "zstd", "-Xcompression-level", "3", "-b", "1M"],
+    # file system's stripe size and cut metadata round trips; zstd decompresses
+    # fast while keeping the file small. sqfstar 4.5.1 rejects every -X
+    # compressor option (a parsing bug), so it gets zstd's default level and
+    # "auto" prefers tar2sqfs, which takes level 3, for this preset.
+    "shared-fs": ["-comp", "zstd", "-b", "1M"],
     "none": ["-noI", "-noD", "-noF", "-noX"],
     "gzip": ["-comp", "gzip"],                      # Apptainer's SIF default
-    "zstd": ["-comp", "zstd", "-Xcompression-level", "3"],
+    "zstd": ["-comp", "zstd"],
 }
 TAR2SQFS_PRESETS: dict[str, list[str]] = {
     # tar2sqfs cannot leave data uncompressed; lzo is the closest to Enroot's default.
@@ -41,6 +43,7 @@ TAR2SQFS_PRESETS: dict[str, list[str]] = {
     "zstd": ["-c", "zstd", "-X", "level=3"],
 }
 TOOLS = ("sqfstar", "tar2sqfs")
+PREFER_TAR2SQFS = frozenset({"shared-fs"})   # presets that need a compression level
 INSTALL_HINT = "apt-get install squashfs-tools (sqfstar) or squashfs-tools-ng (tar2sqfs)"
 
 
@@ -57,11 +60,12 @@ class SquashSpec:
     offset: int = 0                   # bytes before the squashfs (SIF writes in place)
 
 
-def pick_tool(tool: str = "auto") -> tuple[str, str]:
+def pick_tool(tool: str = "auto", preset: str | None = None) -> tuple[str, str]:
     """(name, path) of the squashfs tool to use."""
     if tool not in ("auto", *TOOLS):
         raise UsageError(f"unknown squashfs tool {tool!r}", f"use one of: auto, {', '.join(TOOLS)}")
-    for name in (TOOLS if tool == "auto" else (tool,)):
+    order = TOOLS[::-1] if preset in PREFER_TAR2SQFS else TOOLS
+    for name in (order if tool == "auto" else (tool,)):
         path = shutil.which(name)
         if path:
             return name, path
@@ -142,7 +146,7 @@ def stream_to_squashfs(image: str, out: Path, spec: SquashSpec, *,
     """Run the pipeline into ``out``; returns the tool name used. Cleans up on any exit."""
     from imagekit import engine
 
-    name, path = pick_tool(spec.tool)
+    name, path = pick_tool(spec.tool, None if spec.offset else spec.preset)
     cmd = tool_command(name, path, spec, out)
     if name == "tar2sqfs" and spec.all_root:
         inner = adjust
@@ -161,8 +165,10 @@ def stream_to_squashfs(image: str, out: Path, spec: SquashSpec, *,
             exporter = subprocess.Popen([docker, "export", container], stdout=subprocess.PIPE,
                                         stderr=exp_err)
             procs.append(exporter)
+            # sqfstar refuses SOURCE_DATE_EPOCH next to explicit times; the times are explicit.
+            tool_env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
             squasher = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                        stderr=sq_err)
+                                        stderr=sq_err, env=tool_env)
             procs.append(squasher)
             src = io.BufferedReader(exporter.stdout, buffer_size=1 << 20)
             try:
@@ -172,7 +178,8 @@ def stream_to_squashfs(image: str, out: Path, spec: SquashSpec, *,
             except BrokenPipeError:
                 squasher.wait()
                 raise ImagekitError(f"{name} stopped reading the stream (exit {squasher.returncode}): "
-                                    f"{_tail(sq_err.name)}", INSTALL_HINT) from None
+                                    f"{_tail(sq_err.name)}",
+                                    "check the --squash-opt values and the free space") from None
             except tarstream.TarFormatError as exc:
                 exporter.wait()
                 detail = _tail(exp_err.name) or str(exc)

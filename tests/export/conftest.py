@@ -1,0 +1,56 @@
+"""Fixtures for the export tests: one small, awkward image built once per session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ODD_TAG = "imagekit-test/export-odd:latest"
+
+DOCKERFILE = textwrap.dedent("""\
+    FROM {base}
+    COPY rootfs/ /
+    RUN ln -s /opt/data/file.txt /opt/data/link \\
+     && ln /opt/data/file.txt /opt/data/hard \\
+     && chmod 4755 /opt/data/suid && chmod 2755 /opt/data/sgid \\
+     && chmod 0000 /opt/data/noperm && chmod 0070 /opt/data/groupx \\
+     && mkdir -p /opt/ro/sub && chmod 0555 /opt/ro /opt/ro/sub \\
+     && chown 1234:5678 /opt/data/file.txt
+    ENV GREETING="hello world" QUOTED="it's \\"quoted\\" \\$x \\\\ back" EMPTY=
+    ENTRYPOINT ["/bin/echo", "ep arg", "it's"]
+    CMD ["cmd one", "two"]
+    WORKDIR /work dir
+    VOLUME ["/scratch", "/data"]
+    LABEL io.imagekit.test="yes" org.example.note="two words"
+    """)
+
+
+@pytest.fixture(scope="session")
+def docker_bin() -> str:
+    from imagekit import engine
+
+    return engine.docker_cli()
+
+
+@pytest.fixture(scope="session")
+def odd_image(base_image: str, docker_bin: str, tmp_path_factory) -> str:
+    """Symlinks, a hard link, setuid/setgid, unreadable files, read-only dirs, a file under
+    dev/, ENV with spaces and quotes, ENTRYPOINT+CMD with arguments, WORKDIR, VOLUMEs."""
+    ctx = tmp_path_factory.mktemp("odd-ctx")
+    root = ctx / "rootfs"
+    (root / "opt/data").mkdir(parents=True)
+    (root / "dev").mkdir()
+    (root / "dev/testdev").write_text("must not be exported\n")
+    (root / "opt/data/file.txt").write_text("payload\n")
+    for name in ("suid", "sgid", "noperm", "groupx"):
+        (root / "opt/data" / name).write_text(f"#!/bin/sh\necho {name}\n")
+    (ctx / "Dockerfile").write_text(DOCKERFILE.format(base=base_image))
+    env = dict(os.environ, DOCKER_BUILDKIT="1")
+    proc = subprocess.run([docker_bin, "build", "-q", "-t", ODD_TAG, str(ctx)],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return ODD_TAG

@@ -1,0 +1,196 @@
+"""Enroot squashfs export: config files (unit) and the real pipeline against the engine.
+
+Enroot itself cannot be installed here; the expected files follow the format
+Enroot's src/docker.sh generates (see imagekit.export.enroot's docstring), and
+/etc/rc is executed the way enroot-switchroot does it: ``$SHELL /etc/rc ARGS``
+inside the root filesystem, with /etc/environment loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import stat
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from imagekit.export import enroot, export_image
+from export_helpers import engine_tree, tree_listing, unsquash
+
+# ---------------------------------------------------------------- unit: config files
+
+
+@pytest.mark.parametrize("word", ["plain", "a b", "it's", "$HOME", "tab\there", "", "new\nline",
+                                  "back\\slash", "esc\x1bape", "q\"uote"])
+def test_bash_quote_matches_bash_at_q(word):
+    bash = subprocess.run(["bash", "-c", 'printf %s "${1@Q}"', "_", word],
+                          capture_output=True, text=True, check=True).stdout
+    assert enroot.bash_quote(word) == bash
+
+
+def test_rc_without_entrypoint_or_cmd_runs_bin_sh():
+    rc = enroot.rc_file({})
+    assert "    exec  '/bin/sh'\n" in rc
+    assert '    exec  "$@"\n' in rc
+    assert rc.startswith('mkdir -p "/" 2> /dev/null\ncd "/" && unset OLDPWD || exit 1\n')
+
+
+def test_rc_labels_fstab_environment_formats():
+    config = {"Labels": {"b": "2", "a": "one two"}, "Volumes": {"/z": {}, "/a b": {}},
+              "Env": ["A=1", "B=x y"], "WorkingDir": '/w"d', "Entrypoint": ["/e"], "Cmd": None}
+    rc = enroot.rc_file(config)
+    assert rc.startswith("# a one two\n# b 2\n\nmkdir -p \"/w\\\"d\"")
+    assert "    exec '/e' \"$@\"\n" in rc and "    exec '/e' \n" in rc
+    assert enroot.fstab_file(config) == (
+        "${ENROOT_ROOTFS}/a b /a b none x-create=dir,bind,rw,nosuid,nodev\n"
+        "${ENROOT_ROOTFS}/z /z none x-create=dir,bind,rw,nosuid,nodev\n")
+    assert enroot.environment_file(config) == "A=1\nB=x y\n"
+    assert enroot.environment_file({"Env": None}) == ""
+
+
+def test_missing_workdir_and_etc_are_added():
+    build = enroot.extra_entries({"WorkingDir": "/new/dir"}, mtime=5)
+    names = [info.name for info, _ in build({"bin", "new"})]
+    assert names[:2] == ["etc", "new/dir"]
+    assert names[2:] == list(enroot.CONFIG_FILES)
+
+
+# ---------------------------------------------------------------- engine: the real pipeline
+
+
+def _expected_mode(info: tarfile.TarInfo) -> int:
+    """Enroot's fixperms applied to a tar member's mode."""
+    mode = info.mode
+    if info.issym() or info.islnk():
+        return mode
+    mode |= 0o400
+    if info.isdir() or mode & 0o111:
+        mode |= 0o100
+    if info.isdir() and info.name.strip("/").count("/") + 1 <= 5:
+        mode |= 0o200
+    return mode
+
+
+@pytest.fixture(scope="module")
+def odd_sqsh(odd_image, tmp_path_factory):
+    out = tmp_path_factory.mktemp("enroot") / "odd.sqsh"
+    result = export_image(odd_image, "enroot", out)
+    return out, result
+
+
+@pytest.fixture(scope="module")
+def odd_tree(odd_sqsh, tmp_path_factory):
+    return unsquash(odd_sqsh[0], tmp_path_factory.mktemp("enroot-tree") / "root")
+
+
+@pytest.mark.engine
+def test_tree_matches_engine_export(odd_image, odd_tree, docker_bin):
+    ref = engine_tree(docker_bin, odd_image)
+    expected = {n: m for n, m in ref.items()
+                if n and n != ".dockerenv" and not n.startswith("dev/")
+                and n not in enroot.CONFIG_FILES}
+    got = tree_listing(odd_tree)
+    assert "dev" in got and not any(n.startswith("dev/") for n in got)
+    assert ".dockerenv" not in got
+    assert set(got) - set(expected) == set(enroot.CONFIG_FILES) - set(expected)
+    assert set(expected) <= set(got)
+    for name, info in expected.items():
+        st = got[name]
+        assert st.st_uid == 0 and st.st_gid == 0, name          # -all-root
+        assert stat.S_IMODE(st.st_mode) == _expected_mode(info) & 0o7777, name
+        if info.issym():
+            assert (odd_tree / name).readlink().as_posix() == info.linkname, name
+        elif info.isfile():
+            assert st.st_size == info.size, name
+    data = odd_tree / "opt/data"
+    assert (data / "hard").stat().st_ino == (data / "file.txt").stat().st_ino
+    assert (data / "file.txt").read_text() == "payload\n"
+    assert stat.S_IMODE((data / "suid").stat().st_mode) == 0o4755
+    assert stat.S_IMODE((data / "noperm").stat().st_mode) == 0o400       # u+r
+    assert stat.S_IMODE((data / "groupx").stat().st_mode) == 0o570       # u+rX
+    assert stat.S_IMODE((odd_tree / "opt/ro/sub").stat().st_mode) == 0o755  # u+w on dirs
+
+
+@pytest.mark.engine
+def test_config_files_follow_image_config(odd_image, odd_tree):
+    from imagekit.export.squash import image_inspect
+
+    config = image_inspect(odd_image)["Config"]
+    etc = odd_tree / "etc"
+    assert (etc / "environment").read_text().splitlines() == config["Env"]
+    assert 'QUOTED=it\'s "quoted" $x \\ back' in config["Env"]
+    assert (etc / "fstab").read_text() == (
+        "${ENROOT_ROOTFS}/data /data none x-create=dir,bind,rw,nosuid,nodev\n"
+        "${ENROOT_ROOTFS}/scratch /scratch none x-create=dir,bind,rw,nosuid,nodev\n")
+    rc = (etc / "rc").read_text()
+    head, _, _ = rc.partition("\n\n")
+    assert head.splitlines() == [f"# {k} {config['Labels'][k]}" for k in sorted(config["Labels"])]
+    assert "# io.imagekit.test yes" in head and "# org.example.note two words" in head
+    assert 'cd "/work dir" && unset OLDPWD || exit 1' in rc
+    assert "    exec '/bin/echo' 'ep arg' 'it'\\''s' \"$@\"\n" in rc
+    assert "    exec '/bin/echo' 'ep arg' 'it'\\''s' 'cmd one' 'two'\n" in rc
+    assert (etc / "rc.local").read_text() == enroot.RC_LOCAL
+    assert (odd_tree / "work dir").is_dir()
+
+
+def _run_rc(tree: Path, *args: str) -> str:
+    """Start the tree like enroot-switchroot: environment from /etc/environment, sh /etc/rc ARGS."""
+    env = dict(line.split("=", 1) for line in (tree / "etc/environment").read_text().splitlines())
+    proc = subprocess.run(["chroot", str(tree), "/bin/sh", "/etc/rc", *args], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.engine
+def test_rc_runs_entrypoint_cmd_and_args(odd_tree):
+    assert _run_rc(odd_tree) == "ep arg it's cmd one two\n"
+    assert _run_rc(odd_tree, "x", "y z") == "ep arg it's x y z\n"
+    rc_local = odd_tree / "etc/rc.local"
+    original = rc_local.read_text()
+    try:
+        # What Pyxis writes when it must not run the entrypoint; also shows cwd and Env.
+        rc_local.write_text('echo "pwd=$PWD greeting=$GREETING quoted=$QUOTED"\nexec "$@"\n')
+        out = _run_rc(odd_tree, "/bin/echo", "direct")
+        assert out == "pwd=/work dir greeting=hello world quoted=it's \"quoted\" $x \\ back\ndirect\n"
+    finally:
+        rc_local.write_text(original)
+
+
+@pytest.mark.engine
+def test_squashfs_superblock_matches_enroot_default(odd_sqsh):
+    info = subprocess.run(["unsquashfs", "-s", str(odd_sqsh[0])], capture_output=True, text=True,
+                          check=True).stdout
+    assert "Compression lzo" in info
+    assert "Data is uncompressed" in info and "Xattrs are not stored" in info
+    assert odd_sqsh[1].sha256 == hashlib.sha256(odd_sqsh[0].read_bytes()).hexdigest()
+    assert odd_sqsh[1].bytes == odd_sqsh[0].stat().st_size and odd_sqsh[1].tool == "sqfstar"
+
+
+@pytest.mark.engine
+def test_reproducible_with_source_date_epoch(odd_image, tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    a = export_image(odd_image, "enroot", tmp_path / "a.sqsh")
+    b = export_image(odd_image, "enroot", tmp_path / "b.sqsh")
+    assert a.sha256 == b.sha256
+    listing = subprocess.run(["unsquashfs", "-lln", str(tmp_path / "a.sqsh"), "etc/rc"],
+                             capture_output=True, text=True, check=True).stdout
+    assert "2023-11-14 22:13" in listing
+
+
+@pytest.mark.engine
+def test_shared_fs_preset_and_tar2sqfs(odd_image, odd_tree, tmp_path):
+    res = export_image(odd_image, "enroot", tmp_path / "s.sqsh", preset="shared-fs")
+    info = subprocess.run(["unsquashfs", "-s", res.path], capture_output=True, text=True).stdout
+    assert "Compression zstd" in info and "Block size 1048576" in info
+    ng = export_image(odd_image, "enroot", tmp_path / "ng.sqsh", tool="tar2sqfs")
+    assert ng.tool == "tar2sqfs"
+    tree = unsquash(Path(ng.path), tmp_path / "ng")
+    got, want = tree_listing(tree), tree_listing(odd_tree)
+    want.pop("dev/null", None)  # made by the rc test's `2> /dev/null` inside the chroot
+    assert set(got) == set(want)
+    assert all(st.st_uid == 0 and st.st_gid == 0 for st in got.values())
+    assert {n: stat.S_IMODE(s.st_mode) for n, s in got.items()} == \
+        {n: stat.S_IMODE(s.st_mode) for n, s in want.items()}
