@@ -36,7 +36,9 @@ class LazyGroup(click.Group):
     """Loads a subcommand's module only when that subcommand is used or listed."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
+        from importlib.util import find_spec
+
+        return sorted(n for n, t in COMMANDS.items() if find_spec(t.split(":")[0]) is not None)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         target = COMMANDS.get(name)

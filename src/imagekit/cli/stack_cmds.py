@@ -1,0 +1,128 @@
+"""Stack commands: stacks, show, render, matrix."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+VARIANT = click.option("--variant", metavar="NAME", help="matrix variant (see `imagekit stacks`)")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def stacks(as_json: bool) -> None:
+    """List the shipped stacks and their matrix variants.
+
+    \b
+    Example:
+      imagekit stacks
+      imagekit stacks --json | jq -r '.[].variants[]'
+    """
+    from imagekit import stack as stack_mod
+
+    rows = []
+    for path in stack_mod.shipped():
+        variants = stack_mod.load_all(path)
+        rows.append({"stack": variants[0].stack_name, "file": str(path),
+                     "description": variants[0].description,
+                     "variants": [v.name for v in variants] if variants[0].variant else []})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        click.echo(f"{row['stack']:<14} {row['description']}")
+        for name in row["variants"]:
+            click.echo(f"  {name}")
+
+
+@click.command()
+@click.argument("stack")
+@VARIANT
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def show(stack: str, variant: str | None, as_json: bool) -> None:
+    """Show the resolved stack: base, every component with version and source.
+
+    \b
+    Example:
+      imagekit show debian-mpi
+      imagekit show stacks/nccl-tests.yaml --variant nccl-tests-cu126-sbsa --json
+    """
+    from imagekit import stack as stack_mod
+
+    resolved = stack_mod.load(stack, variant)
+    info = resolved.describe()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(f"{info['name']}  ({info['file']})")
+    if info["description"]:
+        click.echo(f"  {info['description']}")
+    base = info["base"]
+    click.echo(f"  base     {base['image']}  [{base['distro']}, {base['arch']}]")
+    if base["runtime"] != base["image"]:
+        click.echo(f"  runtime  {base['runtime']}")
+    click.echo(f"  image    {info['image']}")
+    for tag in info["tags"]:
+        click.echo(f"  tag      {tag}")
+    click.echo("  components:")
+    for comp in info["components"]:
+        extra = ", ".join(f"{k}={v}" for k, v in comp.items() if k not in ("name", "version", "source")
+                          and v not in (None, False, [], ""))
+        click.echo(f"    {comp['name']:<11} {comp['version']:<10} {comp['source']:<9} {extra}")
+
+
+@click.command()
+@click.argument("stack")
+@VARIANT
+@click.option("--format", "fmt", type=click.Choice(["docker", "singularity"]), default="docker",
+              show_default=True, help="recipe format")
+@click.option("--single-stage", is_flag=True, help="only the devel stage (no smaller runtime stage)")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="write to FILE (default: stdout)")
+def render(stack: str, variant: str | None, fmt: str, single_stage: bool, output: str | None) -> None:
+    """Render a stack to a Dockerfile or a Singularity definition (HPCCM).
+
+    \b
+    Example:
+      imagekit render debian-mpi -o Dockerfile
+      imagekit render nccl-tests --variant nccl-tests-cu124-sbsa --format singularity -o nccl.def
+    """
+    from imagekit import render as render_mod
+    from imagekit import stack as stack_mod
+    from imagekit.atomic import write_text
+
+    text = render_mod.render(stack_mod.load(stack, variant), fmt, single_stage=single_stage)
+    if output:
+        write_text(output, text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="a JSON list for CI (GitHub Actions matrix include)")
+@click.option("--buildable-here", is_flag=True, help="only stacks whose base images are local")
+def matrix(as_json: bool, buildable_here: bool) -> None:
+    """List every stack x variant x arch to build, for CI to consume.
+
+    \b
+    Example:
+      imagekit matrix
+      echo "include=$(imagekit matrix --json)" >> "$GITHUB_OUTPUT"
+    """
+    from imagekit import stack as stack_mod
+
+    rows = []
+    for path in stack_mod.shipped():
+        for variant in stack_mod.load_all(path):
+            offline = variant.base.image.startswith("imagekit/")
+            if buildable_here and not offline:
+                continue
+            rows.append({"stack": variant.stack_name, "variant": variant.name, "file": str(path),
+                         "arch": variant.base.arch, "image": variant.image, "offline": offline,
+                         "platform": "linux/arm64" if variant.base.arch == "aarch64" else "linux/amd64"})
+    if as_json:
+        click.echo(json.dumps(rows, separators=(",", ":")))
+        return
+    for row in rows:
+        click.echo(f"{row['variant']:<28} {row['arch']:<8} {row['file']}")

@@ -1,0 +1,121 @@
+"""Components: one module each, discovered at import time.
+
+A component knows its options, its sources, the HPCCM building blocks for the
+devel stage, what the runtime stage needs, the OCI labels it adds and the
+checks it brings. Adding a component (xpmem, aws-ofi-nccl, ...) means adding
+one module here that defines a ``Component`` subclass, and nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from imagekit.checks import Check
+from imagekit.errors import StackError
+from imagekit.schema import Option
+
+if TYPE_CHECKING:
+    from imagekit.stack import Stack
+
+SOURCES = ("upstream", "distro", "pypi", "repo", "base")
+
+
+class Component:
+    """Base class; subclasses set the class attributes and override the stage methods."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    # Layer position: rarely-changing, low-level pieces first so that bumping a
+    # framework rebuilds only the layers above it.
+    order: ClassVar[int] = 50
+    sources: ClassVar[tuple[str, ...]] = ("upstream",)
+    options: ClassVar[dict[str, Option]] = {}
+    # Version each distro ships, for `source: distro` (labels and checks use it).
+    distro_versions: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, stack: "Stack", opts: dict[str, Any], where: Any = None) -> None:
+        self.stack = stack
+        self.opts = opts
+        self.where = where  # the PosDict of this component's options, for errors
+
+    # -- schema ---------------------------------------------------------
+    @classmethod
+    def all_options(cls) -> dict[str, Option]:
+        common = {
+            "source": Option(str, cls.sources[0], "where the component comes from", choices=cls.sources),
+            "version": Option(str, None, 'version to install, quoted (e.g. "4.1.7")'),
+        }
+        return {**common, **cls.options}
+
+    def configure(self) -> None:
+        """Per-component validation after options are typed; raise with ``self.error``."""
+        if self.source in ("upstream", "pypi", "repo") and not self.opts.get("version"):
+            self.error("version", f"`source: {self.source}` needs a pinned version",
+                       f'add `version: "X.Y.Z"` to {self.name}')
+        if self.source == "distro" and self.stack.base.family != "deb":
+            self.error("source", f"`source: distro` is only packaged here for Debian/Ubuntu bases",
+                       "use `source: upstream` on this base")
+
+    def error(self, key: str | None, message: str, hint: str | None = None) -> StackError:
+        file, line = (self.where.pos(key) if (self.where is not None and key in (self.where or {}))
+                      else (getattr(self.where, "file", self.stack.file), getattr(self.where, "line", None)))
+        raise StackError(message, file=file, line=line,
+                         key=f"components.{self.name}" + (f".{key}" if key else ""), hint=hint)
+
+    # -- facts ----------------------------------------------------------
+    @property
+    def source(self) -> str:
+        return self.opts["source"]
+
+    @property
+    def version(self) -> str:
+        if self.opts.get("version"):
+            return self.opts["version"]
+        if self.source == "distro":
+            return self.distro_versions.get(self.stack.base.distro, "distro")
+        return "unknown"
+
+    def enabled(self, option: str) -> bool:
+        return bool(self.opts.get(option))
+
+    # -- stages ---------------------------------------------------------
+    def devel(self) -> list:
+        """HPCCM building blocks / primitives for the devel stage."""
+        return []
+
+    def runtime(self) -> list:
+        """What the runtime stage needs (usually ``block.runtime(_from="devel")`` or packages)."""
+        return []
+
+    def labels(self) -> dict[str, str]:
+        """Facts beyond version and source, as io.imagekit.component.<name>.<key>."""
+        return {}
+
+    def checks(self) -> list[Check]:
+        return []
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "source": self.source,
+                **{k: v for k, v in self.opts.items() if k not in ("source", "version")}}
+
+
+_REGISTRY: dict[str, type[Component]] | None = None
+
+
+def registry() -> dict[str, type[Component]]:
+    """Every component class by its stack key, found by importing this package's modules."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        found: dict[str, type[Component]] = {}
+        for mod in pkgutil.iter_modules(__path__):
+            if mod.name.startswith("_"):
+                continue
+            module = importlib.import_module(f"{__name__}.{mod.name}")
+            for value in vars(module).values():
+                if (isinstance(value, type) and issubclass(value, Component) and value is not Component
+                        and value.__module__ == module.__name__):
+                    found[value.name] = value
+        _REGISTRY = dict(sorted(found.items(), key=lambda kv: (kv[1].order, kv[0])))
+    return _REGISTRY

@@ -1,0 +1,76 @@
+"""HPCCM glue shared by components: package installs that cache well and keep secrets out.
+
+For Docker output, package and pip downloads go through BuildKit cache mounts
+(rebuilds do not re-download) and pip reads the CA bundle from a BuildKit
+secret (never a layer). For Singularity output the same commands render
+without mounts, and clean up after themselves instead.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import hpccm.config
+from hpccm.common import container_type
+from hpccm.primitives import comment, copy, environment, shell
+
+APT_CACHE = ("--mount=type=cache,target=/var/cache/apt,sharing=locked "
+             "--mount=type=cache,target=/var/lib/apt,sharing=locked")
+PIP_CACHE = "--mount=type=cache,target=/root/.cache/pip"
+CA_SECRET_ID = "ca-bundle"
+CA_SECRET = f"--mount=type=secret,id={CA_SECRET_ID}"
+# pip only reads the bundle when the build was given one (--ca-bundle).
+PIP_CERT = f"if [ -s /run/secrets/{CA_SECRET_ID} ]; then export PIP_CERT=/run/secrets/{CA_SECRET_ID}; fi"
+
+
+def docker() -> bool:
+    return hpccm.config.g_ctype == container_type.DOCKER
+
+
+def apt_install(packages: list[str], note: str | None = None) -> list:
+    """One RUN that installs ``packages`` with apt, cached under BuildKit."""
+    if not packages:
+        return []
+    pkgs = " ".join(sorted(set(packages)))
+    install = ("apt-get update -y && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+               f"--no-install-recommends {pkgs}")
+    blocks = [comment(note)] if note else []
+    if docker():
+        blocks.append(shell(commands=[install], _arguments=APT_CACHE))
+    else:
+        blocks.append(shell(commands=[install, "rm -rf /var/lib/apt/lists/*"]))
+    return blocks
+
+
+def apt_cache_setup() -> list:
+    """Keep downloaded .debs so the apt cache mount holds them (images often delete them)."""
+    if not docker():
+        return []
+    return [shell(commands=[
+        "rm -f /etc/apt/apt.conf.d/docker-clean",
+        "echo 'Binary::apt::APT::Keep-Downloaded-Packages \"true\";' > /etc/apt/apt.conf.d/01keep-debs",
+    ])]
+
+
+def pip_run(commands: list[str], note: str | None = None, env: dict[str, str] | None = None) -> list:
+    """A RUN whose pip calls use the pip cache mount and the CA-bundle secret."""
+    blocks = [comment(note)] if note else []
+    exports = [f"export {k}={shlex.quote(v)}" for k, v in sorted((env or {}).items())]
+    if docker():
+        blocks.append(shell(commands=[PIP_CERT, *exports, *commands], _arguments=f"{PIP_CACHE} {CA_SECRET}"))
+    else:
+        blocks.append(shell(commands=[*exports, *commands, "rm -rf /root/.cache/pip"]))
+    return blocks
+
+
+def copy_from_devel(*paths: str) -> list:
+    return [copy(_from="devel", src=p, dest=p) for p in paths]
+
+
+def ldconfig_dir(name: str, libdir: str) -> list:
+    """Register ``libdir`` with the dynamic loader (no LD_LIBRARY_PATH: Enroot/Pyxis keep ld.so.cache)."""
+    return [shell(commands=[f"echo {libdir} > /etc/ld.so.conf.d/{name}.conf", "ldconfig"])]
+
+
+def env(variables: dict[str, str]) -> list:
+    return [environment(variables=dict(sorted(variables.items())))] if variables else []

@@ -1,0 +1,74 @@
+"""RDMA user space: DOCA OFED, MLNX OFED, or the distro's inbox rdma-core.
+
+The flavor decides the source: doca/mlnx come from NVIDIA's repos through
+HPCCM's blocks (they follow ``arch``: x86_64 or arm64-sbsa); inbox uses the
+distro's rdma-core packages. ``doca_ofed`` is the default for upstream: its
+repos are signed-by and it is the current NVIDIA distribution.
+"""
+
+from __future__ import annotations
+
+from imagekit import checks
+from imagekit.components import Component, _blocks
+from imagekit.schema import Option
+
+INBOX_RUNTIME = ["ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1"]
+INBOX_DEVEL = ["libibverbs-dev", "librdmacm-dev"]
+INBOX_TOOLS = ["infiniband-diags", "perftest", "rdmacm-utils"]
+
+
+class Ofed(Component):
+    name = "ofed"
+    summary = "RDMA user space: doca | mlnx (NVIDIA) or inbox (distro rdma-core)"
+    order = 10
+    sources = ("distro", "upstream")
+    options = {
+        "flavor": Option(str, "inbox", "doca | mlnx | inbox", choices=("doca", "mlnx", "inbox")),
+        "tools": Option(bool, False, "add perftest, infiniband-diags and rdmacm-utils"),
+    }
+    distro_versions = {"debian12": "44.0", "debian11": "33.2", "ubuntu22": "39.0", "ubuntu24": "50.0",
+                       "ubuntu20": "28.0"}
+
+    @property
+    def source(self) -> str:
+        return "distro" if self.opts["flavor"] == "inbox" else "upstream"
+
+    def configure(self) -> None:
+        given = self.opts.get("source")
+        if self.where is not None and "source" in self.where and given != self.source:
+            self.error("source", f"flavor {self.opts['flavor']!r} implies `source: {self.source}`",
+                       "drop `source:`; the flavor decides it")
+        super().configure()
+
+    def _block(self):
+        from hpccm.building_blocks import doca_ofed, mlnx_ofed
+
+        if self.opts["flavor"] == "doca":
+            return doca_ofed(version=self.version)
+        return mlnx_ofed(version=self.version)
+
+    def _inbox(self, packages: list[str]) -> list[str]:
+        return packages + (INBOX_TOOLS if self.opts["tools"] else [])
+
+    def devel(self) -> list:
+        if self.source == "distro":
+            return _blocks.apt_install(self._inbox(INBOX_RUNTIME + INBOX_DEVEL), "RDMA: inbox rdma-core")
+        return [self._block()]
+
+    def runtime(self) -> list:
+        if self.source == "distro":
+            return _blocks.apt_install(self._inbox(INBOX_RUNTIME), "RDMA: inbox rdma-core")
+        return [self._block().runtime(_from="devel")]
+
+    def labels(self) -> dict[str, str]:
+        return {"flavor": self.opts["flavor"]}
+
+    def checks(self) -> list:
+        return [
+            checks.library("ofed.libibverbs", "libibverbs.so.1"),
+            checks.run("ofed.mlx5", "the mlx5 verbs provider is installed",
+                       "ls /usr/lib/*/libibverbs/libmlx5-rdmav*.so /usr/lib64/libibverbs/libmlx5-rdmav*.so "
+                       "2>/dev/null | grep -q mlx5"),
+            checks.run("ofed.devices", "ibv_devinfo sees an RDMA device", "ibv_devinfo -l",
+                       expect=r"mlx|hca", needs="fabric"),
+        ]

@@ -1,0 +1,55 @@
+"""PMIx: the process-management interface Slurm's ``--mpi=pmix`` speaks.
+
+For ``srun --mpi=pmix`` the image's OpenMPI should use an external PMIx of the
+same major version as the site's Slurm PMIx; the ``major`` label lets
+``imagekit preflight`` compare the two.
+"""
+
+from __future__ import annotations
+
+import re
+
+from imagekit import checks
+from imagekit.components import Component, _blocks
+
+PREFIX = "/usr/local/pmix"
+
+
+class Pmix(Component):
+    name = "pmix"
+    summary = "external PMIx for OpenMPI and Slurm's --mpi=pmix"
+    order = 40
+    sources = ("upstream", "distro")
+    distro_versions = {"debian12": "4.2.2", "debian11": "3.2.3", "ubuntu22": "4.1.2", "ubuntu24": "5.0.1"}
+
+    @property
+    def prefix(self) -> str:
+        if self.source == "upstream":
+            return PREFIX
+        return f"/usr/lib/{self.stack.base.arch}-linux-gnu/pmix2"
+
+    def _block(self):
+        from hpccm.building_blocks import pmix
+
+        return pmix(version=self.version, prefix=PREFIX, ldconfig=True)
+
+    def devel(self) -> list:
+        if self.source == "distro":
+            return _blocks.apt_install(["libpmix-bin", "libpmix-dev", "libpmix2"], "PMIx (distro)")
+        return [self._block()]
+
+    def runtime(self) -> list:
+        if self.source == "distro":
+            return _blocks.apt_install(["libpmix-bin", "libpmix2"], "PMIx (distro)")
+        return [self._block().runtime(_from="devel")]
+
+    def labels(self) -> dict[str, str]:
+        return {"major": self.version.split(".")[0], "prefix": self.prefix}
+
+    def checks(self) -> list:
+        info = "pmix_info" if self.source == "distro" else f"{PREFIX}/bin/pmix_info"
+        return [
+            checks.library("pmix.lib", "libpmix.so.2"),
+            checks.run("pmix.version", f"pmix_info reports PMIx {self.version}", info,
+                       expect=rf"PMIX: {re.escape(self.version)}"),
+        ]

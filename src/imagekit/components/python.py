@@ -1,0 +1,66 @@
+"""Python 3 from the distro, with distro modules and an optional pip venv.
+
+Distro modules (``packages``) become ``python3-<name>`` packages, built against
+the distro's MPI (e.g. python3-mpi4py with Debian's OpenMPI). pip packages go
+into a venv at /opt/venv that sees the distro modules; the venv is built in the
+devel stage and copied whole into the runtime stage.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from imagekit import checks
+from imagekit.components import Component, _blocks
+from imagekit.schema import Option
+
+VENV = "/opt/venv"
+
+
+class Python(Component):
+    name = "python"
+    summary = "Python 3 (distro), distro modules, and a pip venv at /opt/venv"
+    order = 80
+    sources = ("distro",)
+    options = {
+        "packages": Option(list, [], "distro modules, e.g. [mpi4py, numpy] -> python3-mpi4py python3-numpy",
+                           item_type=str),
+        "pip": Option(list, [], 'pip requirements for /opt/venv, e.g. ["numpy==2.1.3"]', item_type=str),
+    }
+    distro_versions = {"debian12": "3.11", "debian11": "3.9", "ubuntu22": "3.10", "ubuntu24": "3.12",
+                       "ubuntu20": "3.8"}
+
+    @property
+    def venv(self) -> bool:
+        """A venv is made when pip packages are asked for, here or by a framework component."""
+        return bool(self.opts["pip"]) or any(self.stack.has(n) for n in ("pytorch", "horovod"))
+
+    def _runtime_packages(self) -> list[str]:
+        return ["python3"] + [f"python3-{p}" for p in self.opts["packages"]] + \
+            (["python3-venv"] if self.venv else [])
+
+    def devel(self) -> list:
+        out = _blocks.apt_install(self._runtime_packages() + ["python3-dev", "python3-pip"], "Python (distro)")
+        if self.venv:
+            out += _blocks.pip_run([f"python3 -m venv --system-site-packages {VENV}",
+                                    f"{VENV}/bin/python -m pip install --upgrade pip"]
+                                   + ([f"{VENV}/bin/python -m pip install "
+                                       + " ".join(shlex.quote(p) for p in self.opts["pip"])]
+                                      if self.opts["pip"] else []),
+                                   f"pip venv {VENV}")
+            out += _blocks.env({"PATH": f"{VENV}/bin:$PATH"})
+        return out
+
+    def runtime(self) -> list:
+        out = _blocks.apt_install(self._runtime_packages(), "Python (distro)")
+        if self.venv:
+            out += _blocks.copy_from_devel(VENV) + _blocks.env({"PATH": f"{VENV}/bin:$PATH"})
+        return out
+
+    def labels(self) -> dict[str, str]:
+        return {"packages": ",".join(self.opts["packages"]), "pip": ",".join(self.opts["pip"])}
+
+    def checks(self) -> list:
+        return [checks.run("python.version", f"python3 is Python {self.version}", "python3 --version",
+                           expect=rf"Python {self.version}")] + \
+            [checks.python_import(f"python.{p}", p) for p in self.opts["packages"]]

@@ -1,0 +1,56 @@
+"""PyTorch wheels matched to the base image's CUDA, installed into the python venv."""
+
+from __future__ import annotations
+
+import re
+
+from imagekit import checks
+from imagekit.components import Component, _blocks
+from imagekit.components.python import VENV
+from imagekit.schema import Option
+
+# PyTorch version -> the CUDA builds published for it (rules.py refuses others).
+CUDA_BUILDS = {
+    "2.4.1": ("cu118", "cu121", "cu124"),
+    "2.5.1": ("cu118", "cu121", "cu124"),
+    "2.6.0": ("cu118", "cu124", "cu126"),
+    "2.7.1": ("cu118", "cu126", "cu128"),
+    "2.8.0": ("cu126", "cu128", "cu129"),
+    "2.9.1": ("cu126", "cu128", "cu130"),
+}
+DEFAULT_INDEX = "https://download.pytorch.org/whl/{cuda}"
+
+
+class Pytorch(Component):
+    name = "pytorch"
+    summary = "PyTorch (pip), CUDA-matched to the base image"
+    order = 90
+    sources = ("pypi",)
+    options = {
+        "index_url": Option(str, DEFAULT_INDEX, "wheel index; {cuda} becomes e.g. cu124"),
+        "extras": Option(list, [], 'companion packages, e.g. ["torchvision==0.20.1"]', item_type=str),
+    }
+
+    @property
+    def cuda_tag(self) -> str:
+        return "cu" + "".join(self.stack.get("cuda").major_minor.split("."))
+
+    def devel(self) -> list:
+        index = self.opts["index_url"].format(cuda=self.cuda_tag)
+        pkgs = " ".join([f"torch=={self.version}", *self.opts["extras"]])
+        return _blocks.pip_run([f"{VENV}/bin/python -m pip install --index-url {index} {pkgs}"],
+                               f"PyTorch {self.version} ({self.cuda_tag})")
+
+    def labels(self) -> dict[str, str]:
+        return {"cuda": self.cuda_tag}
+
+    def checks(self) -> list:
+        return [
+            checks.run("pytorch.version", f"python imports torch {self.version}",
+                       "python3 -c 'import torch; print(torch.__version__)'",
+                       expect=rf"{re.escape(self.version)}\+{self.cuda_tag}"),
+            checks.run("pytorch.nccl", "torch.distributed has NCCL",
+                       "python3 -c 'import torch.distributed as d; print(d.is_nccl_available())'", expect="True"),
+            checks.run("pytorch.cuda", "torch sees a GPU",
+                       "python3 -c 'import torch; assert torch.cuda.is_available()'", needs="gpu"),
+        ]

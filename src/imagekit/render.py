@@ -1,0 +1,106 @@
+"""Render a Stack to a Dockerfile or Singularity definition with HPCCM, in-process.
+
+HPCCM keeps format, distro and arch as process-wide globals that
+``baseimage()`` changes, so every render resets them first and builds its
+stages afresh (a stage renders with the format active when it is printed).
+The same ``populate`` function serves ``recipes/stack.py`` under plain HPCCM,
+so both produce byte-identical output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from imagekit import __version__
+from imagekit.errors import UsageError
+
+FORMATS = ("docker", "singularity")
+SINGULARITY_VERSION = "3.2"  # first with multi-stage definitions
+
+
+def reset_hpccm(fmt: str) -> None:
+    import hpccm.config
+    from hpccm.common import container_type, cpu_arch, linux_distro
+    from packaging.version import Version
+
+    hpccm.config.g_ctype = {"docker": container_type.DOCKER,
+                            "singularity": container_type.SINGULARITY}[fmt]
+    hpccm.config.g_singularity_version = Version(SINGULARITY_VERSION)
+    hpccm.config.g_cpu_arch = cpu_arch.X86_64
+    hpccm.config.g_cpu_target = None
+    hpccm.config.g_linux_distro = linux_distro.UBUNTU
+    hpccm.config.g_linux_version = Version("22.04")
+    hpccm.config.g_wd = "/var/tmp"
+    hpccm.config.g_singularity_tmp_fallback = True
+
+
+def stack_labels(stack) -> dict[str, str]:
+    """Labels written into the recipe (the build adds the recipe hash on top)."""
+    labels = {
+        "io.imagekit.stack": stack.name,
+        "io.imagekit.version": __version__,
+        "io.imagekit.arch": stack.base.arch,
+        "io.imagekit.components": ",".join(stack.components),
+        "org.opencontainers.image.title": stack.name,
+    }
+    if stack.description:
+        labels["org.opencontainers.image.description"] = stack.description
+    for name, comp in stack.components.items():
+        labels[f"io.imagekit.component.{name}.version"] = comp.version
+        labels[f"io.imagekit.component.{name}.source"] = comp.source
+        for key, value in comp.labels().items():
+            if value != "":
+                labels[f"io.imagekit.component.{name}.{key}"] = value
+    return labels
+
+
+def populate(devel, runtime, stack, *, single_stage: bool = False) -> None:
+    """Fill two hpccm Stages (devel, runtime) for ``stack`` in the current HPCCM format."""
+    from hpccm.primitives import baseimage, comment, label
+
+    from imagekit.components import _blocks
+
+    base = stack.base
+    common = {"_distro": base.hpccm_distro, "_arch": base.arch, "_bootstrap": base.bootstrap}
+    devel += comment(f"imagekit {__version__}: stack {stack.name} ({stack.file}); generated, do not edit",
+                     reformat=False)
+    devel += baseimage(image=base.image, _as="devel", **common)
+    devel += _blocks.apt_cache_setup()
+    for component in stack.components.values():
+        devel += component.devel()
+    labels = stack_labels(stack)
+    devel += label(metadata=_quoted({**labels, "io.imagekit.target": "devel"}))
+    if single_stage:
+        return
+    runtime += baseimage(image=base.runtime, _as="runtime", **common)
+    for component in stack.components.values():
+        runtime += component.runtime()
+    runtime += label(metadata=_quoted({**labels, "io.imagekit.target": "runtime"}))
+
+
+def _quoted(labels: dict[str, str]) -> dict[str, str]:
+    """HPCCM writes label values verbatim: Docker needs quotes around spaces, Singularity must not."""
+    import json
+
+    from imagekit.components import _blocks
+
+    if not _blocks.docker():
+        return labels
+    return {k: json.dumps(v) for k, v in labels.items()}
+
+
+def render(stack, fmt: str = "docker", *, single_stage: bool = False) -> str:
+    """The recipe text; deterministic for a given stack, format and imagekit version."""
+    import hpccm
+
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format {fmt!r}", f"use one of: {', '.join(FORMATS)}")
+    reset_hpccm(fmt)
+    devel, runtime = hpccm.Stage(), hpccm.Stage()
+    populate(devel, runtime, stack, single_stage=single_stage)
+    parts = [str(devel)] + ([str(runtime)] if len(runtime) else [])
+    return "\n\n".join(parts) + "\n"
+
+
+def recipe_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

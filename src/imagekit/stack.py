@@ -1,0 +1,321 @@
+"""The Stack model: load a stack file, apply ``extends`` and ``matrix``, validate, resolve.
+
+A stack file names a base (devel and runtime images, distro, arch) and the
+components to compose. ``extends`` deep-merges a parent file (child wins;
+``component: false`` drops an inherited component). ``matrix`` expands one file
+into variants: each axis maps a value key to an overlay, and a variant's name
+is the stack's name followed by its value keys (``nccl-tests-cu124-x86_64``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from imagekit import checks as checks_mod
+from imagekit import schema, yamlpos
+from imagekit.errors import StackError
+from imagekit.schema import Option
+from imagekit.yamlpos import PosDict, PosList
+
+# Our distro names -> (HPCCM's distro for rendering, package family).
+# Debian is unknown to HPCCM (an unknown image silently becomes Ubuntu 16.04),
+# so Debian bases render with the apt-based Ubuntu of the same generation.
+DISTROS = {
+    "debian11": ("ubuntu20", "deb"), "debian12": ("ubuntu22", "deb"),
+    "ubuntu20": ("ubuntu20", "deb"), "ubuntu22": ("ubuntu22", "deb"), "ubuntu24": ("ubuntu24", "deb"),
+    "rockylinux8": ("rockylinux8", "rpm"), "rockylinux9": ("rockylinux9", "rpm"),
+    "rhel8": ("rhel8", "rpm"), "rhel9": ("rhel9", "rpm"),
+}
+ARCHES = ("x86_64", "aarch64")
+
+TOP = {
+    "name": Option(str, None, "the stack's name (image and variant names derive from it)", required=True),
+    "description": Option(str, ""),
+    "extends": Option(str, None, "a parent stack file, relative to this one"),
+    "base": Option(dict, None, "base images, distro and arch", required=True),
+    "components": Option(dict, {}, "component name -> options"),
+    "tags": Option(list, [], "image tags; {name} and matrix axis names are substituted", item_type=str),
+    "checks": Option(list, [], "extra checks run by `imagekit check`", item_type=dict),
+    "matrix": Option(dict, None, "axis -> value key -> overlay"),
+}
+BASE = {
+    "image": Option(str, None, "the devel stage's base image", required=True),
+    "runtime": Option(str, None, "the runtime stage's base image (default: the devel image)"),
+    "distro": Option(str, None, "always explicit: HPCCM guesses wrong otherwise", choices=tuple(DISTROS),
+                     required=True),
+    "arch": Option(str, "x86_64", "CPU architecture", choices=ARCHES),
+    "bootstrap": Option(str, "docker", "Singularity bootstrap agent for the base images",
+                        choices=("docker", "docker-daemon", "localimage")),
+}
+CHECK_KEYS = {
+    "name": Option(str, None, "a short name for the check", required=True),
+    "describe": Option(str, None),
+    "run": Option(str, None, "a shell command that must exit 0"),
+    "expect": Option(str, None, "a regex the command's output must match"),
+    "file": Option(str, None, "a path that must exist"),
+    "absent": Option(str, None, "a glob that must match nothing"),
+    "library": Option(str, None, "a soname the loader cache must resolve"),
+    "python_import": Option(str, None, "a module python3 must import"),
+    "needs": Option(str, None, "hardware the check needs", choices=checks_mod.NEEDS),
+}
+OVERLAY_KEYS = ("description", "base", "components", "tags", "checks")
+
+
+@dataclass(frozen=True)
+class Base:
+    image: str
+    runtime: str
+    distro: str
+    arch: str
+    bootstrap: str = "docker"
+
+    @property
+    def hpccm_distro(self) -> str:
+        return DISTROS[self.distro][0]
+
+    @property
+    def family(self) -> str:
+        return DISTROS[self.distro][1]
+
+
+@dataclass
+class Stack:
+    name: str
+    file: str
+    base: Base
+    description: str = ""
+    components: dict = field(default_factory=dict)  # name -> Component, in layer order
+    tags: list = field(default_factory=list)
+    checks: list = field(default_factory=list)
+    stack_name: str = ""                            # the file's name: before matrix expansion
+    variant: dict = field(default_factory=dict)     # axis -> value key
+
+    def get(self, name: str):
+        return self.components.get(name)
+
+    def has(self, name: str) -> bool:
+        return name in self.components
+
+    @property
+    def image(self) -> str:
+        """The local tag imagekit builds (tags from the stack are added on top)."""
+        return f"imagekit/{self.name}:latest"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "stack": self.stack_name, "file": self.file, "variant": self.variant,
+            "description": self.description,
+            "base": {"image": self.base.image, "runtime": self.base.runtime, "distro": self.base.distro,
+                     "arch": self.base.arch},
+            "components": [c.describe() for c in self.components.values()],
+            "tags": self.tags, "image": self.image,
+        }
+
+
+# -- locating stacks ----------------------------------------------------
+
+def stacks_dir() -> Path:
+    env = os.environ.get("IMAGEKIT_STACKS")
+    if env:
+        return Path(env)
+    cwd = Path.cwd() / "stacks"
+    if cwd.is_dir():
+        return cwd
+    return Path(__file__).resolve().parents[2] / "stacks"
+
+
+def shipped() -> list[Path]:
+    return sorted(p for p in stacks_dir().glob("*.yaml"))
+
+
+def find(ref: str) -> tuple[Path, str | None]:
+    """A stack path or name (or a variant name) -> (file, variant name or None)."""
+    path = Path(ref)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise StackError("stack file not found", file=ref,
+                             hint=f"shipped stacks: {', '.join(p.stem for p in shipped()) or 'none'}")
+        return path, None
+    for candidate in shipped():
+        if candidate.stem == ref:
+            return candidate, None
+    for candidate in shipped():
+        for variant in load_all(candidate):
+            if variant.name == ref and variant.variant:
+                return candidate, ref
+    names = [p.stem for p in shipped()]
+    import difflib
+    close = difflib.get_close_matches(ref, names, n=1)
+    raise StackError(f"unknown stack {ref!r}", hint=(f"did you mean {close[0]!r}? " if close else "")
+                     + f"shipped stacks: {', '.join(names)} (or give a path to a .yaml file)")
+
+
+def load(ref: str | Path, variant: str | None = None) -> Stack:
+    """One resolved stack; a matrix stack needs ``variant`` unless it has a single one."""
+    path, implied = find(str(ref))
+    variant = variant or implied
+    stacks = load_all(path)
+    if variant is None:
+        if len(stacks) == 1:
+            return stacks[0]
+        raise StackError(f"stack has {len(stacks)} matrix variants; choose one", file=str(path),
+                         hint="pass --variant NAME; variants: " + ", ".join(s.name for s in stacks))
+    for stack in stacks:
+        if stack.name == variant or (stack.variant and variant == "-".join(stack.variant.values())):
+            return stack
+    raise StackError(f"no variant {variant!r}", file=str(path),
+                     hint="variants: " + ", ".join(s.name for s in stacks))
+
+
+def load_all(path: str | Path) -> list[Stack]:
+    """Every variant of the stack file at ``path`` (one when there is no matrix)."""
+    path = Path(path)
+    raw = _load_with_extends(path, seen=())
+    top = schema.validate(raw, TOP, context="")
+    matrix = top["matrix"]
+    if not matrix:
+        return [_resolve(raw, top, path, variant={})]
+    variants = []
+    axes = _matrix_axes(matrix)
+    for combo in itertools.product(*[list(values.items()) for _, values in axes]):
+        merged = raw
+        keys = {}
+        for (axis, _), (value_key, overlay) in zip(axes, combo):
+            keys[axis] = str(value_key)
+            if overlay:
+                merged = deep_merge(merged, overlay)
+        vtop = schema.validate(merged, TOP, context="")
+        variants.append(_resolve(merged, vtop, path, variant=keys))
+    return variants
+
+
+def _matrix_axes(matrix: PosDict) -> list[tuple[str, PosDict]]:
+    axes = []
+    for axis, values in matrix.items():
+        file, line = matrix.pos(axis)
+        if not isinstance(values, dict) or not values:
+            raise StackError("a matrix axis maps value keys to overlays", file=file, line=line,
+                             key=f"matrix.{axis}", hint=f"e.g. {axis}: {{value1: {{...}}, value2: {{...}}}}")
+        for value_key, overlay in values.items():
+            if overlay is None:
+                continue
+            vfile, vline = values.pos(value_key)
+            if not isinstance(overlay, dict):
+                raise StackError("expected a mapping (an overlay of stack keys)", file=vfile, line=vline,
+                                 key=f"matrix.{axis}.{value_key}")
+            for key in overlay:
+                if key not in OVERLAY_KEYS:
+                    raise schema.unknown_key(overlay, key, list(OVERLAY_KEYS), f"matrix.{axis}.{value_key}")
+        axes.append((str(axis), values))
+    return axes
+
+
+def _load_with_extends(path: Path, seen: tuple[Path, ...]) -> PosDict:
+    data = yamlpos.load(path)
+    if not isinstance(data, dict):
+        raise StackError("a stack file is a mapping of keys (name, base, components, ...)", file=str(path),
+                         line=getattr(data, "line", 1))
+    parent_ref = data.get("extends")
+    if parent_ref is None:
+        return data
+    file, line = data.pos("extends")
+    if not isinstance(parent_ref, str):
+        raise StackError("expected a path to a parent stack file", file=file, line=line, key="extends")
+    parent = _resolve_parent(path, parent_ref, file, line)
+    if parent.resolve() in seen or parent.resolve() == path.resolve():
+        raise StackError(f"`extends` cycle through {parent}", file=file, line=line, key="extends")
+    parent_data = _load_with_extends(parent, seen + (path.resolve(),))
+    merged = deep_merge(parent_data, data)
+    merged.pop("extends", None)
+    return merged
+
+
+def _resolve_parent(path: Path, ref: str, file: str | None, line: int | None) -> Path:
+    for candidate in (path.parent / ref, path.parent / f"{ref}.yaml", stacks_dir() / f"{ref}.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise StackError(f"parent stack {ref!r} not found", file=file, line=line, key="extends",
+                     hint=f"give a path relative to {path.parent} (with or without .yaml)")
+
+
+def deep_merge(parent: Any, child: Any) -> Any:
+    """Child wins; mappings merge key by key; lists and scalars are replaced."""
+    if not (isinstance(parent, dict) and isinstance(child, dict)):
+        return child
+    out = PosDict(file=getattr(child, "file", None), line=getattr(child, "line", None))
+    for key, value in parent.items():
+        out[key] = value
+        out.where[key] = parent.pos(key) if hasattr(parent, "pos") else (None, None)
+    for key, value in child.items():
+        out[key] = deep_merge(parent[key], value) if key in parent else value
+        out.where[key] = child.pos(key) if hasattr(child, "pos") else (None, None)
+    return out
+
+
+def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> Stack:
+    from imagekit import rules
+    from imagekit.components import registry
+
+    base_raw = raw["base"]
+    base = schema.validate(base_raw, BASE, context="base")
+    name = top["name"] + "".join(f"-{v}" for v in variant.values())
+    stack = Stack(
+        name=name, file=str(path), stack_name=top["name"], variant=dict(variant),
+        description=top["description"] or "",
+        base=Base(image=base["image"], runtime=base["runtime"] or base["image"], distro=base["distro"],
+                  arch=base["arch"], bootstrap=base["bootstrap"]),
+    )
+    substitutions = {"name": name, "stack": top["name"], **variant}
+    tags = raw.get("tags") or PosList()
+    for i, tag in enumerate(top["tags"]):
+        try:
+            stack.tags.append(tag.format(**substitutions))
+        except (KeyError, IndexError, ValueError) as exc:
+            lines = getattr(tags, "lines", [])
+            raise StackError(f"tag {tag!r} uses an unknown placeholder {exc}", file=str(path),
+                             line=lines[i] if i < len(lines) else None, key="tags",
+                             hint="placeholders: " + ", ".join("{%s}" % k for k in substitutions)) from None
+
+    known = registry()
+    comps_raw = raw.get("components") or PosDict()
+    for cname, copts in comps_raw.items():
+        if copts is False:
+            continue
+        if cname not in known:
+            raise schema.unknown_key(comps_raw, cname, list(known), "components")
+        if copts is None or copts is True:
+            copts = PosDict(file=comps_raw.pos(cname)[0], line=comps_raw.pos(cname)[1])
+        if not isinstance(copts, dict):
+            file, line = comps_raw.pos(cname)
+            raise StackError("expected a mapping of options (or {} for the defaults, false to drop it)",
+                             file=file, line=line, key=f"components.{cname}")
+        cls = known[cname]
+        opts = schema.validate(copts, cls.all_options(), context=f"components.{cname}")
+        stack.components[cname] = cls(stack, opts, where=copts)
+    stack.components = dict(sorted(stack.components.items(), key=lambda kv: (kv[1].order, kv[0])))
+    for component in stack.components.values():
+        component.configure()
+    stack.checks = _stack_checks(raw.get("checks") or PosList(), path)
+    rules.enforce(stack, comps_raw)
+    return stack
+
+
+def _stack_checks(items: list, path: Path) -> list:
+    out = []
+    lines = getattr(items, "lines", [])
+    for i, item in enumerate(items):
+        spec = schema.validate(item, CHECK_KEYS, context=f"checks[{i + 1}]")
+        kinds = [k for k in checks_mod.KINDS if spec.get(k)]
+        if len(kinds) != 1:
+            raise StackError(f"a check needs exactly one of {', '.join(checks_mod.KINDS)} (got "
+                             f"{', '.join(kinds) or 'none'})", file=str(path),
+                             line=lines[i] if i < len(lines) else None, key=f"checks[{i + 1}]")
+        kind = kinds[0]
+        out.append(checks_mod.Check(
+            id=f"stack.{spec['name']}", describe=spec["describe"] or f"{kind}: {spec[kind]}",
+            expect=spec["expect"], needs=spec["needs"], **{kind: spec[kind]}))
+    return out
