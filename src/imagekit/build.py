@@ -1,0 +1,183 @@
+"""Build a stack's image with the Docker engine's BuildKit.
+
+The recipe is rendered in-process and fed to Debian's docker CLI (BuildKit
+built in) with ``--progress=plain``: each step is shown as it starts, the
+full log goes to a file, and a failed step is reported with its command and
+its last lines. The image is tagged only after the build succeeded (the build
+itself writes an ID file, not a tag), so an interrupted build leaves no
+half-tagged image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from imagekit import engine, render
+from imagekit.components._blocks import CA_SECRET_ID
+from imagekit.errors import ImagekitError, UsageError
+
+TARGETS = ("runtime", "devel")
+SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+_STEP = re.compile(r"^#(\d+) \[(?P<stage>[\w-]+) +(?P<n>\d+)/(?P<total>\d+)\] (?P<cmd>.*)$")
+_MOUNT = re.compile(r"--mount=\S+ ")
+_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
+
+
+@dataclass
+class BuildResult:
+    stack: str
+    target: str
+    image_id: str
+    tags: list[str]
+    seconds: float
+    log: str
+    recipe_sha256: str
+    size_bytes: int = 0
+    cached_steps: int = 0
+    steps: int = 0
+    labels: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class BuildError(ImagekitError):
+    def __init__(self, message: str, step: str | None, tail: list[str], log: str) -> None:
+        detail = f"\n  step: {step}" if step else ""
+        detail += "".join(f"\n  | {line}" for line in tail)
+        super().__init__(message + detail, f"full log: {log}")
+        self.step, self.tail, self.log = step, tail, log
+
+
+def resolve_ca_bundle(value: str | None) -> str | None:
+    """``auto`` (default): the host's system bundle if there is one; ``none``: no bundle."""
+    if value in (None, "auto"):
+        return next((p for p in SYSTEM_CA_BUNDLES if Path(p).is_file()), None)
+    if value == "none":
+        return None
+    if not Path(value).is_file():
+        raise UsageError(f"CA bundle {value!r} not found", "give a PEM file, `auto` or `none`")
+    return value
+
+
+def image_name(stack, target: str) -> str:
+    return stack.image if target == "runtime" else stack.image.replace(":latest", ":devel")
+
+
+def check_bases(stack) -> None:
+    """Refuse early when a local-only base image is missing, naming the command that makes it."""
+    for ref in {stack.base.image, stack.base.runtime}:
+        if engine.image_exists(ref):
+            continue
+        if ref.startswith("imagekit/"):
+            distro_suite = ref.split("/", 1)[1]
+            raise ImagekitError(f"base image {ref} is not in the local engine",
+                                f"make it with `imagekit base {distro_suite}`")
+
+
+def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cache: bool = False,
+          ca_bundle: str | None = "auto", log_dir: str | os.PathLike = "build/logs",
+          single_stage: bool = False, progress: Callable[[str], None] | None = None,
+          extra_labels: dict[str, str] | None = None) -> BuildResult:
+    """Render and build ``stack``; tag the result with its image name, the stack's tags and ``tags``."""
+    if target not in TARGETS:
+        raise UsageError(f"unknown target {target!r}", f"use one of: {', '.join(TARGETS)}")
+    if single_stage and target == "runtime":
+        target = "devel"
+    progress = progress or (lambda _line: None)
+    engine.client()
+    check_bases(stack)
+    bundle = resolve_ca_bundle(ca_bundle)
+    text = render.render(stack, "docker", single_stage=single_stage)
+    digest = render.recipe_hash(text)
+    labels = {"io.imagekit.recipe.sha256": digest, "io.imagekit.target": target,
+              "io.imagekit.checks": checks_label(stack), **(extra_labels or {})}
+
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{stack.name}-{target}.log"
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="imagekit-build-") as ctx:
+        (Path(ctx) / "Dockerfile").write_text(text)
+        iidfile = Path(ctx) / "iid"
+        cmd = [engine.docker_cli(), "build", "--progress=plain", "--target", target,
+               "--iidfile", str(iidfile), "-f", str(Path(ctx) / "Dockerfile")]
+        cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
+        if no_cache:
+            cmd.append("--no-cache")
+        if bundle:
+            cmd += ["--secret", f"id={CA_SECRET_ID},src={bundle}"]
+        cmd.append(ctx)
+        steps, cached = _run_build(cmd, log_path, progress)
+        image_id = iidfile.read_text().strip()
+
+    all_tags = [image_name(stack, target)]
+    if target == "runtime":
+        all_tags += list(stack.tags)
+    all_tags += [t for t in tags if t not in all_tags]
+    image = engine.client().images.get(image_id)
+    for tag in all_tags:
+        repo, _, name = tag.rpartition(":") if ":" in tag.rsplit("/", 1)[-1] else (tag, "", "latest")
+        image.tag(repo, name)
+    return BuildResult(stack=stack.name, target=target, image_id=image_id, tags=all_tags,
+                       seconds=round(time.monotonic() - started, 2), log=str(log_path),
+                       recipe_sha256=digest, size_bytes=image.attrs.get("Size", 0),
+                       steps=steps, cached_steps=cached, labels=labels)
+
+
+def checks_label(stack) -> str:
+    """Every check of the stack as compact JSON, so `imagekit check IMAGE` needs no stack file."""
+    from imagekit.check import stack_checks
+
+    return json.dumps([c.as_dict() for c in stack_checks(stack)], separators=(",", ":"))
+
+
+def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) -> tuple[int, int]:
+    env = {**os.environ, "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
+    step_cmds: dict[str, str] = {}
+    step_lines: dict[str, list[str]] = {}
+    cached: set[str] = set()
+    failed: tuple[str, str] | None = None
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                bufsize=1)
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                line = line.rstrip("\n")
+                step = _STEP.match(line)
+                if step:
+                    sid = step.group(1)
+                    if sid not in step_cmds:
+                        step_cmds[sid] = f"[{step['stage']} {step['n']}/{step['total']}] " + _MOUNT.sub("", step["cmd"])
+                        progress(step_cmds[sid][:160])
+                    continue
+                err = _ERROR.match(line)
+                if err and failed is None:
+                    failed = (err.group(1), err.group(2))
+                if line.startswith("#") and " CACHED" in line:
+                    cached.add(line.split()[0][1:])
+                if line.startswith("#"):
+                    sid = line.split()[0][1:]
+                    step_lines.setdefault(sid, []).append(line.split(" ", 1)[1] if " " in line else "")
+            rc = proc.wait()
+        except BaseException:
+            proc.terminate()
+            proc.wait()
+            raise
+    if rc != 0:
+        if failed:
+            sid, message = failed
+            tail = [l for l in step_lines.get(sid, []) if not l.startswith("ERROR")][-12:]
+            raise BuildError(f"build failed: {message}", step_cmds.get(sid), tail, str(log_path))
+        tail = log_path.read_text().splitlines()[-12:]
+        raise BuildError(f"docker build exited {rc}", None, tail, str(log_path))
+    return len(step_cmds), len(cached & set(step_cmds))

@@ -1,0 +1,154 @@
+"""Run a stack's checks against a container of an image with pytest-testinfra.
+
+Each component brings its checks; the stack file may add more; every image
+also gets the no-secrets checks. The checks travel with the image (label
+``io.imagekit.checks``), so ``imagekit check IMAGE`` needs no stack file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from imagekit import checks as checks_mod
+from imagekit import engine
+from imagekit.errors import ImagekitError, UsageError
+
+CHECKS_LABEL = "io.imagekit.checks"
+MODULE = Path(__file__).parent / "data" / "testinfra_checks.py"
+# Hardware a check may need, and what offering it to the container means.
+HARDWARE = {"gpu": ["--gpus", "all"], "fabric": ["--device", "/dev/infiniband", "--ulimit", "memlock=-1"]}
+# Asked of every image: no secret may be baked into a layer.
+NO_SECRETS = [
+    checks_mod.absent("image.no_ssh_private_keys", "/root/.ssh/id_* /home/*/.ssh/id_* /etc/ssh/ssh_host_*_key",
+                      "no ssh private keys in the image"),
+    checks_mod.absent("image.no_build_secrets", "/run/secrets/* /root/.docker/config.json /root/.pip/pip.conf",
+                      "no build secrets or registry credentials in the image"),
+]
+
+
+@dataclass
+class Outcome:
+    id: str
+    describe: str
+    status: str            # passed | failed | not-run
+    detail: str = ""
+
+
+@dataclass
+class Report:
+    image: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    junit: str | None = None
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and any(o.status == "passed" for o in self.outcomes)
+
+    def counts(self) -> dict[str, int]:
+        out = {"passed": 0, "failed": 0, "not-run": 0}
+        for o in self.outcomes:
+            out[o.status] += 1
+        return out
+
+    def as_dict(self) -> dict:
+        return {"image": self.image, "ok": self.ok, "counts": self.counts(), "junit": self.junit,
+                "checks": [asdict(o) for o in self.outcomes]}
+
+
+def stack_checks(stack) -> list[checks_mod.Check]:
+    out = []
+    for component in stack.components.values():
+        out += component.checks()
+    return out + list(stack.checks) + NO_SECRETS
+
+
+def checks_from_image(image: str) -> list[dict]:
+    labels = engine.image_labels(image)
+    raw = labels.get(CHECKS_LABEL)
+    if not raw:
+        raise UsageError(f"image {image} carries no imagekit checks (label {CHECKS_LABEL})",
+                         "give the stack: `imagekit check STACK --image IMAGE`")
+    return json.loads(raw)
+
+
+def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str, ...] = (),
+        keep_going: bool = True) -> Report:
+    """Start a container of ``image``, run ``checks`` in it with testinfra, remove the container."""
+    specs = [c.as_dict() if isinstance(c, checks_mod.Check) else c for c in checks]
+    for hw in with_:
+        if hw not in HARDWARE:
+            raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
+    engine.image_labels(image)  # a clear error when the image is not there
+    cli = engine.docker_cli()
+    run_cmd = [cli, "run", "-d", "--rm", "--network", "none", "--entrypoint", "/bin/sh",
+               *[a for hw in with_ for a in HARDWARE[hw]], image,
+               "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
+    started = subprocess.run(run_cmd, capture_output=True, text=True)
+    if started.returncode != 0:
+        raise ImagekitError(f"cannot start a container of {image}: {started.stderr.strip()}")
+    container = started.stdout.strip()
+    workdir = Path(tempfile.mkdtemp(prefix="imagekit-check-"))
+    try:
+        checks_file = workdir / "checks.json"
+        checks_file.write_text(json.dumps(specs))
+        xml_path = workdir / "junit.xml"
+        env = {**os.environ, "IMAGEKIT_CHECKS": str(checks_file), "IMAGEKIT_CONTAINER": container,
+               "IMAGEKIT_WITH": ",".join(with_), "PATH": f"{Path(cli).parent}:{os.environ.get('PATH', '')}"}
+        module = workdir / "test_imagekit_checks.py"
+        shutil.copy(MODULE, module)
+        subprocess.run([sys.executable, "-m", "pytest", str(module), "-q", "-p", "no:cacheprovider", "--assert=plain",
+                        "-o", "junit_family=xunit2", f"--junitxml={xml_path}", "--rootdir", str(workdir),
+                        "-o", "addopts=", "-o", "testpaths="],
+                       cwd=workdir, env=env, capture_output=True, text=True)
+        if not xml_path.exists():
+            raise ImagekitError("the testinfra run produced no results", "run with a working pytest-testinfra")
+        report = Report(image=image, outcomes=_outcomes(xml_path, specs))
+        if junit:
+            from imagekit.atomic import target
+
+            with target(junit) as tmp:
+                shutil.copy(xml_path, tmp)
+            report.junit = junit
+        return report
+    finally:
+        subprocess.run([cli, "rm", "-f", container], capture_output=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _outcomes(xml_path: Path, specs: list[dict]) -> list[Outcome]:
+    by_id = {s["id"]: s for s in specs}
+    out = []
+    for case in ET.parse(xml_path).getroot().iter("testcase"):
+        name = case.get("name", "")
+        cid = name[name.find("[") + 1:-1] if "[" in name else name
+        spec = by_id.get(cid, {"describe": cid})
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        skipped = case.find("skipped")
+        if failure is not None:
+            detail = failure.get("message", "") or (failure.text or "")
+            out.append(Outcome(cid, spec["describe"], "failed", _clean(detail)))
+        elif skipped is not None:
+            out.append(Outcome(cid, spec["describe"], "not-run", skipped.get("message", "")))
+        else:
+            out.append(Outcome(cid, spec["describe"], "passed"))
+    return out
+
+
+def _clean(message: str) -> str:
+    lines = [l for l in message.splitlines() if not l.startswith("assert ") and l.strip() != "assert False"]
+    text = "\n".join(lines).strip()
+    return text.split("\nassert ")[0] if text else message.strip()

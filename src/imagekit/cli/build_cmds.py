@@ -1,0 +1,158 @@
+"""Image commands: base, build, check, report."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+def _progress(line: str) -> None:
+    click.echo(f"  {line}", err=True)
+
+
+@click.command()
+@click.argument("name")
+@click.option("--mirror", metavar="URL", help="distro mirror (default: the host's apt mirror)")
+@click.option("--tag", help="image tag (default: imagekit/DISTRO:SUITE)")
+@click.option("--force", is_flag=True, help="rebuild even if the image exists")
+def base(name: str, mirror: str | None, tag: str | None, force: bool) -> None:
+    """Bootstrap an offline base image (debootstrap) and import it into the engine.
+
+    NAME is DISTRO:SUITE, e.g. debian:bookworm, debian:trixie, ubuntu:jammy.
+    A second call reuses the existing image.
+
+    \b
+    Example:
+      imagekit base debian:bookworm
+      imagekit base ubuntu:jammy --mirror http://mirror.example.org/ubuntu
+    """
+    from imagekit import base_image
+
+    click.echo(base_image.ensure(name, mirror=mirror, tag=tag, force=force,
+                                 log=lambda m: click.echo(m, err=True)))
+
+
+@click.command()
+@click.argument("stack")
+@click.option("--variant", metavar="NAME", help="build one matrix variant (default: all)")
+@click.option("--target", type=click.Choice(["runtime", "devel"]), default="runtime", show_default=True)
+@click.option("--single-stage", is_flag=True, help="one stage (devel) instead of devel + runtime")
+@click.option("--tag", "tags", multiple=True, metavar="REF", help="extra tag (repeatable)")
+@click.option("--no-cache", is_flag=True, help="do not use the build cache")
+@click.option("--ca-bundle", default="auto", show_default=True, metavar="FILE|auto|none",
+              help="CA bundle for pip/TLS-intercepting proxies, passed as a BuildKit secret (never a layer)")
+@click.option("--log-dir", default="build/logs", show_default=True, help="where full build logs go")
+@click.option("--check/--no-check", "run_checks", default=None,
+              help="run the image's checks after building (default: on with --export)")
+@click.option("--export", "exports", default="", metavar="enroot,sif",
+              help="after building and checking, export to these formats")
+@click.option("-o", "--output-dir", default="out", show_default=True, help="where exports go")
+@click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
+def build(stack: str, variant: str | None, target: str, single_stage: bool, tags: tuple, no_cache: bool,
+          ca_bundle: str, log_dir: str, run_checks: bool | None, exports: str, output_dir: str,
+          as_json: bool) -> None:
+    """Render a stack and build its image with BuildKit.
+
+    A stack with a matrix builds every variant (or --variant NAME), sharing
+    cached layers. The image is tagged imagekit/NAME:latest (runtime) or
+    imagekit/NAME:devel, plus the stack's tags.
+
+    \b
+    Example:
+      imagekit build debian-mpi
+      imagekit build debian-mpi --export enroot,sif -o out/
+      imagekit build stacks/nccl-tests.yaml --variant nccl-tests-cu124-x86_64 --tag site/nccl:1
+    """
+    from imagekit import pipeline
+
+    formats = [f for f in exports.split(",") if f]
+    results = pipeline.build_all(
+        stack, variant=variant, target=target, single_stage=single_stage, tags=tags, no_cache=no_cache,
+        ca_bundle=ca_bundle, log_dir=log_dir, run_checks=bool(formats) if run_checks is None else run_checks,
+        exports=formats, output_dir=output_dir, progress=_progress, log=lambda m: click.echo(m, err=True))
+    if as_json:
+        click.echo(json.dumps(results, indent=2))
+    else:
+        for r in results:
+            click.echo(f"{r['build']['tags'][0]}  {r['build']['image_id'][:19]}  "
+                       f"{r['build']['size_bytes'] / 1e6:.0f} MB  {r['build']['seconds']:.1f} s")
+    if any(r.get("check") and not r["check"]["ok"] for r in results):
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("ref")
+@click.option("--image", metavar="TAG", help="image to check when REF is a stack")
+@click.option("--variant", metavar="NAME", help="matrix variant when REF is a stack")
+@click.option("--junit", metavar="FILE", help="write JUnit XML for CI")
+@click.option("--with", "with_", multiple=True, type=click.Choice(["gpu", "fabric"]),
+              help="offer this hardware to the container and run the checks that need it")
+@click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
+def check(ref: str, image: str | None, variant: str | None, junit: str | None, with_: tuple,
+          as_json: bool) -> None:
+    """Run the image's checks (pytest-testinfra) in a container of it.
+
+    REF is an image (its checks travel in its labels) or a stack (then
+    --image names the image; default: the stack's own image).
+
+    \b
+    Example:
+      imagekit check imagekit/debian-mpi:latest
+      imagekit check debian-mpi --image site/mpi:1 --junit checks.xml
+      imagekit check site/nccl:1 --with gpu --with fabric
+    """
+    from imagekit import check as check_mod
+    from imagekit import stack as stack_mod
+    from imagekit.errors import StackError
+
+    try:
+        stack = stack_mod.load(ref, variant)
+    except StackError:
+        if variant or image:
+            raise
+        stack = None
+    if stack is not None:
+        target = image or stack.image
+        specs = check_mod.stack_checks(stack)
+    else:
+        target = ref
+        specs = check_mod.checks_from_image(ref)
+    report = check_mod.run(target, specs, junit=junit, with_=with_)
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        _print_report(report)
+    sys.exit(0 if report.ok else 1)
+
+
+def _print_report(report) -> None:
+    marks = {"passed": "PASS", "failed": "FAIL", "not-run": "NOT RUN"}
+    for o in report.outcomes:
+        click.echo(f"{marks[o.status]:<8} {o.id:<28} {o.describe}")
+        if o.status == "failed" and o.detail:
+            for line in o.detail.splitlines()[:25]:
+                click.echo(f"           | {line}")
+    c = report.counts()
+    click.echo(f"{report.image}: {c['passed']} passed, {c['failed']} failed, {c['not-run']} not run")
+
+
+@click.command()
+@click.argument("image")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def report(image: str, as_json: bool) -> None:
+    """Show what is in an image: stack, components, versions, layer sizes.
+
+    \b
+    Example:
+      imagekit report imagekit/debian-mpi:latest
+      imagekit report imagekit/debian-mpi:latest --json > debian-mpi.json
+    """
+    from imagekit import report as report_mod
+
+    info = report_mod.describe(image)
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    else:
+        click.echo(report_mod.as_text(info))

@@ -1,0 +1,70 @@
+"""The chained stages for one stack file: build -> check -> export, per matrix variant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from imagekit.errors import ImagekitError
+
+
+def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", single_stage: bool = False,
+              tags: tuple = (), no_cache: bool = False, ca_bundle: str | None = "auto",
+              log_dir: str = "build/logs", run_checks: bool = False, exports: list[str] = (),
+              output_dir: str = "out", progress: Callable[[str], None] | None = None,
+              log: Callable[[str], None] = lambda _m: None) -> list[dict]:
+    """Build every variant of ``ref`` (or one), then check and export each as asked."""
+    from imagekit import build as build_mod
+    from imagekit import stack as stack_mod
+
+    path, implied = stack_mod.find(ref)
+    variant = variant or implied
+    stacks = [stack_mod.load(path, variant)] if variant else stack_mod.load_all(path)
+    if tags and len(stacks) > 1:
+        raise ImagekitError("--tag with several matrix variants would give them all the same tag",
+                            "add --variant NAME, or use {placeholders} in the stack's tags")
+    results = []
+    for stack in stacks:
+        log(f"building {stack.name} ({target})")
+        result = build_mod.build(stack, target=target, tags=tags, no_cache=no_cache, ca_bundle=ca_bundle,
+                                 log_dir=log_dir, single_stage=single_stage, progress=progress)
+        log(f"built {result.tags[0]} in {result.seconds:.1f} s ({result.cached_steps}/{result.steps} "
+            f"steps cached)")
+        entry = {"stack": stack.name, "build": result.as_dict()}
+        entry["build"].pop("labels", None)
+        image = result.tags[0]
+        if run_checks:
+            from imagekit import check as check_mod
+
+            report = check_mod.run(image, check_mod.stack_checks(stack))
+            entry["check"] = report.as_dict()
+            counts = report.counts()
+            log(f"checked {image}: {counts['passed']} passed, {counts['failed']} failed, "
+                f"{counts['not-run']} not run")
+            if not report.ok:
+                for o in report.failed:
+                    log(f"  FAIL {o.id}: {o.detail.splitlines()[0] if o.detail else o.describe}")
+                results.append(entry)
+                raise ImagekitError(f"checks failed for {image}; nothing exported",
+                                    f"see `imagekit check {image}`")
+        if exports:
+            from imagekit.export import export_image
+
+            entry["exports"] = []
+            for fmt in exports:
+                suffix = {"enroot": "sqsh", "sif": "sif"}.get(fmt, fmt)
+                out = Path(output_dir) / f"{stack.name}.{suffix}"
+                log(f"exporting {image} -> {out}")
+                entry["exports"].append(_as_dict(export_image(image, fmt, str(out))))
+        results.append(entry)
+    return results
+
+
+def _as_dict(value) -> dict:
+    if hasattr(value, "as_dict"):
+        return value.as_dict()
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(value)
+    return dict(value) if isinstance(value, dict) else {"result": str(value)}
