@@ -1,0 +1,82 @@
+"""``imagekit validate``: exit codes 0/1/2, text and --json, stdin, a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from imagekit.cli import main
+from validate_gen import Spec, nccl_log, nccl_tests_output
+
+RUN, EXP = nccl_tests_output(Spec(style="new", hosts=("node-a", "node-b"), check=False))
+PEAK = max(EXP.oop_busbw + EXP.ip_busbw)
+
+
+def _invoke(args: list, stdin: str = "") -> "tuple[int, str, str]":
+    res = CliRunner().invoke(main, ["validate", *args], input=stdin, catch_exceptions=False)
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_help_shows_examples() -> None:
+    code, out, _ = _invoke(["--help"])
+    assert code == 0 and "imagekit validate - --min-busbw" in out and "--expect-transport" in out
+
+
+def test_pass_fail_unreadable_exit_codes(tmp_path) -> None:
+    log = tmp_path / "nccl.log"
+    log.write_text(RUN + nccl_log("IB"))
+    code, out, _ = _invoke([str(log), "--min-busbw", str(PEAK - 1), "--expect-transport", "IB"])
+    assert code == 0 and "verdict: PASS" in out and "peak busbw" in out
+    code, out, _ = _invoke([str(log), "--min-busbw", str(PEAK + 1)])
+    assert code == 1 and "verdict: FAIL" in out and "at 8 GiB" in out
+    code, _, err = _invoke(["-"], stdin="no benchmark here\n")
+    assert code == 2 and "unreadable" in err
+    code, _, err = _invoke([str(tmp_path / "missing.log")])
+    assert code == 2 and "cannot read" in err
+
+
+def test_truncated_exits_1(tmp_path) -> None:
+    text, _ = nccl_tests_output(Spec(style="classic", stop_after=10, footer=False))
+    code, out, _ = _invoke(["-", "--brief"], stdin=text)
+    assert code == 1 and "TRUNCATED" in out
+
+
+def test_json_output() -> None:
+    code, out, _ = _invoke(["-", "--json", "--min-busbw", str(PEAK + 1)], stdin=RUN + nccl_log("GDRDMA"))
+    assert code == 1
+    data = json.loads(out)
+    assert data["status"] == "fail"
+    [s] = data["summary"]["nccl_tests"]
+    assert s["peak_busbw"] == PEAK and s["saturation_size"] == 32 << 20 and s["hosts"] == ["node-a", "node-b"]
+    assert s["small_size_latency_us"][0] == {"size": 8, "out_of_place": 20.0, "in_place": 20.3}
+    assert data["summary"]["transports"] == ["IB", "GDRDMA", "P2P"]
+    assert data["verdict"]["failures"][0]["size"] == 8 << 30
+    assert len(data["result"]["nccl_tests"][0]["rows"]) == 31
+
+
+def test_json_unreadable_still_prints_json() -> None:
+    code, out, _ = _invoke(["-", "--json"], stdin="\x00garbage")
+    assert code == 2 and json.loads(out)["status"] == "unreadable"
+
+
+def test_bad_baseline_exits_2(tmp_path) -> None:
+    b = tmp_path / "b.yaml"
+    b.write_text("min_bus_bw: 3\n")
+    code, _, err = _invoke(["-", "--baseline", str(b)], stdin=RUN)
+    assert code == 2 and "unknown key" in err
+
+
+def test_real_subprocess_reads_stdin() -> None:
+    exe = shutil.which("imagekit")
+    cmd = [exe] if exe else [sys.executable, "-m", "imagekit"]
+    proc = subprocess.run([*cmd, "validate", "-", "--min-busbw", str(PEAK - 1), "--brief"],
+                          input=(RUN.replace("\n", "\r\n")).encode(), capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert b"verdict: PASS" in proc.stdout
+    proc = subprocess.run([*cmd, "validate", "-", "--min-busbw", str(PEAK + 1)], input=RUN.encode(),
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 1 and b"FAIL" in proc.stdout
