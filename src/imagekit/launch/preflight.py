@@ -108,9 +108,11 @@ def parse_srun_mpi_list(text: str) -> list[str]:
     for line in text.splitlines():
         line = line.strip()
         line = re.sub(r"^srun:\s*", "", line)
-        if not line or line.lower().startswith(("mpi plugin types", "specific pmix")):
-            # Slurm 22+ lists versioned plugins on the line after this header: 'pmix_v4'
+        if not line or line.lower().startswith("mpi plugin types"):
             continue
+        if line.lower().startswith("specific pmix"):
+            # Slurm 22+: "specific pmix plugin versions available: pmix_v4"
+            line = line.split(":", 1)[-1]
         for token in re.split(r"[,\s]+", line):
             if re.fullmatch(r"[a-z][a-z0-9_]*", token) and token not in names:
                 names.append(token)

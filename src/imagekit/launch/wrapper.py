@@ -56,9 +56,10 @@ def render(runtime: str, image: str, *, job_id: str, mounts: list[Mount] = (),
         f"# imagekit rank wrapper ({runtime}, job {job_id}): runs one MPI rank in a container.\n"
         "set -euo pipefail\n"
         f"image={q(image)}\n"
-        # Slurm scripts set IMAGEKIT_JOB_ID per allocation; the literal is the generating job's id.
-        f'job="${{IMAGEKIT_JOB_ID:-{job_id}}}"\n'
     )
+    if runtime == "docker":
+        # Slurm scripts set IMAGEKIT_JOB_ID per allocation; the literal is the generating job's id.
+        head += f'job="${{IMAGEKIT_JOB_ID:-{job_id}}}"\n'
     if runtime == "docker":
         binds = "".join(f"binds+=(-v {q(f'{m.src}:{m.dst}' + (':ro' if m.readonly else ''))})\n" for m in mounts)
         body = (
@@ -96,15 +97,18 @@ def render(runtime: str, image: str, *, job_id: str, mounts: list[Mount] = (),
     elif runtime == "enroot":
         def fstab(src: str, dst: str, ro: bool = False) -> str:
             return f"{src}:{dst}:none:x-create=auto,rbind" + (",ro" if ro else "")
-        binds = "".join(f"binds+=(--mount {q(fstab(m.src, m.dst, m.readonly))})\n" for m in mounts)
+        def sq(text: str) -> str:  # always quoted: the commas in mount options are not array separators
+            return "'" + text.replace("'", "'\\''") + "'"
+        binds = "".join(f"binds+=(--mount {sq(fstab(m.src, m.dst, m.readonly))})\n" for m in mounts)
         body = (
             _forward_loop("--env") + _extra_env("--env", list(env_names)) +
-            f"binds=(--mount {q(fstab('/tmp', '/tmp'))})\n"
+            f"binds=(--mount {sq(fstab('/tmp', '/tmp'))})\n"
             'if [ -n "${PMIX_SERVER_TMPDIR:-}" ]; then\n'
             '  binds+=(--mount "$PMIX_SERVER_TMPDIR:$PMIX_SERVER_TMPDIR:none:x-create=dir,rbind")\n'
             "fi\n" + binds +
             # enroot has no workdir flag: the rank's command runs through sh -c cd.
-            (f'set -- sh -c \'cd "$0" && exec "$@"\' {q(workdir)} "$@"\n' if workdir else "") +
+            ("# shellcheck disable=SC2016 # expanded by the container's sh, not here\n"
+             f'set -- sh -c \'cd "$0" && exec "$@"\' {q(workdir)} "$@"\n' if workdir else "") +
             'exec enroot start "${forward[@]}" "${binds[@]}" "$image" "$@"\n'
         )
     else:  # pragma: no cover - callers validate the runtime first

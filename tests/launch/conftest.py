@@ -1,0 +1,104 @@
+"""Fixtures for the launch tests: MPI images, a local Slurm, shellcheck.
+
+``mpi_image`` is a stand-in until tests/conftest.py provides the lead's stack
+image under the same name (then delete it here). Slurm tests start Debian's
+Slurm on localhost; with ``CI`` set a missing Slurm or shellcheck is a failure,
+never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from slurm_local import LocalSlurm, missing  # noqa: E402
+
+DOCKER = "/usr/bin/docker"
+STANDIN_TAG = "imagekit-test/mpi-standin:latest"
+STANDIN_DOCKERFILE = """\
+FROM {base}
+RUN apt-get update \\
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+      openmpi-bin python3-mpi4py openssh-server openssh-client \\
+ && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_* \\
+ && printf 'PasswordAuthentication no\\nPermitRootLogin prohibit-password\\n' \\
+      > /etc/ssh/sshd_config.d/imagekit.conf
+"""
+
+
+def _need(problem: str | None) -> None:
+    if problem is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI needs this and it is missing: {problem}", pytrace=False)
+    pytest.skip(problem)
+
+
+def _exists(tag: str) -> bool:
+    return subprocess.run([DOCKER, "image", "inspect", tag], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def _build(tag: str, dockerfile: str) -> str:
+    proc = subprocess.run([DOCKER, "build", "-q", "-t", tag, "-"], input=dockerfile, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          env={**os.environ, "DOCKER_BUILDKIT": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return tag
+
+
+@pytest.fixture(scope="session")
+def mpi_image(base_image: str) -> str:
+    """Stand-in for the lead's stack image: Debian OpenMPI + mpi4py + sshd without host keys."""
+    if not _exists(STANDIN_TAG):
+        _build(STANDIN_TAG, STANDIN_DOCKERFILE.format(base=base_image))
+    return STANDIN_TAG
+
+
+@pytest.fixture(scope="session")
+def no_sshd_image(base_image: str) -> str:
+    """The minbase image re-tagged: no sshd (and no MPI)."""
+    tag = "imagekit-test/no-sshd:latest"
+    return tag if _exists(tag) else _build(tag, f"FROM {base_image}\nLABEL io.imagekit.test=no-sshd\n")
+
+
+@pytest.fixture(scope="session")
+def no_mpi_image(mpi_image: str) -> str:
+    """sshd present, Open MPI's launchers removed: inside-out and preflight must refuse it."""
+    tag = "imagekit-test/no-mpi-sshd:latest"
+    if _exists(tag):
+        return tag
+    return _build(tag, f"FROM {mpi_image}\nRUN rm -f /usr/bin/mpirun /usr/bin/mpiexec /usr/bin/orted "
+                       "/usr/bin/orterun /usr/bin/mpirun.openmpi /usr/bin/mpiexec.openmpi\n")
+
+
+@pytest.fixture(scope="session")
+def shellcheck():
+    """``shellcheck(path_or_text, shell='bash')`` asserts the script is clean."""
+    _need(None if shutil.which("shellcheck") else "shellcheck is not installed (apt-get install shellcheck)")
+
+    def check(script, shell: str = "bash") -> None:
+        if isinstance(script, Path):
+            proc = subprocess.run(["shellcheck", "-s", shell, str(script)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        else:
+            proc = subprocess.run(["shellcheck", "-s", shell, "-"], input=script, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        assert proc.returncode == 0, proc.stdout
+
+    return check
+
+
+@pytest.fixture(scope="session")
+def local_slurm(tmp_path_factory):
+    """Debian's Slurm on localhost (munged, slurmctld, slurmd -N localhost); stopped after the session."""
+    _need(missing())
+    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm")).start()
+    yield cluster
+    cluster.stop()

@@ -1,0 +1,154 @@
+"""Slurm sbatch scripts: Pyxis/Apptainer/Enroot checked against documented flags, Docker run for real."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from imagekit.cli import main
+from imagekit.errors import UsageError
+from imagekit.launch import slurm
+from imagekit.launch.common import parse_mounts
+
+# Flags srun gains from the Pyxis SPANK plugin (NVIDIA/pyxis wiki "Usage" / args.c spank_opts).
+PYXIS_FLAGS = {"--container-image", "--container-mounts", "--container-workdir", "--container-name",
+               "--container-save", "--container-mount-home", "--no-container-mount-home",
+               "--container-remap-root", "--no-container-remap-root", "--container-entrypoint",
+               "--no-container-entrypoint", "--container-entrypoint-log", "--container-writable",
+               "--container-readonly", "--container-env"}
+# `apptainer exec` options (apptainer.org docs, CLI reference) and `enroot start` options (NVIDIA/enroot doc/cmd/start.md).
+APPTAINER_FLAGS = {"--nv", "--bind", "--pwd", "--env", "--cleanenv", "--contain"}
+ENROOT_FLAGS = {"--env", "--mount", "--rw", "--root", "--conf", "--rc"}
+
+
+def job(**kw) -> slurm.SlurmJob:
+    base = dict(image="nvcr.io#org/img:1", nodes=2, gpus_per_node=8, command=["python3", "train.py", "--lr", "0.1"])
+    base.update(kw)
+    return slurm.SlurmJob(**base)
+
+
+def srun_line(script: str) -> list[str]:
+    line = next(l for l in script.splitlines() if l.startswith("srun --mpi=pmix"))
+    return shlex.split(line)
+
+
+def test_pyxis_script_uses_only_documented_pyxis_flags(shellcheck):
+    """Pyxis cannot run here: the srun line is checked against the flags Pyxis documents."""
+    script = slurm.render(job(mounts=parse_mounts(["/data:/data:ro,/scratch:/scratch"]), workdir="/work",
+                              env={"FOO": "a b"}, nccl_debug=True, mount_home=False,
+                              partition="gpu", time="01:00:00"))
+    shellcheck(script)
+    argv = srun_line(script)
+    flags = [a.split("=")[0] for a in argv[2:] if a.startswith("--container") or a.startswith("--no-container")]
+    assert set(flags) <= PYXIS_FLAGS
+    assert "--container-image=nvcr.io#org/img:1" in argv
+    # Pyxis: entries separated by ",", flags after a third ":" (ro, or "+"-joined)
+    assert "--container-mounts=/data:/data:ro,/scratch:/scratch" in argv
+    assert "--container-workdir=/work" in argv and "--no-container-mount-home" in argv
+    assert "--container-env=FOO,NCCL_DEBUG" in argv
+    assert argv[-4:] == ["python3", "train.py", "--lr", "0.1"]
+    for opt in ("--nodes=2", "--ntasks-per-node=8", "--gpus-per-node=8", "--partition=gpu", "--time=01:00:00"):
+        assert f"#SBATCH {opt}" in script
+    assert "export NCCL_DEBUG=INFO" in script and "export FOO='a b'" in script
+    assert "memlock" in script.lower() and "/dev/shm" in script
+
+
+def test_nccl_debug_is_opt_in_and_cpu_only_takes_ntasks():
+    script = slurm.render(job(gpus_per_node=0, ntasks_per_node=32))
+    assert "export NCCL_DEBUG" not in script
+    assert "#SBATCH --ntasks-per-node=32" in script and "#SBATCH --gpus-per-node" not in script
+    assert "#SBATCH --ntasks-per-node=1" in slurm.render(job(gpus_per_node=0))
+
+
+@pytest.mark.parametrize("runtime,flags", [("apptainer", APPTAINER_FLAGS), ("enroot", ENROOT_FLAGS)])
+def test_apptainer_and_enroot_scripts_use_documented_flags(runtime, flags, shellcheck):
+    """Apptainer/Enroot cannot run here: the wrapper's runtime line is checked against their documented options."""
+    script = slurm.render(job(runtime=runtime, image="./img.sif" if runtime == "apptainer" else "./img.sqsh",
+                              mounts=parse_mounts(["/data:/data:ro"]), workdir="/work"))
+    shellcheck(script)
+    assert srun_line(script)[:2] == ["srun", "--mpi=pmix"]
+    body = script.split("<<'IMAGEKIT_RANK_WRAPPER'")[1].split("\nIMAGEKIT_RANK_WRAPPER")[0].lstrip("\n")
+    shellcheck(body)
+    exec_line = next(l for l in body.splitlines() if l.startswith("exec "))
+    assert exec_line.startswith(f"exec {runtime} {'exec' if runtime == 'apptainer' else 'start'} ")
+    used = set(re.findall(r"(--[a-z][a-z-]*)", body.split("done < <(compgen -e)")[-1]))
+    assert used <= flags, used - flags
+    assert "PMIX_SERVER_TMPDIR" in body          # Slurm's PMIx rendezvous must be visible in the container
+    if runtime == "apptainer":
+        assert "--nv" in body and "--bind /data:/data:ro" in body and "--pwd /work" in body
+    else:  # enroot fstab fields are colon-separated: src:dst:type:options
+        assert "--mount '/data:/data:none:x-create=auto,rbind,ro'" in body
+        assert 'forward+=(--env "$name")' in body
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"runtime": "singularity-ce"}, "unknown runtime"),
+    ({"nodes": 0}, "--nodes must be >= 1"),
+    ({"command": []}, "no command"),
+    ({"gpus_per_node": -1}, "--gpus-per-node must be >= 0"),
+])
+def test_bad_input_is_one_clear_usage_error(kw, msg):
+    with pytest.raises(UsageError, match=msg) as err:
+        job(**kw)
+    assert err.value.hint
+
+
+def test_cli_dry_run_prints_script_and_bad_runtime_exits_2(tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(main, ["launch", "slurm", "--image", "./x.sqsh", "-N", "2", "--gpus-per-node", "4",
+                               "--", "./app", "-x", "1"])
+    assert res.exit_code == 0, res.output
+    assert "srun --mpi=pmix --container-image=./x.sqsh ./app -x 1" in res.output
+    res = runner.invoke(main, ["launch", "slurm", "--image", "x", "-N", "1", "--runtime", "podman", "--", "a"])
+    assert res.exit_code == 2 and "imagekit: error: unknown runtime 'podman'" in res.output
+    out = tmp_path / "job.sbatch"
+    res = runner.invoke(main, ["launch", "slurm", "--image", "./x.sqsh", "-N", "1", "-o", str(out), "--", "a"])
+    assert res.exit_code == 0 and out.read_text().startswith("#!/bin/bash") and list(tmp_path.iterdir()) == [out]
+
+
+def test_submit_without_sbatch_says_so(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    res = CliRunner().invoke(main, ["launch", "slurm", "--image", "./x.sqsh", "-N", "1", "--submit", "--", "a"])
+    assert res.exit_code == 1
+    assert "`sbatch` not found" in res.output and "fix:" in res.output
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slurm
+@pytest.mark.engine
+def test_docker_ranks_under_real_slurm_see_distinct_ranks(local_slurm, mpi_image, tmp_path, shellcheck):
+    """sbatch + srun --mpi=pmix + docker rank wrapper (binding $PMIX_SERVER_TMPDIR) on Debian's Slurm."""
+    script = tmp_path / "job.sbatch"
+    code = "from mpi4py import MPI; c = MPI.COMM_WORLD; print(f'rank {c.rank} of {c.size}', flush=True)"
+    slurm.write(slurm.SlurmJob(image=mpi_image, nodes=1, ntasks_per_node=2, runtime="docker",
+                               command=["python3", "-c", code]), script)
+    shellcheck(script)
+    out = tmp_path / "job.out"
+    proc = subprocess.run(["sbatch", "--wait", "-o", str(out), str(script)], env=local_slurm.env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+    text = out.read_text() if out.exists() else ""
+    assert proc.returncode == 0, proc.stdout + text
+    assert "rank 0 of 2" in text and "rank 1 of 2" in text, text
+    left = subprocess.run(["/usr/bin/docker", "ps", "-aq", "--filter", "label=io.imagekit.job"],
+                          stdout=subprocess.PIPE, text=True).stdout.split()
+    assert left == []
+
+
+@pytest.mark.slurm
+def test_preflight_reads_real_srun_mpi_list(local_slurm, monkeypatch):
+    from imagekit.launch import preflight
+
+    monkeypatch.setenv("SLURM_CONF", local_slurm.env["SLURM_CONF"])
+    host = preflight.HostFacts.probe(want_srun=True)
+    assert "pmix" in host.srun_mpi and "pmix_v4" in host.srun_mpi
+    img = preflight.ImageFacts.from_labels({"io.imagekit.components": "pmix,openmpi",
+                                            "io.imagekit.component.pmix.version": "4.2.2",
+                                            "io.imagekit.component.openmpi.version": "4.1.4"})
+    assert preflight.check_slurm_pmix(img, host).status == "ok"
+    img3 = preflight.ImageFacts.from_labels({"io.imagekit.components": "pmix,openmpi",
+                                             "io.imagekit.component.pmix.version": "3.2.3"})
+    assert preflight.check_slurm_pmix(img3, host).status == "warn"
