@@ -10,6 +10,7 @@ so both produce byte-identical output.
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 from imagekit import __version__
 from imagekit.errors import UsageError
@@ -62,8 +63,10 @@ def populate(devel, runtime, stack, *, single_stage: bool = False) -> None:
 
     base = stack.base
     common = {"_distro": base.hpccm_distro, "_arch": base.arch, "_bootstrap": base.bootstrap}
-    devel += comment(f"imagekit {__version__}: stack {stack.name} ({stack.file}); generated, do not edit",
-                     reformat=False)
+    # Only the file's name: the full path depends on the checkout and on how the
+    # stack was named, and would change the recipe hash (io.imagekit.recipe.sha256).
+    devel += comment(f"imagekit {__version__}: stack {stack.name} ({Path(stack.file).name}); "
+                     "generated, do not edit", reformat=False)
     devel += baseimage(image=base.image, _as="devel", **common)
     devel += _blocks.apt_cache_setup()
     for component in stack.components.values():
