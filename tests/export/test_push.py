@@ -1,0 +1,92 @@
+"""Push to a real registry (Debian's docker-registry on 127.0.0.1:<free port>)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+from click.testing import CliRunner
+
+from imagekit.errors import UsageError
+from imagekit.export.push import push_image, split_reference
+
+MANIFEST_TYPES = ", ".join(["application/vnd.docker.distribution.manifest.v2+json",
+                            "application/vnd.oci.image.manifest.v1+json"])
+
+
+def test_reference_parsing_and_pyxis_form():
+    assert split_reference("127.0.0.1:5000/hpc/mpi:1.0") == ("127.0.0.1:5000", "hpc/mpi", "1.0")
+    assert split_reference("localhost/x") == ("localhost", "x", "latest")
+    with pytest.raises(UsageError, match="does not name a registry"):
+        split_reference("imagekit/debian:bookworm")
+    with pytest.raises(UsageError, match="bad repository name"):
+        split_reference("127.0.0.1:5000/Upper:1")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        pytest.fail("docker-registry is not installed (apt-get install docker-registry)")
+    root = tmp_path_factory.mktemp("registry")
+    port = _free_port()
+    config = root / "config.yml"
+    config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
+                      f"    rootdirectory: {root / 'data'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
+    proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    addr = f"127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://{addr}/v2/", timeout=1)
+            break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail(f"docker-registry exited: {proc.stderr.read().decode()[-500:]}")
+            time.sleep(0.1)
+    yield addr
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _registry_digest(addr: str, repo: str, tag: str) -> str:
+    req = urllib.request.Request(f"http://{addr}/v2/{repo}/manifests/{tag}",
+                                 headers={"Accept": MANIFEST_TYPES}, method="HEAD")
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return resp.headers["Docker-Content-Digest"]
+
+
+@pytest.mark.engine
+def test_push_reports_the_registry_digest_and_pulls_back(odd_image, registry, docker_bin):
+    result = push_image(odd_image, f"{registry}/imagekit-test/odd:1")
+    assert result.digest == _registry_digest(registry, "imagekit-test/odd", "1")
+    assert result.pyxis == f"{registry}#imagekit-test/odd:1"
+    assert result.pinned == f"{registry}/imagekit-test/odd@{result.digest}"
+    # Pull back by digest after dropping the local tag: same image ID as the source.
+    subprocess.run([docker_bin, "rmi", result.reference], check=True, capture_output=True)
+    subprocess.run([docker_bin, "pull", result.pinned], check=True, capture_output=True)
+    ids = subprocess.run([docker_bin, "image", "inspect", "-f", "{{.Id}}", result.pinned, odd_image],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert ids[0] == ids[1]
+
+
+@pytest.mark.engine
+def test_cli_push_json(odd_image, registry):
+    from imagekit.cli.export_cmds import push
+
+    res = CliRunner().invoke(push, [odd_image, "--to", f"{registry}/imagekit-test/cli:v2", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["digest"] == _registry_digest(registry, "imagekit-test/cli", "v2")
+    assert doc["pyxis"] == f"{registry}#imagekit-test/cli:v2"
