@@ -273,10 +273,10 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
     tags = raw.get("tags") or PosList()
     for i, tag in enumerate(top["tags"]):
         try:
-            stack.tags.append(tag.format(**substitutions))
-        except (KeyError, IndexError, ValueError) as exc:
+            stack.tags.append(_substitute(tag, substitutions))
+        except ValueError as exc:
             lines = getattr(tags, "lines", [])
-            raise StackError(f"tag {tag!r} uses an unknown placeholder {exc}", file=str(path),
+            raise StackError(f"tag {tag!r}: {exc}", file=str(path),
                              line=lines[i] if i < len(lines) else None, key="tags",
                              hint="placeholders: " + ", ".join("{%s}" % k for k in substitutions)) from None
 
@@ -302,6 +302,23 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
     stack.checks = _stack_checks(raw.get("checks") or PosList(), path)
     rules.enforce(stack, comps_raw)
     return stack
+
+
+def _substitute(tag: str, values: dict[str, str]) -> str:
+    """Replace ``{key}`` placeholders; only plain names (str.format would also allow
+    ``{name.attr}`` and ``{name[0]}``, which crash or silently mangle a tag)."""
+    import string
+
+    out = []
+    for literal, field_name, spec, conversion in string.Formatter().parse(tag):
+        out.append(literal)
+        if field_name is None:
+            continue
+        if field_name not in values or spec or conversion:
+            shown = "{" + field_name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"unknown placeholder {shown}")
+        out.append(values[field_name])
+    return "".join(out)
 
 
 def _stack_checks(items: list, path: Path) -> list:
