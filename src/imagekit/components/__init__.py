@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from imagekit.checks import Check
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from imagekit.stack import Stack
 
 SOURCES = ("upstream", "distro", "pypi", "repo", "base")
+_VERSION = re.compile(r"\d+(\.\d+)*([-+~][0-9A-Za-z.+~-]*)?$")
 
 
 class Component:
@@ -51,6 +53,11 @@ class Component:
 
     def configure(self) -> None:
         """Per-component validation after options are typed; raise with ``self.error``."""
+        version = self.opts.get("version")
+        if version and not _VERSION.match(version):
+            # Components parse the version (major for OpenMPI 5/PMIx labels, NCCL's version code):
+            # refuse a non-version here rather than crash with a traceback later.
+            self.error("version", f"{version!r} is not a version", 'write it like "4.1.7" or "2.23.4-1"')
         if self.source in ("upstream", "pypi", "repo") and not self.opts.get("version"):
             self.error("version", f"`source: {self.source}` needs a pinned version",
                        f'add `version: "X.Y.Z"` to {self.name}')

@@ -21,6 +21,7 @@ class Cuda(Component):
     sources = ("base",)
 
     def configure(self) -> None:
+        super().configure()
         if self.opts.get("version"):
             found = _TAG.search(self.stack.base.image)
             if found and not found.group(1).startswith(self.opts["version"]) \
