@@ -52,6 +52,10 @@ def load(path: Path) -> Any:
         node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
+        # An unclosed bracket or quote is only noticed at the end of the stream (a
+        # line past the file's end); the line that opened it is the useful one.
+        if mark is not None and exc.context_mark is not None and mark.index >= len(text.rstrip()):
+            mark = exc.context_mark
         line = mark.line + 1 if mark else None
         raise StackError(f"malformed YAML: {exc.problem or exc.context}", file=name, line=line,
                          hint="check indentation and quoting at that line") from None
