@@ -1,0 +1,64 @@
+"""Small helpers for the stack/recipe tests: write a stack file, expect a located error."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from imagekit.errors import StackError
+
+# A valid Debian header; tests append `components:` etc. below it.
+DEBIAN = """\
+name: t
+base:
+  image: imagekit/debian:bookworm
+  distro: debian12
+"""
+# A CUDA base (tag carries the CUDA version) for GPU-side components.
+CUDA = """\
+name: g
+base:
+  image: nvidia/cuda:12.4.1-devel-ubuntu22.04
+  runtime: nvidia/cuda:12.4.1-runtime-ubuntu22.04
+  distro: ubuntu22
+"""
+
+
+def write(directory: Path, text: str, name: str = "stack.yaml") -> Path:
+    path = directory / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def line_of(path: Path, needle: str) -> int:
+    """The 1-based line of the first line of ``path`` containing ``needle``."""
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if needle in line:
+            return number
+    raise AssertionError(f"{needle!r} not in {path}")
+
+
+def expect_error(call, path: Path | str | None, line: int | None, key: str | None, *fragments: str,
+                 fix: bool = True) -> StackError:
+    """Run ``call``; assert a StackError located at ``path:line: key:`` whose text has ``fragments``."""
+    with pytest.raises(StackError) as info:
+        call()
+    err = info.value
+    text = str(err)
+    if path is not None:
+        assert err.file == str(path), text
+    assert err.line == line, text
+    assert err.key == key, text
+    prefix = f"{path}:{line}: " if line is not None else f"{path}: "
+    if path is not None:
+        assert text.startswith(prefix + (f"{key}: " if key else "")), text
+    for fragment in fragments:
+        assert fragment in text, f"{fragment!r} not in {text!r}"
+    if fix:
+        assert err.hint, f"no fix offered: {text!r}"
+        assert "\n  fix: " in text
+    assert err.exit_code == 2
+    return err
