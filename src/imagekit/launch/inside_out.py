@@ -62,7 +62,8 @@ cp "$src/ssh_host_ed25519_key" /etc/imagekit/ssh_host_ed25519_key
 chmod 600 /root/.ssh/id_ed25519 /root/.ssh/authorized_keys /etc/imagekit/ssh_host_ed25519_key
 # orted arrives over ssh: give those sessions the image's environment (PATH, LD_LIBRARY_PATH, ...).
 env | grep -v -E '^(HOSTNAME|HOME|PWD|SHLVL|_)=' > /root/.ssh/environment || true
-mkdir -p -m 755 /run/sshd
+mkdir -p /run/sshd
+chmod 755 /run/sshd
 exec /usr/sbin/sshd -D -e -p {PORT} -h /etc/imagekit/ssh_host_ed25519_key \\
   -o PermitUserEnvironment=yes -o PasswordAuthentication=no \\
   -o PermitRootLogin=prohibit-password -o AuthorizedKeysFile=.ssh/authorized_keys
@@ -191,8 +192,14 @@ class _Launch:
         import docker.errors
         from docker.types import Ulimit
 
+        from imagekit import engine
+
         job = self.job
         t0 = time.monotonic()
+        # Checked first: containers.run would otherwise try to pull it from a registry.
+        if not engine.image_exists(job.image):
+            raise ImagekitError(f"image {job.image!r} not found in the local engine",
+                                "build it with `imagekit build STACK` (or `docker load` it)")
         self.job_dir = make_job_dir(job)
         self.client.networks.create(self.network, driver="bridge", labels={JOB_LABEL: job.job_id})
         volumes = {str(self.job_dir): {"bind": MOUNT, "mode": "ro"}}
@@ -404,10 +411,11 @@ def render_sbatch(job: InsideOutJob) -> str:
         'name="imagekit-${SLURM_JOB_ID}"',
         'keys="${IMAGEKIT_KEYS_DIR:-$SLURM_SUBMIT_DIR}/.imagekit-${SLURM_JOB_ID}"',
         "workers=",
+        "# shellcheck disable=SC2317 # invoked by the EXIT trap",
         "cleanup() {",
         '  if [ -n "$workers" ]; then kill "$workers" 2>/dev/null || true; fi',
         '  srun --overlap --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" \\',
-        f'    docker rm -f "$name" >/dev/null 2>&1 || true',
+        '    docker rm -f "$name" >/dev/null 2>&1 || true',
         '  rm -rf "$keys"',
         "}",
         "trap cleanup EXIT",
@@ -418,13 +426,13 @@ def render_sbatch(job: InsideOutJob) -> str:
         'ssh-keygen -q -t ed25519 -N "" -C "$name-host" -f "$keys/ssh_host_ed25519_key"',
         'read -r kt kv _ < "$keys/ssh_host_ed25519_key.pub"',
         'printf \'* %s %s\\n\' "$kt" "$kv" > "$keys/known_hosts"',
-        f"cat > \"$keys/ssh_config\" <<'IMAGEKIT_EOF'",
+        "cat > \"$keys/ssh_config\" <<'IMAGEKIT_EOF'",
         SSH_CONFIG.rstrip("\n"),
         "IMAGEKIT_EOF",
-        f"cat > \"$keys/start.sh\" <<'IMAGEKIT_EOF'",
+        "cat > \"$keys/start.sh\" <<'IMAGEKIT_EOF'",
         START_SH.rstrip("\n"),
         "IMAGEKIT_EOF",
-        f"cat > \"$keys/wait.sh\" <<'IMAGEKIT_EOF'",
+        "cat > \"$keys/wait.sh\" <<'IMAGEKIT_EOF'",
         WAIT_SH.rstrip("\n"),
         "IMAGEKIT_EOF",
         'mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',

@@ -1,0 +1,199 @@
+"""Inside-out: real sshd workers on a private Docker network, real mpirun, real cleanup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from imagekit.errors import ImagekitError, UsageError
+from imagekit.launch import inside_out, preflight
+from imagekit.launch.common import JOB_LABEL
+
+DOCKER = "/usr/bin/docker"
+
+
+def leftovers(job_id: str) -> tuple[list[str], list[str]]:
+    flt = f"label={JOB_LABEL}={job_id}"
+    containers = subprocess.run([DOCKER, "ps", "-aq", "--filter", flt], stdout=subprocess.PIPE, text=True).stdout.split()
+    networks = subprocess.run([DOCKER, "network", "ls", "-q", "--filter", flt], stdout=subprocess.PIPE, text=True).stdout.split()
+    return containers, networks
+
+
+def key_dirs(job_id: str) -> list[Path]:
+    import tempfile
+
+    return list(Path(tempfile.gettempdir()).glob(f"imagekit-{job_id}-*"))
+
+
+def test_bad_input():
+    with pytest.raises(UsageError, match="unknown runtime 'podman'"):
+        inside_out.InsideOutJob(image="x", nodes=2, command=["a"], runtime="podman")
+    with pytest.raises(UsageError, match="--nodes must be >= 1"):
+        inside_out.InsideOutJob(image="x", nodes=0, command=["a"])
+    with pytest.raises(UsageError, match="no command"):
+        inside_out.InsideOutJob(image="x", nodes=1, command=[])
+
+
+def test_job_dir_keys_are_private_and_pinned():
+    job = inside_out.InsideOutJob(image="x", nodes=3, slots=2, command=["a"])
+    d = inside_out.make_job_dir(job)
+    try:
+        assert preflight.check_ssh_keys(d).status == "ok"
+        assert (d / "hostfile").read_text() == "node0 slots=2\nnode1 slots=2\nnode2 slots=2\n"
+        host_pub = (d / "ssh_host_ed25519_key.pub").read_text().split()[1]
+        assert (d / "known_hosts").read_text().split()[2] == host_pub
+        assert "StrictHostKeyChecking yes" in (d / "ssh_config").read_text()
+        os.chmod(d / "id_ed25519", 0o644)
+        bad = preflight.check_ssh_keys(d)
+        assert bad.status == "fail" and "chmod 600" in bad.fix
+    finally:
+        import shutil
+
+        shutil.rmtree(d)
+
+
+def test_worker_scripts_pass_shellcheck(shellcheck):
+    shellcheck(inside_out.START_SH, "sh")
+    shellcheck(inside_out.WAIT_SH, "sh")
+
+
+def test_slurm_variant_script(shellcheck):
+    job = inside_out.InsideOutJob(image="reg/img:1", nodes=4, slots=8, scheduler="slurm", command=["./app", "-n", "1"],
+                                  env={"NCCL_DEBUG": "INFO"}, partition="gpu", time="00:30:00")
+    script = inside_out.render_sbatch(job)
+    shellcheck(script)
+    assert "#SBATCH --nodes=4" in script and "#SBATCH --ntasks-per-node=1" in script
+    assert 'srun --ntasks-per-node=1 --ntasks="$SLURM_JOB_NUM_NODES"' in script
+    assert "--network=host" in script and "sshd -D -e -p 2222" in script
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in script
+    assert "mpirun --hostfile /run/imagekit/hostfile -np 32 -x NCCL_DEBUG ./app -n 1" in script
+    assert "btl_tcp_if_include" not in script       # host network: no guessed interface name
+    assert "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in script and 'rm -rf "$keys"' in script
+
+
+@pytest.mark.engine
+def test_ringtest_across_three_containers(mpi_image, capfd):
+    job = inside_out.InsideOutJob(image=mpi_image, nodes=3, command=["python3", "-m", "mpi4py.bench", "helloworld"])
+    timings: dict = {}
+    rc = inside_out.execute(job, log=lambda m: None, timings=timings)
+    out = capfd.readouterr().out
+    assert rc == 0
+    for rank in range(3):
+        assert f"I am process {rank} of 3 on node{rank}" in out, out
+    assert leftovers(job.job_id) == ([], []) and key_dirs(job.job_id) == []
+    job = inside_out.InsideOutJob(image=mpi_image, nodes=3, command=["python3", "-m", "mpi4py.bench", "ringtest"])
+    assert inside_out.execute(job, log=lambda m: None) == 0
+    assert "time for 1 loops" in capfd.readouterr().out
+
+
+@pytest.mark.engine
+def test_job_exit_code_is_returned(mpi_image):
+    job = inside_out.InsideOutJob(image=mpi_image, nodes=2, command=["sh", "-c", "exit 3"])
+    assert inside_out.execute(job, log=lambda m: None) != 0
+    assert leftovers(job.job_id) == ([], [])
+
+
+@pytest.mark.engine
+def test_killing_a_worker_fails_clearly_and_cleans_up(mpi_image):
+    code = ("import time; from mpi4py import MPI; c = MPI.COMM_WORLD; print('up', c.rank, flush=True); "
+            "c.Barrier(); time.sleep(120)")
+    job = inside_out.InsideOutJob(image=mpi_image, nodes=3, command=["python3", "-c", code])
+    victim = f"imagekit-{job.job_id}-2"
+
+    def kill_when_running():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ps = subprocess.run([DOCKER, "exec", f"imagekit-{job.job_id}-0", "pgrep", "-f", "python3 -c"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            if ps.returncode == 0:
+                subprocess.run([DOCKER, "kill", victim], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                return
+            time.sleep(0.3)
+
+    killer = threading.Thread(target=kill_when_running)
+    killer.start()
+    t0 = time.monotonic()
+    with pytest.raises(ImagekitError, match=r"worker node2 .* stopped while the job ran") as err:
+        inside_out.execute(job, log=lambda m: None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killer.join()
+    assert time.monotonic() - t0 < 60
+    assert err.value.hint
+    assert leftovers(job.job_id) == ([], []) and key_dirs(job.job_id) == []
+
+
+@pytest.mark.engine
+def test_ctrl_c_removes_everything(mpi_image, tmp_path):
+    """SIGINT (and SIGTERM) to the CLI mid-run: containers, network and keys are gone afterwards."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        proc = subprocess.Popen([sys.executable, "-m", "imagekit", "launch", "inside-out", "--image", mpi_image,
+                                 "--nodes", "2", "--no-preflight", "--", "sleep", "120"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        job_id = None
+        for line in proc.stdout:
+            if "imagekit: job" in line and job_id is None:
+                job_id = line.split("job ")[1].split(":")[0]
+            if "mpirun -np" in line:
+                break
+        assert job_id
+        time.sleep(1.0)
+        proc.send_signal(sig)
+        proc.communicate(timeout=60)
+        assert proc.returncode != 0
+        assert leftovers(job_id) == ([], []), sig
+        assert key_dirs(job_id) == []
+
+
+@pytest.mark.engine
+def test_image_without_sshd_is_refused(no_sshd_image):
+    job = inside_out.InsideOutJob(image=no_sshd_image, nodes=2, command=["hostname"])
+    with pytest.raises(ImagekitError, match="has no sshd") as err:
+        inside_out.execute(job, log=lambda m: None)
+    assert "openssh-server" in err.value.hint
+    assert leftovers(job.job_id) == ([], [])
+
+
+@pytest.mark.engine
+def test_image_without_mpi_is_refused(no_mpi_image):
+    job = inside_out.InsideOutJob(image=no_mpi_image, nodes=2, command=["hostname"])
+    with pytest.raises(ImagekitError, match="has no MPI") as err:
+        inside_out.execute(job, log=lambda m: None)
+    assert "openmpi" in err.value.hint
+    assert leftovers(job.job_id) == ([], [])
+
+
+@pytest.mark.engine
+def test_missing_image_is_one_line(base_image):
+    from click.testing import CliRunner
+
+    from imagekit.cli import main
+
+    res = CliRunner().invoke(main, ["launch", "inside-out", "--image", "imagekit-test/does-not-exist:1",
+                                    "--nodes", "2", "--", "hostname"])
+    assert res.exit_code != 0 and "imagekit: error:" in res.output and "not found" in res.output
+
+
+@pytest.mark.slurm
+@pytest.mark.engine
+def test_inside_out_over_real_slurm(local_slurm, mpi_image, tmp_path):
+    """One node is all this machine has: srun starts the worker, the batch script runs mpirun in it."""
+    job = inside_out.InsideOutJob(image=mpi_image, nodes=1, slots=2, scheduler="slurm",
+                                  command=["python3", "-m", "mpi4py.bench", "helloworld"])
+    script = tmp_path / "io.sbatch"
+    script.write_text(inside_out.render_sbatch(job))
+    out = tmp_path / "io.out"
+    proc = subprocess.run(["sbatch", "--wait", "-D", str(tmp_path), "-o", str(out), str(script)],
+                          env=local_slurm.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=240)
+    text = out.read_text() if out.exists() else ""
+    assert proc.returncode == 0, proc.stdout + text
+    assert "I am process 0 of 2" in text and "I am process 1 of 2" in text, text
+    assert not list(tmp_path.glob(".imagekit-*"))    # keys removed
+    assert subprocess.run([DOCKER, "ps", "-aq", "--filter", f"label={JOB_LABEL}"],
+                          stdout=subprocess.PIPE, text=True).stdout.split() == []
