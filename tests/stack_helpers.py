@@ -51,7 +51,7 @@ def expect_error(call, path: Path | str | None, line: int | None, key: str | Non
     if path is not None:
         assert err.file == str(path), text
     assert err.line == line, text
-    assert err.key == key, text
+    assert (err.key or None) == key, text
     prefix = f"{path}:{line}: " if line is not None else f"{path}: "
     if path is not None:
         assert text.startswith(prefix + (f"{key}: " if key else "")), text
