@@ -40,3 +40,22 @@ def base_image() -> str:
     from imagekit import base_image as base
 
     return base.ensure("debian:bookworm", log=lambda *_: None)
+
+
+@pytest.fixture(scope="session")
+def mpi_image(base_image) -> str:
+    """The offline stack's runtime image, built for real (cached layers make reruns fast)."""
+    from imagekit import build, stack
+
+    result = build.build(stack.load("debian-mpi"), log_dir=os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs"))
+    return result.tags[0]
+
+
+@pytest.fixture
+def write_stack(tmp_path):
+    """Write a small stack file made by the test; returns its path."""
+    def write(text: str, name: str = "stack.yaml"):
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+    return write

@@ -53,7 +53,7 @@ class BuildError(ImagekitError):
     def __init__(self, message: str, step: str | None, tail: list[str], log: str) -> None:
         detail = f"\n  step: {step}" if step else ""
         detail += "".join(f"\n  | {line}" for line in tail)
-        super().__init__(message + detail, f"full log: {log}")
+        super().__init__(message + detail + f"\n  full log: {log}")
         self.step, self.tail, self.log = step, tail, log
 
 

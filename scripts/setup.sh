@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian machine for imagekit: host tools, a Docker engine, imagekit itself.
+# Idempotent: installs only what is missing. Needs root (or sudo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Host tools, by what needs them:
+#   docker.io                 the engine (Debian's 20.10, BuildKit built in)
+#   debootstrap               `imagekit base` (offline base images)
+#   squashfs-tools(-ng)       Enroot squashfs export (sqfstar / tar2sqfs), unsquashfs in tests
+#   docker-registry           the real local registry `imagekit push` is tested against
+#   openmpi-bin python3-mpi4py  host side of outside-in launches (host mpirun + docker run per rank)
+#   slurm-wlm munge libpmix2 libpmix-dev  a real single-node Slurm for the launch tests
+#   shellcheck                every generated launch script is linted
+#   openssh-client            inside-out launches (ssh-keygen for per-job keys)
+PACKAGES=(docker.io debootstrap squashfs-tools squashfs-tools-ng docker-registry openmpi-bin
+          python3-mpi4py slurm-wlm munge libpmix2 libpmix-dev shellcheck openssh-client)
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    as_root apt-get update -qq
+    # Debian's docker-registry starts a service on install where it can; it is not needed running.
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${missing[@]}" >/dev/null
+fi
+
+bash scripts/setup-engine.sh
+
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import imagekit, hpccm, testinfra, hypothesis' >/dev/null 2>&1 || ! command -v imagekit >/dev/null; then
+    echo "setup: installing imagekit (editable, with the test extra)"
+    "$PY" -m pip install -q -e '.[test]'
+fi
+echo "setup: ready ($(imagekit --version))"

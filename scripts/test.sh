@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The test suite, on a fresh machine: set up (engine included), then pytest.
+# Integration tests need the engine; with CI set, a missing engine fails them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec python3 -m pytest "$@"

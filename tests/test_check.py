@@ -1,0 +1,110 @@
+"""`imagekit check` against real containers: green on the offline image, red on broken copies.
+
+Each broken copy is the real image with one thing removed or added (``docker
+commit`` keeps its labels, so the checks travel with it); every check kind
+(run, file, absent, library, python_import) is shown catching a breakage.
+"""
+
+import json
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from imagekit import check, checks, engine
+from imagekit.cli import main
+
+pytestmark = pytest.mark.engine
+
+
+def _broken(image: str, tag: str, script: str) -> str:
+    cli = engine.docker_cli()
+    cid = subprocess.run([cli, "create", "--entrypoint", "/bin/sh", image, "-c", script],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    try:
+        subprocess.run([cli, "start", "-a", cid], check=True, capture_output=True)
+        subprocess.run([cli, "commit", cid, tag], check=True, capture_output=True)
+    finally:
+        subprocess.run([cli, "rm", "-f", cid], capture_output=True)
+    return tag
+
+
+def test_offline_image_passes_every_check_that_can_run_here(mpi_image):
+    report = check.run(mpi_image, check.checks_from_image(mpi_image))
+    assert report.failed == [], [(o.id, o.detail) for o in report.failed]
+    statuses = {o.id: o.status for o in report.outcomes}
+    assert statuses["openmpi.pml_ucx"] == "passed"
+    assert statuses["openmpi.pmix_external"] == "passed"
+    assert statuses["nccl.lib"] == "passed"
+    assert statuses["stack.mpi4py-ring"] == "passed"
+    # Hardware checks are reported as not run, never as passed.
+    assert statuses["ofed.devices"] == "not-run"
+    assert statuses["ucx.verbs"] == "not-run"
+
+
+BREAKAGES = {
+    "no-mpirun": ("rm -f /usr/bin/mpirun /usr/bin/mpiexec /usr/bin/orterun /usr/bin/mpirun.openmpi",
+                  {"openmpi.version", "openmpi.runs", "stack.mpi4py-ring"}),
+    "no-nccl": ("rm -f /usr/local/nccl/lib/libnccl.so* && ldconfig", {"nccl.lib", "nccl.version"}),
+    "no-pml-ucx": ("rm -f /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/mca_pml_ucx.so", {"openmpi.pml_ucx"}),
+    "stale-nccl-cache": ("rm -f /usr/local/nccl/lib/libnccl.so.2", {"nccl.lib"}),
+    "host-key-baked": ("ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key",
+                       {"sshd.no_host_keys", "image.no_ssh_private_keys"}),
+    "user-key-baked": ("mkdir -p /root/.ssh && ssh-keygen -q -t ed25519 -N '' -f /root/.ssh/id_ed25519",
+                       {"sshd.no_user_keys", "image.no_ssh_private_keys"}),
+    "no-sshd": ("rm -f /usr/sbin/sshd", {"sshd.binary"}),
+    "no-mpi4py": ("rm -rf /usr/lib/python3/dist-packages/mpi4py", {"python.mpi4py", "stack.mpi4py-ring"}),
+    "secret-left": ("mkdir -p /root/.docker && echo '{\"auths\":{}}' > /root/.docker/config.json",
+                    {"image.no_build_secrets"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BREAKAGES))
+def test_checks_catch_a_broken_image(mpi_image, name):
+    script, expected = BREAKAGES[name]
+    broken = _broken(mpi_image, f"imagekit-test/broken:{name}", script)
+    try:
+        report = check.run(broken, check.checks_from_image(broken))
+        failed = {o.id for o in report.failed}
+        assert expected <= failed, f"expected {expected} to fail, failed: {failed}"
+        assert not report.ok
+        assert all(o.detail for o in report.failed), "a failure must show what went wrong"
+    finally:
+        subprocess.run([engine.docker_cli(), "rmi", "-f", broken], capture_output=True)
+
+
+def test_cli_check_names_component_and_output_and_writes_junit(mpi_image, tmp_path):
+    broken = _broken(mpi_image, "imagekit-test/broken:cli", "rm -f /usr/bin/ucx_info")
+    try:
+        junit = tmp_path / "checks.xml"
+        result = CliRunner().invoke(main, ["check", broken, "--junit", str(junit)])
+        assert result.exit_code == 1
+        assert "FAIL     ucx.version" in result.output
+        assert "ucx_info -v" in result.output and "exited" in result.output
+        assert "<testsuite" in junit.read_text() and "ucx.version" in junit.read_text()
+        as_json = CliRunner().invoke(main, ["check", broken, "--json"])
+        data = json.loads(as_json.output)
+        assert data["ok"] is False and data["counts"]["failed"] >= 1
+    finally:
+        subprocess.run([engine.docker_cli(), "rmi", "-f", broken], capture_output=True)
+
+
+def test_stack_file_checks_run_against_a_named_image(mpi_image, base_image, tmp_path):
+    """`imagekit check STACK --image TAG`: the stack's checks against another image fail clearly."""
+    result = CliRunner().invoke(main, ["check", "debian-mpi", "--image", base_image])
+    assert result.exit_code == 1
+    assert "FAIL     openmpi.version" in result.output
+
+
+def test_an_image_without_checks_is_refused_with_the_fix(base_image):
+    result = CliRunner().invoke(main, ["check", base_image])
+    assert result.exit_code == 2
+    assert "carries no imagekit checks" in result.output and "--image" in result.output
+
+
+def test_check_kinds_round_trip_through_the_label():
+    for c in [checks.run("a.b", "d", "true", expect="x"), checks.file("a.f", "/x"),
+              checks.absent("a.n", "/y*", "d"), checks.library("a.l", "libz.so.1"),
+              checks.python_import("a.p", "json")]:
+        d = json.loads(json.dumps(c.as_dict()))
+        assert d["kind"] == c.kind and d[c.kind] == getattr(c, c.kind)
