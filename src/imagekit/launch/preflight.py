@@ -108,7 +108,7 @@ def parse_srun_mpi_list(text: str) -> list[str]:
     for line in text.splitlines():
         line = line.strip()
         line = re.sub(r"^srun:\s*", "", line)
-        if not line or line.lower().startswith("mpi plugin types"):
+        if not line or "types are" in line.lower():  # the header line, in every Slurm version
             continue
         if line.lower().startswith("specific pmix"):
             # Slurm 22+: "specific pmix plugin versions available: pmix_v4"

@@ -1,0 +1,84 @@
+"""Outside-in with the host's Open MPI: one docker container per rank, run for real."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from imagekit.cli import main
+from imagekit.errors import UsageError
+from imagekit.launch import mpirun
+from imagekit.launch.common import parse_env, parse_mounts
+
+RANKS = "from mpi4py import MPI; c = MPI.COMM_WORLD; print(f'rank {c.rank} of {c.size}', flush=True)"
+
+
+def test_parse_hosts(tmp_path):
+    assert mpirun.parse_hosts("a:4,b") == [("a", 4), ("b", 1)]
+    hf = tmp_path / "hosts"
+    hf.write_text("# cluster\nn1 slots=8\nn2\n")
+    assert mpirun.parse_hosts(str(hf)) == [("n1", 8), ("n2", 1)]
+    with pytest.raises(UsageError, match="bad host entry"):
+        mpirun.parse_hosts("a:x")
+    with pytest.raises(UsageError, match="slots must be >= 1"):
+        mpirun.parse_hosts("a:0")
+
+
+def test_common_parsers():
+    assert parse_mounts(["/a:/b:ro,/c"]) == [mpirun.Mount("/a", "/b", True), mpirun.Mount("/c", "/c")]
+    with pytest.raises(UsageError, match="not absolute"):
+        parse_mounts(["/a:b"])
+    assert parse_env(["A=1", "B=x=y"]) == {"A": "1", "B": "x=y"}
+    with pytest.raises(UsageError, match="bad environment variable"):
+        parse_env(["1A=2"])
+
+
+@pytest.mark.parametrize("runtime", mpirun.RUNTIMES)
+def test_scripts_pass_shellcheck(runtime, tmp_path, shellcheck):
+    job = mpirun.MpirunJob(runtime=runtime, image="img", hosts=[("a", 2), ("b", 2)], command=["./app", "x y"],
+                           mounts=parse_mounts(["/data:/data:ro"]), env={"FOO": "1"}, gpus=True, workdir="/w")
+    run_sh = mpirun.write(job, tmp_path)
+    shellcheck(run_sh)
+    shellcheck(tmp_path / "rank.sh")
+    text = run_sh.read_text()
+    assert "mpirun -np 4 --host a:2,b:2 \"$here/rank.sh\" ./app 'x y'" in text
+    assert "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in text
+    rank = (tmp_path / "rank.sh").read_text()
+    if runtime == "docker":
+        assert "--network=host --ipc=host --pid=host" in rank and "-v /tmp:/tmp" in rank
+        assert "OMPI_*|PMIX_*|OPAL_*" in rank and 'forward+=(-e "$name")' in rank
+
+
+def test_unknown_runtime_and_missing_mpirun(monkeypatch, tmp_path):
+    res = CliRunner().invoke(main, ["launch", "mpirun", "--runtime", "lxc", "--image", "x", "--hosts", "a",
+                                    "--", "a"])
+    assert res.exit_code == 2 and "unknown runtime 'lxc'" in res.output and "fix: use one of" in res.output
+    monkeypatch.setenv("PATH", str(tmp_path))
+    res = CliRunner().invoke(main, ["launch", "mpirun", "--image", "x", "--hosts", "a", "--", "a"])
+    assert res.exit_code == 1 and "`mpirun` not found" in res.output and "openmpi-bin" in res.output
+
+
+@pytest.mark.engine
+def test_two_ranks_in_two_containers_have_distinct_ranks(mpi_image, tmp_path):
+    if shutil.which("mpirun") is None:
+        pytest.fail("host Open MPI missing: apt-get install openmpi-bin")
+    proc = subprocess.run([sys.executable, "-m", "imagekit", "launch", "mpirun", "--runtime", "docker",
+                           "--image", mpi_image, "--hosts", "localhost:2", "--", "python3", "-c", RANKS],
+                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout
+    assert "rank 0 of 2" in proc.stdout and "rank 1 of 2" in proc.stdout, proc.stdout
+    assert list(tmp_path.iterdir()) == []                    # the job directory is removed afterwards
+    left = subprocess.run(["/usr/bin/docker", "ps", "-aq", "--filter", "label=io.imagekit.job"],
+                          stdout=subprocess.PIPE, text=True).stdout.split()
+    assert left == []
+
+
+@pytest.mark.engine
+def test_image_without_mpi_is_refused_before_launch(no_sshd_image, tmp_path):
+    res = CliRunner().invoke(main, ["launch", "mpirun", "--image", no_sshd_image, "--hosts", "localhost:2",
+                                    "--", "hostname"])
+    assert res.exit_code == 1 and "has no MPI" in res.output and "--no-preflight" in res.output
