@@ -1,0 +1,271 @@
+"""Compatibility rules and component-level validation.
+
+Every ``Needs`` entry and every function in ``rules.CHECKS`` has a case here:
+a violating stack must raise StackError naming the file, the line, the key and
+a fix, and the same stack with the fix applied must load. Two guard tests fail
+when a rule is added to rules.py without a case here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from imagekit import rules
+from imagekit import stack as stack_mod
+from stack_helpers import CUDA, DEBIAN, expect_error, line_of, write
+
+UBUNTU24 = DEBIAN.replace("imagekit/debian:bookworm", "ubuntu:24.04").replace("debian12", "ubuntu24")
+ROCKY = DEBIAN.replace("imagekit/debian:bookworm", "rockylinux:9").replace("debian12", "rockylinux9")
+
+
+@dataclass
+class Case:
+    id: str
+    header: str
+    bad: str          # the components block (YAML lines below `components:`)
+    needle: str       # text on the line the error must point at
+    key: str
+    fragments: tuple
+    good: str         # the same stack, fixed as the hint says
+
+    def yaml(self, body: str) -> str:
+        return self.header + "components:\n" + body
+
+
+def c(id, header, bad, needle, key, fragments, good):
+    return Case(id, header, bad, needle, key, tuple(fragments), good)
+
+
+GPU_MPI = ("  cuda: {}\n  openmpi: {version: '4.1.7', ucx: false}\n")
+
+NEEDS_CASES = {
+    ("openmpi", ("pmix",), "pmix"): c(
+        "openmpi.pmix", DEBIAN, "  openmpi: {source: distro, ucx: false,\n            pmix: true}\n",
+        "pmix: true", "components.openmpi.pmix",
+        ["`openmpi.pmix: true` needs the `pmix` component", "matching the site's Slurm",
+         "add `pmix` to components, or set `pmix: false` on openmpi"],
+        "  openmpi: {source: distro, ucx: false, pmix: true}\n  pmix: {source: distro}\n"),
+    ("openmpi", ("ucx",), "ucx"): c(
+        "openmpi.ucx", DEBIAN, "  openmpi:\n    source: distro\n    ucx: true\n",
+        "ucx: true", "components.openmpi.ucx",
+        ["`openmpi.ucx: true` needs the `ucx` component", "set `ucx: false` on openmpi"],
+        "  openmpi: {source: distro, ucx: true}\n  ucx: {source: distro, ofed: false}\n"),
+    ("openmpi", ("cuda",), "cuda"): c(
+        "openmpi.cuda", CUDA, "  openmpi: {version: '4.1.7', ucx: false, cuda: true}\n",
+        "openmpi:", "components.openmpi.cuda",
+        ["`openmpi.cuda: true` needs the `cuda` component", "add `cuda` to components"],
+        "  openmpi: {version: '4.1.7', ucx: false, cuda: true}\n  cuda: {}\n"),
+    ("ucx", ("gdrcopy",), "gdrcopy"): c(
+        "ucx.gdrcopy", CUDA, "  cuda: {}\n  ucx: {version: '1.17.0', cuda: true, gdrcopy: true, ofed: false}\n",
+        "ucx:", "components.ucx.gdrcopy",
+        ["`ucx.gdrcopy: true` needs the `gdrcopy` component", "set `gdrcopy: false` on ucx"],
+        "  cuda: {}\n  ucx: {version: '1.17.0', cuda: true, gdrcopy: true, ofed: false}\n"
+        "  gdrcopy: {version: '2.4.4'}\n"),
+    ("ucx", ("cuda",), "cuda"): c(
+        "ucx.cuda", CUDA, "  ucx: {version: '1.17.0', ofed: false,\n        cuda: true}\n",
+        "cuda: true", "components.ucx.cuda",
+        ["`ucx.cuda: true` needs the `cuda` component"],
+        "  ucx: {version: '1.17.0', ofed: false, cuda: true}\n  cuda: {}\n"),
+    ("ucx", ("ofed",), "ofed"): c(
+        "ucx.ofed", DEBIAN, "  ucx:\n    source: distro\n    ofed: true\n",
+        "ofed: true", "components.ucx.ofed",
+        ["`ucx.ofed: true` needs the `ofed` component", "set `ofed: false` on ucx"],
+        "  ucx: {source: distro, ofed: true}\n  ofed: {flavor: inbox}\n"),
+    ("gdrcopy", ("cuda",), None): c(
+        "gdrcopy", CUDA, "  gdrcopy: {version: '2.4.4'}\n",
+        "gdrcopy:", "components.gdrcopy",
+        ["`gdrcopy` needs the `cuda` component", "add `cuda` to components"],
+        "  gdrcopy: {version: '2.4.4'}\n  cuda: {}\n"),
+    ("nccl-tests", ("nccl",), None): c(
+        "nccl-tests.nccl", CUDA, GPU_MPI + "  nccl-tests: {version: '2.13.11'}\n",
+        "nccl-tests:", "components.nccl-tests",
+        ["`nccl-tests` needs the `nccl` component"],
+        GPU_MPI + "  nccl-tests: {version: '2.13.11'}\n  nccl: {source: repo, version: '2.23.4-1'}\n"),
+    ("nccl-tests", ("cuda",), None): c(
+        "nccl-tests.cuda", DEBIAN,
+        "  nccl: {source: pypi, version: '2.21.5', cuda: '12'}\n  nccl-tests: {version: '2.13.11', mpi: false}\n",
+        "nccl-tests:", "components.nccl-tests",
+        ["`nccl-tests` needs the `cuda` component (nccl-tests is CUDA code)"],
+        "  nccl: {source: pypi, version: '2.21.5', cuda: '12'}\n  nccl-tests: {version: '2.13.11', mpi: false}\n"
+        "  cuda: {version: '12.4.1'}\n"),
+    ("nccl-tests", ("openmpi",), "mpi"): c(
+        "nccl-tests.mpi", CUDA,
+        "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  nccl-tests:\n    version: '2.13.11'\n"
+        "    mpi: true\n",
+        "mpi: true", "components.nccl-tests.mpi",
+        ["`nccl-tests.mpi: true` needs the `openmpi` component (built with MPI=1)", "set `mpi: false` on nccl-tests"],
+        "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  nccl-tests: {version: '2.13.11', mpi: false}\n"),
+    ("pytorch", ("python",), None): c(
+        "pytorch.python", CUDA, "  cuda: {}\n  pytorch: {version: '2.5.1'}\n",
+        "pytorch:", "components.pytorch", ["`pytorch` needs the `python` component"],
+        "  cuda: {}\n  pytorch: {version: '2.5.1'}\n  python: {}\n"),
+    ("pytorch", ("cuda",), None): c(
+        "pytorch.cuda", DEBIAN, "  python: {}\n  pytorch: {version: '2.5.1'}\n",
+        "pytorch:", "components.pytorch", ["`pytorch` needs the `cuda` component", "CUDA-matched"],
+        "  python: {}\n  pytorch: {version: '2.5.1'}\n  cuda: {version: '12.4.1'}\n"),
+    ("horovod", ("pytorch",), None): c(
+        "horovod.pytorch", CUDA,
+        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.28.1'}\n",
+        "horovod:", "components.horovod", ["`horovod` needs the `pytorch` component"],
+        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.28.1'}\n"
+        "  pytorch: {version: '2.5.1'}\n"),
+    ("horovod", ("openmpi",), None): c(
+        "horovod.openmpi", CUDA,
+        "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
+        "  horovod: {version: '0.28.1'}\n",
+        "horovod:", "components.horovod", ["`horovod` needs the `openmpi` component"],
+        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
+        "  horovod: {version: '0.28.1'}\n"),
+    ("horovod", ("nccl",), None): c(
+        "horovod.nccl", CUDA,
+        GPU_MPI + "  python: {}\n  pytorch: {version: '2.5.1'}\n  horovod: {version: '0.28.1'}\n",
+        "horovod:", "components.horovod", ["`horovod` needs the `nccl` component"],
+        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
+        "  horovod: {version: '0.28.1'}\n"),
+}
+
+CHECK_CASES = {
+    "_same_source_mpi_stack": [
+        c("distro-openmpi-upstream-pmix", DEBIAN,
+          "  openmpi: {source: distro, ucx: false, pmix: true}\n  pmix:\n    source: upstream\n    version: '4.2.9'\n",
+          "source: upstream", "components.pmix.source",
+          ["`source: upstream` pmix is not used by `source: distro` openmpi", "use `source: distro` for pmix"],
+          "  openmpi: {source: distro, ucx: false, pmix: true}\n  pmix: {source: distro}\n"),
+        c("distro-openmpi-upstream-ucx", DEBIAN,
+          "  openmpi: {source: distro}\n  ucx: {version: '1.17.0', ofed: false}\n",
+          "ucx:", "components.ucx.source", ["`source: upstream` ucx is not used"],
+          # not using UCX from OpenMPI is the other way out
+          "  openmpi: {source: distro, ucx: false}\n  ucx: {version: '1.17.0', ofed: false}\n"),
+    ],
+    "_nccl_cuda_from_base": [
+        c("nccl-cuda-suffix-mismatch", CUDA,
+          "  cuda: {}\n  nccl:\n    source: pypi\n    version: '2.21.5'\n    cuda: '11'\n",
+          "cuda: '11'", "components.nccl.cuda",
+          ["NCCL's CUDA suffix '11' does not match the base image's CUDA 12.4.1", "drop `cuda:` from nccl"],
+          "  cuda: {}\n  nccl: {source: pypi, version: '2.21.5'}\n"),
+        c("nccl-repo-without-cuda", DEBIAN, "  nccl: {source: repo, version: '2.23.4-1'}\n",
+          "nccl:", "components.nccl.source",
+          ["NCCL needs a CUDA version and this stack has no cuda component", "add `cuda: {}`"],
+          "  nccl: {source: repo, version: '2.23.4-1'}\n  cuda: {version: '12.4.1'}\n"),
+        c("nccl-pypi-without-cuda", DEBIAN, "  nccl:\n    source: pypi\n    version: '2.21.5'\n",
+          "source: pypi", "components.nccl.source",
+          ["NCCL needs a CUDA version", '`source: pypi` with `cuda: "12"`'],
+          "  nccl: {source: pypi, version: '2.21.5', cuda: '12'}\n"),
+    ],
+    "_pytorch_cuda": [
+        c("pytorch-unknown-version", CUDA, "  cuda: {}\n  python: {}\n  pytorch:\n    version: '2.0.0'\n",
+          "version: '2.0.0'", "components.pytorch.version",
+          ["no CUDA build table for PyTorch 2.0.0", "known versions: 2.4.1, 2.5.1"],
+          "  cuda: {}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"),
+        c("pytorch-no-build-for-cuda", CUDA, "  cuda: {}\n  python: {}\n  pytorch: {version: '2.8.0'}\n",
+          "pytorch:", "components.pytorch.version",
+          ["PyTorch 2.8.0 has no build for CUDA 12.4.1 (cu124)", "built for: cu126, cu128, cu129"],
+          "  cuda: {}\n  python: {}\n  pytorch: {version: '2.6.0'}\n"),
+    ],
+    "_arch_repos": [
+        c("mlnx-ubuntu24-aarch64", UBUNTU24.replace("distro: ubuntu24", "distro: ubuntu24\n  arch: aarch64"),
+          "  ofed:\n    flavor: mlnx\n    version: '24.10-1.1.4.0'\n",
+          "flavor: mlnx", "components.ofed.flavor", ["MLNX OFED has no ubuntu24 aarch64 build", "`flavor: doca`"],
+          "  ofed: {flavor: doca, version: '2.9.1'}\n"),
+    ],
+}
+
+CONFIGURE_CASES = [
+    *[c(f"distro-ucx-{opt}", DEBIAN, f"  ucx:\n    source: distro\n    ofed: false\n    {opt}: true\n",
+        f"{opt}: true", f"components.ucx.{opt}",
+        [f"the distro's UCX is not built with {opt}", "use `source: upstream` for ucx"],
+        "  ucx: {source: distro, ofed: false}\n") for opt in ("cuda", "gdrcopy", "knem", "xpmem")],
+    c("distro-openmpi-cuda", CUDA, "  cuda: {}\n  openmpi:\n    source: distro\n    ucx: false\n    cuda: true\n",
+      "cuda: true", "components.openmpi.cuda", ["the distro's OpenMPI is not CUDA-aware", "`source: upstream`"],
+      "  cuda: {}\n  openmpi: {version: '4.1.7', ucx: false, cuda: true}\n"),
+    c("cuda-version-mismatch", CUDA, "  cuda:\n    version: '12.6'\n", "version: '12.6'", "components.cuda.version",
+      ["CUDA 12.6 does not match the base image nvidia/cuda:12.4.1-devel-ubuntu22.04 (CUDA 12.4.1)",
+       "drop `version:`"],
+      "  cuda: {version: '12.4'}\n"),
+    c("cuda-unreadable-version", DEBIAN, "  cuda: {}\n", "cuda:", "components.cuda",
+      ["cannot read the CUDA version from the base image 'imagekit/debian:bookworm'", 'add `version: "12.4.1"`'],
+      "  cuda: {version: '12.4.1'}\n"),
+    c("upstream-without-version", CUDA, "  pmix: {}\n", "pmix:", "components.pmix.version",
+      ["`source: upstream` needs a pinned version", 'add `version: "X.Y.Z"` to pmix'],
+      "  pmix: {version: '4.2.9'}\n"),
+    c("pypi-without-version", CUDA, "  cuda: {}\n  nccl: {source: pypi}\n", "nccl:", "components.nccl.version",
+      ["`source: pypi` needs a pinned version"], "  cuda: {}\n  nccl: {source: pypi, version: '2.21.5'}\n"),
+    c("repo-without-version", CUDA, "  cuda: {}\n  nccl: {}\n", "nccl:", "components.nccl.version",
+      ["`source: repo` needs a pinned version"], "  cuda: {}\n  nccl: {version: '2.23.4-1'}\n"),
+    # An option that is not written is located at the component's options (here: their first line).
+    c("openmpi5-without-pmix", CUDA, "  openmpi:\n    version: '5.0.5'\n    ucx: false\n", "version: '5.0.5'",
+      "components.openmpi.pmix", ["OpenMPI 5 needs an external PMIx here", "set `pmix: true`"],
+      "  openmpi: {version: '5.0.5', ucx: false, pmix: true}\n  pmix: {version: '5.0.3'}\n"),
+    c("openmpi5-pmix-false", CUDA, "  openmpi:\n    version: '5.0.5'\n    ucx: false\n    pmix: false\n",
+      "pmix: false", "components.openmpi.pmix", ["OpenMPI 5 needs an external PMIx here"],
+      "  openmpi: {version: '4.1.7', ucx: false, pmix: false}\n"),
+    c("ofed-flavor-source-conflict", CUDA, "  ofed:\n    flavor: doca\n    version: '2.9.1'\n    source: distro\n",
+      "source: distro", "components.ofed.source", ["flavor 'doca' implies `source: upstream`", "drop `source:`"],
+      "  ofed: {flavor: doca, version: '2.9.1'}\n"),
+    c("ofed-inbox-upstream-conflict", DEBIAN, "  ofed: {flavor: inbox, source: upstream}\n",
+      "ofed:", "components.ofed.source", ["flavor 'inbox' implies `source: distro`"],
+      "  ofed: {flavor: inbox, source: distro}\n"),
+    c("ofed-doca-without-version", CUDA, "  ofed: {flavor: doca}\n", "ofed:", "components.ofed.version",
+      ["`source: upstream` needs a pinned version"], "  ofed: {flavor: doca, version: '2.9.1'}\n"),
+    c("distro-source-on-rpm-base", ROCKY, "  openmpi:\n    source: distro\n    ucx: false\n", "source: distro",
+      "components.openmpi.source", ["only packaged here for Debian/Ubuntu bases", "use `source: upstream`"],
+      "  openmpi: {version: '4.1.7', ucx: false}\n"),
+    c("not-a-version", DEBIAN, "  openmpi:\n    source: upstream\n    version: 'abc'\n    ucx: false\n",
+      "version: 'abc'", "components.openmpi.version", ["'abc' is not a version", 'like "4.1.7"'],
+      "  openmpi: {source: upstream, version: '4.1.7', ucx: false}\n"),
+    c("nccl-not-a-version", DEBIAN, "  nccl: {source: pypi, cuda: '12',\n         version: 'x.y'}\n",
+      "version: 'x.y'", "components.nccl.version", ["'x.y' is not a version"],
+      "  nccl: {source: pypi, cuda: '12', version: '2.21.5'}\n"),
+    c("wrong-source-choice", DEBIAN, "  sshd: {source: upstream}\n", "sshd:", "components.sshd.source",
+      ["invalid value 'upstream'", "valid: distro"], "  sshd: {source: distro}\n"),
+]
+
+ALL = [*NEEDS_CASES.values(), *[x for cases in CHECK_CASES.values() for x in cases], *CONFIGURE_CASES]
+
+
+@pytest.mark.parametrize("case", ALL, ids=[x.id for x in ALL])
+def test_violation_is_located_and_offers_a_fix(tmp_path, case):
+    path = write(tmp_path, case.yaml(case.bad))
+    expect_error(lambda: stack_mod.load(path), path, line_of(path, case.needle), case.key, *case.fragments)
+
+
+@pytest.mark.parametrize("case", ALL, ids=[x.id for x in ALL])
+def test_fixed_stack_passes(tmp_path, case):
+    s = stack_mod.load(write(tmp_path, case.yaml(case.good)))
+    rules.enforce(s)  # idempotent on a valid stack
+
+
+def test_every_needs_rule_has_a_case():
+    assert {(r.component, r.needs, r.option) for r in rules.NEEDS} == set(NEEDS_CASES)
+
+
+def test_every_check_function_has_a_case():
+    assert {f.__name__ for f in rules.CHECKS} == set(CHECK_CASES)
+
+
+def test_needs_with_alternatives_are_satisfied_by_any(tmp_path):
+    # A Needs entry with several alternatives is met by any one of them and names them all otherwise.
+    rule = rules.Needs("openmpi", ("pmix", "sshd"), option="pmix")
+    s = stack_mod.load(write(tmp_path, DEBIAN + "components:\n  openmpi: {source: distro, ucx: false, pmix: true}\n"
+                             "  pmix: {source: distro}\n"))
+    rule.check(s)
+    del s.components["pmix"]
+    with pytest.raises(rules.StackError, match=r"needs the `pmix` or `sshd` component") as info:
+        rule.check(s)
+    assert "add `pmix` or `sshd` to components" in info.value.hint
+    s.components["sshd"] = object()
+    rule.check(s)
+
+
+def test_shipped_stacks_pass_every_rule():
+    for path in stack_mod.shipped():
+        for variant in stack_mod.load_all(path):
+            rules.enforce(variant)
+
+
+def test_cuda_version_prefix_of_the_tag_is_accepted(tmp_path):
+    for given in ("12", "12.4", "12.4.1"):
+        s = stack_mod.load(write(tmp_path, CUDA + f"components:\n  cuda: {{version: '{given}'}}\n"))
+        assert s.get("cuda").version == given
