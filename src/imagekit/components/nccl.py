@@ -47,7 +47,10 @@ class Nccl(Component):
 
         if self.source == "repo":
             return nccl(version=self.version, cuda=self.cuda)
-        return nccl(build=True, version=self.version.split("-")[0], prefix=PREFIX,
+        # NCCL's release tags (and so the archive URL and its top directory) carry the
+        # package revision: v2.23.4-1 -> nccl-2.23.4-1; there is no v2.23.4 tag.
+        tag = self.version if "-" in self.version else f"{self.version}-1"
+        return nccl(build=True, version=tag, prefix=PREFIX,
                     make_variables={"CUDA_HOME": "/usr/local/cuda"})
 
     def devel(self) -> list:
