@@ -115,6 +115,11 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
         if not xml_path.exists():
             raise ImagekitError("the testinfra run produced no results", "run with a working pytest-testinfra")
         report = Report(image=image, outcomes=_outcomes(xml_path, specs))
+        counts = report.counts()
+        from imagekit import records
+
+        records.add(engine.client().images.get(image).id, "check", image=image, passed=counts["passed"],
+                    failed=counts["failed"], not_run=counts["not-run"], with_=list(with_))
         if junit:
             from imagekit.atomic import target
 

@@ -12,6 +12,7 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
               tags: tuple = (), no_cache: bool = False, ca_bundle: str | None = "auto",
               log_dir: str = "build/logs", run_checks: bool = False, exports: list[str] = (),
               output_dir: str = "out", progress: Callable[[str], None] | None = None,
+              export_progress: Callable[[], Callable[[int, bool], None]] | None = None,
               log: Callable[[str], None] = lambda _m: None) -> list[dict]:
     """Build every variant of ``ref`` (or one), then check and export each as asked."""
     from imagekit import build as build_mod
@@ -51,11 +52,13 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
             from imagekit.export import export_image
 
             entry["exports"] = []
+            Path(output_dir).mkdir(parents=True, exist_ok=True)
             for fmt in exports:
                 suffix = {"enroot": "sqsh", "sif": "sif"}.get(fmt, fmt)
                 out = Path(output_dir) / f"{stack.name}.{suffix}"
                 log(f"exporting {image} -> {out}")
-                entry["exports"].append(_as_dict(export_image(image, fmt, str(out))))
+                entry["exports"].append(_as_dict(export_image(
+                    image, fmt, str(out), force=True, progress=export_progress() if export_progress else None)))
         results.append(entry)
     return results
 

@@ -76,6 +76,8 @@ def populate(devel, runtime, stack, *, single_stage: bool = False) -> None:
     if single_stage:
         return
     runtime += baseimage(image=base.runtime, _as="runtime", **common)
+    if base.family == "deb":
+        runtime += _blocks.runtime_slim()
     for component in stack.components.values():
         runtime += component.runtime()
     runtime += label(metadata=_quoted({**labels, "io.imagekit.target": "runtime"}))

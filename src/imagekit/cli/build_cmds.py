@@ -66,12 +66,14 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
       imagekit build stacks/nccl-tests.yaml --variant nccl-tests-cu124-x86_64 --tag site/nccl:1
     """
     from imagekit import pipeline
+    from imagekit.cli.export_cmds import _progress_printer
 
     formats = [f for f in exports.split(",") if f]
     results = pipeline.build_all(
         stack, variant=variant, target=target, single_stage=single_stage, tags=tags, no_cache=no_cache,
         ca_bundle=ca_bundle, log_dir=log_dir, run_checks=bool(formats) if run_checks is None else run_checks,
-        exports=formats, output_dir=output_dir, progress=_progress, log=lambda m: click.echo(m, err=True))
+        exports=formats, output_dir=output_dir, progress=_progress, export_progress=_progress_printer,
+        log=lambda m: click.echo(m, err=True))
     if as_json:
         click.echo(json.dumps(results, indent=2))
     else:

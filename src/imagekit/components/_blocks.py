@@ -52,6 +52,20 @@ def apt_cache_setup() -> list:
     ])]
 
 
+def runtime_slim() -> list:
+    """Keep docs, man pages and translations out of the runtime stage (copyright files stay).
+
+    Only for Debian-family bases, where dpkg honours path-exclude for every later install.
+    """
+    rules = ["path-exclude=/usr/share/doc/*", "path-include=/usr/share/doc/*/copyright",
+             "path-exclude=/usr/share/man/*", "path-exclude=/usr/share/info/*",
+             "path-exclude=/usr/share/locale/*", "path-include=/usr/share/locale/locale.alias",
+             "path-exclude=/usr/share/lintian/*"]
+    return [shell(commands=["mkdir -p /etc/dpkg/dpkg.cfg.d",
+                            "printf '%s\\n' " + " ".join(f"'{r}'" for r in rules)
+                            + " > /etc/dpkg/dpkg.cfg.d/01imagekit-slim"])]
+
+
 def pip_run(commands: list[str], note: str | None = None, env: dict[str, str] | None = None) -> list:
     """A RUN whose pip calls use the pip cache mount and the CA-bundle secret."""
     blocks = [comment(note)] if note else []

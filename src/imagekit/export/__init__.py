@@ -60,7 +60,16 @@ def export_image(image: str, to: str, output: str | Path | None = None, *,
                                    squash_opts=tuple(squash_opts), tool=tool, via=via,
                                    force=force, check_space=check_space, progress=progress)
     result.seconds = round(time.monotonic() - started, 3)
+    _record(image, result)
     return result
+
+
+def _record(image: str, result: ExportResult) -> None:
+    """Remember the export for `imagekit report` (keyed by image ID, so retags keep it)."""
+    from imagekit import engine, records
+
+    records.add(engine.client().images.get(image).id, "export", image=image, format=result.format,
+                path=str(Path(result.path).resolve()), bytes=result.bytes, sha256=result.sha256)
 
 
 __all__ = ["ExportResult", "export_image", "default_output", "FORMATS"]

@@ -1,0 +1,100 @@
+"""What is in an image: stack, components, versions, sizes per component, checks run, exports made.
+
+Sizes per component come from aligning the image's history with the runtime
+stage that imagekit renders for the stack named in the labels: each component
+contributes a known number of instructions, in layer order. When the stack is
+not available (an image built elsewhere) or the counts differ, layers are
+listed without attribution rather than guessed.
+"""
+
+from __future__ import annotations
+
+import re
+
+from imagekit import engine, records
+
+_INSTRUCTION = re.compile(r"^(RUN|COPY|ADD|ENV|LABEL|WORKDIR|ARG|USER|ENTRYPOINT|CMD|VOLUME|EXPOSE|SHELL)\b",
+                          re.M)
+
+
+def describe(image: str) -> dict:
+    img = engine.client().images.get(image) if engine.image_exists(image) else None
+    if img is None:
+        engine.image_labels(image)  # raises the "not found" error with its fix
+    labels = img.labels or {}
+    names = [n for n in labels.get("io.imagekit.components", "").split(",") if n]
+    components = [{"name": n,
+                   "version": labels.get(f"io.imagekit.component.{n}.version", ""),
+                   "source": labels.get(f"io.imagekit.component.{n}.source", ""),
+                   "facts": {k.rsplit(".", 1)[1]: v for k, v in labels.items()
+                             if k.startswith(f"io.imagekit.component.{n}.")
+                             and k.rsplit(".", 1)[1] not in ("version", "source")}}
+                  for n in names]
+    layers = [{"created_by": h.get("CreatedBy", ""), "bytes": h.get("Size", 0)}
+              for h in reversed(img.history())]
+    attribution = _attribute(labels, layers)
+    sizes = {}
+    for layer in layers:
+        owner = layer.get("component", "unattributed")
+        sizes[owner] = sizes.get(owner, 0) + layer["bytes"]
+    for comp in components:
+        comp["bytes"] = sizes.get(comp["name"], 0) if attribution else None
+    history = records.for_image(img.id)
+    return {
+        "image": image, "id": img.id, "bytes": img.attrs.get("Size", 0),
+        "stack": labels.get("io.imagekit.stack"), "target": labels.get("io.imagekit.target"),
+        "arch": labels.get("io.imagekit.arch"), "imagekit_version": labels.get("io.imagekit.version"),
+        "recipe_sha256": labels.get("io.imagekit.recipe.sha256"),
+        "components": components, "base_bytes": sizes.get("base", 0) if attribution else None,
+        "layers": layers, "attributed": attribution,
+        "checks": [r for r in history if r["kind"] == "check"],
+        "exports": [r for r in history if r["kind"] == "export"],
+    }
+
+
+def _attribute(labels: dict, layers: list[dict]) -> bool:
+    """Tag each layer with its component; False (and no tags) when it cannot be done exactly."""
+    name = labels.get("io.imagekit.stack")
+    if not name:
+        return False
+    try:
+        from imagekit import render, stack
+
+        resolved = stack.load(name)
+        render.reset_hpccm("docker")
+        owners: list[str] = []
+        for cname, comp in resolved.components.items():
+            text = "\n".join(str(b) for b in (comp.runtime() if labels.get("io.imagekit.target") != "devel"
+                                               else comp.devel()))
+            owners += [cname] * len(_INSTRUCTION.findall(text))
+        owners.append("labels")
+    except Exception:  # the stack is not here, or changed: report without attribution
+        return False
+    if len(owners) > len(layers):
+        return False
+    base_count = len(layers) - len(owners)
+    for i, layer in enumerate(layers):
+        layer["component"] = "base" if i < base_count else owners[i - base_count]
+    return True
+
+
+def as_text(info: dict) -> str:
+    mb = lambda b: "?" if b is None else f"{b / 1e6:.1f} MB"  # noqa: E731
+    lines = [f"{info['image']}  {info['id'][:19]}  {mb(info['bytes'])}",
+             f"  stack {info['stack'] or '(not an imagekit image)'}  target {info['target']}  arch {info['arch']}"
+             f"  imagekit {info['imagekit_version']}"]
+    if info["attributed"]:
+        lines.append(f"  {'base image':<12} {'':<10} {'':<8} {mb(info['base_bytes']):>10}")
+    for c in info["components"]:
+        lines.append(f"  {c['name']:<12} {c['version']:<10} {c['source']:<8} {mb(c['bytes']):>10}")
+    if not info["attributed"]:
+        lines.append("  layers (no per-component attribution: stack not available here):")
+        for layer in info["layers"]:
+            if layer["bytes"]:
+                lines.append(f"    {mb(layer['bytes']):>10}  {layer['created_by'][:90]}")
+    for c in info["checks"][-1:]:
+        lines.append(f"  last check: {c.get('passed', 0)} passed, {c.get('failed', 0)} failed, "
+                     f"{c.get('not_run', 0)} not run")
+    for e in info["exports"]:
+        lines.append(f"  export: {e.get('format')} {e.get('path')} {mb(e.get('bytes'))} sha256 {e.get('sha256', '')[:16]}")
+    return "\n".join(lines)
