@@ -62,3 +62,23 @@ def expect_error(call, path: Path | str | None, line: int | None, key: str | Non
         assert "\n  fix: " in text
     assert err.exit_code == 2
     return err
+
+
+def load_text(directory: Path, text: str):
+    from imagekit import stack as stack_mod
+
+    return stack_mod.load(write(directory, text))
+
+
+def render_text(directory: Path, text: str, fmt: str = "docker", **kw) -> str:
+    from imagekit import render
+
+    return render.render(load_text(directory, text), fmt, **kw)
+
+
+def stage(text: str, name: str) -> str:
+    """One stage of a rendered two-stage recipe (``devel`` or ``runtime``)."""
+    marker = "\nFROM " if "\nFROM " in text else "\nBootStrap: "
+    parts = text.split(marker)
+    devel, runtime = parts[1], parts[2] if len(parts) > 2 else ""
+    return devel if name == "devel" else runtime

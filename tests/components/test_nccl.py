@@ -1,0 +1,74 @@
+"""nccl: the CUDA suffix always comes from the base image; three sources render differently."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
+
+CUDA126 = CUDA.replace("12.4.1", "12.6.3")
+
+
+def test_repo_pins_the_base_images_cuda_not_the_newest(tmp_path):
+    text = render_text(tmp_path, CUDA126 + "components:\n  cuda: {}\n  nccl: {version: '2.23.4-1'}\n")
+    assert "libnccl2=2.23.4-1+cuda12.6" in stage(text, "devel")
+    assert "libnccl-dev=2.23.4-1+cuda12.6" in stage(text, "devel")
+    runtime = stage(text, "runtime")
+    assert "libnccl2=2.23.4-1+cuda12.6" in runtime and "libnccl-dev" not in runtime
+    # Every pinned package names the same CUDA: HPCCM's default (the newest) never leaks in.
+    assert set(re.findall(r"\+cuda(\d+\.\d+)", text)) == {"12.6"}
+
+
+def test_repo_follows_the_arch(tmp_path):
+    arm = CUDA + "  arch: aarch64\n"
+    text = render_text(tmp_path, arm + "components:\n  cuda: {}\n  nccl: {version: '2.23.4-1'}\n")
+    assert "/ubuntu2204/sbsa" in text and "/ubuntu2204/x86_64" not in text
+
+
+@pytest.mark.parametrize("version", ["2.23.4-1", "2.23.4"])
+def test_upstream_builds_from_the_release_tag(tmp_path, version):
+    text = render_text(tmp_path, CUDA + f"components:\n  cuda: {{}}\n  nccl: {{source: upstream, version: '{version}'}}\n")
+    devel = stage(text, "devel")
+    # NCCL's tags carry the revision: v2.23.4-1 (the archive unpacks to nccl-2.23.4-1).
+    assert "https://github.com/NVIDIA/nccl/archive/v2.23.4-1.tar.gz" in devel
+    assert "cd /var/tmp/nccl-2.23.4-1" in devel
+    assert "CUDA_HOME=/usr/local/cuda" in devel and "PREFIX=/usr/local/nccl" in devel
+    assert "COPY --from=devel /usr/local/nccl" in stage(text, "runtime")
+
+
+def test_pypi_wheel_on_a_base_without_cuda(tmp_path):
+    s = load_text(tmp_path, DEBIAN + "components:\n  nccl: {source: pypi, version: '2.21.5', cuda: '12.4'}\n")
+    nccl = s.get("nccl")
+    assert nccl.wheel == "nvidia-nccl-cu12==2.21.5", "the wheel is per CUDA major"
+    assert nccl.labels() == {"cuda": "12", "prefix": "/usr/local/nccl"}
+
+
+def test_pypi_wheel_takes_the_major_from_the_cuda_component(tmp_path):
+    s = load_text(tmp_path, CUDA + "components:\n  cuda: {}\n  nccl: {source: pypi, version: '2.21.5'}\n")
+    assert s.get("nccl").wheel == "nvidia-nccl-cu12==2.21.5"
+
+
+@pytest.mark.parametrize("fmt", ["docker", "singularity"])
+def test_pypi_unpacks_the_wheel_and_registers_the_library(tmp_path, fmt):
+    text = render_text(tmp_path, DEBIAN + "components:\n  nccl: {source: pypi, version: '2.21.5', cuda: '12'}\n",
+                       fmt)
+    devel, runtime = stage(text, "devel"), stage(text, "runtime")
+    assert "pip download --no-deps --only-binary=:all: --dest /var/tmp/nccl-wheel nvidia-nccl-cu12==2.21.5" in devel
+    assert "echo /usr/local/nccl/lib > /etc/ld.so.conf.d/nccl.conf" in devel
+    assert "rm -rf /var/tmp/nccl-wheel" in devel
+    # The runtime gets the libraries only (headers stay in devel), registered with the loader.
+    assert "/usr/local/nccl/lib" in runtime and "/usr/local/nccl/include" not in runtime
+    assert "ldconfig" in runtime and "pip" not in runtime
+    if fmt == "docker":
+        assert "--mount=type=secret,id=ca-bundle" in devel and "PIP_CERT=/run/secrets/ca-bundle" in devel
+    else:
+        assert "--mount" not in text and "rm -rf /root/.cache/pip" in devel
+
+
+def test_version_check_accepts_the_library_or_the_version_code(tmp_path):
+    s = load_text(tmp_path, DEBIAN + "components:\n  nccl: {source: pypi, version: '2.21.5', cuda: '12'}\n")
+    check = {c.id: c for c in s.get("nccl").checks()}["nccl.version"]
+    assert re.search(check.expect, "22105") and re.search(check.expect, "/usr/local/nccl/lib/libnccl.so.2.21.5")
+    assert not re.search(check.expect, "22104")

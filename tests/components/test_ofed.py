@@ -1,0 +1,39 @@
+"""ofed: the flavor decides the source; DOCA/MLNX follow the arch; inbox uses rdma-core."""
+
+from __future__ import annotations
+
+from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
+
+
+def test_inbox_is_the_default_and_is_distro(tmp_path):
+    ofed = load_text(tmp_path, DEBIAN + "components:\n  ofed: {}\n").get("ofed")
+    assert (ofed.source, ofed.version, ofed.labels()) == ("distro", "44.0", {"flavor": "inbox"})
+
+
+def test_inbox_packages_and_tools(tmp_path):
+    text = render_text(tmp_path, DEBIAN + "components:\n  ofed: {tools: true}\n")
+    devel, runtime = stage(text, "devel"), stage(text, "runtime")
+    assert "libibverbs-dev" in devel and "libibverbs-dev" not in runtime
+    for pkg in ("ibverbs-providers", "libibverbs1", "librdmacm1", "perftest", "infiniband-diags"):
+        assert pkg in devel and pkg in runtime, pkg
+
+
+def test_doca_repo_follows_the_arch(tmp_path):
+    text = CUDA + "  arch: {arch}\ncomponents:\n  ofed: {{flavor: doca, version: '2.9.1'}}\n"
+    x86 = render_text(tmp_path, text.format(arch="x86_64"))
+    arm = render_text(tmp_path, text.format(arch="aarch64"))
+    assert "/doca/2.9.1/ubuntu22.04/x86_64/" in x86
+    assert "/doca/2.9.1/ubuntu22.04/arm64-sbsa/" in arm
+    assert "signed-by=" in x86, "DOCA repos are added with signed-by keys"
+
+
+def test_mlnx(tmp_path):
+    s = load_text(tmp_path, CUDA + "components:\n  ofed: {flavor: mlnx, version: '24.10-1.1.4.0'}\n")
+    assert s.get("ofed").source == "upstream"
+    assert "mlnx_ofed/24.10-1.1.4.0/ubuntu22.04" in render_text(tmp_path, CUDA + "components:\n  ofed: "
+                                                                "{flavor: mlnx, version: '24.10-1.1.4.0'}\n")
+
+
+def test_matching_explicit_source_is_accepted(tmp_path):
+    assert load_text(tmp_path, CUDA + "components:\n  ofed: {flavor: doca, version: '2.9.1', source: upstream}\n"
+                     ).get("ofed").source == "upstream"

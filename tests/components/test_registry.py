@@ -1,0 +1,74 @@
+"""The component registry and the Component base class."""
+
+from __future__ import annotations
+
+import pkgutil
+
+import imagekit.components as components_pkg
+from imagekit.components import SOURCES, Component, registry
+from stack_helpers import DEBIAN, load_text
+
+
+def test_every_module_defines_one_component():
+    modules = sorted(m.name for m in pkgutil.iter_modules(components_pkg.__path__) if not m.name.startswith("_"))
+    by_module = sorted(cls.__module__.rsplit(".", 1)[1] for cls in registry().values())
+    assert by_module == modules
+    assert set(registry()) == {"cuda", "ofed", "gdrcopy", "ucx", "pmix", "openmpi", "nccl", "nccl-tests",
+                               "python", "pytorch", "horovod", "sshd"}
+
+
+def test_registry_is_in_layer_order():
+    orders = [cls.order for cls in registry().values()]
+    assert orders == sorted(orders)
+    names = list(registry())
+    # Low-level pieces first so that bumping a framework rebuilds only the layers above.
+    assert names.index("cuda") < names.index("ofed") < names.index("ucx") < names.index("openmpi") \
+        < names.index("nccl") < names.index("nccl-tests") < names.index("python") < names.index("pytorch") \
+        < names.index("horovod")
+
+
+def test_component_declarations_are_consistent():
+    for name, cls in registry().items():
+        assert cls.name == name and cls.summary, name
+        assert cls.sources and set(cls.sources) <= set(SOURCES), name
+        opts = cls.all_options()
+        assert opts["source"].default == cls.sources[0] and opts["source"].choices == cls.sources
+        assert {"source", "version"} <= set(opts)
+        for key, opt in cls.options.items():
+            assert opt.help or opt.type is bool, f"{name}.{key} has no help"
+            if opt.choices:
+                assert opt.default is None or opt.default in opt.choices
+
+
+def test_every_component_brings_checks_with_unique_ids(tmp_path):
+    s = load_text(tmp_path, DEBIAN + """\
+components:
+  sshd: {}
+  ofed: {}
+  ucx: {source: distro}
+  pmix: {source: distro}
+  openmpi: {source: distro, pmix: true}
+  nccl: {source: pypi, version: "2.21.5", cuda: "12"}
+  python: {packages: [mpi4py]}
+""")
+    ids = []
+    for comp in s.components.values():
+        checks = comp.checks()
+        assert checks, f"{comp.name} brings no checks"
+        for check in checks:
+            assert check.id.startswith(comp.name + ".")
+            assert check.describe
+            assert check.as_dict()["kind"] in ("run", "file", "absent", "library", "python_import")
+        ids += [c.id for c in checks]
+    assert len(ids) == len(set(ids))
+
+
+def test_distro_version_defaults_to_distro_word(tmp_path):
+    s = load_text(tmp_path, DEBIAN.replace("debian12", "debian11") + "components:\n  sshd: {}\n")
+    assert s.get("sshd").version == "8.4"
+    s = load_text(tmp_path, DEBIAN.replace("debian12", "ubuntu20") + "components:\n  sshd: {}\n")
+    assert s.get("sshd").version == "distro"
+
+
+def test_base_component_is_not_registered():
+    assert Component not in registry().values()

@@ -1,0 +1,57 @@
+"""ucx: configure flags from options, KNEM/XPMEM blocks, the distro packages."""
+
+from __future__ import annotations
+
+from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
+
+FULL = CUDA + """\
+components:
+  cuda: {}
+  ofed: {flavor: doca, version: "2.9.1"}
+  gdrcopy: {version: "2.4.4"}
+  ucx: {version: "1.17.0", cuda: true, gdrcopy: true, knem: true, xpmem: true}
+"""
+
+
+def configure_line(text: str) -> list[str]:
+    return next(l for l in text.splitlines() if "./configure --prefix=/usr/local/ucx" in l).split()
+
+
+def test_all_options_on(tmp_path):
+    text = render_text(tmp_path, FULL)
+    flags = configure_line(text)
+    for flag in ("--with-cuda=/usr/local/cuda", "--with-gdrcopy=/usr/local/gdrcopy", "--with-knem=/usr/local/knem",
+                 "--with-xpmem=/usr/local/xpmem", "--with-verbs", "--with-rdmacm", "--disable-static"):
+        assert flag in flags, flag
+    devel, runtime = stage(text, "devel"), stage(text, "runtime")
+    # KNEM and XPMEM user-space parts are built before UCX, and copied to the runtime.
+    assert devel.index("knem") < devel.index("ucx-1.17.0") and devel.index("xpmem") < devel.index("ucx-1.17.0")
+    for prefix in ("/usr/local/knem", "/usr/local/xpmem", "/usr/local/ucx"):
+        assert f"COPY --from=devel {prefix} {prefix}" in runtime
+
+
+def test_all_options_off(tmp_path):
+    flags = configure_line(render_text(tmp_path, CUDA + "components:\n  ucx: {version: '1.17.0', ofed: false}\n"))
+    for flag in ("--without-cuda", "--without-gdrcopy", "--without-knem", "--without-xpmem", "--without-verbs"):
+        assert flag in flags, flag
+
+
+def test_labels(tmp_path):
+    ucx = load_text(tmp_path, FULL).get("ucx")
+    assert ucx.labels() == {"cuda": "true", "gdrcopy": "true", "knem": "true", "xpmem": "true", "ofed": "true"}
+    assert ucx.prefix == "/usr/local/ucx"
+
+
+def test_distro_ucx(tmp_path):
+    text = DEBIAN + "components:\n  ofed: {}\n  ucx: {source: distro}\n"
+    ucx = load_text(tmp_path, text).get("ucx")
+    assert (ucx.version, ucx.prefix) == ("1.13.1", "/usr")
+    rendered = render_text(tmp_path, text)
+    assert "libucx-dev libucx0 ucx-utils" in stage(rendered, "devel")
+    assert "libucx0 ucx-utils" in stage(rendered, "runtime") and "libucx-dev" not in stage(rendered, "runtime")
+
+
+def test_checks(tmp_path):
+    checks = {c.id: c for c in load_text(tmp_path, FULL).get("ucx").checks()}
+    assert checks["ucx.cuda"].needs == "gpu" and checks["ucx.verbs"].needs == "fabric"
+    assert checks["ucx.version"].needs is None
