@@ -86,7 +86,8 @@ def check_bases(stack) -> None:
 def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cache: bool = False,
           ca_bundle: str | None = "auto", log_dir: str | os.PathLike = "build/logs",
           single_stage: bool = False, progress: Callable[[str], None] | None = None,
-          extra_labels: dict[str, str] | None = None) -> BuildResult:
+          extra_labels: dict[str, str] | None = None, cache_from: tuple[str, ...] = (),
+          inline_cache: bool = False) -> BuildResult:
     """Render and build ``stack``; tag the result with its image name, the stack's tags and ``tags``."""
     if target not in TARGETS:
         raise UsageError(f"unknown target {target!r}", f"use one of: {', '.join(TARGETS)}")
@@ -113,6 +114,10 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
         cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
         if no_cache:
             cmd.append("--no-cache")
+        for ref in cache_from:  # e.g. the previous CI image, pushed with inline cache
+            cmd += ["--cache-from", ref]
+        if inline_cache:
+            cmd += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
         if bundle:
             cmd += ["--secret", f"id={CA_SECRET_ID},src={bundle}"]
         cmd.append(ctx)

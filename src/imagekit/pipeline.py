@@ -10,7 +10,8 @@ from imagekit.errors import ImagekitError
 
 def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", single_stage: bool = False,
               tags: tuple = (), no_cache: bool = False, ca_bundle: str | None = "auto",
-              log_dir: str = "build/logs", run_checks: bool = False, exports: list[str] = (),
+              log_dir: str = "build/logs", run_checks: bool = False, cache_from: tuple = (),
+              inline_cache: bool = False, exports: list[str] = (),
               output_dir: str = "out", progress: Callable[[str], None] | None = None,
               export_progress: Callable[[], Callable[[int, bool], None]] | None = None,
               log: Callable[[str], None] = lambda _m: None) -> list[dict]:
@@ -28,7 +29,8 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
     for stack in stacks:
         log(f"building {stack.name} ({target})")
         result = build_mod.build(stack, target=target, tags=tags, no_cache=no_cache, ca_bundle=ca_bundle,
-                                 log_dir=log_dir, single_stage=single_stage, progress=progress)
+                                 log_dir=log_dir, single_stage=single_stage, progress=progress,
+                                 cache_from=tuple(cache_from), inline_cache=inline_cache)
         log(f"built {result.tags[0]} in {result.seconds:.1f} s ({result.cached_steps}/{result.steps} "
             f"steps cached)")
         entry = {"stack": stack.name, "build": result.as_dict()}

@@ -44,6 +44,8 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool) -> None:
 @click.option("--ca-bundle", default="auto", show_default=True, metavar="FILE|auto|none",
               help="CA bundle for pip/TLS-intercepting proxies, passed as a BuildKit secret (never a layer)")
 @click.option("--log-dir", default="build/logs", show_default=True, help="where full build logs go")
+@click.option("--cache-from", multiple=True, metavar="REF", help="reuse layers of this image (pushed with --inline-cache)")
+@click.option("--inline-cache", is_flag=True, help="embed cache metadata so the image can serve --cache-from")
 @click.option("--check/--no-check", "run_checks", default=None,
               help="run the image's checks after building (default: on with --export)")
 @click.option("--export", "exports", default="", metavar="enroot,sif",
@@ -51,8 +53,8 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool) -> None:
 @click.option("-o", "--output-dir", default="out", show_default=True, help="where exports go")
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
 def build(stack: str, variant: str | None, target: str, single_stage: bool, tags: tuple, no_cache: bool,
-          ca_bundle: str, log_dir: str, run_checks: bool | None, exports: str, output_dir: str,
-          as_json: bool) -> None:
+          ca_bundle: str, log_dir: str, cache_from: tuple, inline_cache: bool, run_checks: bool | None,
+          exports: str, output_dir: str, as_json: bool) -> None:
     """Render a stack and build its image with BuildKit.
 
     A stack with a matrix builds every variant (or --variant NAME), sharing
@@ -71,7 +73,7 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
     formats = [f for f in exports.split(",") if f]
     results = pipeline.build_all(
         stack, variant=variant, target=target, single_stage=single_stage, tags=tags, no_cache=no_cache,
-        ca_bundle=ca_bundle, log_dir=log_dir, run_checks=bool(formats) if run_checks is None else run_checks,
+        ca_bundle=ca_bundle, log_dir=log_dir, cache_from=cache_from, inline_cache=inline_cache, run_checks=bool(formats) if run_checks is None else run_checks,
         exports=formats, output_dir=output_dir, progress=_progress, export_progress=_progress_printer,
         log=lambda m: click.echo(m, err=True))
     if as_json:

@@ -118,7 +118,7 @@ def matrix(as_json: bool, buildable_here: bool) -> None:
             offline = variant.base.image.startswith("imagekit/")
             if buildable_here and not offline:
                 continue
-            rows.append({"stack": variant.stack_name, "variant": variant.name, "file": str(path),
+            rows.append({"stack": variant.stack_name, "variant": variant.name, "file": _relative(path),
                          "arch": variant.base.arch, "image": variant.image, "offline": offline,
                          "platform": "linux/arm64" if variant.base.arch == "aarch64" else "linux/amd64"})
     if as_json:
@@ -126,3 +126,11 @@ def matrix(as_json: bool, buildable_here: bool) -> None:
         return
     for row in rows:
         click.echo(f"{row['variant']:<28} {row['arch']:<8} {row['file']}")
+
+
+def _relative(path) -> str:
+    """Paths under the working directory stay relative, so CI jobs can use them in a checkout."""
+    import os
+
+    rel = os.path.relpath(path)
+    return str(path) if rel.startswith("..") else rel
