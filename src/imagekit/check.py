@@ -84,10 +84,15 @@ def checks_from_image(image: str) -> list[dict]:
 
 
 def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str, ...] = (),
-        keep_going: bool = True) -> Report:
-    """Start a container of ``image``, run ``checks`` in it with testinfra, remove the container."""
+        assume: tuple[str, ...] = ()) -> Report:
+    """Start a container of ``image``, run ``checks`` in it with testinfra, remove the container.
+
+    ``with_`` offers hardware to the container (``--gpus all``, ``/dev/infiniband``) and runs the
+    checks that need it; ``assume`` runs those checks without adding flags, for hosts whose
+    default runtime already injects the devices (e.g. the nvidia runtime as Docker's default).
+    """
     specs = [c.as_dict() if isinstance(c, checks_mod.Check) else c for c in checks]
-    for hw in with_:
+    for hw in (*with_, *assume):
         if hw not in HARDWARE:
             raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
     engine.image_labels(image)  # a clear error when the image is not there
@@ -105,7 +110,7 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
         checks_file.write_text(json.dumps(specs))
         xml_path = workdir / "junit.xml"
         env = {**os.environ, "IMAGEKIT_CHECKS": str(checks_file), "IMAGEKIT_CONTAINER": container,
-               "IMAGEKIT_WITH": ",".join(with_), "PATH": f"{Path(cli).parent}:{os.environ.get('PATH', '')}"}
+               "IMAGEKIT_WITH": ",".join((*with_, *assume)), "PATH": f"{Path(cli).parent}:{os.environ.get('PATH', '')}"}
         module = workdir / "test_imagekit_checks.py"
         shutil.copy(MODULE, module)
         subprocess.run([sys.executable, "-m", "pytest", str(module), "-q", "-p", "no:cacheprovider", "--assert=plain",

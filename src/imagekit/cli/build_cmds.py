@@ -93,8 +93,11 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
 @click.option("--junit", metavar="FILE", help="write JUnit XML for CI")
 @click.option("--with", "with_", multiple=True, type=click.Choice(["gpu", "fabric"]),
               help="offer this hardware to the container and run the checks that need it")
+@click.option("--assume", multiple=True, type=click.Choice(["gpu", "fabric"]),
+              help="run the checks that need this hardware without adding device flags "
+                   "(the engine's default runtime already provides it)")
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
-def check(ref: str, image: str | None, variant: str | None, junit: str | None, with_: tuple,
+def check(ref: str, image: str | None, variant: str | None, junit: str | None, with_: tuple, assume: tuple,
           as_json: bool) -> None:
     """Run the image's checks (pytest-testinfra) in a container of it.
 
@@ -123,7 +126,7 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
     else:
         target = ref
         specs = check_mod.checks_from_image(ref)
-    report = check_mod.run(target, specs, junit=junit, with_=with_)
+    report = check_mod.run(target, specs, junit=junit, with_=with_, assume=assume)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:
