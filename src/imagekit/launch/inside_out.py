@@ -137,6 +137,11 @@ class InsideOutJob:
         iface = self.iface or ("eth0" if self.scheduler == "local" else None)
         if iface:
             argv += ["--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface]
+        if self.scheduler == "local" and not any(a.startswith("--bind-to") for a in self.mpirun_args):
+            # Every container's orted believes it owns the whole machine and would pin its
+            # first rank to core 0: N busy-polling ranks on one core (ms latencies). Local
+            # workers share one host, so leave placement to the kernel.
+            argv += ["--bind-to", "none"]
         for name in self.env:
             argv += ["-x", name]
         return argv + list(self.mpirun_args) + list(self.command)
