@@ -1,7 +1,6 @@
 """Fixtures for the launch tests: MPI images, a local Slurm, shellcheck.
 
-``mpi_image`` is a stand-in until tests/conftest.py provides the lead's stack
-image under the same name (then delete it here). Slurm tests start Debian's
+``mpi_image`` (tests/conftest.py) is the offline stack's real image. Slurm tests start Debian's
 Slurm on localhost; with ``CI`` set a missing Slurm or shellcheck is a failure,
 never a skip.
 """
@@ -20,16 +19,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from slurm_local import LocalSlurm, missing  # noqa: E402
 
 DOCKER = "/usr/bin/docker"
-STANDIN_TAG = "imagekit-test/mpi-standin:latest"
-STANDIN_DOCKERFILE = """\
-FROM {base}
-RUN apt-get update \\
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
-      openmpi-bin python3-mpi4py openssh-server openssh-client \\
- && rm -rf /var/lib/apt/lists/* /etc/ssh/ssh_host_* \\
- && printf 'PasswordAuthentication no\\nPermitRootLogin prohibit-password\\n' \\
-      > /etc/ssh/sshd_config.d/imagekit.conf
-"""
 
 
 def _need(problem: str | None) -> None:
@@ -51,14 +40,6 @@ def _build(tag: str, dockerfile: str) -> str:
                           env={**os.environ, "DOCKER_BUILDKIT": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:]
     return tag
-
-
-@pytest.fixture(scope="session")
-def mpi_image(base_image: str) -> str:
-    """Stand-in for the lead's stack image: Debian OpenMPI + mpi4py + sshd without host keys."""
-    if not _exists(STANDIN_TAG):
-        _build(STANDIN_TAG, STANDIN_DOCKERFILE.format(base=base_image))
-    return STANDIN_TAG
 
 
 @pytest.fixture(scope="session")

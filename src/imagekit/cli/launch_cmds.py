@@ -28,6 +28,51 @@ def _common(f):
     return f
 
 
+def _validate_options(f):
+    from imagekit.cli.validate_cmds import gate_options
+
+    f = gate_options(f)
+    return click.option("--validate", is_flag=True,
+                        help="Judge the job's output with `imagekit validate` and these gates; without a "
+                             "command, run the image's benchmark (nccl-tests, or mpi4py's ring test).")(f)
+
+
+def _job_command(validate: bool, image: str, command: tuple, runtime: str) -> tuple[list[str], dict]:
+    """The command to run and extra environment: the image's benchmark for a bare --validate."""
+    if command or not validate:
+        return list(command), {}
+    from imagekit.errors import UsageError
+    from imagekit.launch.benchmark import default_benchmark
+
+    if runtime != "docker":
+        raise UsageError("--validate without a command needs an engine image (its labels name the benchmark)",
+                         "give the benchmark after `--`, e.g. -- all_reduce_perf -b 8 -e 1G -f 2 -g 1")
+    from imagekit import engine
+
+    return default_benchmark(engine.image_labels(image))
+
+
+def _run_validated(run, gate_values: dict) -> int:
+    """Run the job with its output teed into the validator; the exit code CI should see."""
+    from imagekit.cli.validate_cmds import gates_from
+    from imagekit.launch.benchmark import run_and_validate
+    from imagekit.validate import to_text
+
+    gates = gates_from(**gate_values)
+    rc, result, verdict = run_and_validate(run, gates)
+    click.echo(to_text(result, verdict, gates.small_size, gates.saturation_fraction, table=False), nl=False)
+    if rc != 0:
+        _log(f"imagekit: the job exited {rc}; the verdict above covers only what it printed")
+        return rc
+    return verdict.exit_code
+
+
+def _gate_values(kw: dict) -> dict:
+    keys = ("min_busbw", "max_latency_us", "expect_transport", "baseline", "collective", "small_size",
+            "saturation")
+    return {k: kw.pop(k) for k in keys}
+
+
 def _preflight(image: str, skip: bool, **kwargs) -> None:
     if skip:
         return
@@ -41,6 +86,7 @@ def launch() -> None:
     """Run an image on many nodes: Slurm, host mpirun, inside-out sshd, Kubernetes.
 
     \b
+    Examples:
     Outside-in (the host's process manager starts one container per rank):
       imagekit launch slurm --image ./mpi.sqsh --nodes 2 --gpus-per-node 8 -- ./app
       imagekit launch mpirun --runtime docker --image REF --hosts a:4,b:4 -- ./app
@@ -121,10 +167,11 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
 @click.option("--output-dir", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write run.sh + rank.sh here and do not run them.")
 @click.option("--dry-run", is_flag=True, help="Print run.sh and rank.sh instead of running.")
+@_validate_options
 @_common
 @_command_arg
 def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, dry_run, env, mounts,
-           no_preflight, command) -> None:
+           no_preflight, command, validate, **gates) -> None:
     """Host mpirun starts one container per rank (sites without Slurm).
 
     \b
@@ -132,12 +179,16 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
       imagekit launch mpirun --image imagekit/debian-mpi:latest --hosts localhost:2 \\
           -- python3 -m mpi4py.bench helloworld
       imagekit launch mpirun --runtime apptainer --image ./mpi.sif --hosts n1:8,n2:8 -- ./app
+      imagekit launch mpirun --image imagekit/debian-mpi:latest --hosts localhost:2 --validate \
+          --max-latency-us 500
     """
     from imagekit.launch import common, mpirun as mod
 
-    job = mod.MpirunJob(runtime=runtime, image=image, hosts=mod.parse_hosts(hosts), command=list(command),
-                        np=np_, mounts=common.parse_mounts(mounts), env=common.parse_env(env), gpus=gpus,
-                        workdir=workdir, mpirun_args=list(mpirun_args))
+    gate_values = _gate_values(gates)
+    cmd, bench_env = _job_command(validate, image, command, runtime)
+    job = mod.MpirunJob(runtime=runtime, image=image, hosts=mod.parse_hosts(hosts), command=cmd,
+                        np=np_, mounts=common.parse_mounts(mounts), env={**common.parse_env(env), **bench_env},
+                        gpus=gpus, workdir=workdir, mpirun_args=list(mpirun_args))
     if dry_run:
         click.echo("# run.sh\n" + mod.render_run(job) + "\n# rank.sh\n" + mod.render_wrapper(job), nl=False)
         return
@@ -148,6 +199,8 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
     common.require_tool("mpirun", "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
                                   "or use `imagekit launch inside-out`")
     _preflight(image, no_preflight, launcher="mpirun", probe=runtime == "docker")
+    if validate:
+        sys.exit(_run_validated(lambda out: mod.execute(job, log=_log, stdout=out), gate_values))
     sys.exit(mod.execute(job, log=_log))
 
 
@@ -169,10 +222,12 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
               help="--scheduler slurm: write the sbatch script here.")
 @click.option("--submit", is_flag=True, help="--scheduler slurm: submit the script with sbatch.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job id, exit code and timings as JSON.")
+@_validate_options
 @_common
 @_command_arg
 def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_size, gpus, ready_timeout,
-               partition, time_, output, submit, as_json, env, mounts, no_preflight, command) -> None:
+               partition, time_, output, submit, as_json, env, mounts, no_preflight, command, validate,
+               **gates) -> None:
     """N sshd worker containers on a private network; mpirun runs in the first.
 
     \b
@@ -180,11 +235,17 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
       imagekit launch inside-out --image imagekit/debian-mpi:latest --nodes 3 \\
           -- python3 -m mpi4py.bench ringtest
       imagekit launch inside-out --scheduler slurm --image REF --nodes 4 -o io.sbatch -- ./app
+      imagekit launch inside-out --image REF --nodes 2 --gpus --validate --min-busbw 40 --expect-transport IB
     """
+    from imagekit.errors import UsageError
     from imagekit.launch import common, inside_out as mod
 
-    job = mod.InsideOutJob(image=image, nodes=nodes, command=list(command), runtime=runtime,
-                           scheduler=scheduler, slots=slots, env=common.parse_env(env),
+    gate_values = _gate_values(gates)
+    if validate and scheduler != "local":
+        raise UsageError("--validate runs the job here and reads its output", "use --scheduler local")
+    cmd, bench_env = _job_command(validate, image, command, runtime)
+    job = mod.InsideOutJob(image=image, nodes=nodes, command=cmd, runtime=runtime,
+                           scheduler=scheduler, slots=slots, env={**common.parse_env(env), **bench_env},
                            mounts=common.parse_mounts(mounts), iface=iface, mpirun_args=list(mpirun_args),
                            shm_size=shm_size, gpus=gpus, ready_timeout=ready_timeout, partition=partition,
                            time=time_)
@@ -202,7 +263,10 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
         return
     _preflight(image, no_preflight, launcher="inside-out")
     timings: dict = {}
-    rc = mod.execute(job, log=_log, timings=timings)
+    if validate:
+        rc = _run_validated(lambda out: mod.execute(job, log=_log, stdout=out, timings=timings), gate_values)
+    else:
+        rc = mod.execute(job, log=_log, timings=timings)
     if as_json:
         click.echo(json.dumps({"job": job.job_id, "exit_code": rc, "timings": timings}))
     sys.exit(rc)

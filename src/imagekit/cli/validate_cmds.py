@@ -7,22 +7,49 @@ import click
 _TRANSPORTS = ["IB", "GDRDMA", "Socket", "P2P", "SHM", "NVLS", "CollNet"]
 
 
+def gate_options(func):
+    """The gates, shared by `imagekit validate` and `imagekit launch … --validate`."""
+    for option in reversed(_GATE_OPTIONS):
+        func = option(func)
+    return func
+
+
+_GATE_OPTIONS = [
+    click.option("--min-busbw", type=float, metavar="GBPS", help="Fail when a run's peak busbw (GB/s) is below this."),
+    click.option("--max-latency-us", type=float, metavar="US",
+                 help="Fail when the time at any small size (see --small-size) is above this."),
+    click.option("--expect-transport", multiple=True, metavar="NAME",
+                 type=click.Choice(_TRANSPORTS, case_sensitive=False),
+                 help="Fail unless NCCL used this transport (needs NCCL_DEBUG=INFO lines). Repeatable."),
+    click.option("--baseline", type=click.Path(dir_okay=False), metavar="FILE",
+                 help="Per-system limits (YAML or JSON): min busbw per collective and size, max latency, transports."),
+    click.option("--collective", metavar="NAME",
+                 help="Name for nccl-tests runs whose output does not say (older nccl-tests), e.g. all_reduce."),
+    click.option("--small-size", default="1K", show_default=True, metavar="BYTES",
+                 help="Sizes up to this count as small for latency (K/M/G suffixes)."),
+    click.option("--saturation", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True,
+                 help="Saturation size = smallest size whose busbw reaches this fraction of the peak."),
+]
+
+
+def gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective, small_size, saturation):
+    """Gates from the gate options' values (UsageError for a bad --small-size)."""
+    from imagekit.errors import UsageError
+    from imagekit.validate import Gates, load_baseline
+    from imagekit.validate.units import parse_size
+
+    try:
+        small = parse_size(small_size)
+    except ValueError as exc:
+        raise UsageError(f"--small-size: {exc}") from None
+    return Gates(min_busbw=min_busbw, max_latency_us=max_latency_us, expect_transport=list(expect_transport),
+                 small_size=small, saturation_fraction=saturation, collective=collective,
+                 baseline=load_baseline(baseline) if baseline else None)
+
+
 @click.command("validate")
 @click.argument("source", metavar="FILE|-")
-@click.option("--min-busbw", type=float, metavar="GBPS", help="Fail when a run's peak busbw (GB/s) is below this.")
-@click.option("--max-latency-us", type=float, metavar="US",
-              help="Fail when the time at any small size (see --small-size) is above this.")
-@click.option("--expect-transport", multiple=True, metavar="NAME",
-              type=click.Choice(_TRANSPORTS, case_sensitive=False),
-              help="Fail unless NCCL used this transport (needs NCCL_DEBUG=INFO lines). Repeatable.")
-@click.option("--baseline", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Per-system limits (YAML or JSON): min busbw per collective and size, max latency, transports.")
-@click.option("--collective", metavar="NAME",
-              help="Name for nccl-tests runs whose output does not say (older nccl-tests), e.g. all_reduce.")
-@click.option("--small-size", default="1K", show_default=True, metavar="BYTES",
-              help="Sizes up to this count as small for latency (K/M/G suffixes).")
-@click.option("--saturation", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True,
-              help="Saturation size = smallest size whose busbw reaches this fraction of the peak.")
+@gate_options
 @click.option("--json", "as_json", is_flag=True, help="Print the full result and verdict as JSON.")
 @click.option("--brief", is_flag=True, help="Text output without the per-size table.")
 def validate(source: str, min_busbw: "float | None", max_latency_us: "float | None",
@@ -56,16 +83,10 @@ def validate(source: str, min_busbw: "float | None", max_latency_us: "float | No
           sizes: {1G: 340, 8K: {max_latency_us: 30}}
     """
     from imagekit.errors import UsageError
-    from imagekit.validate import Gates, evaluate, load_baseline, parse, to_json, to_text
-    from imagekit.validate.units import parse_size
+    from imagekit.validate import evaluate, parse, to_json, to_text
 
-    try:
-        small = parse_size(small_size)
-    except ValueError as exc:
-        raise UsageError(f"--small-size: {exc}") from None
-    gates = Gates(min_busbw=min_busbw, max_latency_us=max_latency_us, expect_transport=list(expect_transport),
-                  small_size=small, saturation_fraction=saturation, collective=collective,
-                  baseline=load_baseline(baseline) if baseline else None)
+    gates = gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective, small_size, saturation)
+    small = gates.small_size
     if source == "-":
         data = click.get_binary_stream("stdin").read()
         name = "<stdin>"

@@ -129,7 +129,8 @@ def _docker_cli() -> str:
     return engine.docker_cli()
 
 
-def execute(job: MpirunJob, directory: Path | None = None, *, keep: bool = False, log=None) -> int:
+def execute(job: MpirunJob, directory: Path | None = None, *, keep: bool = False, log=None,
+            stdout=None) -> int:
     """Write the scripts, run them with the host's mpirun, stream output; return the job's exit code."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
     require_tool("mpirun", "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
@@ -144,7 +145,7 @@ def execute(job: MpirunJob, directory: Path | None = None, *, keep: bool = False
     proc = None
     try:
         with interruptible():
-            proc = subprocess.Popen(["bash", str(run_sh)], start_new_session=False)
+            proc = subprocess.Popen(["bash", str(run_sh)], start_new_session=False, stdout=stdout)
             return proc.wait()
     finally:
         with shielded():

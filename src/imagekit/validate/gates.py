@@ -191,7 +191,11 @@ def load_baseline(path: "str | Path") -> Baseline:
 
 # -- evaluation ------------------------------------------------------------------------------
 def _fmt(v: float) -> str:
-    return f"{v:.2f}".rstrip("0").rstrip(".") if v == v else "nan"
+    """Two decimals for readable figures, but never round a small limit away (0.001 stays 0.001)."""
+    if v != v:
+        return "nan"
+    text = f"{v:.2f}".rstrip("0").rstrip(".")
+    return text if (text not in ("0", "-0") or v == 0) else f"{v:.3g}"
 
 
 class _Judge:
