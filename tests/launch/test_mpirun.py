@@ -82,3 +82,32 @@ def test_image_without_mpi_is_refused_before_launch(no_sshd_image, tmp_path):
     res = CliRunner().invoke(main, ["launch", "mpirun", "--image", no_sshd_image, "--hosts", "localhost:2",
                                     "--", "hostname"])
     assert res.exit_code == 1 and "has no MPI" in res.output and "--no-preflight" in res.output
+
+
+SHM_PINGPONG = """
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+buf = bytearray(1 << 20)
+for _ in range(20):
+    if c.rank == 0:
+        c.Send([buf, MPI.BYTE], 1); c.Recv([buf, MPI.BYTE], 1)
+    else:
+        c.Recv([buf, MPI.BYTE], 0); c.Send([buf, MPI.BYTE], 0)
+print("shm-ok", c.rank, flush=True)
+"""
+
+
+@pytest.mark.engine
+def test_large_shared_memory_messages_use_single_copy_between_docker_ranks(mpi_image, tmp_path):
+    """Docker's seccomp profile refuses CMA (process_vm_readv) without SYS_PTRACE: Open MPI then
+    prints "Read -1, expected N, errno = 1" for every large message and falls back at half speed."""
+    job = mpirun.MpirunJob(runtime="docker", image=mpi_image, hosts=[("localhost", 2)],
+                           command=["python3", "-c", SHM_PINGPONG],
+                           mpirun_args=["--mca", "pml", "ob1", "--mca", "btl", "vader,self", "--bind-to", "none"])
+    out = tmp_path / "out.txt"
+    with open(out, "w") as fh:
+        rc = mpirun.execute(job, tmp_path / "job", log=lambda m: None, stdout=fh, stderr=subprocess.STDOUT)
+    text = out.read_text()
+    assert rc == 0, text
+    assert text.count("shm-ok") == 2
+    assert "errno = 1" not in text and "Read -1" not in text

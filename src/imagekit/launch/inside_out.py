@@ -221,6 +221,8 @@ class _Launch:
                 name=self.names[i], hostname=job.hosts[i], network=self.network, user="0",
                 labels={JOB_LABEL: job.job_id, "io.imagekit.role": "launcher" if i == 0 else "worker"},
                 volumes=volumes, environment=dict(job.env), shm_size=job.shm_size,
+                # CMA single copy between ranks of one container (--slots > 1) needs SYS_PTRACE.
+                cap_add=["SYS_PTRACE"],
                 ulimits=[Ulimit(name="memlock", soft=ml, hard=ml)], **extra)
 
         try:
@@ -443,7 +445,8 @@ def render_sbatch(job: InsideOutJob) -> str:
         'mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
         f'printf \'%s slots={job.slots}\\n\' "${{hosts[@]}}" > "$keys/hostfile"',
         'srun --ntasks-per-node=1 --ntasks="$SLURM_JOB_NUM_NODES" \\',
-        f'  docker run --rm --name "$name" --label "{JOB_LABEL}=$name" --network=host --ipc=host \\',
+        f'  docker run --rm --name "$name" --label "{JOB_LABEL}=$name" --network=host --ipc=host '
+        '--cap-add=SYS_PTRACE \\',
         f'  --user 0 {gpus}{mounts + " " if mounts else ""}{envs + " " if envs else ""}'
         f'-v "$keys:{MOUNT}:ro" --entrypoint /bin/sh "$image" {MOUNT}/start.sh &',
         "workers=$!",

@@ -130,7 +130,7 @@ def _docker_cli() -> str:
 
 
 def execute(job: MpirunJob, directory: Path | None = None, *, keep: bool = False, log=None,
-            stdout=None) -> int:
+            stdout=None, stderr=None) -> int:
     """Write the scripts, run them with the host's mpirun, stream output; return the job's exit code."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
     require_tool("mpirun", "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
@@ -145,7 +145,8 @@ def execute(job: MpirunJob, directory: Path | None = None, *, keep: bool = False
     proc = None
     try:
         with interruptible():
-            proc = subprocess.Popen(["bash", str(run_sh)], start_new_session=False, stdout=stdout)
+            proc = subprocess.Popen(["bash", str(run_sh)], start_new_session=False, stdout=stdout,
+                                    stderr=stderr)
             return proc.wait()
     finally:
         with shielded():

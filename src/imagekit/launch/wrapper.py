@@ -12,6 +12,10 @@ that can still talk to that process manager:
   every rank comes up as rank 0 of 1.
 - ``--network=host --ipc=host --pid=host`` keep TCP, shared-memory and
   ``/proc``-based peer discovery working between ranks on one node.
+- ``--cap-add=SYS_PTRACE``: Open MPI's shared-memory single copy (CMA,
+  ``process_vm_readv``) is refused by Docker's default seccomp profile without
+  it; every large message then fails over with "Read -1, expected N, errno = 1"
+  at about half the bandwidth (measured by bench/launch.py).
 
 Apptainer shares host namespaces and environment by default; Enroot shares
 namespaces but takes environment variables with ``--env NAME``.
@@ -76,7 +80,7 @@ def render(runtime: str, image: str, *, job_id: str, mounts: list[Mount] = (),
             ("extra+=(--gpus all)\n" if gpus else "") +
             (f"extra+=(-w {q(workdir)})\n" if workdir else "") +
             f'exec {q(docker)} run --rm --label "{JOB_LABEL}=$job" \\\n'
-            "  --network=host --ipc=host --pid=host \\\n"
+            "  --network=host --ipc=host --pid=host --cap-add=SYS_PTRACE \\\n"
             '  --user "$(id -u):$(id -g)" "${forward[@]}" "${binds[@]}" "${extra[@]}" \\\n'
             '  "$image" "$@"\n'
         )
