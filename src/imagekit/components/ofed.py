@@ -69,6 +69,8 @@ class Ofed(Component):
             checks.run("ofed.mlx5", "the mlx5 verbs provider is installed",
                        "ls /usr/lib/*/libibverbs/libmlx5-rdmav*.so /usr/lib64/libibverbs/libmlx5-rdmav*.so "
                        "2>/dev/null | grep -q mlx5"),
+            # `ibv_devinfo -l` prints "<n> HCA(s) found:" then one name a line; names vary (mlx5_0, or
+            # rdma-core's persistent ibp*/rocep* names), so count devices rather than match names.
             checks.run("ofed.devices", "ibv_devinfo sees an RDMA device", "ibv_devinfo -l",
-                       expect=r"mlx|hca", needs="fabric"),
+                       expect=r"(?m)^[1-9]\d* HCAs? found:", needs="fabric"),
         ]
