@@ -168,5 +168,18 @@ def test_bad_baseline_is_a_usage_error(bad) -> None:
 def test_unparseable_baseline_file(tmp_path) -> None:
     p = tmp_path / "b.yaml"
     p.write_text("benchmarks: [unclosed\n")
-    with pytest.raises(UsageError, match=r"b.yaml:\d+: invalid YAML"):
+    with pytest.raises(UsageError, match=r"b.yaml:1: malformed YAML"):
         load_baseline(p)
+
+
+def test_baseline_unknown_key_names_line_key_and_suggestion(tmp_path) -> None:
+    p = tmp_path / "site.yaml"
+    p.write_text("system: dgx\nbenchmarks:\n  all_reduce:\n    min_busbw: 300\n    max_latency: 40\n")
+    with pytest.raises(UsageError) as err:
+        load_baseline(p)
+    assert "site.yaml:5: benchmarks.all_reduce.max_latency: unknown key" in str(err.value)
+    assert "did you mean 'max_latency_us'" in str(err.value)
+    j = tmp_path / "site.json"
+    j.write_text('{"version": 1, "sytem": "dgx"}')
+    with pytest.raises(UsageError, match=r"site.json: sytem: unknown key(.|\n)*did you mean 'system'"):
+        load_baseline(j)

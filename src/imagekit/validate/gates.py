@@ -95,13 +95,24 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
-def _limits(data: Any, where: str) -> Limits:
+def _reject_unknown(data: dict, allowed: set, where: str, path: str) -> None:
+    """An unknown key: file:line and a "did you mean" when the baseline came from YAML."""
+    unknown = [k for k in data if k not in allowed]
+    if not unknown:
+        return
+    from imagekit import schema
+
+    err = schema.unknown_key(data, str(unknown[0]), sorted(allowed), where)
+    if getattr(data, "file", None) is None:  # JSON: no positions, name the file at least
+        raise UsageError(f"{path}: {where + '.' if where else ''}{unknown[0]}: unknown key", err.hint)
+    raise err
+
+
+def _limits(data: Any, path: str, key: str = "") -> Limits:
+    where = f"{path}: {key}" if key else path
     if not isinstance(data, dict):
         raise UsageError(f"{where}: expected a mapping, got {type(data).__name__}")
-    unknown = set(data) - _BENCH_KEYS
-    if unknown:
-        raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}",
-                         f"allowed: {', '.join(sorted(_BENCH_KEYS))}")
+    _reject_unknown(data, _BENCH_KEYS, key, path)
     lim = Limits()
     if data.get("min_busbw") is not None:
         lim.min_busbw = _number(data["min_busbw"], f"{where}.min_busbw")
@@ -110,17 +121,14 @@ def _limits(data: Any, where: str) -> Limits:
     sizes = data.get("sizes") or {}
     if not isinstance(sizes, dict):
         raise UsageError(f"{where}.sizes: expected a mapping of size -> limit")
-    for key, val in sizes.items():
+    for size_key, val in sizes.items():
         try:
-            size = parse_size(key)
+            size = parse_size(size_key)
         except ValueError as exc:
             raise UsageError(f"{where}.sizes: {exc}") from None
-        here = f"{where}.sizes.{key}"
+        here = f"{where}.sizes.{size_key}"
         if isinstance(val, dict):
-            unknown = set(val) - {"min_busbw", "max_latency_us"}
-            if unknown:
-                raise UsageError(f"{here}: unknown key(s) {', '.join(sorted(map(str, unknown)))}",
-                                 "allowed: min_busbw, max_latency_us")
+            _reject_unknown(val, {"min_busbw", "max_latency_us"}, f"{key + '.' if key else ''}sizes.{size_key}", path)
             lim.sizes[size] = SizeLimit(
                 _number(val["min_busbw"], here) if val.get("min_busbw") is not None else None,
                 _number(val["max_latency_us"], here) if val.get("max_latency_us") is not None else None)
@@ -132,10 +140,7 @@ def _limits(data: Any, where: str) -> Limits:
 def baseline_from_dict(data: Any, path: str = "<baseline>") -> Baseline:
     if not isinstance(data, dict):
         raise UsageError(f"{path}: a baseline is a mapping (see imagekit validate --help)")
-    unknown = set(data) - _TOP_KEYS
-    if unknown:
-        raise UsageError(f"{path}: unknown key(s) {', '.join(sorted(map(str, unknown)))}",
-                         f"allowed: {', '.join(sorted(_TOP_KEYS))}")
+    _reject_unknown(data, _TOP_KEYS, "", path)
     if data.get("version", 1) != 1:
         raise UsageError(f"{path}: unsupported baseline version {data.get('version')!r}", "use version: 1")
     base = Baseline(path=path, system=str(data.get("system") or ""))
@@ -162,7 +167,7 @@ def baseline_from_dict(data: Any, path: str = "<baseline>") -> Baseline:
     if not isinstance(benches, dict):
         raise UsageError(f"{path}: benchmarks: expected a mapping of name -> limits")
     for name, lim in benches.items():
-        base.benchmarks[bench_key(str(name))] = _limits(lim or {}, f"{path}: benchmarks.{name}")
+        base.benchmarks[bench_key(str(name))] = _limits(lim or {}, path, f"benchmarks.{name}")
     return base
 
 
@@ -178,14 +183,9 @@ def load_baseline(path: "str | Path") -> Baseline:
         except json.JSONDecodeError as exc:
             raise UsageError(f"{p}:{exc.lineno}: invalid JSON: {exc.msg}") from None
     else:
-        import yaml
+        from imagekit import yamlpos
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{p}:{mark.line + 1}" if mark else str(p)
-            raise UsageError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        data = yamlpos.load(p)  # file:line errors, duplicate keys refused
     return baseline_from_dict(data, str(p))
 
 
