@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 _TRANSPORTS = ["IB", "GDRDMA", "Socket", "P2P", "SHM", "NVLS", "CollNet"]
@@ -88,7 +90,7 @@ def validate(source: str, min_busbw: "float | None", max_latency_us: "float | No
     gates = gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective, small_size, saturation)
     small = gates.small_size
     if source == "-":
-        data = click.get_binary_stream("stdin").read()
+        data = sys.stdin.buffer.read()
         name = "<stdin>"
     else:
         try:
