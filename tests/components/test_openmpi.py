@@ -47,7 +47,7 @@ def test_distro_openmpi_packages_and_home(tmp_path):
     assert s.get("openmpi").home == "/usr/lib/aarch64-linux-gnu/openmpi"
     assert s.get("openmpi").version == "4.1.4"
     rendered = render_text(tmp_path, text)
-    assert "libopenmpi-dev openmpi-bin" in stage(rendered, "devel")
+    assert "libopenmpi-dev libopenmpi3 openmpi-bin" in stage(rendered, "devel")
     runtime = stage(rendered, "runtime")
     assert "libopenmpi3 openmpi-bin" in runtime and "libopenmpi-dev" not in runtime
 

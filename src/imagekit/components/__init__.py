@@ -36,6 +36,11 @@ class Component:
     options: ClassVar[dict[str, Option]] = {}
     # Version each distro ships, for `source: distro` (labels and checks use it).
     distro_versions: ClassVar[dict[str, str]] = {}
+    # Debian-family packages for `source: distro`: what the runtime stage needs, what devel adds,
+    # and the comment above the install.
+    distro_packages: ClassVar[tuple[str, ...]] = ()
+    distro_devel_packages: ClassVar[tuple[str, ...]] = ()
+    distro_note: ClassVar[str] = ""
 
     def __init__(self, stack: "Stack", opts: dict[str, Any], where: Any = None) -> None:
         self.stack = stack
@@ -88,13 +93,37 @@ class Component:
         return bool(self.opts.get(option))
 
     # -- stages ---------------------------------------------------------
-    def devel(self) -> list:
-        """HPCCM building blocks / primitives for the devel stage."""
+    def packages(self, devel: bool) -> list[str]:
+        """The distro packages for one stage (``source: distro``)."""
+        return list(self.distro_packages) + (list(self.distro_devel_packages) if devel else [])
+
+    def building_blocks(self) -> list:
+        """HPCCM building blocks for the devel stage; the runtime stage gets their ``runtime()`` twins."""
         return []
 
+    def environment(self) -> dict[str, str]:
+        """ENV for both stages, after the install."""
+        return {}
+
+    def devel(self) -> list:
+        """The devel stage: distro packages (with headers), or the building blocks."""
+        from imagekit.components import _blocks
+
+        if self.source == "distro":
+            out = _blocks.apt_install(self.packages(devel=True), self.distro_note or None)
+        else:
+            out = self.building_blocks()
+        return out + _blocks.env(self.environment())
+
     def runtime(self) -> list:
-        """What the runtime stage needs (usually ``block.runtime(_from="devel")`` or packages)."""
-        return []
+        """The runtime stage: runtime packages only, or what the blocks built, copied from devel."""
+        from imagekit.components import _blocks
+
+        if self.source == "distro":
+            out = _blocks.apt_install(self.packages(devel=False), self.distro_note or None)
+        else:
+            out = [block.runtime(_from="devel") for block in self.building_blocks()]
+        return out + _blocks.env(self.environment())
 
     def labels(self) -> dict[str, str]:
         """Facts beyond version and source, as io.imagekit.component.<name>.<key>."""

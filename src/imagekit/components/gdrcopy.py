@@ -14,16 +14,10 @@ class Gdrcopy(Component):
     order = 20
     sources = ("upstream",)
 
-    def _block(self):
+    def building_blocks(self) -> list:
         from hpccm.building_blocks import gdrcopy
 
-        return gdrcopy(version=self.version, prefix=PREFIX, ldconfig=True)
-
-    def devel(self) -> list:
-        return [self._block()]
-
-    def runtime(self) -> list:
-        return [self._block().runtime(_from="devel")]
+        return [gdrcopy(version=self.version, prefix=PREFIX, ldconfig=True)]
 
     def labels(self) -> dict[str, str]:
         return {"prefix": PREFIX}

@@ -42,20 +42,20 @@ class Nccl(Component):
     def wheel(self) -> str:
         return f"nvidia-nccl-cu{self.cuda}=={self.version}"
 
-    def _block(self):
+    def building_blocks(self) -> list:
         from hpccm.building_blocks import nccl
 
         if self.source == "repo":
-            return nccl(version=self.version, cuda=self.cuda)
+            return [nccl(version=self.version, cuda=self.cuda)]
         # NCCL's release tags (and so the archive URL and its top directory) carry the
         # package revision: v2.23.4-1 -> nccl-2.23.4-1; there is no v2.23.4 tag.
         tag = self.version if "-" in self.version else f"{self.version}-1"
-        return nccl(build=True, version=tag, prefix=PREFIX,
-                    make_variables={"CUDA_HOME": "/usr/local/cuda"})
+        return [nccl(build=True, version=tag, prefix=PREFIX,
+                     make_variables={"CUDA_HOME": "/usr/local/cuda"})]
 
     def devel(self) -> list:
         if self.source != "pypi":
-            return [self._block()]
+            return super().devel()
         stage = "/var/tmp/nccl-wheel"
         return _blocks.apt_install(["python3-minimal", "python3-pip"], "pip, to fetch the NCCL wheel") + \
             _blocks.pip_run([
@@ -71,7 +71,7 @@ class Nccl(Component):
 
     def runtime(self) -> list:
         if self.source != "pypi":
-            return [self._block().runtime(_from="devel")]
+            return super().runtime()
         return _blocks.copy_from_devel(f"{PREFIX}/lib") + _blocks.ldconfig_dir("nccl", f"{PREFIX}/lib")
 
     def labels(self) -> dict[str, str]:

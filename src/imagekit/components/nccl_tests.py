@@ -19,7 +19,7 @@ class NcclTests(Component):
     sources = ("upstream",)
     options = {"mpi": Option(bool, True, "build with MPI=1 (multi-node runs)")}
 
-    def _block(self):
+    def building_blocks(self) -> list:
         from hpccm.building_blocks import generic_build
 
         mpi = self.stack.get("openmpi")
@@ -27,21 +27,14 @@ class NcclTests(Component):
         make = ["make", "-j$(nproc)", "CUDA_HOME=/usr/local/cuda", f"NCCL_HOME={nccl.prefix}"]
         if self.enabled("mpi"):
             make += ["MPI=1", f"MPI_HOME={mpi.home}"]
-        return generic_build(
+        return [generic_build(
             url=URL.format(version=self.version), directory=f"nccl-tests-{self.version}",
             build=[" ".join(make)], prefix=PREFIX,
             install=[f"mkdir -p {PREFIX}/bin", f"cp build/*_perf {PREFIX}/bin/"],
-        )
+        )]
 
-    def devel(self) -> list:
-        from hpccm.primitives import environment
-
-        return [self._block(), environment(variables={"PATH": f"{PREFIX}/bin:$PATH"})]
-
-    def runtime(self) -> list:
-        from hpccm.primitives import environment
-
-        return [self._block().runtime(_from="devel"), environment(variables={"PATH": f"{PREFIX}/bin:$PATH"})]
+    def environment(self) -> dict[str, str]:
+        return {"PATH": f"{PREFIX}/bin:$PATH"}
 
     def labels(self) -> dict[str, str]:
         return {"mpi": str(self.enabled("mpi")).lower()}

@@ -12,8 +12,6 @@ from imagekit import checks
 from imagekit.components import Component, _blocks
 from imagekit.schema import Option
 
-INBOX_RUNTIME = ["ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1"]
-INBOX_DEVEL = ["libibverbs-dev", "librdmacm-dev"]
 INBOX_TOOLS = ["infiniband-diags", "perftest", "rdmacm-utils"]
 
 
@@ -26,6 +24,9 @@ class Ofed(Component):
         "flavor": Option(str, "inbox", "doca | mlnx | inbox", choices=("doca", "mlnx", "inbox")),
         "tools": Option(bool, False, "add perftest, infiniband-diags and rdmacm-utils"),
     }
+    distro_packages = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1")
+    distro_devel_packages = ("libibverbs-dev", "librdmacm-dev")
+    distro_note = "RDMA: inbox rdma-core"
     distro_versions = {"debian12": "44.0", "debian11": "33.2", "ubuntu22": "39.0", "ubuntu24": "50.0",
                        "ubuntu20": "28.0"}
 
@@ -40,25 +41,15 @@ class Ofed(Component):
                        "drop `source:`; the flavor decides it")
         super().configure()
 
-    def _block(self):
+    def building_blocks(self) -> list:
         from hpccm.building_blocks import doca_ofed, mlnx_ofed
 
         if self.opts["flavor"] == "doca":
-            return doca_ofed(version=self.version)
-        return mlnx_ofed(version=self.version)
+            return [doca_ofed(version=self.version)]
+        return [mlnx_ofed(version=self.version)]
 
-    def _inbox(self, packages: list[str]) -> list[str]:
-        return packages + (INBOX_TOOLS if self.opts["tools"] else [])
-
-    def devel(self) -> list:
-        if self.source == "distro":
-            return _blocks.apt_install(self._inbox(INBOX_RUNTIME + INBOX_DEVEL), "RDMA: inbox rdma-core")
-        return [self._block()]
-
-    def runtime(self) -> list:
-        if self.source == "distro":
-            return _blocks.apt_install(self._inbox(INBOX_RUNTIME), "RDMA: inbox rdma-core")
-        return [self._block().runtime(_from="devel")]
+    def packages(self, devel: bool) -> list[str]:
+        return super().packages(devel) + (INBOX_TOOLS if self.opts["tools"] else [])
 
     def labels(self) -> dict[str, str]:
         return {"flavor": self.opts["flavor"]}

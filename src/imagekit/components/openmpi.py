@@ -9,9 +9,6 @@ from imagekit.components import Component, _blocks
 from imagekit.schema import Option
 
 PREFIX = "/usr/local/openmpi"
-# Debian-family package names (bookworm calls the library libopenmpi3).
-DISTRO_RUNTIME = ["libopenmpi3", "openmpi-bin"]
-DISTRO_DEVEL = ["build-essential", "libopenmpi-dev", "openmpi-bin"]
 
 
 class Openmpi(Component):
@@ -25,6 +22,9 @@ class Openmpi(Component):
         "cuda": Option(bool, False, "CUDA-aware build (needs the cuda component)"),
         "slurm": Option(bool, False, "build Slurm support (--with-slurm) for mpirun inside allocations"),
     }
+    distro_packages = ("libopenmpi3", "openmpi-bin")
+    distro_devel_packages = ("build-essential", "libopenmpi-dev")
+    distro_note = "OpenMPI (distro; links the distro's UCX and PMIx)"
     distro_versions = {"debian12": "4.1.4", "debian11": "4.1.0", "ubuntu22": "4.1.2", "ubuntu24": "4.1.6"}
 
     def configure(self) -> None:
@@ -43,30 +43,20 @@ class Openmpi(Component):
             return PREFIX
         return f"/usr/lib/{self.stack.base.arch}-linux-gnu/openmpi"
 
-    def _block(self):
+    def building_blocks(self) -> list:
         from hpccm import toolchain
         from hpccm.building_blocks import openmpi
 
         ucx, pmix = self.stack.get("ucx"), self.stack.get("pmix")
         extra = ["--with-slurm"] if self.enabled("slurm") else ["--without-slurm"]
-        return openmpi(
+        return [openmpi(
             version=self.version, prefix=PREFIX, ldconfig=True, disable_static=True,
             cuda=self.enabled("cuda"), infiniband=False,
             ucx=ucx.prefix if (ucx and self.enabled("ucx")) else False,
             pmix=pmix.prefix if (pmix and self.enabled("pmix")) else "internal",
             configure_opts=["--disable-getpwuid", "--enable-orterun-prefix-by-default", *extra],
             toolchain=toolchain(CC="gcc", CXX="g++", F77="gfortran", F90="gfortran", FC="gfortran"),
-        )
-
-    def devel(self) -> list:
-        if self.source == "distro":
-            return _blocks.apt_install(DISTRO_DEVEL, "OpenMPI (distro; links the distro's UCX and PMIx)")
-        return [self._block()]
-
-    def runtime(self) -> list:
-        if self.source == "distro":
-            return _blocks.apt_install(DISTRO_RUNTIME, "OpenMPI (distro)")
-        return [self._block().runtime(_from="devel")]
+        )]
 
     def labels(self) -> dict[str, str]:
         return {k: str(self.enabled(k)).lower() for k in ("ucx", "pmix", "cuda", "slurm")}

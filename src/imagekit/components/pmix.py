@@ -20,6 +20,9 @@ class Pmix(Component):
     summary = "external PMIx for OpenMPI and Slurm's --mpi=pmix"
     order = 40
     sources = ("upstream", "distro")
+    distro_packages = ("libpmix-bin", "libpmix2")
+    distro_devel_packages = ("libpmix-dev",)
+    distro_note = "PMIx (distro)"
     distro_versions = {"debian12": "4.2.2", "debian11": "3.2.3", "ubuntu22": "4.1.2", "ubuntu24": "5.0.1"}
 
     @property
@@ -28,20 +31,10 @@ class Pmix(Component):
             return PREFIX
         return f"/usr/lib/{self.stack.base.arch}-linux-gnu/pmix2"
 
-    def _block(self):
+    def building_blocks(self) -> list:
         from hpccm.building_blocks import pmix
 
-        return pmix(version=self.version, prefix=PREFIX, ldconfig=True)
-
-    def devel(self) -> list:
-        if self.source == "distro":
-            return _blocks.apt_install(["libpmix-bin", "libpmix-dev", "libpmix2"], "PMIx (distro)")
-        return [self._block()]
-
-    def runtime(self) -> list:
-        if self.source == "distro":
-            return _blocks.apt_install(["libpmix-bin", "libpmix2"], "PMIx (distro)")
-        return [self._block().runtime(_from="devel")]
+        return [pmix(version=self.version, prefix=PREFIX, ldconfig=True)]
 
     def labels(self) -> dict[str, str]:
         return {"major": self.version.split(".")[0], "prefix": self.prefix}

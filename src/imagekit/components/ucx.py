@@ -24,6 +24,9 @@ class Ucx(Component):
         "xpmem": Option(bool, False, "build and use XPMEM (user-space library; module on the host)"),
         "ofed": Option(bool, True, "use verbs/RDMA (rdma-core or OFED from the ofed component)"),
     }
+    distro_packages = ("libucx0", "ucx-utils")
+    distro_devel_packages = ("libucx-dev",)
+    distro_note = "UCX (distro)"
     distro_versions = {"debian12": "1.13.1", "debian11": "1.10.1", "ubuntu22": "1.12.1", "ubuntu24": "1.16.0"}
 
     def configure(self) -> None:
@@ -38,7 +41,7 @@ class Ucx(Component):
     def prefix(self) -> str:
         return PREFIX if self.source == "upstream" else "/usr"
 
-    def _blocks(self) -> list:
+    def building_blocks(self) -> list:
         from hpccm.building_blocks import knem, ucx, xpmem
 
         blocks = []
@@ -55,16 +58,6 @@ class Ucx(Component):
             ofed=self.enabled("ofed"),
         ))
         return blocks
-
-    def devel(self) -> list:
-        if self.source == "distro":
-            return _blocks.apt_install(["libucx-dev", "libucx0", "ucx-utils"], "UCX (distro)")
-        return self._blocks()
-
-    def runtime(self) -> list:
-        if self.source == "distro":
-            return _blocks.apt_install(["libucx0", "ucx-utils"], "UCX (distro)")
-        return [b.runtime(_from="devel") for b in self._blocks()]
 
     def labels(self) -> dict[str, str]:
         return {k: str(self.enabled(k)).lower() for k in ("cuda", "gdrcopy", "knem", "xpmem", "ofed")}
