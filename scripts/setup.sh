@@ -33,8 +33,13 @@ fi
 bash scripts/setup-engine.sh
 
 PY=${PYTHON:-python3}
-if ! "$PY" -c 'import imagekit, hpccm, testinfra, hypothesis' >/dev/null 2>&1 || ! command -v imagekit >/dev/null; then
-    echo "setup: installing imagekit (editable, with the test extra)"
-    "$PY" -m pip install -q -e '.[test]'
+# Always (re)install this checkout: another checkout's editable install would
+# otherwise shadow it, and new test extras would be missing. Quick when satisfied.
+echo "setup: installing imagekit from $(pwd) (editable, with the test extra)"
+"$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e '.[test]'
+where=$("$PY" -c 'import imagekit, os; print(os.path.dirname(os.path.dirname(os.path.abspath(imagekit.__file__))))')
+if [ "$where" != "$(pwd)/src" ]; then
+    echo "setup: imagekit resolves to $where, not $(pwd)/src" >&2
+    exit 1
 fi
 echo "setup: ready ($(imagekit --version))"
