@@ -13,8 +13,9 @@ cd "$(dirname "$0")/.."
 #   slurm-wlm munge libpmix2 libpmix-dev  a real single-node Slurm for the launch tests
 #   shellcheck                every generated launch script is linted
 #   openssh-client            inside-out launches (ssh-keygen for per-job keys)
+#   gcc                       the check tests compile stub libraries (libnccl.so.2, ...) for stub images
 PACKAGES=(docker.io debootstrap squashfs-tools squashfs-tools-ng docker-registry openmpi-bin
-          python3-mpi4py slurm-wlm munge libpmix2 libpmix-dev shellcheck openssh-client)
+          python3-mpi4py slurm-wlm munge libpmix2 libpmix-dev shellcheck openssh-client gcc)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
