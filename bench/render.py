@@ -68,7 +68,7 @@ def main() -> int:
         print(f"{name:<26} {fmt:<12} {cold * 1000:8.1f} {warm * 1000:8.1f} {size:7d}")
     n = len(cold_rows)
     print(f"{'total (' + str(n) + ' renders)':<39} {cold_total * 1000:8.1f} {warm_total * 1000:8.1f}")
-    print(f"  cold includes importing hpccm/yaml and loading the stack files (load time shared per variant)")
+    print("  cold includes importing hpccm/yaml and loading the stack files (load time shared per variant)")
 
     exe = shutil.which("imagekit") or str(Path(sys.executable).with_name("imagekit"))
     help_s = best_of([exe, "--help"], args.runs)

@@ -65,13 +65,13 @@ def test_ca_bundle_reaches_pip_as_a_secret_and_never_a_layer(base_image, write_s
     marker = f"imagekit-test-marker-{os.getpid()}-{time.time_ns()}"
     bundle = tmp_path / "bundle.pem"
     bundle.write_text(open("/etc/ssl/certs/ca-certificates.crt").read() + f"\n# {marker}\n")
-    path = write_stack(f"""\
+    path = write_stack("""\
 name: secret-probe
-base: {{image: imagekit/debian:bookworm, distro: debian12}}
+base: {image: imagekit/debian:bookworm, distro: debian12}
 components:
-  python: {{pip: ["six==1.16.0"]}}
+  python: {pip: ["six==1.16.0"]}
 checks:
-  - {{name: six, run: "python3 -c 'import six; print(six.__version__)'", expect: "1.16.0"}}
+  - {name: six, run: "python3 -c 'import six; print(six.__version__)'", expect: "1.16.0"}
 """)
     result = build.build(stack.load(path), ca_bundle=str(bundle), no_cache=True, log_dir=tmp_path)
     saved = tmp_path / "image.tar"

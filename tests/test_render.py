@@ -69,7 +69,7 @@ def test_golden_files_have_the_expected_shape():
     # Guards against regenerating nonsense: each golden is a two-stage recipe in its format.
     for _, name, fmt in CASES:
         text = (GOLDEN / f"{name}.{fmt}").read_text()
-        assert text.startswith(f"# imagekit ") and f"stack {name} (" in text.splitlines()[0]
+        assert text.startswith("# imagekit ") and f"stack {name} (" in text.splitlines()[0]
         assert text.endswith("\n") and not text.endswith("\n\n")
         if fmt == "docker":
             assert text.count("\nFROM ") == 2 and " AS devel\n" in text and " AS runtime\n" in text

@@ -1,6 +1,7 @@
 """Write outputs to a temporary name beside the target and rename when complete.
 
-An interrupted or failed write never leaves a partial file under the final name.
+An interrupted or failed write never leaves a partial file under the final
+name: recipes, scripts, JUnit files and exports all go through here.
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ from typing import Iterator
 
 
 @contextlib.contextmanager
-def target(path: str | os.PathLike, mode: int = 0o644) -> Iterator[Path]:
-    """Yield a temporary path in the target's directory; rename it over ``path`` on success."""
+def target(path: str | os.PathLike, mode: int = 0o644, sync: bool = False) -> Iterator[Path]:
+    """Yield a temporary path (``.NAME.*.part``) beside ``path``; rename it over ``path`` on success.
+
+    ``sync`` flushes the data to disk before the rename (large exports on shared filesystems).
+    Any exception, KeyboardInterrupt included, removes the temporary file.
+    """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".part", dir=final.parent)
@@ -22,6 +27,9 @@ def target(path: str | os.PathLike, mode: int = 0o644) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if sync:
+            with open(tmp_path, "rb+") as fh:
+                os.fsync(fh.fileno())
         os.chmod(tmp_path, mode)
         os.replace(tmp_path, final)
     except BaseException:
@@ -29,6 +37,7 @@ def target(path: str | os.PathLike, mode: int = 0o644) -> Iterator[Path]:
         raise
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-    with target(path) as tmp:
+def write_text(path: str | os.PathLike, text: str, mode: int = 0o644) -> Path:
+    with target(path, mode) as tmp:
         tmp.write_text(text)
+    return Path(path)

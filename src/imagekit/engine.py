@@ -61,7 +61,7 @@ def image_labels(ref: str) -> dict[str, str]:
         return dict(client().images.get(ref).labels or {})
     except docker.errors.ImageNotFound:
         raise EngineError(f"image {ref!r} not found in the local engine",
-                          f"build it with `imagekit build STACK` or pull it first") from None
+                          "build it with `imagekit build STACK` or pull it first") from None
 
 
 def _short(exc: BaseException) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
+from stack_helpers import CUDA, load_text, render_text, stage
 
 TORCH = CUDA + """\
 components:

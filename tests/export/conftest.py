@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import textwrap
-from pathlib import Path
 
 import pytest
 

@@ -67,7 +67,7 @@ class Component:
             self.error("version", f"`source: {self.source}` needs a pinned version",
                        f'add `version: "X.Y.Z"` to {self.name}')
         if self.source == "distro" and self.stack.base.family != "deb":
-            self.error("source", f"`source: distro` is only packaged here for Debian/Ubuntu bases",
+            self.error("source", "`source: distro` is only packaged here for Debian/Ubuntu bases",
                        "use `source: upstream` on this base")
 
     def error(self, key: str | None, message: str, hint: str | None = None) -> StackError:

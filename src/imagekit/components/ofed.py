@@ -9,7 +9,7 @@ repos are signed-by and it is the current NVIDIA distribution.
 from __future__ import annotations
 
 from imagekit import checks
-from imagekit.components import Component, _blocks
+from imagekit.components import Component
 from imagekit.schema import Option
 
 INBOX_TOOLS = ["infiniband-diags", "perftest", "rdmacm-utils"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from imagekit import checks
-from imagekit.components import Component, _blocks
+from imagekit.components import Component
 
 PREFIX = "/usr/local/pmix"
 

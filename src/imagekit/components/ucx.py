@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from imagekit import checks
-from imagekit.components import Component, _blocks
+from imagekit.components import Component
 from imagekit.components.gdrcopy import PREFIX as GDRCOPY_PREFIX
 from imagekit.schema import Option
 

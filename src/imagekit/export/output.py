@@ -15,13 +15,13 @@ import hashlib
 import json
 import os
 import signal
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from imagekit import atomic
 from imagekit.errors import ImagekitError, UsageError
 
 # Room for squashfs metadata, the SIF header/descriptor table and filesystem slack.
@@ -82,26 +82,13 @@ def prepare_target(output: Path, force: bool) -> Path:
     return output
 
 
-@contextlib.contextmanager
-def atomic_output(target: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``target``; rename onto it only if the block succeeds.
+def atomic_output(target: Path):
+    """A temporary path beside ``target``, synced and renamed onto it only if the block succeeds.
 
     Any exception, including KeyboardInterrupt and the SIGTERM turned into one by
     :func:`interrupt_on_sigterm`, removes the temporary file.
     """
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        yield tmp
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
+    return atomic.target(target, sync=True)
 
 
 @contextlib.contextmanager

@@ -7,7 +7,6 @@ import re
 import secrets
 import shlex
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,16 +99,7 @@ def quote(args: list[str]) -> str:
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o755) -> Path:
-    """Write to a temporary name next to ``path`` and rename: no partial file on failure."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Scripts and key files: written whole or not at all (see imagekit.atomic)."""
+    from imagekit.atomic import write_text
+
+    return write_text(path, text, mode)
