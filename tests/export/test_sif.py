@@ -173,3 +173,35 @@ def test_sif_runtime_scripts_behave(sif_tree):
                    'printf "%s|%s|%s|" "$GREETING" "$QUOTED" "${EMPTY-unset}"; echo "$PATH"')
     assert out == ("hello world|it's \"quoted\" $x \\ back||"
                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n")
+
+
+def test_via_apptainer_calls_apptainer_build_and_writes_atomically(tmp_path, monkeypatch):
+    """Apptainer cannot be installed here: a stub on PATH records its arguments and writes the file,
+    to show imagekit's documented call (`apptainer build [--mksquashfs-args ...] OUT docker-daemon://IMAGE`)
+    and that a failing apptainer leaves nothing behind."""
+    import os
+    import stat
+
+    from imagekit.errors import ImagekitError
+    from imagekit.export import sif
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "argv"
+    stub = bindir / "apptainer"
+    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "' + str(log) + '"\n'
+                    '[ -n "$FAIL" ] && { echo "FATAL: boom" >&2; exit 255; }\n'
+                    'out=""; for a in "$@"; do case "$a" in docker-daemon://*) ;; *.part) out="$a";; esac; done\n'
+                    'echo SIF > "$out"\n')
+    stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "x.sif"
+    result = sif._via_apptainer("site/img:1", out, "zstd")
+    argv = log.read_text().splitlines()
+    assert argv[0] == "build" and argv[1:3] == ["--mksquashfs-args", "-comp zstd"]
+    assert argv[-1] == "docker-daemon://site/img:1" and argv[-2].endswith(".part")
+    assert out.read_text() == "SIF\n" and result.tool == "apptainer"
+    monkeypatch.setenv("FAIL", "1")
+    with pytest.raises(ImagekitError, match="FATAL: boom"):
+        sif._via_apptainer("site/img:1", tmp_path / "y.sif", "gzip")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["argv", "bin", "x.sif"]

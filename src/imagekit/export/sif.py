@@ -331,10 +331,9 @@ def _via_apptainer(image: str, target: Path, compression: str) -> ExportResult:
                             "install Apptainer, or drop --via to write the SIF natively")
     with interrupt_on_sigterm(), atomic_output(target) as tmp:
         os.unlink(tmp)  # apptainer refuses to overwrite without --force
-        env = dict(os.environ)
-        if compression == "zstd":
-            env["APPTAINER_MKSQUASHFS_ARGS"] = "-comp zstd"
-        proc = subprocess.run([binary, "build", str(tmp), f"docker-daemon:{image}"], env=env,
+        # Apptainer compresses with gzip by default; `--mksquashfs-args` passes anything else.
+        args = ["--mksquashfs-args", "-comp zstd"] if compression == "zstd" else []
+        proc = subprocess.run([binary, "build", *args, str(tmp), f"docker-daemon://{image}"],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
