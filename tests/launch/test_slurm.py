@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -152,3 +153,26 @@ def test_preflight_reads_real_srun_mpi_list(local_slurm, monkeypatch):
     img3 = preflight.ImageFacts.from_labels({"io.imagekit.components": "pmix,openmpi",
                                              "io.imagekit.component.pmix.version": "3.2.3"})
     assert preflight.check_slurm_pmix(img3, host).status == "warn"
+
+
+@pytest.mark.slurm
+@pytest.mark.engine
+def test_submit_validate_waits_for_the_job_and_gates_its_output(local_slurm, mpi_image, tmp_path):
+    """`launch slurm --submit --validate` with no command runs the image's benchmark (mpi4py ring test,
+    from its labels) under real Slurm + srun --mpi=pmix, then judges the job's output file."""
+    def launch(gate):
+        return subprocess.run([sys.executable, "-m", "imagekit", "launch", "slurm", "--runtime", "docker",
+                               "--image", mpi_image, "-N", "1", "--ntasks-per-node", "2", "--submit",
+                               "--validate", "--max-latency-us", gate, "-o", str(tmp_path / f"j{gate}.sbatch")],
+                              env=local_slurm.env, capture_output=True, text=True, timeout=300)
+    ok = launch("100000")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "time for 1000 loops" in ok.stdout and "verdict: PASS" in ok.stdout
+    assert (tmp_path / "j100000.out").read_text().count("time for") == 1
+    bad = launch("0.001")
+    assert bad.returncode == 1 and "verdict: FAIL" in bad.stdout and "max 0.001 us" in bad.stdout
+
+
+def test_validate_needs_submit():
+    res = CliRunner().invoke(main, ["launch", "slurm", "--image", "x.sqsh", "-N", "1", "--validate", "--", "true"])
+    assert res.exit_code == 2 and "needs --submit" in res.output

@@ -116,11 +116,12 @@ def launch() -> None:
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the sbatch script here.")
 @click.option("--dry-run/--submit", default=True, help="Print the script (default) or submit it with sbatch.")
+@_validate_options
 @_common
 @_command_arg
 def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition, time_, account, job_name,
           runtime, workdir, container_name, mount_home, nccl_debug, srun_args, output, dry_run, env, mounts,
-          no_preflight, command) -> None:
+          no_preflight, command, validate, **gates) -> None:
     """Write (and optionally submit) an sbatch script: srun --mpi=pmix, one container per task.
 
     \b
@@ -130,10 +131,19 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
       imagekit launch slurm --runtime apptainer --image ./mpi.sif -N 4 --ntasks-per-node 32 \\
           -o job.sbatch -- ./app
       imagekit launch slurm --runtime docker --image REF -N 1 --ntasks-per-node 2 --submit -- ./app
+      imagekit launch slurm --image ./nccl.sqsh -N 2 --gpus-per-node 8 --submit --validate \
+          --min-busbw 150 --expect-transport IB -- all_reduce_perf -b 8 -e 8G -f 2 -g 1
     """
+    from imagekit.errors import UsageError
     from imagekit.launch import common, slurm as slurm_mod
 
-    job = slurm_mod.SlurmJob(image=image, nodes=nodes, command=list(command), runtime=runtime,
+    gate_values = _gate_values(gates)
+    if validate and dry_run:
+        raise UsageError("--validate judges the job's output, so it needs --submit", "add --submit")
+    cmd, bench_env = _job_command(validate, image, command, runtime)
+    if bench_env.get("NCCL_DEBUG"):
+        nccl_debug = True
+    job = slurm_mod.SlurmJob(image=image, nodes=nodes, command=cmd, runtime=runtime,
                              gpus_per_node=gpus_per_node, ntasks_per_node=ntasks_per_node,
                              cpus_per_task=cpus_per_task, partition=partition, time=time_, account=account,
                              job_name=job_name, mounts=common.parse_mounts(mounts), env=common.parse_env(env),
@@ -151,6 +161,18 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
             click.echo(slurm_mod.render(job), nl=False)
         return
     path = slurm_mod.write(job, output or Path(f"{job_name}-{job.job_id}.sbatch"))
+    if validate:
+        log_path = path.with_suffix(".out")
+        _log(f"imagekit: submitting {path} and waiting; job output in {log_path}")
+
+        def run(stdout) -> int:
+            job_id, rc, text = slurm_mod.submit_and_wait(path, log_path)
+            _log(f"imagekit: Slurm job {job_id} ended (exit {rc})")
+            stdout.write(text)
+            stdout.flush()
+            return rc
+
+        sys.exit(_run_validated(run, gate_values))
     job_id = slurm_mod.submit(path)
     _log(f"imagekit: submitted {path} as Slurm job {job_id}")
     click.echo(job_id)

@@ -174,3 +174,17 @@ def submit(script: Path, *, extra: list[str] = ()) -> str:
         msg = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
         raise ImagekitError(f"sbatch refused {script}: {msg}", "check the partition/time/GPU options with `sinfo`")
     return proc.stdout.strip().split(";")[0]
+
+
+def submit_and_wait(script: Path, output: Path) -> tuple[str, int, str]:
+    """``sbatch --wait`` with the job's output in ``output``: (job id, the job's exit code, its output)."""
+    sbatch = require_tool("sbatch", "run on a Slurm login node, or write the script with --dry-run / -o and "
+                                    "copy it there")
+    proc = subprocess.run([sbatch, "--parsable", "--wait", f"--output={output}", str(script)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job_id = proc.stdout.strip().split(";")[0]
+    if not job_id:
+        msg = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
+        raise ImagekitError(f"sbatch refused {script}: {msg}", "check the partition/time/GPU options with `sinfo`")
+    text = output.read_text(errors="replace") if output.exists() else ""
+    return job_id, proc.returncode, text
