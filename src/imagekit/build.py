@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import engine, render
+from imagekit import engine, procs, render
 from imagekit.components._blocks import CA_SECRET_ID
 from imagekit.errors import ImagekitError, UsageError
 
@@ -175,8 +175,7 @@ def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) 
                     step_lines.setdefault(sid, []).append(line.split(" ", 1)[1] if " " in line else "")
             rc = proc.wait()
         except BaseException:
-            proc.terminate()
-            proc.wait()
+            procs.stop(proc)  # the docker CLI cancels the build on SIGTERM
             raise
     if rc != 0:
         if failed:

@@ -14,6 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from imagekit.procs import stop
+
 PACKAGES = "slurm-wlm munge libpmix2 libpmix-dev"
 
 
@@ -106,13 +108,7 @@ class LocalSlurm:
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop(proc, grace=20)
         self.procs.clear()
         if self.started_munged:
             pid_file = Path("/run/munge/munged.pid")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from imagekit.errors import EngineError, ImagekitError, UsageError
+from imagekit.procs import stop
 from imagekit.export import tarstream
 
 # Compression presets, as options for each tool. sqfstar takes mksquashfs options.
@@ -193,9 +194,7 @@ def stream_to_squashfs(image: str, out: Path, spec: SquashSpec, *,
             return name
         finally:
             for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+                stop(proc, grace=0)
                 for stream in (proc.stdin, proc.stdout):
                     if stream is not None:
                         try:

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import __version__
+from imagekit import __version__, procs
 from imagekit.errors import EngineError, ImagekitError
 from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_command, check_count,
                                     new_job_id, quote, write_atomic)
@@ -256,9 +256,7 @@ class _Launch:
                                     f"{err[-1] if err else 'ssh failed'}",
                                     f"see `docker logs {self.names[-1]}`; raise --ready-timeout on a slow engine")
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            procs.stop(proc, grace=0)
         self.timings["sshd_ready"] = time.monotonic() - t0
 
     def _states(self) -> dict[str, tuple[str, int]]:
@@ -322,9 +320,7 @@ class _Launch:
         finally:
             stop.set()
             watcher.join()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            procs.stop(proc, grace=0)
         self.timings["mpirun"] = time.monotonic() - t0
         if not lost:
             states = self._states()

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import __version__
+from imagekit import __version__, procs
 from imagekit.errors import UsageError
 from imagekit.launch import wrapper
 from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_command, check_count,
@@ -150,13 +150,8 @@ def execute(job: MpirunJob, directory: Path | None = None, *, keep: bool = False
             return proc.wait()
     finally:
         with shielded():
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            if proc is not None:
+                procs.stop(proc, grace=15)
             if job.runtime == "docker":
                 remove_containers(job.job_id, docker)
             if made and not keep:
