@@ -4,7 +4,8 @@
     hpccm --recipe recipes/stack.py --userarg stack=stacks/nccl-tests.yaml variant=nccl-tests-cu124-x86_64 \
           --format singularity --singularity-version 3.2
 
-Output is identical to `imagekit render` (same stack, variant and format).
+Output is identical to `imagekit render` (same stack, variant, format and mirror: `mirror=DIR`
+takes upstream files from sources/ beside the recipe, as `imagekit render --mirror DIR -o` stages them).
 """
 # pylint: disable=undefined-variable  (HPCCM provides Stage0, Stage1 and USERARG)
 
@@ -20,5 +21,5 @@ if hpccm.config.g_ctype == container_type.SINGULARITY and hpccm.config.g_singula
     logging.warning("imagekit recipes are multi-stage: using --singularity-version 3.2")
     hpccm.config.g_singularity_version = Version("3.2")
 
-_stack = stack.load(USERARG["stack"], variant=USERARG.get("variant"))
+_stack = stack.load(USERARG["stack"], variant=USERARG.get("variant"), mirror=USERARG.get("mirror"))
 render.populate(Stage0, Stage1, _stack)

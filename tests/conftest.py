@@ -59,3 +59,20 @@ def write_stack(tmp_path):
         path.write_text(text)
         return path
     return write
+
+
+@pytest.fixture(scope="session")
+def site_mirror():
+    """The stand-in site mirror of upstream release tarballs (../shared/mirror beside the checkout).
+
+    Used in place, never copied. CI always has it; elsewhere set IMAGEKIT_TEST_MIRROR.
+    """
+    from pathlib import Path
+
+    path = Path(os.environ.get("IMAGEKIT_TEST_MIRROR")
+                or Path(__file__).resolve().parents[2] / "shared" / "mirror")
+    if not (path / "SHA256SUMS").is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs the site mirror at {path} (../shared/mirror)", pytrace=False)
+        pytest.skip(f"no site mirror at {path}")
+    return path

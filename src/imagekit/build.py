@@ -20,11 +20,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import engine, procs, render
+from imagekit import engine, procs, render, sources
 from imagekit.components._blocks import CA_SECRET_ID
 from imagekit.errors import ImagekitError, UsageError
 
 TARGETS = ("runtime", "devel")
+# The stack's arch decides the platform: a build on another arch's host must not silently take
+# the host's manifest of a multi-arch base image.
+PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
 SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 _STEP = re.compile(r"^#(\d+) \[(?P<stage>[\w-]+) +(?P<n>\d+)/(?P<total>\d+)\] (?P<cmd>.*)$")
 _MOUNT = re.compile(r"--mount=\S+ ")
@@ -100,16 +103,20 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
     text = render.render(stack, "docker", single_stage=single_stage)
     digest = render.recipe_hash(text)
     labels = {"io.imagekit.recipe.sha256": digest, "io.imagekit.target": target,
-              "io.imagekit.checks": checks_label(stack), **(extra_labels or {})}
+              "io.imagekit.checks": checks_label(stack, target), **(extra_labels or {})}
 
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{stack.name}-{target}.log"
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="imagekit-build-") as ctx:
+        staged = sources.stage(stack, ctx)  # a missing or altered mirror file stops here, before building
+        if staged:
+            progress(f"sources: {len(staged)} upstream files from the mirror {stack.mirror}, sha256 verified")
         (Path(ctx) / "Dockerfile").write_text(text)
         iidfile = Path(ctx) / "iid"
         cmd = [engine.docker_cli(), "build", "--progress=plain", "--target", target,
+               "--platform", PLATFORMS[stack.base.arch],
                "--iidfile", str(iidfile), "-f", str(Path(ctx) / "Dockerfile")]
         cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
         if no_cache:
@@ -138,11 +145,11 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
                        steps=steps, cached_steps=cached, labels=labels)
 
 
-def checks_label(stack) -> str:
-    """Every check of the stack as compact JSON, so `imagekit check IMAGE` needs no stack file."""
+def checks_label(stack, target: str = "runtime") -> str:
+    """Every check of the target image as compact JSON, so `imagekit check IMAGE` needs no stack file."""
     from imagekit.check import stack_checks
 
-    return json.dumps([c.as_dict() for c in stack_checks(stack)], separators=(",", ":"))
+    return json.dumps([c.as_dict() for c in stack_checks(stack, target)], separators=(",", ":"))
 
 
 def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from imagekit.errors import ImagekitError
 def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", single_stage: bool = False,
               tags: tuple = (), no_cache: bool = False, ca_bundle: str | None = "auto",
               log_dir: str = "build/logs", run_checks: bool = False, cache_from: tuple = (),
-              inline_cache: bool = False, exports: list[str] = (),
+              inline_cache: bool = False, exports: list[str] = (), mirror: str | None = None,
               output_dir: str = "out", progress: Callable[[str], None] | None = None,
               export_progress: Callable[[], Callable[[int, bool], None]] | None = None,
               log: Callable[[str], None] = lambda _m: None) -> list[dict]:
@@ -22,6 +22,11 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
     path, implied = stack_mod.find(ref)
     variant = variant or implied
     stacks = [stack_mod.load(path, variant)] if variant else stack_mod.load_all(path)
+    if mirror:
+        from imagekit import sources
+
+        for one in stacks:
+            one.mirror = sources.resolve_mirror(one.file, None, mirror)
     if tags and len(stacks) > 1:
         raise ImagekitError("--tag with several matrix variants would give them all the same tag",
                             "add --variant NAME, or use {placeholders} in the stack's tags")
@@ -39,7 +44,7 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
         if run_checks:
             from imagekit import check as check_mod
 
-            report = check_mod.run(image, check_mod.stack_checks(stack))
+            report = check_mod.run(image, check_mod.stack_checks(stack, target))
             entry["check"] = report.as_dict()
             counts = report.counts()
             log(f"checked {image}: {counts['passed']} passed, {counts['failed']} failed, "

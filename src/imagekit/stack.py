@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import checks as checks_mod
-from imagekit import schema, yamlpos
+from imagekit import schema, sources, yamlpos
 from imagekit.errors import StackError
 from imagekit.schema import Option
 from imagekit.yamlpos import PosDict, PosList
@@ -41,6 +41,8 @@ TOP = {
     "tags": Option(list, [], "image tags; {name} and matrix axis names are substituted", item_type=str),
     "checks": Option(list, [], "extra checks run by `imagekit check`", item_type=dict),
     "matrix": Option(dict, None, "axis -> value key -> overlay"),
+    "mirror": Option(str, None, "a site mirror of upstream release files: a directory (relative to this "
+                                "file) or an http(s)/file URL; --mirror and $IMAGEKIT_MIRROR override it"),
 }
 BASE = {
     "image": Option(str, None, "the devel stage's base image", required=True),
@@ -93,12 +95,17 @@ class Stack:
     checks: list = field(default_factory=list)
     stack_name: str = ""                            # the file's name: before matrix expansion
     variant: dict = field(default_factory=dict)     # axis -> value key
+    mirror: str | None = None                       # resolved: a directory path or a URL
 
     def get(self, name: str):
         return self.components.get(name)
 
     def has(self, name: str) -> bool:
         return name in self.components
+
+    def provider(self, role: str):
+        """The component that fills ``role`` (e.g. "mpi"), whichever it is, or None."""
+        return next((c for c in self.components.values() if role in c.provides), None)
 
     @property
     def image(self) -> str:
@@ -154,8 +161,18 @@ def find(ref: str) -> tuple[Path, str | None]:
                      + f"shipped stacks: {', '.join(names)} (or give a path to a .yaml file)")
 
 
-def load(ref: str | Path, variant: str | None = None) -> Stack:
-    """One resolved stack; a matrix stack needs ``variant`` unless it has a single one."""
+def load(ref: str | Path, variant: str | None = None, *, mirror: str | None = None) -> Stack:
+    """One resolved stack; a matrix stack needs ``variant`` unless it has a single one.
+
+    ``mirror`` (a directory or URL) overrides the stack's and $IMAGEKIT_MIRROR.
+    """
+    stack = _load_one(ref, variant)
+    if mirror:
+        stack.mirror = sources.resolve_mirror(stack.file, None, mirror)
+    return stack
+
+
+def _load_one(ref: str | Path, variant: str | None) -> Stack:
     path, implied = find(str(ref))
     variant = variant or implied
     stacks = load_all(path)
@@ -266,6 +283,7 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
     stack = Stack(
         name=name, file=str(path), stack_name=top["name"], variant=dict(variant),
         description=top["description"] or "",
+        mirror=sources.resolve_mirror(str(path), top["mirror"]),
         base=Base(image=base["image"], runtime=base["runtime"] or base["image"], distro=base["distro"],
                   arch=base["arch"], bootstrap=base["bootstrap"]),
     )

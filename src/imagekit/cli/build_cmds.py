@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from imagekit.cli.stack_cmds import MIRROR
+
 
 def _progress(line: str) -> None:
     click.echo(f"  {line}", err=True)
@@ -51,10 +53,11 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool) -> None:
 @click.option("--export", "exports", default="", metavar="enroot,sif",
               help="after building and checking, export to these formats")
 @click.option("-o", "--output-dir", default="out", show_default=True, help="where exports go")
+@MIRROR
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
 def build(stack: str, variant: str | None, target: str, single_stage: bool, tags: tuple, no_cache: bool,
           ca_bundle: str, log_dir: str, cache_from: tuple, inline_cache: bool, run_checks: bool | None,
-          exports: str, output_dir: str, as_json: bool) -> None:
+          exports: str, output_dir: str, mirror: str | None, as_json: bool) -> None:
     """Render a stack and build its image with BuildKit.
 
     A stack with a matrix builds every variant (or --variant NAME), sharing
@@ -66,6 +69,7 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
       imagekit build debian-mpi
       imagekit build debian-mpi --export enroot,sif -o out/
       imagekit build stacks/nccl-tests.yaml --variant nccl-tests-cu124-x86_64 --tag site/nccl:1
+      imagekit build debian-cuda --mirror /site/mirror      # upstream tarballs from a local mirror
     """
     from imagekit import pipeline
     from imagekit.cli.export_cmds import _progress_printer
@@ -74,7 +78,7 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
     results = pipeline.build_all(
         stack, variant=variant, target=target, single_stage=single_stage, tags=tags, no_cache=no_cache,
         ca_bundle=ca_bundle, log_dir=log_dir, cache_from=cache_from, inline_cache=inline_cache, run_checks=bool(formats) if run_checks is None else run_checks,
-        exports=formats, output_dir=output_dir, progress=_progress, export_progress=_progress_printer,
+        exports=formats, output_dir=output_dir, mirror=mirror, progress=_progress, export_progress=_progress_printer,
         log=lambda m: click.echo(m, err=True))
     if as_json:
         click.echo(json.dumps(results, indent=2))
@@ -121,8 +125,10 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
             raise
         stack = None
     if stack is not None:
+        from imagekit import engine
+
         target = image or stack.image
-        specs = check_mod.stack_checks(stack)
+        specs = check_mod.stack_checks(stack, engine.image_labels(target).get("io.imagekit.target", "runtime"))
     else:
         target = ref
         specs = check_mod.checks_from_image(ref)

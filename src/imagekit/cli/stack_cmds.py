@@ -7,6 +7,8 @@ import json
 import click
 
 VARIANT = click.option("--variant", metavar="NAME", help="matrix variant (see `imagekit stacks`)")
+MIRROR = click.option("--mirror", metavar="DIR|URL",
+                      help="site mirror of upstream release files (overrides $IMAGEKIT_MIRROR and the stack's)")
 
 
 @click.command()
@@ -79,22 +81,34 @@ def show(stack: str, variant: str | None, as_json: bool) -> None:
               show_default=True, help="recipe format")
 @click.option("--single-stage", is_flag=True, help="only the devel stage (no smaller runtime stage)")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="write to FILE (default: stdout)")
-def render(stack: str, variant: str | None, fmt: str, single_stage: bool, output: str | None) -> None:
+@MIRROR
+def render(stack: str, variant: str | None, fmt: str, single_stage: bool, output: str | None,
+           mirror: str | None) -> None:
     """Render a stack to a Dockerfile or a Singularity definition (HPCCM).
+
+    With a mirror, the recipe takes upstream files from sources/ beside it:
+    with -o, they are verified and linked there, so `docker build DIR` works.
 
     \b
     Example:
       imagekit render debian-mpi -o Dockerfile
       imagekit render nccl-tests --variant nccl-tests-cu124-sbsa --format singularity -o nccl.def
+      imagekit render debian-cuda --mirror /site/mirror -o ctx/Dockerfile && docker build ctx
     """
     from imagekit import render as render_mod
+    from imagekit import sources
     from imagekit import stack as stack_mod
     from imagekit.atomic import write_text
 
-    text = render_mod.render(stack_mod.load(stack, variant), fmt, single_stage=single_stage)
+    resolved = stack_mod.load(stack, variant, mirror=mirror)
+    text = render_mod.render(resolved, fmt, single_stage=single_stage)
     if output:
+        from pathlib import Path
+
+        staged = sources.stage(resolved, Path(output).parent)
         write_text(output, text)
-        click.echo(f"wrote {output}", err=True)
+        click.echo(f"wrote {output}" + (f" and {len(staged)} verified files in "
+                                        f"{Path(output).parent / sources.CONTEXT_DIR}" if staged else ""), err=True)
     else:
         click.echo(text, nl=False)
 
@@ -111,6 +125,7 @@ def matrix(as_json: bool, buildable_here: bool) -> None:
       echo "include=$(imagekit matrix --json)" >> "$GITHUB_OUTPUT"
     """
     from imagekit import stack as stack_mod
+    from imagekit.build import PLATFORMS
 
     rows = []
     for path in stack_mod.shipped():
@@ -120,7 +135,7 @@ def matrix(as_json: bool, buildable_here: bool) -> None:
                 continue
             rows.append({"stack": variant.stack_name, "variant": variant.name, "file": _relative(path),
                          "arch": variant.base.arch, "image": variant.image, "offline": offline,
-                         "platform": "linux/arm64" if variant.base.arch == "aarch64" else "linux/amd64"})
+                         "platform": PLATFORMS[variant.base.arch]})
     if as_json:
         click.echo(json.dumps(rows, separators=(",", ":")))
         return

@@ -13,6 +13,7 @@ import pkgutil
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from imagekit import sources
 from imagekit.checks import Check
 from imagekit.errors import StackError
 from imagekit.schema import Option
@@ -32,6 +33,8 @@ class Component:
     # Layer position: rarely-changing, low-level pieces first so that bumping a
     # framework rebuilds only the layers above it.
     order: ClassVar[int] = 50
+    # Roles this component fills for others ("mpi", ...): builds against "the stack's MPI" ask for it.
+    provides: ClassVar[tuple[str, ...]] = ()
     sources: ClassVar[tuple[str, ...]] = ("upstream",)
     options: ClassVar[dict[str, Option]] = {}
     # Version each distro ships, for `source: distro` (labels and checks use it).
@@ -41,6 +44,9 @@ class Component:
     distro_packages: ClassVar[tuple[str, ...]] = ()
     distro_devel_packages: ClassVar[tuple[str, ...]] = ()
     distro_note: ClassVar[str] = ""
+    # The upstream release file that `source: upstream` builds from: (mirror file name, URL),
+    # both with {version}. Components with one get a `sha256:` option and mirror support.
+    upstream_file: ClassVar[tuple[str, str] | None] = None
 
     def __init__(self, stack: "Stack", opts: dict[str, Any], where: Any = None) -> None:
         self.stack = stack
@@ -54,6 +60,9 @@ class Component:
             "source": Option(str, cls.sources[0], "where the component comes from", choices=cls.sources),
             "version": Option(str, None, 'version to install, quoted (e.g. "4.1.7")'),
         }
+        if cls.upstream_file:
+            common["sha256"] = Option(str, None, "sha256 of the upstream release file (default: imagekit's "
+                                                 "pin for this version)")
         return {**common, **cls.options}
 
     def configure(self) -> None:
@@ -66,6 +75,13 @@ class Component:
         if self.source in ("upstream", "pypi", "repo") and not self.opts.get("version"):
             self.error("version", f"`source: {self.source}` needs a pinned version",
                        f'add `version: "X.Y.Z"` to {self.name}')
+        if self.upstream_file and self.source == "upstream" and self.opts.get("version") and not self.pin:
+            filename, url = (t.format(**self.url_fields()) for t in self.upstream_file)
+            self.error("sha256" if self.where is not None and "sha256" in self.where else "version",
+                       f"imagekit has no sha256 pin for {self.name} {self.version} ({url})",
+                       f'add `sha256: "<sha256 of {filename}>"` to {self.name} (`sha256sum {filename}`), '
+                       "or use a version imagekit pins: " + ", ".join(
+                           v for (c, v) in sources.PINS if c == self.name))
         if self.source == "distro" and self.stack.base.family != "deb":
             self.error("source", "`source: distro` is only packaged here for Debian/Ubuntu bases",
                        "use `source: upstream` on this base")
@@ -88,6 +104,21 @@ class Component:
         if self.source == "distro":
             return self.distro_versions.get(self.stack.base.distro, "distro")
         return "unknown"
+
+    @property
+    def pin(self) -> str | None:
+        return self.opts.get("sha256") or sources.PINS.get((self.name, self.version))
+
+    def artifacts(self) -> list[sources.Artifact]:
+        """The upstream files this component's build downloads (taken from the mirror when set)."""
+        if not self.upstream_file or self.source != "upstream":
+            return []
+        filename, url = (t.format(**self.url_fields()) for t in self.upstream_file)
+        return [sources.Artifact(self.name, filename, url, self.pin)]
+
+    def url_fields(self) -> dict[str, str]:
+        """Placeholders of ``upstream_file``."""
+        return {"version": self.version}
 
     def enabled(self, option: str) -> bool:
         return bool(self.opts.get(option))
@@ -122,7 +153,8 @@ class Component:
         if self.source == "distro":
             out = _blocks.apt_install(self.packages(devel=False), self.distro_note or None)
         else:
-            out = [block.runtime(_from="devel") for block in self.building_blocks()]
+            # Blocks with a runtime twin (builds); apt steps for build tools have none and stay in devel.
+            out = [block.runtime(_from="devel") for block in self.building_blocks() if hasattr(block, "runtime")]
         return out + _blocks.env(self.environment())
 
     def labels(self) -> dict[str, str]:
@@ -134,7 +166,8 @@ class Component:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "source": self.source,
-                **{k: v for k, v in self.opts.items() if k not in ("source", "version")}}
+                **{k: v for k, v in self.opts.items()
+                   if k not in ("source", "version") and not (k == "sha256" and v is None)}}
 
 
 _REGISTRY: dict[str, type[Component]] | None = None
