@@ -67,11 +67,28 @@ class Report:
                 "checks": [asdict(o) for o in self.outcomes]}
 
 
-def stack_checks(stack) -> list[checks_mod.Check]:
+def stack_checks(stack, target: str = "runtime") -> list[checks_mod.Check]:
+    """Every check for the ``target`` image: the components', the stack file's, and the generic ones.
+
+    The devel image gets them all; the runtime image leaves out what only devel carries (nvcc).
+    """
     out = []
     for component in stack.components.values():
         out += component.checks()
-    return out + list(stack.checks) + NO_SECRETS
+    prefixes = elf_prefixes(stack)
+    generic = [checks_mod.ldd_closure("image.ldd_closure", prefixes)] if prefixes else []
+    return [c for c in out + list(stack.checks) + generic + NO_SECRETS
+            if c.target is None or c.target == target]
+
+
+def elf_prefixes(stack) -> list[str]:
+    """The install prefixes the stack's components own (not /usr itself: dpkg keeps that closed)."""
+    out: list[str] = []
+    for component in stack.components.values():
+        prefix = getattr(component, "prefix", None)
+        if prefix and prefix not in ("/usr", "/usr/local") and prefix not in out:
+            out.append(prefix)
+    return out
 
 
 def checks_from_image(image: str) -> list[dict]:

@@ -24,6 +24,7 @@ class Check:
     python_import: str | None = None  # module that ``python3 -c 'import X'`` must import
     needs: str | None = None     # "gpu" | "fabric": reported as not run where absent
     env: dict = field(default_factory=dict)  # extra environment for ``run``
+    target: str | None = None    # "devel": only the devel image has what it checks (nvcc, headers)
 
     @property
     def kind(self) -> str:
@@ -36,6 +37,8 @@ class Check:
             out["expect"] = self.expect
         if self.needs:
             out["needs"] = self.needs
+        if self.target:
+            out["target"] = self.target
         return out
 
 
@@ -57,3 +60,26 @@ def absent(id: str, pattern: str, describe: str, **kw) -> Check:
 
 def python_import(id: str, module: str, **kw) -> Check:
     return Check(id=id, describe=f"python3 imports {module}", python_import=module, **kw)
+
+
+# Driver libraries the GPU runtime injects (NVIDIA container toolkit, Enroot's nvidia hook,
+# Apptainer --nv): an image must not carry them, so their absence is expected.
+DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")
+
+
+def ldd_closure(id: str, prefixes: list[str], **kw) -> Check:
+    """Every ELF file under ``prefixes`` finds all its libraries, driver libraries excepted.
+
+    Counting the files checked makes an empty or missing prefix fail instead of passing vacuously.
+    """
+    allowed = "|".join(lib.replace(".", "[.]") for lib in DRIVER_LIBS)
+    script = (
+        f"find {' '.join(prefixes)} -type f 2>/dev/null | {{ n=0; bad=0; "
+        "while IFS= read -r f; do "
+        '[ "$(od -An -N4 -tx1 "$f" | tr -d \' \')" = 7f454c46 ] || continue; n=$((n+1)); '
+        f'm=$(ldd "$f" 2>/dev/null | grep "=> not found" | grep -v -E "^[[:space:]]*({allowed}) "); '
+        '[ -z "$m" ] || { bad=1; echo "$f:"; echo "$m"; }; done; '
+        'echo "checked $n ELF files"; [ "$bad" -eq 0 ]; }')
+    return run(id, f"every ELF file under {', '.join(prefixes)} resolves its libraries "
+                   f"({' and '.join(DRIVER_LIBS)} come from the host's driver)",
+               script, expect=r"checked [1-9]\d* ELF files", **kw)

@@ -73,6 +73,10 @@ def _nccl_cuda_from_base(stack) -> None:
         return
     wanted = nccl.opts.get("cuda")
     if cuda is not None:
+        if wanted and nccl.source == "pypi" and wanted.split(".")[0] != cuda.major:
+            nccl.error("cuda", f"the nvidia-nccl-cu{wanted.split('.')[0]} wheel is for CUDA {wanted.split('.')[0]}, "
+                       f"and this stack's CUDA is {cuda.version}",
+                       f"drop `cuda:` from nccl (the wheel follows the cuda component: nvidia-nccl-cu{cuda.major})")
         if wanted and not cuda.version.startswith(wanted):
             nccl.error("cuda", f"NCCL's CUDA suffix {wanted!r} does not match the base image's CUDA "
                        f"{cuda.version}", "drop `cuda:` from nccl: it is derived from the base image")
@@ -106,7 +110,50 @@ def _arch_repos(stack) -> None:
         ofed.error("flavor", "MLNX OFED has no ubuntu24 aarch64 build", "use `flavor: doca`")
 
 
-CHECKS: list[Callable] = [_same_source_mpi_stack, _nccl_cuda_from_base, _pytorch_cuda, _arch_repos]
+def _cuda_aware_mpi_needs_cuda_ucx(stack) -> None:
+    """CUDA-aware MPI over pml ucx moves GPU buffers through UCX: a UCX without CUDA cannot."""
+    mpi, ucx = stack.get("openmpi"), stack.get("ucx")
+    if mpi is not None and ucx is not None and mpi.enabled("cuda") and mpi.enabled("ucx") \
+            and not ucx.enabled("cuda"):
+        ucx.error("cuda", "`openmpi.cuda: true` over pml ucx needs a CUDA-enabled UCX",
+                  "set `cuda: true` on ucx (source: upstream), or `cuda: false` on openmpi")
+
+
+def _nccl_repo_needs_cuda_image(stack) -> None:
+    """NCCL's repo packages come from the CUDA apt repo that nvidia/cuda images configure."""
+    nccl, cuda = stack.get("nccl"), stack.get("cuda")
+    if nccl is not None and nccl.source == "repo" and cuda is not None and cuda.source != "base":
+        nccl.error("source", f"`source: repo` needs an nvidia/cuda base (its CUDA apt repo); this stack's "
+                   f"CUDA comes from {cuda.source}", "use `source: pypi` for nccl (the wheel for CUDA "
+                   f"{cuda.major})")
+
+
+def _horovod_pytorch(stack) -> None:
+    """Horovod 0.28.1 (the last release) compiles as C++14; PyTorch >= 2.1 headers need C++17
+    (horovod#3996, #4014; the fix 3a31d933 is in no release)."""
+    hvd, torch = stack.get("horovod"), stack.get("pytorch")
+    if hvd is None or torch is None:
+        return
+    def major_minor(v: str) -> tuple[int, int]:
+        parts = [int(x) for x in v.split(".")[:2] if x.isdigit()]
+        return (parts + [0, 0])[0], (parts + [0, 0])[1]
+    if major_minor(torch.version) >= (2, 1) and major_minor(hvd.version) <= (0, 28):
+        hvd.error("version", f"Horovod {hvd.version} does not compile against PyTorch {torch.version}: it "
+                  "builds as C++14 and PyTorch >= 2.1 needs C++17 (horovod#3996); no Horovod release has the fix",
+                  "drop horovod and use torch.distributed, or use PyTorch 2.0.x with Horovod 0.28.1")
+
+
+def _pytorch_arch(stack) -> None:
+    torch = stack.get("pytorch")
+    if torch is not None and stack.base.arch != "x86_64":
+        torch.error("version", f"imagekit knows PyTorch's CUDA builds for x86_64 only; PyPI's aarch64 torch "
+                    f"{torch.version} wheel is CPU-only (its nvidia-* requirements are x86_64-only)",
+                    "build the pytorch stack for `arch: x86_64`")
+
+
+CHECKS: list[Callable] = [_same_source_mpi_stack, _nccl_cuda_from_base, _pytorch_cuda, _arch_repos,
+                          _cuda_aware_mpi_needs_cuda_ucx, _nccl_repo_needs_cuda_image, _horovod_pytorch,
+                          _pytorch_arch]
 
 
 def enforce(stack, raw_components=None) -> None:

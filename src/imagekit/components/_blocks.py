@@ -42,6 +42,13 @@ def apt_install(packages: list[str], note: str | None = None) -> list:
     return blocks
 
 
+def build_tools(stack, extra: list[str] = (), note: str | None = None) -> list:
+    """What a source build needs: a C toolchain, make, the archive tools, wget for an upstream URL
+    (a mirror's files come through the build context instead), and ``extra`` (headers)."""
+    fetch = [] if stack.mirror else ["ca-certificates", "wget"]
+    return apt_install(["bzip2", "file", "g++", "gcc", "make", "tar", *fetch, *extra], note)
+
+
 def apt_cache_setup() -> list:
     """Keep downloaded .debs so the apt cache mount holds them (images often delete them)."""
     if not docker():
@@ -75,6 +82,10 @@ def pip_run(commands: list[str], note: str | None = None, env: dict[str, str] | 
     else:
         blocks.append(shell(commands=[*exports, *commands, "rm -rf /root/.cache/pip"]))
     return blocks
+
+
+def shell_step(commands: list[str]) -> list:
+    return [shell(commands=commands)]
 
 
 def copy_from_devel(*paths: str) -> list:

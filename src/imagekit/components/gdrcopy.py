@@ -1,9 +1,13 @@
-"""gdrcopy: low-latency GPU memory copies, used by UCX (and NCCL's GDRDMA path)."""
+"""gdrcopy: low-latency GPU memory copies, used by UCX (and NCCL's GDRDMA path).
+
+Only the user-space library is built (``make lib lib_install``); the gdrdrv
+kernel module stays on the host.
+"""
 
 from __future__ import annotations
 
-from imagekit import checks
-from imagekit.components import Component
+from imagekit import checks, sources
+from imagekit.components import Component, _blocks
 
 PREFIX = "/usr/local/gdrcopy"
 
@@ -13,11 +17,20 @@ class Gdrcopy(Component):
     summary = "gdrcopy user-space library (the kernel module stays on the host)"
     order = 20
     sources = ("upstream",)
+    upstream_file = ("gdrcopy-{version}.tar.gz", "https://github.com/NVIDIA/gdrcopy/archive/v{version}.tar.gz")
+    prefix = PREFIX
 
     def building_blocks(self) -> list:
-        from hpccm.building_blocks import gdrcopy
+        from hpccm.building_blocks import generic_build
 
-        return [gdrcopy(version=self.version, prefix=PREFIX, ldconfig=True)]
+        (artifact,) = self.artifacts()
+        src = sources.block_source(self.stack, artifact)
+        return _blocks.build_tools(self.stack) + [generic_build(
+            **{k: v for k, v in src.items() if k != "preconfigure"},
+            directory=f"gdrcopy-{self.version}", prefix=PREFIX, ldconfig=True,
+            build=[*src["preconfigure"], f"make prefix={PREFIX} CUDA=/usr/local/cuda lib lib_install"],
+            libdir=f"{PREFIX}/lib", runtime=[f"{PREFIX}/lib"],
+        )]
 
     def labels(self) -> dict[str, str]:
         return {"prefix": PREFIX}

@@ -1,38 +1,80 @@
 """NCCL from NVIDIA's repo, built from source, or from the PyPI wheel.
 
+``repo``: the nvidia/cuda images already configure NVIDIA's CUDA apt repo and
+hold the NCCL they ship (``apt-mark hold libnccl2 libnccl-dev``). Adding the
+repo a second time with another ``signed-by`` makes apt refuse every later
+update ("Conflicting values set for option Signed-By"), and installing
+another version of a held package fails, so imagekit uses the image's repo,
+changes the held packages explicitly and holds the pinned version again.
 The CUDA suffix always comes from the base image's CUDA (HPCCM's ``nccl()``
-otherwise picks the newest CUDA). The PyPI wheel (``nvidia-nccl-cuXX``) is
-unpacked into a normal prefix, registered with the loader, and its headers kept
-in the devel stage only.
+otherwise picks the newest CUDA).
+
+``pypi``: the ``nvidia-nccl-cuXX`` wheel for the stack's CUDA major, unpacked
+into a normal prefix and registered with the loader; its headers stay in the
+devel stage.
 """
 
 from __future__ import annotations
 
 import re
 
-from imagekit import checks
+from imagekit import checks, sources
 from imagekit.components import Component, _blocks
 from imagekit.schema import Option
 
 PREFIX = "/usr/local/nccl"
+# nvidia-nccl-cuXX versions published on PyPI, per CUDA major.
+WHEELS = {
+    "12": ("2.16.2", "2.16.5", "2.17.1", "2.18.1", "2.18.3", "2.19.3", "2.20.5", "2.21.5", "2.22.3", "2.23.4",
+           "2.24.3", "2.25.1", "2.26.2", "2.26.5", "2.27.3", "2.27.5", "2.27.6", "2.27.7", "2.28.3", "2.28.7",
+           "2.28.9", "2.29.2", "2.29.3", "2.29.7", "2.30.3", "2.30.4", "2.30.7", "2.31.2", "2.32.3"),
+    "13": ("2.27.7", "2.28.3", "2.28.7", "2.28.9", "2.29.2", "2.29.3", "2.29.7", "2.30.3", "2.30.4", "2.30.7",
+           "2.31.2", "2.32.3"),
+}
 
 
 class Nccl(Component):
     name = "nccl"
-    summary = "NCCL: repo package, source build, or PyPI wheel"
+    summary = "NCCL: the CUDA image's repo package, a source build, or the PyPI wheel"
     order = 60
     sources = ("repo", "upstream", "pypi")
+    upstream_file = ("nccl-{tag}.tar.gz", "https://github.com/NVIDIA/nccl/archive/v{tag}.tar.gz")
     options = {
-        "cuda": Option(str, None, 'CUDA major for the PyPI wheel (e.g. "12"); derived from the cuda '
+        "cuda": Option(str, None, 'CUDA major of the PyPI wheel (e.g. "12"); derived from the cuda '
                                   "component otherwise"),
     }
+
+    def configure(self) -> None:
+        super().configure()
+        if self.source == "pypi" and self.opts.get("version") and self.cuda:  # no CUDA at all: rules.py says
+            major = self.cuda
+            published = WHEELS.get(major)
+            if published is None:
+                self.error("cuda", f"there is no NCCL wheel for CUDA {major}",
+                           "NCCL wheels exist for CUDA " + ", ".join(WHEELS))
+            elif self.version not in published:
+                self.error("version", f"PyPI has no nvidia-nccl-cu{major} {self.version}",
+                           f"published for CUDA {major}: " + ", ".join(published[-8:]) + " (and older)")
 
     @property
     def cuda(self) -> str:
         cuda = self.stack.get("cuda")
         if self.source == "pypi":
-            return cuda.major if cuda else self.opts["cuda"].split(".")[0]
+            return cuda.major if cuda else (self.opts.get("cuda") or "").split(".")[0]
         return cuda.major_minor
+
+    @property
+    def tag(self) -> str:
+        # NCCL's release tags carry the package revision: v2.23.4-1 (there is no v2.23.4 tag).
+        return self.version if "-" in self.version else f"{self.version}-1"
+
+    def url_fields(self) -> dict[str, str]:
+        return {"version": self.version, "tag": self.tag}
+
+    @property
+    def pin(self) -> str | None:
+        # "2.23.4" and "2.23.4-1" name the same release file (the tag carries the revision).
+        return self.opts.get("sha256") or sources.PINS.get((self.name, self.tag))
 
     @property
     def prefix(self) -> str:
@@ -42,18 +84,34 @@ class Nccl(Component):
     def wheel(self) -> str:
         return f"nvidia-nccl-cu{self.cuda}=={self.version}"
 
-    def building_blocks(self) -> list:
-        from hpccm.building_blocks import nccl
+    def _repo_install(self, packages: list[str]) -> list:
+        pinned = " ".join(f"{p}={self.tag}+cuda{self.cuda}" for p in packages)
+        return [_blocks.shell_step([
+            "ls /etc/apt/sources.list.d/cuda*.list >/dev/null 2>&1 || { echo 'imagekit: no NVIDIA CUDA apt "
+            "repo in the base image (expected from an nvidia/cuda image)' >&2; exit 1; }",
+            "apt-get update -y",
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+            f"--allow-change-held-packages --allow-downgrades {pinned}",
+            f"apt-mark hold {' '.join(packages)}",
+            "rm -rf /var/lib/apt/lists/*"])[0]]
 
-        if self.source == "repo":
-            return [nccl(version=self.version, cuda=self.cuda)]
-        # NCCL's release tags (and so the archive URL and its top directory) carry the
-        # package revision: v2.23.4-1 -> nccl-2.23.4-1; there is no v2.23.4 tag.
-        tag = self.version if "-" in self.version else f"{self.version}-1"
-        return [nccl(build=True, version=tag, prefix=PREFIX,
-                     make_variables={"CUDA_HOME": "/usr/local/cuda"})]
+    def building_blocks(self) -> list:
+        from hpccm.building_blocks import generic_build
+
+        (artifact,) = self.artifacts()
+        src = sources.block_source(self.stack, artifact)
+        cuda = self.stack.get("cuda")
+        gencode = cuda_gencode(cuda, cuda.opts.get("arch_list") or default_archs(cuda)) if cuda else ""
+        return _blocks.build_tools(self.stack, ["python3-minimal"], "NCCL build tools") + [generic_build(
+            **{k: v for k, v in src.items() if k != "preconfigure"}, directory=f"nccl-{self.tag}",
+            prefix=PREFIX, ldconfig=True, libdir=f"{PREFIX}/lib", runtime=[f"{PREFIX}/lib"],
+            build=[*src["preconfigure"],
+                   f"make -j$(nproc) src.build CUDA_HOME=/usr/local/cuda NVCC_GENCODE=\"{gencode}\""],
+            install=[f"make src.install PREFIX={PREFIX}"])]
 
     def devel(self) -> list:
+        if self.source == "repo":
+            return self._repo_install(["libnccl2", "libnccl-dev"])
         if self.source != "pypi":
             return super().devel()
         stage = "/var/tmp/nccl-wheel"
@@ -70,9 +128,12 @@ class Nccl(Component):
             _blocks.ldconfig_dir("nccl", f"{PREFIX}/lib")
 
     def runtime(self) -> list:
+        if self.source == "repo":
+            return self._repo_install(["libnccl2"])
         if self.source != "pypi":
             return super().runtime()
-        return _blocks.copy_from_devel(f"{PREFIX}/lib") + _blocks.ldconfig_dir("nccl", f"{PREFIX}/lib")
+        # Only the shared library: the device bitcode and LTO IR are for linking, not running.
+        return _blocks.copy_from_devel(f"{PREFIX}/lib/libnccl.so.2") + _blocks.ldconfig_dir("nccl", f"{PREFIX}/lib")
 
     def labels(self) -> dict[str, str]:
         return {"cuda": self.cuda, "prefix": self.prefix}
@@ -88,3 +149,14 @@ class Nccl(Component):
             checks.run("nccl.version", f"libnccl.so.2 is NCCL {self.version.split('-')[0]}", probe,
                        expect=rf"({code}|libnccl\.so\.{re.escape(self.version.split('-')[0])})"),
         ]
+
+
+def default_archs(cuda) -> list[str]:
+    """Ampere and Hopper, plus Blackwell where this CUDA has it (what AWS's and CoreWeave's recipes build)."""
+    return [a for a in ("80", "90", "100", "120") if a in cuda.gpu_archs]
+
+
+def cuda_gencode(cuda, archs: list[str]) -> str:
+    """nvcc -gencode flags: SASS for each architecture and PTX of the newest, for GPUs after it."""
+    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    return " ".join(flags + [f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}"])

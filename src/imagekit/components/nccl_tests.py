@@ -1,35 +1,65 @@
-"""nccl-tests, built with MPI=1 against the stack's MPI, NCCL and CUDA."""
+"""nccl-tests, built with MPI=1 against the stack's MPI, NCCL and CUDA.
+
+The GPU architectures are explicit (``gencode``, default: Ampere and Hopper,
+plus Blackwell where the CUDA has it): nccl-tests' Makefile defaults differ
+by release, and before v2.13.13 they have no sm_90 code, so Hopper ran JIT-
+compiled PTX, which fails under CUDA minor-version compatibility.
+"""
 
 from __future__ import annotations
 
-from imagekit import checks
-from imagekit.components import Component
+from imagekit import checks, sources
+from imagekit.components import Component, _blocks
+from imagekit.components.nccl import cuda_gencode, default_archs
 from imagekit.schema import Option
 
 PREFIX = "/usr/local/nccl-tests"
 BINARIES = ("all_reduce_perf", "all_gather_perf", "alltoall_perf", "broadcast_perf",
             "reduce_scatter_perf", "sendrecv_perf")
-URL = "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v{version}.tar.gz"
 
 
 class NcclTests(Component):
     name = "nccl-tests"
-    summary = "NVIDIA nccl-tests (all_reduce_perf, ...) built with MPI=1"
+    summary = "NVIDIA nccl-tests (all_reduce_perf, ...) built with MPI=1 for explicit GPU architectures"
     order = 70
     sources = ("upstream",)
-    options = {"mpi": Option(bool, True, "build with MPI=1 (multi-node runs)")}
+    upstream_file = ("nccl-tests-{version}.tar.gz",
+                     "https://github.com/NVIDIA/nccl-tests/archive/v{version}.tar.gz")
+    prefix = PREFIX
+    options = {
+        "mpi": Option(bool, True, "build with MPI=1 (multi-node runs)"),
+        "gencode": Option(list, None, 'GPU architectures, e.g. ["80", "90"] (default: the cuda component\'s '
+                                      "arch_list, else Ampere, Hopper and Blackwell where this CUDA has them)",
+                          item_type=str),
+    }
+
+    def configure(self) -> None:
+        super().configure()
+        cuda = self.stack.get("cuda")
+        if cuda is not None:
+            for arch in self.archs:
+                cuda.check_arch("gencode", arch, owner=self)
+
+    @property
+    def archs(self) -> list[str]:
+        cuda = self.stack.get("cuda")
+        return self.opts.get("gencode") or cuda.opts.get("arch_list") or default_archs(cuda)
 
     def building_blocks(self) -> list:
         from hpccm.building_blocks import generic_build
 
-        mpi = self.stack.get("openmpi")
+        mpi = self.stack.provider("mpi")
         nccl = self.stack.get("nccl")
-        make = ["make", "-j$(nproc)", "CUDA_HOME=/usr/local/cuda", f"NCCL_HOME={nccl.prefix}"]
+        cuda = self.stack.get("cuda")
+        make = ["make", "-j$(nproc)", "CUDA_HOME=/usr/local/cuda", f"NCCL_HOME={nccl.prefix}",
+                f"NVCC_GENCODE=\"{cuda_gencode(cuda, self.archs)}\""]
         if self.enabled("mpi"):
             make += ["MPI=1", f"MPI_HOME={mpi.home}"]
-        return [generic_build(
-            url=URL.format(version=self.version), directory=f"nccl-tests-{self.version}",
-            build=[" ".join(make)], prefix=PREFIX,
+        (artifact,) = self.artifacts()
+        src = sources.block_source(self.stack, artifact)
+        return _blocks.build_tools(self.stack, note="nccl-tests build tools") + [generic_build(
+            **{k: v for k, v in src.items() if k != "preconfigure"}, directory=f"nccl-tests-{self.version}",
+            build=[*src["preconfigure"], " ".join(make)], prefix=PREFIX,
             install=[f"mkdir -p {PREFIX}/bin", f"cp build/*_perf {PREFIX}/bin/"],
         )]
 
@@ -37,11 +67,19 @@ class NcclTests(Component):
         return {"PATH": f"{PREFIX}/bin:$PATH"}
 
     def labels(self) -> dict[str, str]:
-        return {"mpi": str(self.enabled("mpi")).lower()}
+        return {"mpi": str(self.enabled("mpi")).lower(), "gencode": ",".join(self.archs)}
 
     def checks(self) -> list:
-        return [checks.file(f"nccl-tests.{b}", f"{PREFIX}/bin/{b}") for b in BINARIES] + [
+        nccl = self.stack.get("nccl")
+        probe = f"{PREFIX}/bin/all_reduce_perf"
+        out = [checks.file(f"nccl-tests.{b}", f"{PREFIX}/bin/{b}") for b in BINARIES] + [
             checks.run("nccl-tests.all_reduce", "all_reduce_perf runs on one GPU",
                        "all_reduce_perf -b 8 -e 1M -f 2 -g 1", expect=r"# Avg bus bandwidth", needs="gpu"),
         ]
-
+        if nccl is not None:
+            # The labels record nccl.prefix: the binaries must load that NCCL, not another on the path.
+            out.append(checks.run(
+                "nccl-tests.loads_nccl", f"all_reduce_perf loads the stack's NCCL from {nccl.prefix}",
+                f"ldd {probe} | awk '/libnccl[.]so[.]2/ {{print $3}}' | xargs -r readlink -f",
+                expect=rf"^{nccl.prefix}/lib[^/]*/libnccl\.so\.2"))
+        return out

@@ -13,6 +13,7 @@ from imagekit.components import Component
 from imagekit.schema import Option
 
 INBOX_TOOLS = ["infiniband-diags", "perftest", "rdmacm-utils"]
+RUNTIME_PACKAGES = ("ibverbs-providers", "ibverbs-utils", "libibumad3", "libibverbs1", "librdmacm1")
 
 
 class Ofed(Component):
@@ -47,6 +48,17 @@ class Ofed(Component):
         if self.opts["flavor"] == "doca":
             return [doca_ofed(version=self.version)]
         return [mlnx_ofed(version=self.version)]
+
+    def runtime(self) -> list:
+        if self.source == "distro":
+            return super().runtime()
+        from hpccm.building_blocks import doca_ofed, mlnx_ofed
+
+        # HPCCM's runtime twin reinstalls everything (headers included): the runtime stage takes the
+        # user-space libraries and the mlx5 provider from the same repo, nothing to build with.
+        if self.opts["flavor"] == "doca":
+            return [doca_ofed(version=self.version, packages=list(RUNTIME_PACKAGES))]
+        return [mlnx_ofed(version=self.version, packages=list(RUNTIME_PACKAGES))]
 
     def packages(self, devel: bool) -> list[str]:
         return super().packages(devel) + (INBOX_TOOLS if self.opts["tools"] else [])

@@ -1,11 +1,20 @@
-"""OpenMPI, wired to the stack's UCX, PMIx, CUDA and (optionally) Slurm."""
+"""OpenMPI, wired to the stack's UCX, PMIx, CUDA and (optionally) Slurm.
+
+Configured explicitly rather than by probing: the external PMIx with the
+same hwloc and libevent it was built with (Open MPI's docs: the run-time
+linker must load exactly one copy of each), no Fortran bindings (forcing
+``FC=gfortran`` without a Fortran compiler aborts configure: "Could not run a
+simple Fortran program"), and the UCX PML (ob1's openib and UCX's BTL left
+out, as Open MPI recommends with UCX).
+"""
 
 from __future__ import annotations
 
 import re
 
-from imagekit import checks
-from imagekit.components import Component
+from imagekit import checks, sources
+from imagekit.components import Component, _blocks
+from imagekit.components.pmix import DEVEL_PACKAGES, runtime_packages
 from imagekit.schema import Option
 
 PREFIX = "/usr/local/openmpi"
@@ -15,7 +24,10 @@ class Openmpi(Component):
     name = "openmpi"
     summary = "OpenMPI with UCX (pml ucx), external PMIx, CUDA and Slurm options"
     order = 50
+    provides = ("mpi",)
     sources = ("upstream", "distro")
+    upstream_file = ("openmpi-{version}.tar.bz2",
+                     "https://download.open-mpi.org/release/open-mpi/v{series}/openmpi-{version}.tar.bz2")
     options = {
         "ucx": Option(bool, True, "use the ucx component (pml ucx)"),
         "pmix": Option(bool, False, "use the pmix component as external PMIx (for srun --mpi=pmix)"),
@@ -25,16 +37,37 @@ class Openmpi(Component):
     distro_packages = ("libopenmpi3", "openmpi-bin")
     distro_devel_packages = ("build-essential", "libopenmpi-dev")
     distro_note = "OpenMPI (distro; links the distro's UCX and PMIx)"
-    distro_versions = {"debian12": "4.1.4", "debian11": "4.1.0", "ubuntu22": "4.1.2", "ubuntu24": "4.1.6"}
+    distro_versions = {"debian12": "4.1.4", "debian13": "5.0.7", "debian11": "4.1.0", "ubuntu22": "4.1.2",
+                       "ubuntu24": "4.1.6"}
 
     def configure(self) -> None:
         super().configure()
         if self.source == "distro" and self.enabled("cuda"):
             self.error("cuda", "the distro's OpenMPI is not CUDA-aware",
                        "use `source: upstream` for openmpi, or set `cuda: false`")
-        if self.source == "upstream" and int(self.version.split(".")[0]) >= 5 and not self.enabled("pmix"):
+        if self.source == "upstream" and self.major >= 5 and not self.enabled("pmix"):
             self.error("pmix", "OpenMPI 5 needs an external PMIx here",
                        "add the pmix component and set `pmix: true`")
+        pmix = self.stack.get("pmix")
+        if self.source == "upstream" and self.major >= 5 and pmix is not None and self.enabled("pmix") \
+                and tuple(int(x) for x in re.findall(r"\d+", pmix.version)[:2]) < (4, 2):
+            pmix.error("version", f"OpenMPI {self.version} needs PMIx 4.2.0 or newer, not {pmix.version} "
+                       "(ompi VERSION: pmix_min_version=4.2.0)", 'use PMIx "4.2.9" or "5.0.7"')
+
+    def url_fields(self) -> dict[str, str]:
+        return {"version": self.version, "series": self.series}
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0]) if self.version[:1].isdigit() else 0
+
+    @property
+    def series(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+    @property
+    def prefix(self) -> str:
+        return PREFIX if self.source == "upstream" else self.home
 
     @property
     def home(self) -> str:
@@ -43,20 +76,44 @@ class Openmpi(Component):
             return PREFIX
         return f"/usr/lib/{self.stack.base.arch}-linux-gnu/openmpi"
 
-    def building_blocks(self) -> list:
-        from hpccm import toolchain
-        from hpccm.building_blocks import openmpi
-
+    def configure_opts(self) -> list[str]:
         ucx, pmix = self.stack.get("ucx"), self.stack.get("pmix")
-        extra = ["--with-slurm"] if self.enabled("slurm") else ["--without-slurm"]
-        return [openmpi(
-            version=self.version, prefix=PREFIX, ldconfig=True, disable_static=True,
-            cuda=self.enabled("cuda"), infiniband=False,
-            ucx=ucx.prefix if (ucx and self.enabled("ucx")) else False,
-            pmix=pmix.prefix if (pmix and self.enabled("pmix")) else "internal",
-            configure_opts=["--disable-getpwuid", "--enable-orterun-prefix-by-default", *extra],
-            toolchain=toolchain(CC="gcc", CXX="g++", F77="gfortran", F90="gfortran", FC="gfortran"),
-        )]
+        opts = ["--disable-static", "--disable-getpwuid", "--disable-mpi-fortran", "--disable-oshmem",
+                "--with-hwloc=external", "--with-libevent=external",
+                "--with-slurm" if self.enabled("slurm") else "--without-slurm"]
+        if pmix is not None and self.enabled("pmix"):
+            opts.append(f"--with-pmix={pmix.prefix}")  # Debian's libpmix-dev lives in its own pmix2 tree
+        if ucx is not None and self.enabled("ucx"):
+            opts.append(f"--with-ucx={ucx.prefix}")
+        if self.enabled("cuda"):
+            # Open MPI 5 links its CUDA component against libcuda: the toolkit's link stub.
+            opts += ["--with-cuda=/usr/local/cuda"] + \
+                (["--with-cuda-libdir=/usr/local/cuda/lib64/stubs"] if self.major >= 5 else [])
+        else:
+            opts.append("--without-cuda")
+        if self.major < 5:
+            # 4.x: mpirun finds its prefix in containers; no openib (UCX carries verbs).
+            opts += ["--enable-orterun-prefix-by-default", "--without-verbs", "--enable-mca-no-build=btl-uct"]
+        return opts
+
+    def building_blocks(self) -> list:
+        from hpccm.building_blocks import generic_autotools
+
+        (artifact,) = self.artifacts()
+        src = sources.block_source(self.stack, artifact)
+        return _blocks.build_tools(self.stack, [*DEVEL_PACKAGES, "perl"], "Open MPI build tools") + [
+            generic_autotools(**src, directory=f"openmpi-{self.version}", prefix=PREFIX, ldconfig=True,
+                              configure_opts=self.configure_opts())]
+
+    def runtime(self) -> list:
+        if self.source == "distro":
+            return super().runtime()
+        # mpirun starts remote daemons over ssh in inside-out launches.
+        return _blocks.apt_install([*runtime_packages(self.stack.base.distro), "openssh-client"],
+                                   "Open MPI runtime libraries") + super().runtime()
+
+    def environment(self) -> dict[str, str]:
+        return {"PATH": f"{PREFIX}/bin:$PATH"} if self.source == "upstream" else {}
 
     def labels(self) -> dict[str, str]:
         return {k: str(self.enabled(k)).lower() for k in ("ucx", "pmix", "cuda", "slurm")}
@@ -74,7 +131,7 @@ class Openmpi(Component):
                                   expect=r"MCA pml: ucx"))
         if self.enabled("pmix"):
             out.append(checks.run("openmpi.pmix_external", "OpenMPI uses an external PMIx",
-                                  "ompi_info", expect=r"MCA pmix: ext\d"))
+                                  "ompi_info", expect=r"MCA pmix: ext\d" if self.major < 5 else r"PMIx: .*external"))
         if self.enabled("cuda"):
             out.append(checks.run("openmpi.cuda", "OpenMPI is CUDA-aware", "ompi_info --parsable --all",
                                   expect=r"mpi_built_with_cuda_support:value:true"))

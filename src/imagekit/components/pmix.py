@@ -1,18 +1,31 @@
 """PMIx: the process-management interface Slurm's ``--mpi=pmix`` speaks.
 
-For ``srun --mpi=pmix`` the image's OpenMPI should use an external PMIx of the
-same major version as the site's Slurm PMIx; the ``major`` label lets
-``imagekit preflight`` compare the two.
+PMIx 4 and later require hwloc at configure time (``config/pmix_setup_hwloc.m4``
+stops with "Cannot continue" without ``hwloc.h``), so the devel stage installs
+libhwloc-dev and libevent-dev and passes both explicitly; Open MPI is then
+configured with the same two, so the run-time linker loads one copy of each.
+``PMIX_MCA_gds=hash`` avoids the shared-memory dstore, which fails between a
+container's PMIx and the host Slurm's (apptainer/singularity#5195,
+open-mpi/ompi#7516); a job can override it.
 """
 
 from __future__ import annotations
 
 import re
 
-from imagekit import checks
-from imagekit.components import Component
+from imagekit import checks, sources
+from imagekit.components import Component, _blocks
 
 PREFIX = "/usr/local/pmix"
+# The run-time libraries of PMIx and Open MPI's external dependencies, per distro
+# (Debian 13 and Ubuntu 24.04 renamed libevent's packages in the 64-bit time_t transition).
+_T64 = ("debian13", "ubuntu24")
+DEVEL_PACKAGES = ["libevent-dev", "libhwloc-dev", "zlib1g-dev"]
+
+
+def runtime_packages(distro: str) -> list[str]:
+    suffix = "t64" if distro in _T64 else ""
+    return ["libhwloc15", f"libevent-core-2.1-7{suffix}", f"libevent-pthreads-2.1-7{suffix}", "zlib1g"]
 
 
 class Pmix(Component):
@@ -20,10 +33,13 @@ class Pmix(Component):
     summary = "external PMIx for OpenMPI and Slurm's --mpi=pmix"
     order = 40
     sources = ("upstream", "distro")
+    upstream_file = ("pmix-{version}.tar.bz2",
+                     "https://github.com/openpmix/openpmix/releases/download/v{version}/pmix-{version}.tar.bz2")
     distro_packages = ("libpmix-bin", "libpmix2")
     distro_devel_packages = ("libpmix-dev",)
     distro_note = "PMIx (distro)"
-    distro_versions = {"debian12": "4.2.2", "debian11": "3.2.3", "ubuntu22": "4.1.2", "ubuntu24": "5.0.1"}
+    distro_versions = {"debian12": "4.2.2", "debian13": "5.0.7", "debian11": "3.2.3", "ubuntu22": "4.1.2",
+                       "ubuntu24": "5.0.1"}
 
     @property
     def prefix(self) -> str:
@@ -32,9 +48,25 @@ class Pmix(Component):
         return f"/usr/lib/{self.stack.base.arch}-linux-gnu/pmix2"
 
     def building_blocks(self) -> list:
-        from hpccm.building_blocks import pmix
+        from hpccm.building_blocks import generic_autotools
 
-        return [pmix(version=self.version, prefix=PREFIX, ldconfig=True)]
+        (artifact,) = self.artifacts()
+        src = sources.block_source(self.stack, artifact)
+        # flex: tarballs made from a git tag (not upstream's release tarballs) lack the generated lexer.
+        return _blocks.build_tools(self.stack, [*DEVEL_PACKAGES, "flex"],
+                                   "PMIx build tools and hwloc/libevent headers") + [
+            generic_autotools(**src, directory=f"pmix-{self.version}", prefix=PREFIX, ldconfig=True,
+                              configure_opts=["--with-hwloc", "--with-libevent", "--disable-static",
+                                              "--disable-man-pages"])]
+
+    def runtime(self) -> list:
+        if self.source == "distro":
+            return super().runtime()
+        return _blocks.apt_install(runtime_packages(self.stack.base.distro), "PMIx runtime libraries") + \
+            super().runtime()
+
+    def environment(self) -> dict[str, str]:
+        return {"PMIX_MCA_gds": "hash"}
 
     def labels(self) -> dict[str, str]:
         return {"major": self.version.split(".")[0], "prefix": self.prefix}

@@ -19,6 +19,9 @@ CUDA_BUILDS = {
     "2.9.1": ("cu126", "cu128", "cu130"),
 }
 DEFAULT_INDEX = "https://download.pytorch.org/whl/{cuda}"
+# The nvidia-nccl-cu12 version each PyTorch release requires (`pip install --dry-run --report`):
+# torch loads it from site-packages through its RUNPATH, ahead of any system NCCL.
+TORCH_NCCL = {"2.5.1": "2.21.5"}
 
 
 class Pytorch(Component):
@@ -42,7 +45,7 @@ class Pytorch(Component):
                                f"PyTorch {self.version} ({self.cuda_tag})")
 
     def labels(self) -> dict[str, str]:
-        return {"cuda": self.cuda_tag}
+        return {"cuda": self.cuda_tag, **({"nccl": TORCH_NCCL[self.version]} if self.version in TORCH_NCCL else {})}
 
     def checks(self) -> list:
         return [
@@ -51,6 +54,9 @@ class Pytorch(Component):
                        expect=rf"{re.escape(self.version)}\+{self.cuda_tag}"),
             checks.run("pytorch.nccl", "torch.distributed has NCCL",
                        "python3 -c 'import torch.distributed as d; print(d.is_nccl_available())'", expect="True"),
+            *([checks.run("pytorch.nccl_version", f"torch loads NCCL {TORCH_NCCL[self.version]} (its wheel's)",
+                          "python3 -c 'import torch; print(\".\".join(map(str, torch.cuda.nccl.version())))'",
+                          expect=rf"^{re.escape(TORCH_NCCL[self.version])}$")] if self.version in TORCH_NCCL else []),
             checks.run("pytorch.cuda", "torch sees a GPU",
                        "python3 -c 'import torch; assert torch.cuda.is_available()'", needs="gpu"),
         ]

@@ -1,22 +1,37 @@
-"""UCX: the communication layer under OpenMPI's ``pml ucx`` (and UCC, NCCL's UCX plugin)."""
+"""UCX: the communication layer under OpenMPI's ``pml ucx`` (and UCC, NCCL's UCX plugin).
+
+Built thread-safe (``--enable-mt``): without it Open MPI's UCX PML refuses
+MPI_THREAD_MULTIPLE and silently falls back to ob1 (TCP) for Horovod and any
+threaded MPI program (ompi ``pml_ucx.c``: "UCP worker does not support
+MPI_THREAD_MULTIPLE"). Only the libraries and tools are built: UCX's test
+apps and examples are not installed and some do not compile against CUDA 13.
+"""
 
 from __future__ import annotations
 
 import re
 
-from imagekit import checks
-from imagekit.components import Component
+from imagekit import checks, sources
+from imagekit.components import Component, _blocks
 from imagekit.components.gdrcopy import PREFIX as GDRCOPY_PREFIX
 from imagekit.schema import Option
 
 PREFIX = "/usr/local/ucx"
+# The installed parts of the tree; the top-level Makefile would also build test/apps and examples.
+SUBDIRS = ("src/ucm", "src/ucs", "src/uct", "src/ucp", "src/tools/info", "src/tools/vfs", "src/tools/perf",
+           "src/tools/profile", "cmake", "config")
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version)[:3])
 
 
 class Ucx(Component):
     name = "ucx"
-    summary = "UCX with optional CUDA, gdrcopy, KNEM, XPMEM and verbs support"
+    summary = "UCX (thread-safe) with optional CUDA, gdrcopy, KNEM, XPMEM and verbs support"
     order = 30
     sources = ("upstream", "distro")
+    upstream_file = ("ucx-{version}.tar.gz", "https://github.com/openucx/ucx/releases/download/v{version}/ucx-{version}.tar.gz")
     options = {
         "cuda": Option(bool, False, "build CUDA-aware (needs the cuda component)"),
         "gdrcopy": Option(bool, False, "use gdrcopy (needs the gdrcopy component)"),
@@ -27,7 +42,8 @@ class Ucx(Component):
     distro_packages = ("libucx0", "ucx-utils")
     distro_devel_packages = ("libucx-dev",)
     distro_note = "UCX (distro)"
-    distro_versions = {"debian12": "1.13.1", "debian11": "1.10.1", "ubuntu22": "1.12.1", "ubuntu24": "1.16.0"}
+    distro_versions = {"debian12": "1.13.1", "debian13": "1.18.1", "debian11": "1.10.1", "ubuntu22": "1.12.1",
+                       "ubuntu24": "1.16.0"}
 
     def configure(self) -> None:
         super().configure()
@@ -36,27 +52,51 @@ class Ucx(Component):
                 if self.enabled(opt):
                     self.error(opt, f"the distro's UCX is not built with {opt}",
                                f"use `source: upstream` for ucx, or set `{opt}: false`")
+        cuda = self.stack.get("cuda")
+        if self.source == "upstream" and self.enabled("cuda") and cuda is not None \
+                and int(cuda.major) >= 12 and _version_tuple(self.version) < (1, 14, 1):
+            self.error("version", f"UCX {self.version} does not build against CUDA 12 (fixed in 1.14.1: "
+                       "UCX NEWS, \"Fixed compatibility with CUDA 12\")", 'use UCX "1.14.1" or newer')
 
     @property
     def prefix(self) -> str:
         return PREFIX if self.source == "upstream" else "/usr"
 
+    def _cuda13_compat(self) -> list[str]:
+        """UCX before 1.19 names PFN_cuMemGetHandleForAddressRange, a typedef CUDA 13 dropped in favour
+        of its versioned name; UCX 1.19 switched to the versioned name, and this does the same."""
+        cuda = self.stack.get("cuda")
+        if self.enabled("cuda") and cuda is not None and int(cuda.major) >= 13 \
+                and _version_tuple(self.version) < (1, 19):
+            return ["CPPFLAGS=-DPFN_cuMemGetHandleForAddressRange=PFN_cuMemGetHandleForAddressRange_v11070"]
+        return []
+
     def building_blocks(self) -> list:
-        from hpccm.building_blocks import knem, ucx, xpmem
+        from hpccm.building_blocks import generic_autotools, knem, xpmem
 
         blocks = []
         if self.enabled("knem"):
             blocks.append(knem())
         if self.enabled("xpmem"):
             blocks.append(xpmem())
-        blocks.append(ucx(
-            version=self.version, prefix=PREFIX, ldconfig=True, disable_static=True,
-            cuda="/usr/local/cuda" if self.enabled("cuda") else False,
-            gdrcopy=GDRCOPY_PREFIX if self.enabled("gdrcopy") else False,
-            knem="/usr/local/knem" if self.enabled("knem") else False,
-            xpmem="/usr/local/xpmem" if self.enabled("xpmem") else False,
-            ofed=self.enabled("ofed"),
-        ))
+        (artifact,) = self.artifacts()
+        src = sources.block_source(self.stack, artifact)
+        opts = ["--enable-mt", "--disable-static", "--enable-optimizations", "--disable-logging",
+                "--disable-debug", "--disable-assertions", "--disable-params-check", "--disable-doxygen-doc",
+                "--without-java", "--without-go", "--without-rocm",
+                "--with-cuda=/usr/local/cuda" if self.enabled("cuda") else "--without-cuda",
+                f"--with-gdrcopy={GDRCOPY_PREFIX}" if self.enabled("gdrcopy") else "--without-gdrcopy",
+                "--with-knem=/usr/local/knem" if self.enabled("knem") else "--without-knem",
+                "--with-xpmem=/usr/local/xpmem" if self.enabled("xpmem") else "--without-xpmem",
+                *(["--with-verbs", "--with-rdmacm"] if self.enabled("ofed") else ["--without-verbs", "--without-rdmacm"])]
+        make = " ".join(self._cuda13_compat())
+        build = [f"for d in {' '.join(SUBDIRS)}; do make -C $d -j$(nproc) {make} install || exit 1; done",
+                 "make install-pkgconfigDATA"]
+        blocks += _blocks.build_tools(self.stack, ["pkg-config"], "UCX build tools") + [
+            generic_autotools(**{k: v for k, v in src.items() if k != "preconfigure"},
+                              directory=f"ucx-{self.version}", prefix=PREFIX, ldconfig=True,
+                              preconfigure=src["preconfigure"], configure_opts=opts,
+                              make=False, install=False, postconfigure=build)]
         return blocks
 
     def labels(self) -> dict[str, str]:
@@ -68,7 +108,12 @@ class Ucx(Component):
                        expect=rf"[Vv]ersion:?\s+{re.escape(self.version)}"),
             checks.library("ucx.libucp", "libucp.so.0"),
         ]
+        if self.source == "upstream":
+            out.append(checks.run("ucx.mt", "UCX is built thread-safe (--enable-mt, for MPI_THREAD_MULTIPLE)",
+                                  "ucx_info -b", expect=r"#define ENABLE_MT\s+1"))
         if self.enabled("cuda"):
+            out.append(checks.run("ucx.cuda_build", "UCX is built with CUDA (ucx_info -b)", "ucx_info -b",
+                                  expect=r"#define HAVE_CUDA\s+1"))
             out.append(checks.run("ucx.cuda", "UCX offers the cuda_copy transport", "ucx_info -d",
                                   expect="cuda_copy", needs="gpu"))
         if self.enabled("ofed"):
