@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 import yaml
 
+from imagekit import sources
 from imagekit.cli import COMMANDS, main
 
 WORKFLOW = Path(__file__).resolve().parents[1] / ".github/workflows/build.yml"
@@ -100,3 +101,28 @@ def test_workflow_consumes_imagekit_matrix_json():
         assert used <= set(row), f"workflow reads matrix keys {used - set(row)} that imagekit matrix lacks"
         assert not Path(row["file"]).is_absolute(), "paths must work in the runner's checkout"
     assert {r["arch"] for r in rows} == {"x86_64", "aarch64"}
+
+
+def test_validate_runs_on_the_images_arch_across_nodes_and_gates_on_ib():
+    doc = yaml.safe_load(WORKFLOW.read_text())
+    validate = doc["jobs"]["validate"]
+    # Runners of the image's arch: an arm64 image on an x86 GPU node fails with exec format errors.
+    arch_label = [label for label in validate["runs-on"] if "matrix.arch" in label]
+    assert len(arch_label) == 1 and "aarch64" in arch_label[0]
+    env = validate["env"]
+    # A site floor with no token default: an unset MIN_BUSBW must fail the job, not pass at 1 GB/s.
+    assert env["MIN_BUSBW"] == "${{ vars.MIN_BUSBW }}"
+    assert int(re.search(r"\|\| '(\d+)'", env["NODES"]).group(1)) >= 2
+    script = "\n".join(_run_blocks({"jobs": {"validate": validate}}))
+    assert 'test -n "$MIN_BUSBW"' in script and 'test "$NODES" -ge 2' in script
+    assert re.search(r'srun [^\n]*-N "\$NODES"', script)
+    validate_calls = [c for c in _imagekit_calls(script) if c[0] == "validate"]
+    assert len(validate_calls) == 1
+    call = validate_calls[0]
+    assert call[call.index("--expect-transport") + 1] == "IB"
+    assert call[call.index("--min-busbw") + 1] == "$MIN_BUSBW"
+
+
+def test_build_job_takes_the_site_mirror():
+    build_env = yaml.safe_load(WORKFLOW.read_text())["jobs"]["build"]["env"]
+    assert build_env[sources.MIRROR_ENV] == "${{ vars.IMAGEKIT_MIRROR }}"

@@ -79,24 +79,24 @@ NEEDS_CASES = {
         ["`gdrcopy` needs the `cuda` component", "add `cuda` to components"],
         "  gdrcopy: {version: '2.4.4'}\n  cuda: {}\n"),
     ("nccl-tests", ("nccl",), None): c(
-        "nccl-tests.nccl", CUDA, GPU_MPI + "  nccl-tests: {version: '2.13.11'}\n",
+        "nccl-tests.nccl", CUDA, GPU_MPI + "  nccl-tests: {version: '2.17.6'}\n",
         "nccl-tests:", "components.nccl-tests",
         ["`nccl-tests` needs the `nccl` component"],
-        GPU_MPI + "  nccl-tests: {version: '2.13.11'}\n  nccl: {source: repo, version: '2.23.4-1'}\n"),
+        GPU_MPI + "  nccl-tests: {version: '2.17.6'}\n  nccl: {source: repo, version: '2.23.4-1'}\n"),
     ("nccl-tests", ("cuda",), None): c(
         "nccl-tests.cuda", DEBIAN,
-        "  nccl: {source: pypi, version: '2.21.5', cuda: '12'}\n  nccl-tests: {version: '2.13.11', mpi: false}\n",
+        "  nccl: {source: pypi, version: '2.21.5', cuda: '12'}\n  nccl-tests: {version: '2.17.6', mpi: false}\n",
         "nccl-tests:", "components.nccl-tests",
         ["`nccl-tests` needs the `cuda` component (nccl-tests is CUDA code)"],
-        "  nccl: {source: pypi, version: '2.21.5', cuda: '12'}\n  nccl-tests: {version: '2.13.11', mpi: false}\n"
+        "  nccl: {source: pypi, version: '2.21.5', cuda: '12'}\n  nccl-tests: {version: '2.17.6', mpi: false}\n"
         "  cuda: {version: '12.4.1'}\n"),
     ("nccl-tests", ("openmpi",), "mpi"): c(
         "nccl-tests.mpi", CUDA,
-        "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  nccl-tests:\n    version: '2.13.11'\n"
+        "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  nccl-tests:\n    version: '2.17.6'\n"
         "    mpi: true\n",
         "mpi: true", "components.nccl-tests.mpi",
         ["`nccl-tests.mpi: true` needs the `openmpi` component (built with MPI=1)", "set `mpi: false` on nccl-tests"],
-        "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  nccl-tests: {version: '2.13.11', mpi: false}\n"),
+        "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  nccl-tests: {version: '2.17.6', mpi: false}\n"),
     ("pytorch", ("python",), None): c(
         "pytorch.python", CUDA, "  cuda: {}\n  pytorch: {version: '2.5.1'}\n",
         "pytorch:", "components.pytorch", ["`pytorch` needs the `python` component"],
@@ -107,23 +107,23 @@ NEEDS_CASES = {
         "  python: {}\n  pytorch: {version: '2.5.1'}\n  cuda: {version: '12.4.1'}\n"),
     ("horovod", ("pytorch",), None): c(
         "horovod.pytorch", CUDA,
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.28.1'}\n",
+        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.29.0'}\n",
         "horovod:", "components.horovod", ["`horovod` needs the `pytorch` component"],
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.28.1'}\n"
+        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.29.0'}\n"
         "  pytorch: {version: '2.5.1'}\n"),
     ("horovod", ("openmpi",), None): c(
         "horovod.openmpi", CUDA,
         "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
-        "  horovod: {version: '0.28.1'}\n",
+        "  horovod: {version: '0.29.0'}\n",
         "horovod:", "components.horovod", ["`horovod` needs the `openmpi` component"],
         GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
-        "  horovod: {version: '0.28.1'}\n"),
+        "  horovod: {version: '0.29.0'}\n"),
     ("horovod", ("nccl",), None): c(
         "horovod.nccl", CUDA,
-        GPU_MPI + "  python: {}\n  pytorch: {version: '2.5.1'}\n  horovod: {version: '0.28.1'}\n",
+        GPU_MPI + "  python: {}\n  pytorch: {version: '2.5.1'}\n  horovod: {version: '0.29.0'}\n",
         "horovod:", "components.horovod", ["`horovod` needs the `nccl` component"],
         GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
-        "  horovod: {version: '0.28.1'}\n"),
+        "  horovod: {version: '0.29.0'}\n"),
 }
 
 CHECK_CASES = {
@@ -143,7 +143,7 @@ CHECK_CASES = {
         c("nccl-cuda-suffix-mismatch", CUDA,
           "  cuda: {}\n  nccl:\n    source: pypi\n    version: '2.21.5'\n    cuda: '11'\n",
           "cuda: '11'", "components.nccl.cuda",
-          ["NCCL's CUDA suffix '11' does not match the base image's CUDA 12.4.1", "drop `cuda:` from nccl"],
+          ["the nvidia-nccl-cu11 wheel is for CUDA 11, and this stack's CUDA is 12.4.1", "drop `cuda:` from nccl"],
           "  cuda: {}\n  nccl: {source: pypi, version: '2.21.5'}\n"),
         c("nccl-repo-without-cuda", DEBIAN, "  nccl: {source: repo, version: '2.23.4-1'}\n",
           "nccl:", "components.nccl.source",
@@ -195,10 +195,10 @@ CONFIGURE_CASES = [
     c("repo-without-version", CUDA, "  cuda: {}\n  nccl: {}\n", "nccl:", "components.nccl.version",
       ["`source: repo` needs a pinned version"], "  cuda: {}\n  nccl: {version: '2.23.4-1'}\n"),
     # An option that is not written is located at the component's options (here: their first line).
-    c("openmpi5-without-pmix", CUDA, "  openmpi:\n    version: '5.0.5'\n    ucx: false\n", "version: '5.0.5'",
+    c("openmpi5-without-pmix", CUDA, "  openmpi:\n    version: '5.0.7'\n    ucx: false\n", "version: '5.0.7'",
       "components.openmpi.pmix", ["OpenMPI 5 needs an external PMIx here", "set `pmix: true`"],
-      "  openmpi: {version: '5.0.5', ucx: false, pmix: true}\n  pmix: {version: '5.0.3'}\n"),
-    c("openmpi5-pmix-false", CUDA, "  openmpi:\n    version: '5.0.5'\n    ucx: false\n    pmix: false\n",
+      "  openmpi: {version: '5.0.7', ucx: false, pmix: true}\n  pmix: {version: '5.0.7'}\n"),
+    c("openmpi5-pmix-false", CUDA, "  openmpi:\n    version: '5.0.7'\n    ucx: false\n    pmix: false\n",
       "pmix: false", "components.openmpi.pmix", ["OpenMPI 5 needs an external PMIx here"],
       "  openmpi: {version: '4.1.7', ucx: false, pmix: false}\n"),
     c("ofed-flavor-source-conflict", CUDA, "  ofed:\n    flavor: doca\n    version: '2.9.1'\n    source: distro\n",
@@ -220,6 +220,74 @@ CONFIGURE_CASES = [
       "  nccl: {source: pypi, cuda: '12', version: '2.21.5'}\n"),
     c("wrong-source-choice", DEBIAN, "  sshd: {source: upstream}\n", "sshd:", "components.sshd.source",
       ["invalid value 'upstream'", "valid: distro"], "  sshd: {source: distro}\n"),
+]
+
+PYPI_CUDA = "  cuda: {source: pypi, version: '13.0.2'}\n"
+PIN = "sha256: '" + "ab" * 32 + "'"
+
+CHECK_CASES.update({
+    "_cuda_aware_mpi_needs_cuda_ucx": [
+        c("cuda-mpi-over-cpu-ucx", CUDA,
+          f"  cuda: {{}}\n  ucx:\n    version: '1.17.0'\n    ofed: false\n  openmpi: {{version: '4.1.7', cuda: true}}\n",
+          "version: '1.17.0'", "components.ucx.cuda",
+          ["`openmpi.cuda: true` over pml ucx needs a CUDA-enabled UCX", "set `cuda: true` on ucx"],
+          "  cuda: {}\n  ucx: {version: '1.17.0', ofed: false, cuda: true}\n  openmpi: {version: '4.1.7', cuda: true}\n"),
+    ],
+    "_nccl_repo_needs_cuda_image": [
+        c("nccl-repo-on-wheel-cuda", DEBIAN, PYPI_CUDA + "  nccl:\n    source: repo\n    version: '2.23.4-1'\n",
+          "source: repo", "components.nccl.source",
+          ["`source: repo` needs an nvidia/cuda base", "use `source: pypi` for nccl (the wheel for CUDA 13)"],
+          PYPI_CUDA + "  nccl: {source: pypi, version: '2.28.9'}\n"),
+    ],
+    "_horovod_pytorch": [
+        c("horovod-0.28-torch-2.5", CUDA,
+          "  cuda: {}\n  python: {}\n  openmpi: {version: '4.1.7', ucx: false}\n  nccl: {source: repo, version: '2.23.4-1'}\n"
+          "  pytorch: {version: '2.5.1'}\n  horovod:\n    version: '0.28.1'\n",
+          "version: '0.28.1'", "components.horovod.version",
+          ["Horovod 0.28.1 does not compile against PyTorch 2.5.1", "C++17", "use torch.distributed"],
+          "  cuda: {}\n  python: {}\n  openmpi: {version: '4.1.7', ucx: false}\n  nccl: {source: repo, version: '2.23.4-1'}\n"
+          "  pytorch: {version: '2.5.1'}\n"),
+    ],
+    "_pytorch_arch": [
+        c("pytorch-aarch64", CUDA + "  arch: aarch64\n", "  cuda: {}\n  python: {}\n  pytorch:\n    version: '2.5.1'\n",
+          "version: '2.5.1'", "components.pytorch.version",
+          ["aarch64 torch 2.5.1 wheel is CPU-only", "`arch: x86_64`"],
+          "  cuda: {}\n  python: {}\n"),
+    ],
+})
+
+CONFIGURE_CASES += [
+    c("cuda-pypi-12-has-no-nvcc", DEBIAN, "  cuda:\n    source: pypi\n    version: '12.4.1'\n",
+      "version: '12.4.1'", "components.cuda.version",
+      ["CUDA 12.4.1 has no compiler on PyPI", "carries ptxas alone", "use a 13.x version"], PYPI_CUDA),
+    c("cuda-pypi-unpublished", DEBIAN, "  cuda:\n    source: pypi\n    version: '13.0.9'\n",
+      "version: '13.0.9'", "components.cuda.version",
+      ["PyPI's cuda-toolkit has no version 13.0.9", "published: 13.0.0, 13.0.1"], PYPI_CUDA),
+    c("gencode-too-old-for-cuda-13", DEBIAN,
+      PYPI_CUDA + "  openmpi: {source: distro, ucx: false}\n  nccl: {source: pypi, version: '2.28.9'}\n"
+      f"  nccl-tests:\n    version: '2.19.6'\n    {PIN}\n    gencode: ['70', '90']\n",
+      "gencode:", "components.nccl-tests.gencode",
+      ["CUDA 13.0.2 cannot compile for sm_70", "CUDA 13.0 compiles for: 75, 80"],
+      PYPI_CUDA + "  openmpi: {source: distro, ucx: false}\n  nccl: {source: pypi, version: '2.28.9'}\n"
+      f"  nccl-tests: {{version: '2.19.6', {PIN}, gencode: ['80', '90']}}\n"),
+    c("nccl-wheel-for-another-cuda-major", DEBIAN,
+      PYPI_CUDA + "  nccl:\n    source: pypi\n    version: '2.28.9'\n    cuda: '12'\n",
+      "cuda: '12'", "components.nccl.cuda",
+      ["the nvidia-nccl-cu12 wheel is for CUDA 12, and this stack's CUDA is 13.0.2", "nvidia-nccl-cu13"],
+      PYPI_CUDA + "  nccl: {source: pypi, version: '2.28.9'}\n"),
+    c("nccl-wheel-unpublished", DEBIAN, PYPI_CUDA + "  nccl:\n    source: pypi\n    version: '2.21.5'\n",
+      "version: '2.21.5'", "components.nccl.version",
+      ["PyPI has no nvidia-nccl-cu13 2.21.5", "published for CUDA 13"],
+      PYPI_CUDA + "  nccl: {source: pypi, version: '2.28.9'}\n"),
+    c("ucx-too-old-for-cuda-12", CUDA, "  cuda: {}\n  ucx:\n    version: '1.12.1'\n    " + PIN + "\n    ofed: false\n    cuda: true\n",
+      "version: '1.12.1'", "components.ucx.version",
+      ["UCX 1.12.1 does not build against CUDA 12", "1.14.1"],
+      "  cuda: {}\n  ucx: {version: '1.17.0', ofed: false, cuda: true}\n"),
+    c("openmpi-5-with-pmix-3", DEBIAN,
+      "  pmix:\n    version: '3.2.5'\n    " + PIN + "\n  openmpi: {version: '5.0.7', ucx: false, pmix: true}\n",
+      "version: '3.2.5'", "components.pmix.version",
+      ["OpenMPI 5.0.7 needs PMIx 4.2.0 or newer", "pmix_min_version"],
+      "  pmix: {version: '4.2.9'}\n  openmpi: {version: '5.0.7', ucx: false, pmix: true}\n"),
 ]
 
 ALL = [*NEEDS_CASES.values(), *[x for cases in CHECK_CASES.values() for x in cases], *CONFIGURE_CASES]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from imagekit import sources
 from imagekit import stack as stack_mod
 from imagekit.errors import StackError
 from stack_helpers import CUDA, DEBIAN, expect_error, line_of, write
@@ -362,8 +363,33 @@ def test_check_needs_choice(tmp_path):
 def test_shipped_stacks_all_load():
     names = {p.stem: [s.name for s in stack_mod.load_all(p)] for p in stack_mod.shipped()}
     assert names == {
+        "debian-cuda": ["debian-cuda"],
         "debian-mpi": ["debian-mpi"],
         "nccl-tests": ["nccl-tests-cu124-x86_64", "nccl-tests-cu124-sbsa",
                        "nccl-tests-cu126-x86_64", "nccl-tests-cu126-sbsa"],
         "pytorch": ["pytorch"],
     }
+
+
+def test_shipped_debian_cuda_is_offline_and_pins_every_upstream_file():
+    s = stack_mod.load("debian-cuda")
+    assert s.base.image.startswith("imagekit/") and s.base.arch == "x86_64"
+    assert (s.get("cuda").source, s.get("cuda").version, s.get("nccl").source) == ("pypi", "13.0.2", "pypi")
+    artifacts = sources.artifacts(s)
+    assert {a.component for a in artifacts} == {"gdrcopy", "ucx", "pmix", "openmpi", "nccl-tests"}
+    assert all(a.sha256 and len(a.sha256) == 64 for a in artifacts)
+
+
+def test_shipped_nccl_tests_have_hopper_code():
+    for s in stack_mod.load_all(stack_mod.find("nccl-tests")[0]):
+        tests = s.get("nccl-tests")
+        assert tests.version == "2.17.6" and "90" in tests.archs, s.name
+
+
+def test_shipped_pytorch_has_one_nccl_and_no_horovod():
+    # torch loads its own nvidia-nccl-cu12 wheel; Horovod 0.28.1 does not compile against PyTorch >= 2.1.
+    s = stack_mod.load("pytorch")
+    assert not s.has("horovod") and not s.has("nccl")
+    assert s.get("pytorch").labels() == {"cuda": "cu124", "nccl": "2.21.5"}
+    # torch's wheels bring CUDA's libraries: the runtime starts from the base image, not -runtime.
+    assert s.base.runtime == "nvidia/cuda:12.4.1-base-ubuntu22.04"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from imagekit import cli
+from imagekit import build, cli
 from imagekit import render as render_mod
 from imagekit import stack as stack_mod
 from stack_helpers import CUDA, DEBIAN, line_of, write
@@ -202,7 +202,7 @@ def test_stacks_json():
     result = invoke("stacks", "--json")
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert [r["stack"] for r in rows] == ["debian-mpi", "nccl-tests", "pytorch"]
+    assert [r["stack"] for r in rows] == ["debian-cuda", "debian-mpi", "nccl-tests", "pytorch"]
     for row in rows:
         assert set(row) == {"stack", "file", "description", "variants"}
         assert Path(row["file"]).is_file() and row["description"]
@@ -216,7 +216,8 @@ def test_stacks_text():
     result = invoke("stacks")
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("debian-mpi ") and "  nccl-tests-cu126-sbsa" in lines
+    assert lines[0].startswith("debian-cuda ") and lines[1].startswith("debian-mpi ")
+    assert "  nccl-tests-cu126-sbsa" in lines
 
 
 def test_show_json():
@@ -228,13 +229,15 @@ def test_show_json():
     assert info["base"] == {"image": "nvidia/cuda:12.4.1-devel-ubuntu22.04",
                             "runtime": "nvidia/cuda:12.4.1-runtime-ubuntu22.04", "distro": "ubuntu22",
                             "arch": "aarch64"}
-    assert info["tags"] == ["registry.example.org/hpc/nccl-tests:2.13.11-cu124-sbsa"]
+    assert info["tags"] == ["registry.example.org/hpc/nccl-tests:2.17.6-cu124-sbsa"]
     assert info["image"] == "imagekit/nccl-tests-cu124-sbsa:latest"
     comps = {c["name"]: c for c in info["components"]}
     assert list(comps) == ["cuda", "ofed", "gdrcopy", "ucx", "pmix", "openmpi", "nccl", "nccl-tests"]
-    assert comps["cuda"] == {"name": "cuda", "version": "12.4.1", "source": "base"}
+    assert comps["cuda"] == {"name": "cuda", "version": "12.4.1", "source": "base", "arch_list": None}
     assert comps["openmpi"]["pmix"] is True and comps["openmpi"]["version"] == "4.1.7"
     assert comps["nccl"]["source"] == "repo"
+    assert comps["nccl-tests"]["version"] == "2.17.6"
+    assert "sha256" not in comps["openmpi"], "imagekit's own pin is not repeated as a stack option"
 
 
 def test_show_text():
@@ -249,11 +252,14 @@ def test_matrix_json():
     result = invoke("matrix", "--json")
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert len(rows) == 6
+    assert len(rows) == 7
     arm = next(r for r in rows if r["variant"] == "nccl-tests-cu126-sbsa")
     assert arm["platform"] == "linux/arm64" and arm["arch"] == "aarch64" and arm["offline"] is False
+    # The platform CI builds for is the one `imagekit build` passes to docker.
+    assert all(r["platform"] == build.PLATFORMS[r["arch"]] for r in rows)
     here = json.loads(invoke("matrix", "--json", "--buildable-here").stdout)
-    assert [r["variant"] for r in here] == ["debian-mpi"] and here[0]["platform"] == "linux/amd64"
+    assert [r["variant"] for r in here] == ["debian-cuda", "debian-mpi"]
+    assert {r["platform"] for r in here} == {"linux/amd64"}
 
 
 # -- help and start-up ----------------------------------------------------

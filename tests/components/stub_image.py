@@ -59,6 +59,9 @@ class Facts:
     horovod: dict = field(default_factory=lambda: {"PyTorch": True, "MPI": True, "NCCL": True})
     hcas: tuple[str, ...] = ("mlx5_0", "mlx5_1")
     nccl_code: int = 22304              # NCCL 2.23.4: major*10000 + minor*100 + patch
+    ucx_mt: bool = True                 # ucx_info -b: ENABLE_MT (built with --enable-mt)
+    ucx_cuda_build: bool = True         # ucx_info -b: HAVE_CUDA
+    torch_nccl_version: tuple = (2, 21, 5)  # torch.cuda.nccl.version(): the nvidia-nccl-cu12 torch 2.5.1 pins
 
 
 GOOD = Facts()
@@ -69,6 +72,8 @@ BROKEN = Facts(
     torch_version="2.5.1+cpu", torch_nccl=False, torch_cuda=False,      # the CPU wheel
     horovod={"PyTorch": True, "MPI": True, "NCCL": False},               # built without HOROVOD_GPU_OPERATIONS
     hcas=(),                                                             # "0 HCAs found:"
+    ucx_mt=False, ucx_cuda_build=False,                                  # UCX's default configure
+    torch_nccl_version=(2, 23, 4),                                       # a system NCCL preloaded over torch's
 )
 
 # Presence checks fail because the thing is gone (or where the loader does not look);
@@ -120,6 +125,10 @@ def _ucx_info(f: Facts) -> str:
     version = "\n".join([f"# Library version: {f.ucx_version}", "# Library path: /usr/local/ucx/lib/libucs.so.0",
                          f"# API headers version: {f.ucx_version}", "# Git branch '', revision 0000000",
                          "# Configured with: --prefix=/usr/local/ucx --disable-static"])
+    # ucx_info -b prints config.h: one #define per line.
+    build = "\n".join([f"#define ENABLE_MT                 {int(f.ucx_mt)}", "#define HAVE_CMA                  1"]
+                      + (["#define HAVE_CUDA                 1", "#define HAVE_CUDA_H               1"]
+                         if f.ucx_cuda_build else []))
     lines, domain = [], None
     for tl in f.ucx_transports:
         md, component, device = UCX_DOMAINS[tl]
@@ -137,7 +146,11 @@ EOF
 {chr(10).join(lines)}
 EOF
   ;;
-  *) echo "ucx_info stub: only -v and -d" >&2; exit 1 ;;
+  -b) cat <<'EOF'
+{build}
+EOF
+  ;;
+  *) echo "ucx_info stub: only -v, -d and -b" >&2; exit 1 ;;
 esac
 """)
 
@@ -277,7 +290,9 @@ def rootfs_files(f: Facts) -> dict[str, str]:
         "/usr/local/pmix/bin/pmix_info": _pmix_info(f),
         f"{SITE}/torch/__init__.py": f'"""Stub of PyTorch {f.torch_version} (imagekit tests)."""\n'
                                      f'__version__ = "{f.torch_version}"\nfrom . import cuda, distributed\n',
-        f"{SITE}/torch/cuda.py": f"def is_available():\n    return {f.torch_cuda}\n",
+        f"{SITE}/torch/cuda.py": f"def is_available():\n    return {f.torch_cuda}\n\n\n"
+                                 f"class nccl:\n    @staticmethod\n    def version():\n"
+                                 f"        return {f.torch_nccl_version!r}\n",
         f"{SITE}/torch/distributed.py": f"def is_nccl_available():\n    return {f.torch_nccl}\n",
         f"{SITE}/numpy/__init__.py": '"""Stub of numpy (imagekit tests)."""\n__version__ = "1.21.5"\n',
         "/etc/ld.so.conf.d/gdrcopy.conf": "/usr/local/gdrcopy/lib\n",

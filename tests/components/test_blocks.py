@@ -47,3 +47,16 @@ def test_singularity_cleans_up_instead_of_mounting():
     assert "rm -rf /root/.cache/pip" in pip and "PIP_CERT" not in pip
     render.reset_hpccm("docker")
     assert _blocks.apt_install([]) == []
+
+
+def test_build_tools_fetch_with_wget_only_without_a_mirror():
+    # A source build needs a C toolchain (none of the bases is guaranteed to have one); a mirror's
+    # files arrive through the build context, so the download tools are left out.
+    from types import SimpleNamespace
+
+    render.reset_hpccm("docker")
+    upstream = "\n".join(str(b) for b in _blocks.build_tools(SimpleNamespace(mirror=None), ["libhwloc-dev"], "x"))
+    assert "bzip2 ca-certificates file g++ gcc libhwloc-dev make tar wget" in upstream
+    assert "# x" in upstream and _blocks.APT_CACHE in upstream
+    mirrored = "\n".join(str(b) for b in _blocks.build_tools(SimpleNamespace(mirror="/site/mirror")))
+    assert "bzip2 file g++ gcc make tar" in mirrored and "wget" not in mirrored and "ca-certificates" not in mirrored

@@ -29,13 +29,19 @@ from imagekit import check, stack
 
 pytestmark = pytest.mark.engine
 
-# The offline stack is built and checked for real (green and red) in tests/test_check.py.
+# Stacks built and checked for real (green and red): debian-mpi in tests/test_check.py,
+# debian-cuda in tests/components/test_cuda_image.py. Checks only they bring run there.
+REAL_STACKS = {"debian-mpi", "debian-cuda"}
 OFFLINE_STACK = "debian-mpi"
 
 # Checks no container image can exercise, and why.
 EXCLUDED = {
     "gdrcopy.device": "tests the host's character device /dev/gdrdrv (gdrdrv kernel module); a container's /dev "
                       "is a fresh tmpfs at run time, so no image can carry it",
+    "image.ldd_closure": "a library closure needs the real binaries: checked green and red on the real "
+                         "debian-mpi and debian-cuda images (test_check.py, test_cuda_image.py)",
+    "nccl-tests.loads_nccl": "which NCCL real nccl-tests binaries load: checked green and red on the real "
+                             "debian-cuda image (test_cuda_image.py)",
 }
 
 
@@ -76,8 +82,7 @@ def collect() -> tuple[list[Entry], list[Entry]]:
         e.run_id = e.id if per_id[e.id] == 1 else f"{e.id}@{min(e.stacks)}"
     # Where stacks disagree on what one command must print, the stub image plays the CUDA stacks;
     # the offline stack's expectation is the real image's (tests/test_check.py).
-    offline_only = [e for group in groups.values() if len(group) > 1
-                    for e in group.values() if e.stacks == {OFFLINE_STACK}]
+    offline_only = [e for group in groups.values() for e in group.values() if e.stacks <= REAL_STACKS]
     return entries, offline_only
 
 
@@ -122,7 +127,8 @@ def test_checks_left_to_the_real_offline_image_are_in_it(mpi_image):
     """The offline stack's own expectations (e.g. UCX 1.13.1) are checked on the real image by test_check.py."""
     assert OFFLINE_ONLY, "expected the offline and CUDA stacks to disagree on some versions"
     real = {json.dumps(s, sort_keys=True) for s in check.checks_from_image(mpi_image)}
-    missing = [e.run_id for e in OFFLINE_ONLY if json.dumps(e.spec, sort_keys=True) not in real]
+    missing = [e.run_id for e in OFFLINE_ONLY if OFFLINE_STACK in e.stacks
+               and json.dumps(e.spec, sort_keys=True) not in real]
     assert not missing, f"not carried by the offline image, so checked nowhere: {missing}"
 
 
@@ -138,7 +144,7 @@ def test_every_check_passes_on_the_good_stub_image(stub_images):
 
 def test_every_check_fails_on_the_broken_stub_image(stub_images):
     _, broken = stub_images
-    entries = [e for e in ENTRIES if e.id not in EXCLUDED]
+    entries = [e for e in ENTRIES if e.id not in EXCLUDED and e not in OFFLINE_ONLY]
     report = check.run(broken, [e.run_spec() for e in entries], assume=("gpu", "fabric"))
     outcomes = {o.id: o for o in report.outcomes}
     assert set(outcomes) == {e.run_id for e in entries}

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+from imagekit.components import registry
 from stack_helpers import CUDA, load_text, render_text, stage
 
 TORCH = CUDA + """\
 components:
   cuda: {}
   openmpi: {version: "4.1.7", ucx: false}
-  nccl: {version: "2.23.4-1"}
   python: {}
   pytorch: {version: "2.5.1", extras: ["torchvision==0.20.1"]}
-  horovod: {version: "0.28.1"}
 """
+TESTS = CUDA + """\
+components:
+  cuda: {}
+  openmpi: {source: distro, ucx: false}
+  nccl: {source: upstream, version: "2.23.4-1"}
+  nccl-tests: {version: "2.17.6"}
+"""
+GENCODE_80_90 = ("-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 "
+                 "-gencode=arch=compute_90,code=compute_90")
 
 
 def test_pytorch_index_matches_the_base_cuda(tmp_path):
@@ -22,9 +32,17 @@ def test_pytorch_index_matches_the_base_cuda(tmp_path):
     assert ("/opt/venv/bin/python -m pip install --index-url https://download.pytorch.org/whl/cu124 "
             "torch==2.5.1 torchvision==0.20.1") in stage(text, "devel")
     torch = load_text(tmp_path, TORCH).get("pytorch")
-    assert torch.labels() == {"cuda": "cu124"}
     version = {c.id: c for c in torch.checks()}["pytorch.version"]
     assert re.search(version.expect, "2.5.1+cu124") and not re.search(version.expect, "2.5.1+cu121")
+
+
+def test_pytorch_labels_and_checks_the_nccl_it_loads(tmp_path):
+    # torch loads its own nvidia-nccl-cu12 wheel (2.21.5 for 2.5.1), not a system libnccl2.
+    torch = load_text(tmp_path, TORCH).get("pytorch")
+    assert torch.labels() == {"cuda": "cu124", "nccl": "2.21.5"}
+    check = {c.id: c for c in torch.checks()}["pytorch.nccl_version"]
+    assert "torch.cuda.nccl.version()" in check.run
+    assert re.search(check.expect, "2.21.5") and not re.search(check.expect, "2.23.4")
 
 
 def test_custom_index(tmp_path):
@@ -34,42 +52,73 @@ def test_custom_index(tmp_path):
 
 
 def test_horovod_builds_against_the_stacks_nccl_and_mpi(tmp_path):
-    devel = stage(render_text(tmp_path, TORCH), "devel")
+    # No Horovod release compiles against a PyTorch imagekit knows (rules.py refuses such stacks,
+    # see test_rules), so the wiring is checked on the component itself.
+    stack = load_text(tmp_path, TORCH + '  nccl: {version: "2.23.4-1"}\n')
+    horovod = registry()["horovod"](stack, {"source": "pypi", "version": "0.28.1"})
+    devel = "\n".join(str(block) for block in horovod.devel())
     assert "export HOROVOD_NCCL_HOME=/usr" in devel  # NCCL from the repo lives in /usr
     assert "export HOROVOD_GPU_OPERATIONS=NCCL" in devel and "export HOROVOD_WITH_MPI=1" in devel
     assert "pip install --no-build-isolation horovod==0.28.1" in devel
-    assert devel.index("torch==2.5.1") < devel.index("horovod==0.28.1")
 
 
 def test_nccl_tests_build_with_mpi(tmp_path):
-    text = CUDA + """\
-components:
-  cuda: {}
-  openmpi: {source: distro, ucx: false}
-  nccl: {source: upstream, version: "2.23.4-1"}
-  nccl-tests: {version: "2.13.11"}
-"""
-    rendered = render_text(tmp_path, text)
+    rendered = render_text(tmp_path, TESTS)
     devel = stage(rendered, "devel")
-    assert "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.13.11.tar.gz" in devel
-    assert ("make -j$(nproc) CUDA_HOME=/usr/local/cuda NCCL_HOME=/usr/local/nccl MPI=1 "
-            "MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi") in devel
+    assert "https://github.com/NVIDIA/nccl-tests/archive/v2.17.6.tar.gz" in devel
+    make = (f'make -j$(nproc) CUDA_HOME=/usr/local/cuda NCCL_HOME=/usr/local/nccl NVCC_GENCODE="{GENCODE_80_90}" '
+            "MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi")
+    assert make in devel
+    # The upstream file is checked against its pin before anything is built from it.
+    assert devel.index("sha256sum -c") < devel.index(make)
     runtime = stage(rendered, "runtime")
     assert "COPY --from=devel /usr/local/nccl-tests /usr/local/nccl-tests" in runtime
     assert "ENV PATH=/usr/local/nccl-tests/bin:$PATH" in runtime
-    tests = load_text(tmp_path, text).get("nccl-tests")
-    assert tests.labels() == {"mpi": "true"}
+    tests = load_text(tmp_path, TESTS).get("nccl-tests")
+    assert tests.labels() == {"mpi": "true", "gencode": "80,90"}
     assert {c.file for c in tests.checks() if c.file} >= {"/usr/local/nccl-tests/bin/all_reduce_perf"}
 
 
+def test_nccl_tests_build_against_whichever_component_provides_mpi(tmp_path):
+    upstream = TESTS.replace("{source: distro, ucx: false}", '{version: "4.1.7", ucx: false}')
+    stack = load_text(tmp_path, upstream)
+    assert stack.provider("mpi") is stack.get("openmpi")
+    assert "MPI=1 MPI_HOME=/usr/local/openmpi" in stage(render_text(tmp_path, upstream), "devel")
+
+
 def test_nccl_tests_without_mpi(tmp_path):
-    text = CUDA + "components:\n  cuda: {}\n  nccl: {version: '2.23.4-1'}\n  nccl-tests: {version: '2.13.11', mpi: false}\n"
+    text = CUDA + ("components:\n  cuda: {}\n  nccl: {version: '2.23.4-1'}\n"
+                   "  nccl-tests: {version: '2.17.6', mpi: false}\n")
     devel = stage(render_text(tmp_path, text), "devel")
-    assert "NCCL_HOME=/usr" in devel and "MPI=1" not in devel
+    assert "NCCL_HOME=/usr " in devel and "MPI=1" not in devel
+
+
+@pytest.mark.parametrize("cuda, tests, archs", [
+    # The default always has Hopper SASS (nccl-tests < 2.13.13's own default had none), plus
+    # Blackwell where the CUDA compiles it.
+    ("{}", "{version: '2.17.6', mpi: false}", ["80", "90"]),
+    ("{arch_list: ['90']}", "{version: '2.17.6', mpi: false}", ["90"]),
+    ("{arch_list: ['90']}", "{version: '2.17.6', mpi: false, gencode: ['80', '89']}", ["80", "89"]),
+])
+def test_nccl_tests_gencode(tmp_path, cuda, tests, archs):
+    text = CUDA + f"components:\n  cuda: {cuda}\n  nccl: {{version: '2.23.4-1'}}\n  nccl-tests: {tests}\n"
+    assert load_text(tmp_path, text).get("nccl-tests").archs == archs
+    gencode = re.search(r'NVCC_GENCODE="([^"]*)"', stage(render_text(tmp_path, text), "devel")).group(1)
+    assert re.findall(r"code=sm_(\d+)", gencode) == archs
+    assert gencode.endswith(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}"), "PTX of the newest"
+
+
+def test_nccl_tests_default_gencode_adds_blackwell_on_cuda_12_8(tmp_path):
+    text = CUDA.replace("12.4.1", "12.8.1") + \
+        "components:\n  cuda: {}\n  nccl: {version: '2.23.4-1'}\n  nccl-tests: {version: '2.17.6', mpi: false}\n"
+    assert load_text(tmp_path, text).get("nccl-tests").archs == ["80", "90", "100", "120"]
 
 
 def test_gdrcopy_user_space_only(tmp_path):
     text = render_text(tmp_path, CUDA + "components:\n  cuda: {}\n  gdrcopy: {version: '2.4.4'}\n")
     devel = stage(text, "devel")
-    assert "make prefix=/usr/local/gdrcopy lib lib_install" in devel and "insmod" not in devel
-    assert "COPY --from=devel /usr/local/gdrcopy /usr/local/gdrcopy" in stage(text, "runtime")
+    assert "https://github.com/NVIDIA/gdrcopy/archive/v2.4.4.tar.gz" in devel
+    make = "make prefix=/usr/local/gdrcopy CUDA=/usr/local/cuda lib lib_install"
+    assert make in devel and "insmod" not in devel and "gdrdrv" not in devel
+    assert devel.index("sha256sum -c") < devel.index(make)
+    assert "COPY --from=devel /usr/local/gdrcopy/lib /usr/local/gdrcopy/lib" in stage(text, "runtime")

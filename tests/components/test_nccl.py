@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from imagekit import sources
 from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 
 CUDA126 = CUDA.replace("12.4.1", "12.6.3")
@@ -21,21 +22,44 @@ def test_repo_pins_the_base_images_cuda_not_the_newest(tmp_path):
     assert set(re.findall(r"\+cuda(\d+\.\d+)", text)) == {"12.6"}
 
 
-def test_repo_follows_the_arch(tmp_path):
-    arm = CUDA + "  arch: aarch64\n"
-    text = render_text(tmp_path, arm + "components:\n  cuda: {}\n  nccl: {version: '2.23.4-1'}\n")
-    assert "/ubuntu2204/sbsa" in text and "/ubuntu2204/x86_64" not in text
+def test_repo_replaces_the_held_packages_and_holds_the_pin(tmp_path):
+    # nvidia/cuda images `apt-mark hold` the NCCL they ship (2.21.5 in 12.4.1): a plain install fails.
+    text = render_text(tmp_path, CUDA + "components:\n  cuda: {}\n  nccl: {version: '2.23.4-1'}\n")
+    for name, packages in (("devel", "libnccl2 libnccl-dev"), ("runtime", "libnccl2")):
+        lines = [l for l in stage(text, name).splitlines() if "libnccl2=" in l]
+        assert len(lines) == 1 and "--allow-change-held-packages --allow-downgrades" in lines[0], name
+        assert f"apt-mark hold {packages}" in stage(text, name), name
 
 
-@pytest.mark.parametrize("version", ["2.23.4-1", "2.23.4"])
-def test_upstream_builds_from_the_release_tag(tmp_path, version):
-    text = render_text(tmp_path, CUDA + f"components:\n  cuda: {{}}\n  nccl: {{source: upstream, version: '{version}'}}\n")
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_repo_uses_the_base_images_cuda_repo(tmp_path, arch):
+    # A second copy of NVIDIA's CUDA repo with another signed-by breaks every later apt-get update.
+    text = render_text(tmp_path, CUDA + f"  arch: {arch}\ncomponents:\n  cuda: {{}}\n  nccl: {{version: '2.23.4-1'}}\n")
+    assert "developer.download.nvidia.com" not in text and "signed-by" not in text
+    for name in ("devel", "runtime"):
+        install = stage(text, name)
+        assert install.index("ls /etc/apt/sources.list.d/cuda*.list") < install.index("apt-get update"), name
+
+
+@pytest.mark.parametrize("version, extra", [("2.23.4-1", ""), ("2.23.4", ", sha256: '" + "ab" * 32 + "'")])
+def test_upstream_builds_from_the_release_tag(tmp_path, version, extra):
+    text = render_text(tmp_path, CUDA + "components:\n  cuda: {}\n"
+                       f"  nccl: {{source: upstream, version: '{version}'{extra}}}\n")
     devel = stage(text, "devel")
     # NCCL's tags carry the revision: v2.23.4-1 (the archive unpacks to nccl-2.23.4-1).
     assert "https://github.com/NVIDIA/nccl/archive/v2.23.4-1.tar.gz" in devel
     assert "cd /var/tmp/nccl-2.23.4-1" in devel
-    assert "CUDA_HOME=/usr/local/cuda" in devel and "PREFIX=/usr/local/nccl" in devel
+    build = next(l for l in devel.splitlines() if "src.build" in l)
+    assert "CUDA_HOME=/usr/local/cuda" in build and "PREFIX=/usr/local/nccl" in devel
+    assert 'NVCC_GENCODE="-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90' in build
+    assert devel.index("sha256sum -c") < devel.index(build)
     assert "COPY --from=devel /usr/local/nccl" in stage(text, "runtime")
+
+
+def test_short_version_takes_the_release_tags_pin(tmp_path):
+    nccl = load_text(tmp_path, CUDA + "components:\n  cuda: {}\n  nccl: {source: upstream, version: '2.23.4'}\n"
+                     ).get("nccl")
+    assert nccl.pin == sources.PINS[("nccl", "2.23.4-1")]
 
 
 def test_pypi_wheel_on_a_base_without_cuda(tmp_path):

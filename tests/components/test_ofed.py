@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
+from imagekit.components.ofed import RUNTIME_PACKAGES
 from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 
 
@@ -37,3 +42,14 @@ def test_mlnx(tmp_path):
 def test_matching_explicit_source_is_accepted(tmp_path):
     assert load_text(tmp_path, CUDA + "components:\n  ofed: {flavor: doca, version: '2.9.1', source: upstream}\n"
                      ).get("ofed").source == "upstream"
+
+
+@pytest.mark.parametrize("flavor, version", [("doca", "2.9.1"), ("mlnx", "24.10-1.1.4.0")])
+def test_nvidia_runtime_installs_only_runtime_packages(tmp_path, flavor, version):
+    text = render_text(tmp_path, CUDA + f"components:\n  ofed: {{flavor: {flavor}, version: '{version}'}}\n")
+    devel, runtime = stage(text, "devel"), stage(text, "runtime")
+    assert "libibverbs-dev" in devel
+    for pkg in RUNTIME_PACKAGES:
+        assert pkg in runtime, pkg
+    # No headers in the runtime stage (HPCCM's own runtime twin reinstalls the devel set).
+    assert not re.search(r"\b\S+-dev\b", runtime.split(" AS runtime", 1)[1])

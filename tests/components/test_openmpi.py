@@ -20,19 +20,55 @@ def configure_line(text: str) -> str:
 
 
 def test_upstream_uses_the_stacks_ucx_and_external_pmix(tmp_path):
-    line = configure_line(render_text(tmp_path, UPSTREAM))
-    for flag in ("--with-ucx=/usr/local/ucx", "--with-pmix=/usr/local/pmix", "--with-cuda", "--with-slurm",
-                 "--disable-static", "--enable-orterun-prefix-by-default"):
-        assert flag in line.split(), flag
-    assert "--without-slurm" not in line
+    text = render_text(tmp_path, UPSTREAM)
+    flags = configure_line(text).split()
+    for flag in ("--with-ucx=/usr/local/ucx", "--with-pmix=/usr/local/pmix", "--with-cuda=/usr/local/cuda",
+                 "--with-slurm", "--disable-static", "--disable-mpi-fortran",
+                 # 4.x: prefix in containers, no openib and no UCX BTL next to pml ucx.
+                 "--enable-orterun-prefix-by-default", "--without-verbs", "--enable-mca-no-build=btl-uct"):
+        assert flag in flags, flag
+    assert "--without-slurm" not in flags
+    # PMIx's hwloc and libevent, named explicitly (not whatever configure happens to probe first).
+    assert any(f.startswith("--with-hwloc") for f in flags) and any(f.startswith("--with-libevent") for f in flags)
 
 
-def test_upstream_defaults_internal_pmix_and_no_slurm(tmp_path):
+def test_upstream_needs_no_fortran_compiler(tmp_path):
+    # FC=gfortran without gfortran in the image aborts configure ("Could not run a simple Fortran program").
+    devel = stage(render_text(tmp_path, UPSTREAM), "devel")
+    assert "--disable-mpi-fortran" in configure_line(devel).split()
+    assert "gfortran" not in devel and "FC=" not in devel
+
+
+def test_upstream_without_the_pmix_component_passes_no_pmix_flag(tmp_path):
+    # Open MPI then uses its own bundled PMIx; there is no "internal" option to spell.
     text = render_text(tmp_path, CUDA + "components:\n  openmpi: {version: '4.1.7', ucx: false}\n")
-    line = configure_line(text)
-    assert "--with-pmix=internal" in line and "--without-slurm" in line and "--with-ucx" not in line
-    assert "--with-cuda" not in line.split()
-    assert "COPY --from=devel /usr/local/openmpi /usr/local/openmpi" in stage(text, "runtime")
+    flags = configure_line(text).split()
+    assert not any(f.startswith("--with-pmix") for f in flags)
+    assert "--without-slurm" in flags and "--without-cuda" in flags
+    assert not any(f.startswith("--with-ucx") for f in flags)
+    runtime = stage(text, "runtime")
+    assert "COPY --from=devel /usr/local/openmpi /usr/local/openmpi" in runtime
+    assert "libhwloc15" in runtime and "openssh-client" in runtime
+
+
+def test_openmpi_5_drops_the_4x_only_flags(tmp_path):
+    text = CUDA + """\
+components:
+  cuda: {}
+  ucx: {version: "1.17.0", cuda: true, ofed: false}
+  pmix: {version: "5.0.7"}
+  openmpi: {version: "5.0.7", pmix: true, cuda: true}
+"""
+    flags = configure_line(render_text(tmp_path, text)).split()
+    assert "--with-pmix=/usr/local/pmix" in flags and "--with-cuda=/usr/local/cuda" in flags
+    for flag in ("--enable-orterun-prefix-by-default", "--without-verbs", "--enable-mca-no-build=btl-uct"):
+        assert flag not in flags, flag
+
+
+def test_openmpi_provides_the_stacks_mpi(tmp_path):
+    stack = load_text(tmp_path, UPSTREAM)
+    assert type(stack.get("openmpi")).provides == ("mpi",)
+    assert stack.provider("mpi") is stack.get("openmpi") and stack.provider("mpi").home == "/usr/local/openmpi"
 
 
 def test_labels_record_the_wiring(tmp_path):

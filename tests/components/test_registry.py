@@ -5,6 +5,7 @@ from __future__ import annotations
 import pkgutil
 
 import imagekit.components as components_pkg
+from imagekit import sources
 from imagekit.components import SOURCES, Component, registry
 from stack_helpers import DEBIAN, load_text
 
@@ -34,10 +35,23 @@ def test_component_declarations_are_consistent():
         opts = cls.all_options()
         assert opts["source"].default == cls.sources[0] and opts["source"].choices == cls.sources
         assert {"source", "version"} <= set(opts)
+        # Components that build an upstream release file take a sha256 pin for it; the others do not.
+        assert ("sha256" in opts) == bool(cls.upstream_file), name
         for key, opt in cls.options.items():
             assert opt.help or opt.type is bool, f"{name}.{key} has no help"
             if opt.choices:
                 assert opt.default is None or opt.default in opt.choices
+
+
+def test_source_builds_declare_their_upstream_file():
+    builds = {name for name, cls in registry().items() if cls.upstream_file}
+    assert builds == {"gdrcopy", "ucx", "pmix", "openmpi", "nccl", "nccl-tests"}
+    # Every built-in pin belongs to one of them.
+    assert {component for component, _ in sources.PINS} == builds
+
+
+def test_only_openmpi_provides_mpi():
+    assert {name: cls.provides for name, cls in registry().items() if cls.provides} == {"openmpi": ("mpi",)}
 
 
 def test_every_component_brings_checks_with_unique_ids(tmp_path):

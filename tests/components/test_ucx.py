@@ -21,7 +21,8 @@ def test_all_options_on(tmp_path):
     text = render_text(tmp_path, FULL)
     flags = configure_line(text)
     for flag in ("--with-cuda=/usr/local/cuda", "--with-gdrcopy=/usr/local/gdrcopy", "--with-knem=/usr/local/knem",
-                 "--with-xpmem=/usr/local/xpmem", "--with-verbs", "--with-rdmacm", "--disable-static"):
+                 "--with-xpmem=/usr/local/xpmem", "--with-verbs", "--with-rdmacm", "--disable-static",
+                 "--enable-mt"):
         assert flag in flags, flag
     devel, runtime = stage(text, "devel"), stage(text, "runtime")
     # KNEM and XPMEM user-space parts are built before UCX, and copied to the runtime.
@@ -34,6 +35,25 @@ def test_all_options_off(tmp_path):
     flags = configure_line(render_text(tmp_path, CUDA + "components:\n  ucx: {version: '1.17.0', ofed: false}\n"))
     for flag in ("--without-cuda", "--without-gdrcopy", "--without-knem", "--without-xpmem", "--without-verbs"):
         assert flag in flags, flag
+    # Thread-safe always: without it Open MPI's pml ucx refuses MPI_THREAD_MULTIPLE and falls back to TCP.
+    assert "--enable-mt" in flags
+
+
+def test_builds_only_the_libraries_and_tools(tmp_path):
+    devel = stage(render_text(tmp_path, FULL), "devel")
+    build = next(l for l in devel.splitlines() if "for d in " in l)
+    assert "src/ucp" in build and "src/tools/info" in build and "test/" not in build and "examples" not in build
+    assert devel.index("sha256sum -c") < devel.index("./configure --prefix=/usr/local/ucx")
+
+
+def test_cuda_13_compat_define_before_ucx_1_19(tmp_path):
+    # UCX < 1.19 names a CUDA typedef that CUDA 13 only has under its versioned name.
+    define = "CPPFLAGS=-DPFN_cuMemGetHandleForAddressRange=PFN_cuMemGetHandleForAddressRange_v11070"
+    ucx = "  ucx: {version: '1.18.1', cuda: true, ofed: false}\n"
+    cuda13 = DEBIAN + "components:\n  cuda: {source: pypi, version: '13.0.2'}\n" + ucx
+    assert define in stage(render_text(tmp_path, cuda13), "devel")
+    cuda12 = CUDA + "components:\n  cuda: {}\n" + ucx
+    assert "PFN_cuMemGetHandleForAddressRange" not in render_text(tmp_path, cuda12)
 
 
 def test_labels(tmp_path):
@@ -55,3 +75,4 @@ def test_checks(tmp_path):
     checks = {c.id: c for c in load_text(tmp_path, FULL).get("ucx").checks()}
     assert checks["ucx.cuda"].needs == "gpu" and checks["ucx.verbs"].needs == "fabric"
     assert checks["ucx.version"].needs is None
+    assert checks["ucx.mt"].run == "ucx_info -b" and "ENABLE_MT" in checks["ucx.mt"].expect
