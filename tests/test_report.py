@@ -38,3 +38,21 @@ def test_report_on_a_foreign_image_lists_layers_without_guessing(base_image, tmp
 def test_report_on_a_missing_image_says_so():
     result = CliRunner().invoke(main, ["report", "imagekit-test/never-built:none"])
     assert result.exit_code == 3 and "not found" in result.output
+
+
+def test_report_shows_exports_still_on_disk_and_counts_the_gone(mpi_image, tmp_path, monkeypatch):
+    from imagekit import records
+
+    monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path / "state"))
+    image_id = engine.client().images.get(mpi_image).id
+    kept, gone, replaced = tmp_path / "kept.sqsh", tmp_path / "gone.sqsh", tmp_path / "replaced.sqsh"
+    kept.write_bytes(b"k" * 10)
+    replaced.write_bytes(b"r" * 7)
+    for path, size in ((kept, 10), (gone, 5), (replaced, 99)):
+        records.add(image_id, "export", format="enroot", path=str(path), bytes=size, sha256="ab" * 32)
+    records.add(image_id, "export", format="enroot", path=str(kept), bytes=10, sha256="cd" * 32)  # again
+    text = CliRunner().invoke(main, ["report", mpi_image]).output
+    assert text.count("export: enroot") == 1 and str(kept) in text and str(gone) not in text
+    assert "2 earlier exports no longer on disk or replaced" in text
+    listed = json.loads(CliRunner().invoke(main, ["report", mpi_image, "--json"]).stdout)["exports"]
+    assert {e["path"]: e["exists"] for e in listed} == {str(kept): True, str(gone): False, str(replaced): False}

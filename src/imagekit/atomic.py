@@ -15,14 +15,17 @@ from typing import Iterator
 
 @contextlib.contextmanager
 def target(path: str | os.PathLike, mode: int = 0o644, sync: bool = False) -> Iterator[Path]:
-    """Yield a temporary path (``.NAME.*.part``) beside ``path``; rename it over ``path`` on success.
+    """Yield a temporary path (``.NAME.<owner>.*.part``) beside ``path``; rename it over ``path`` on success.
 
     ``sync`` flushes the data to disk before the rename (large exports on shared filesystems).
     Any exception, KeyboardInterrupt included, removes the temporary file.
     """
+    from imagekit import owners
+
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".part", dir=final.parent)
+    owners.sweep_parts(final)  # what a killed earlier run left (never a live writer's)
+    fd, tmp = tempfile.mkstemp(prefix=owners.part_prefix(final), suffix=".part", dir=final.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:

@@ -114,7 +114,9 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
             raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
     engine.image_labels(image)  # a clear error when the image is not there
     cli = engine.docker_cli()
-    run_cmd = [cli, "run", "-d", "--rm", "--network", "none", "--entrypoint", "/bin/sh",
+    from imagekit import owners
+
+    run_cmd = [cli, "run", "-d", "--rm", "--network", "none", "--entrypoint", "/bin/sh", *owners.label_args(),
                *[a for hw in with_ for a in HARDWARE[hw]], image,
                "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
     started = subprocess.run(run_cmd, capture_output=True, text=True)

@@ -28,6 +28,12 @@ def client():
         c.ping()
     except Exception as exc:  # docker raises several unrelated types here
         raise EngineError(f"no Docker engine answers ({_short(exc)})", SETUP_HINT) from None
+    from imagekit import owners
+
+    try:
+        owners.sweep_engine(c)  # containers and networks of imagekit runs that were killed
+    except Exception:  # noqa: BLE001 - sweeping is best effort; the command goes on
+        pass
     return c
 
 

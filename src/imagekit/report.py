@@ -48,7 +48,7 @@ def describe(image: str) -> dict:
         "components": components, "base_bytes": sizes.get("base", 0) if attribution else None,
         "layers": layers, "attributed": attribution,
         "checks": [r for r in history if r["kind"] == "check"],
-        "exports": [r for r in history if r["kind"] == "export"],
+        "exports": _exports(history),
     }
 
 
@@ -95,6 +95,28 @@ def as_text(info: dict) -> str:
     for c in info["checks"][-1:]:
         lines.append(f"  last check: {c.get('passed', 0)} passed, {c.get('failed', 0)} failed, "
                      f"{c.get('not_run', 0)} not run")
+    gone = [e for e in info["exports"] if not e["exists"]]
     for e in info["exports"]:
-        lines.append(f"  export: {e.get('format')} {e.get('path')} {mb(e.get('bytes'))} sha256 {e.get('sha256', '')[:16]}")
+        if e["exists"]:
+            lines.append(f"  export: {e.get('format')} {e.get('path')} {mb(e.get('bytes'))} "
+                         f"sha256 {e.get('sha256', '')[:16]}")
+    if gone:
+        lines.append(f"  ({len(gone)} earlier export{'s' if len(gone) != 1 else ''} no longer on disk or "
+                     "replaced since; --json lists them)")
     return "\n".join(lines)
+
+
+def _exports(history: list[dict]) -> list[dict]:
+    """Export records, newest per path, each marked with whether that file is still the one exported."""
+    import os
+
+    latest: dict[str, dict] = {}
+    for record in history:
+        if record["kind"] == "export":
+            latest[record.get("path", "")] = record
+    out = []
+    for record in latest.values():
+        path = record.get("path") or ""
+        exists = os.path.isfile(path) and (record.get("bytes") in (None, os.path.getsize(path)))
+        out.append({**record, "exists": exists})
+    return out

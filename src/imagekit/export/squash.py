@@ -119,14 +119,15 @@ def image_inspect(image: str) -> dict[str, Any]:
 
 
 def _create_container(docker: str, image: str) -> str:
+    from imagekit import owners
+
     name = f"imagekit-export-{uuid.uuid4().hex[:12]}"
-    proc = subprocess.run([docker, "create", "--name", name, image],
-                          capture_output=True, text=True)
+    create = [docker, "create", "--name", name, *owners.label_args()]
+    proc = subprocess.run([*create, image], capture_output=True, text=True)
     if proc.returncode != 0 and "no command specified" in proc.stderr.lower():
         # Images with neither CMD nor ENTRYPOINT cannot be created as-is; the command
         # does not change the exported filesystem, so give a placeholder.
-        proc = subprocess.run([docker, "create", "--name", name, image, "/bin/sh"],
-                              capture_output=True, text=True)
+        proc = subprocess.run([*create, image, "/bin/sh"], capture_output=True, text=True)
     if proc.returncode != 0:
         raise EngineError(f"docker create {image} failed: {proc.stderr.strip()}")
     return name

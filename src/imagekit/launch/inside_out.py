@@ -206,7 +206,9 @@ class _Launch:
             raise ImagekitError(f"image {job.image!r} not found in the local engine",
                                 "build it with `imagekit build STACK` (or `docker load` it)")
         self.job_dir = make_job_dir(job)
-        self.client.networks.create(self.network, driver="bridge", labels={JOB_LABEL: job.job_id})
+        from imagekit import owners
+
+        self.client.networks.create(self.network, driver="bridge", labels={JOB_LABEL: job.job_id, **owners.labels()})
         volumes = {str(self.job_dir): {"bind": MOUNT, "mode": "ro"}}
         for m in job.mounts:
             volumes[m.src] = {"bind": m.dst, "mode": "ro" if m.readonly else "rw"}
@@ -219,7 +221,8 @@ class _Launch:
             return self.client.containers.run(
                 job.image, entrypoint=["/bin/sh", f"{MOUNT}/start.sh"], command=[], detach=True,
                 name=self.names[i], hostname=job.hosts[i], network=self.network, user="0",
-                labels={JOB_LABEL: job.job_id, "io.imagekit.role": "launcher" if i == 0 else "worker"},
+                labels={JOB_LABEL: job.job_id, "io.imagekit.role": "launcher" if i == 0 else "worker",
+                        **owners.labels()},
                 volumes=volumes, environment=dict(job.env), shm_size=job.shm_size,
                 # CMA single copy between ranks of one container (--slots > 1) needs SYS_PTRACE.
                 cap_add=["SYS_PTRACE"],

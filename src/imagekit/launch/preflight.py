@@ -188,7 +188,10 @@ def probe_image(ref: str) -> dict[str, str] | None:
               'if [ -n "$m" ]; then echo "mpi_version=$(mpirun --version 2>/dev/null | head -n1)"; fi; '
               'if [ -x /usr/sbin/sshd ]; then echo sshd=yes; fi')
     try:
-        proc = subprocess.run([docker, "run", "--rm", "--entrypoint", "/bin/sh", ref, "-c", script],
+        from imagekit import owners
+
+        proc = subprocess.run([docker, "run", "--rm", *owners.label_args(), "--entrypoint", "/bin/sh", ref,
+                               "-c", script],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -1,0 +1,106 @@
+"""No leftovers: what a killed imagekit leaves, the next run sweeps; a live run's things are kept."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from imagekit import engine, owners
+
+pytestmark = pytest.mark.engine
+
+
+def _owned_by(pid: int) -> list[str]:
+    """Containers and networks whose owner label names ``pid``."""
+    client = engine.client()
+    mine = lambda value: f"+{pid}+" in (value or "")  # noqa: E731
+    return [f"container {c.name}" for c in client.containers.list(all=True, filters={"label": owners.LABEL})
+            if mine(c.labels.get(owners.LABEL))] + \
+        [f"network {n.name}" for n in client.networks.list(filters={"label": owners.LABEL})
+         if mine(n.attrs.get("Labels", {}).get(owners.LABEL))]
+
+
+def _start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "imagekit", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _wait_for(condition, what: str, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"never saw {what}")
+
+
+def _kill9(proc: subprocess.Popen) -> None:
+    """SIGKILL to the whole session: imagekit and the tools it started, as a killed job step would."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def _sweep_by_a_new_run() -> None:
+    """Any next command that talks to the engine sweeps (a fresh process: its first connection)."""
+    subprocess.run([sys.executable, "-c", "from imagekit import engine; engine.client()"], check=True)
+
+
+def test_a_killed_export_leaves_nothing_after_the_next_export(mpi_image, tmp_path):
+    out = tmp_path / "mpi.sqsh"
+    proc = _start("export", mpi_image, "--to", "enroot", "-o", str(out))
+    part = lambda: [p for p in tmp_path.glob(".mpi.sqsh.*.part") if p.stat().st_size > 0]  # noqa: E731
+    _wait_for(lambda: part() and _owned_by(proc.pid), "the export's container and growing .part")
+    _kill9(proc)
+    assert part(), "the kill left a partial file (the state this test is about)"
+    done = subprocess.run([sys.executable, "-m", "imagekit", "export", mpi_image, "--to", "enroot",
+                           "-o", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert out.is_file() and not list(tmp_path.glob(".*.part"))
+    assert _owned_by(proc.pid) == []
+
+
+def test_a_killed_check_and_launch_leave_nothing_after_the_next_run(mpi_image):
+    check = _start("check", mpi_image)
+    launch = _start("launch", "inside-out", "--image", mpi_image, "--nodes", "2", "--no-preflight",
+                    "--", "sleep", "300")
+    _wait_for(lambda: _owned_by(check.pid), "the check's container")
+    _wait_for(lambda: len(_owned_by(launch.pid)) >= 3, "the launch's network and 2 containers")
+    _kill9(check)
+    _kill9(launch)
+    assert _owned_by(check.pid) and _owned_by(launch.pid), "SIGKILL cleans nothing by itself"
+    _sweep_by_a_new_run()
+    assert _owned_by(check.pid) == [] and _owned_by(launch.pid) == []
+
+
+def test_a_live_runs_containers_are_never_swept(mpi_image):
+    live = _start("launch", "inside-out", "--image", mpi_image, "--nodes", "2", "--no-preflight",
+                  "--", "sleep", "300")
+    try:
+        _wait_for(lambda: len(_owned_by(live.pid)) >= 3, "the live launch's network and containers")
+        before = sorted(_owned_by(live.pid))
+        _sweep_by_a_new_run()
+        assert sorted(_owned_by(live.pid)) == before
+    finally:
+        _kill9(live)
+    _sweep_by_a_new_run()
+    assert _owned_by(live.pid) == []
+
+
+def test_a_part_file_of_a_dead_owner_is_swept_and_a_live_ones_kept(tmp_path):
+    from imagekit import atomic
+
+    final = tmp_path / "out.txt"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    gone = tmp_path / f".out.txt.{owners.me().rsplit('+', 2)[0]}+{dead.pid}+1.abc.part"
+    gone.write_text("half")
+    live = tmp_path / f".out.txt.{owners.me()}.xyz.part"
+    live.write_text("being written")
+    atomic.write_text(final, "done")
+    assert final.read_text() == "done" and not gone.exists() and live.exists()
