@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from imagekit import sources
@@ -393,3 +396,39 @@ def test_shipped_pytorch_has_one_nccl_and_no_horovod():
     assert s.get("pytorch").labels() == {"cuda": "cu124", "nccl": "2.21.5"}
     # torch's wheels bring CUDA's libraries: the runtime starts from the base image, not -runtime.
     assert s.base.runtime == "nvidia/cuda:12.4.1-base-ubuntu22.04"
+
+
+# -- site stack directories -----------------------------------------------
+
+def test_site_directories_come_first_and_extends_resolves_across_them(tmp_path, monkeypatch):
+    site_a, site_b = tmp_path / "a", tmp_path / "b"
+    write(site_b, PARENT, "site-base.yaml")
+    write(site_a, "name: site-child\nextends: site-base\n", "site-child.yaml")
+    write(site_a, MPI, "debian-mpi.yaml")  # hides the shipped one
+    monkeypatch.setenv(stack_mod.PATH_ENV, os.pathsep.join([str(site_a), str(site_b)]))
+    found = {p.stem: d for p, d in stack_mod.available()}
+    assert found["site-child"] == site_a and found["site-base"] == site_b
+    assert found["debian-mpi"] == site_a and found["nccl-tests"] == stack_mod.SHIPPED_DIR
+    assert stack_mod.load("site-child").get("openmpi").enabled("slurm")  # parent from the other directory
+    assert stack_mod.find("debian-mpi")[0] == site_a / "debian-mpi.yaml"
+
+
+def test_stacks_dir_flag_lists_where_each_stack_came_from(tmp_path):
+    from click.testing import CliRunner
+
+    from imagekit.cli import main
+
+    site = tmp_path / "site"
+    write(site, "name: site-mpi\nextends: debian-mpi\n", "site-mpi.yaml")
+    try:
+        result = CliRunner().invoke(main, ["--stacks-dir", str(site), "stacks", "--json"])
+    finally:
+        stack_mod.extra_dirs.clear()
+    rows = {r["stack"]: r["from"] for r in json.loads(result.stdout)}
+    assert rows["site-mpi"] == str(site) and rows["debian-mpi"] == "shipped"
+
+
+def test_a_stack_file_path_always_works(tmp_path, monkeypatch):
+    monkeypatch.setenv(stack_mod.PATH_ENV, str(tmp_path / "nowhere"))
+    path = write(tmp_path / "x", MPI, "anything.yaml")
+    assert stack_mod.load(path).file == str(path)

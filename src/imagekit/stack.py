@@ -125,18 +125,37 @@ class Stack:
 
 # -- locating stacks ----------------------------------------------------
 
+SHIPPED_DIR = Path(__file__).resolve().parent / "stacks"
+PATH_ENV = "IMAGEKIT_STACKS_PATH"
+# Site stack directories given on the command line (--stacks-dir), searched first.
+extra_dirs: list[Path] = []
+
+
+def search_path() -> list[Path]:
+    """Where stacks are found, in order: --stacks-dir, $IMAGEKIT_STACKS_PATH (os.pathsep-separated),
+    then the shipped stacks ($IMAGEKIT_STACKS replaces the shipped directory itself)."""
+    env = [Path(p) for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p]
+    replaced = os.environ.get("IMAGEKIT_STACKS")
+    return [*extra_dirs, *env, Path(replaced) if replaced else SHIPPED_DIR]
+
+
 def stacks_dir() -> Path:
-    env = os.environ.get("IMAGEKIT_STACKS")
-    if env:
-        return Path(env)
-    cwd = Path.cwd() / "stacks"
-    if cwd.is_dir():
-        return cwd
-    return Path(__file__).resolve().parents[2] / "stacks"
+    """The shipped stacks' directory (package data)."""
+    return search_path()[-1]
+
+
+def available() -> list[tuple[Path, Path]]:
+    """Every stack file on the search path with the directory it came from; a name found in an
+    earlier directory hides the same name further on."""
+    seen: dict[str, tuple[Path, Path]] = {}
+    for directory in search_path():
+        for path in sorted(directory.glob("*.yaml")):
+            seen.setdefault(path.stem, (path, directory))
+    return sorted(seen.values(), key=lambda pair: pair[0].stem)
 
 
 def shipped() -> list[Path]:
-    return sorted(p for p in stacks_dir().glob("*.yaml"))
+    return [path for path, _ in available()]
 
 
 def find(ref: str) -> tuple[Path, str | None]:
@@ -252,11 +271,14 @@ def _load_with_extends(path: Path, seen: tuple[Path, ...]) -> PosDict:
 
 
 def _resolve_parent(path: Path, ref: str, file: str | None, line: int | None) -> Path:
-    for candidate in (path.parent / ref, path.parent / f"{ref}.yaml", stacks_dir() / f"{ref}.yaml"):
+    candidates = [path.parent / ref, path.parent / f"{ref}.yaml"]
+    candidates += [d / name for d in search_path() for name in (ref, f"{ref}.yaml")]
+    for candidate in candidates:
         if candidate.is_file():
             return candidate
     raise StackError(f"parent stack {ref!r} not found", file=file, line=line, key="extends",
-                     hint=f"give a path relative to {path.parent} (with or without .yaml)")
+                     hint=f"give a path relative to {path.parent} (with or without .yaml), or a name in "
+                          + ", ".join(str(d) for d in search_path()))
 
 
 def deep_merge(parent: Any, child: Any) -> Any:

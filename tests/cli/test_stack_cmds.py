@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -204,7 +203,7 @@ def test_stacks_json():
     rows = json.loads(result.stdout)
     assert [r["stack"] for r in rows] == ["debian-cuda", "debian-mpi", "nccl-tests", "pytorch"]
     for row in rows:
-        assert set(row) == {"stack", "file", "description", "variants"}
+        assert set(row) == {"stack", "file", "from", "description", "variants"}
         assert Path(row["file"]).is_file() and row["description"]
     by = {r["stack"]: r for r in rows}
     assert by["debian-mpi"]["variants"] == []
@@ -308,16 +307,6 @@ def test_help_does_not_import_heavy_libraries():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
-
-
-def test_help_starts_fast():
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        proc = subprocess.run([*imagekit_exe(), "--help"], capture_output=True, timeout=60)
-        times.append(time.perf_counter() - start)
-        assert proc.returncode == 0
-    assert min(times) < 0.3, f"`imagekit --help` best of 3: {min(times):.3f} s (target < 0.3 s)"
 
 
 def test_console_script_is_installed():

@@ -59,7 +59,10 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="imagekit")
-def main() -> None:
+@click.option("--stacks-dir", "stacks_dirs", multiple=True, metavar="DIR",
+              help="a site directory of stacks, searched before $IMAGEKIT_STACKS_PATH and the shipped "
+                   "stacks (repeatable)")
+def main(stacks_dirs: tuple[str, ...]) -> None:
     """Build HPC/AI container images from declarative stacks.
 
     \b
@@ -70,7 +73,14 @@ def main() -> None:
       imagekit export imagekit/debian-mpi:latest --to enroot -o mpi.sqsh
       imagekit launch slurm --image ./mpi.sqsh --nodes 2 -- ./app
       imagekit validate nccl-tests.log --min-busbw 100
+      imagekit --stacks-dir /site/stacks render site-nccl   # a site's own stacks first
     """
+    if stacks_dirs:
+        from pathlib import Path
+
+        from imagekit import stack
+
+        stack.extra_dirs[:] = [Path(d) for d in stacks_dirs]
 
 
 def run() -> None:  # pragma: no cover - console entry for `python -m imagekit`

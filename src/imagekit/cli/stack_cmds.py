@@ -14,26 +14,28 @@ MIRROR = click.option("--mirror", metavar="DIR|URL",
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def stacks(as_json: bool) -> None:
-    """List the shipped stacks and their matrix variants.
+    """List the stacks (site directories first, then the shipped ones), their matrix variants,
+    and where each came from.
 
     \b
     Example:
       imagekit stacks
-      imagekit stacks --json | jq -r '.[].variants[]'
+      IMAGEKIT_STACKS_PATH=/site/stacks imagekit stacks --json | jq -r '.[] | .stack + " " + .from'
     """
     from imagekit import stack as stack_mod
 
     rows = []
-    for path in stack_mod.shipped():
+    for path, directory in stack_mod.available():
         variants = stack_mod.load_all(path)
-        rows.append({"stack": variants[0].stack_name, "file": str(path),
+        origin = "shipped" if directory.resolve() == stack_mod.SHIPPED_DIR else str(directory)
+        rows.append({"stack": variants[0].stack_name, "file": str(path), "from": origin,
                      "description": variants[0].description,
                      "variants": [v.name for v in variants] if variants[0].variant else []})
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
-        click.echo(f"{row['stack']:<14} {row['description']}")
+        click.echo(f"{row['stack']:<14} {row['description']}  [{row['from']}]")
         for name in row["variants"]:
             click.echo(f"  {name}")
 
