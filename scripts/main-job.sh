@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+export PATH="$(pwd)/${VENV:-.venv}/bin:$PATH"
 imagekit base debian:bookworm
 imagekit build debian-mpi --export enroot,sif -o out/
 ls -l out/

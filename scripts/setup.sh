@@ -33,14 +33,31 @@ fi
 
 bash scripts/setup-engine.sh
 
+# imagekit lives in a virtual environment: Debian's and Ubuntu's own python3 is "externally
+# managed" (PEP 668) and refuses a plain `pip install`. PYTHON picks the interpreter, VENV the place.
 PY=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+if ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    ver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+    echo "setup: installing python${ver}-venv (for $PY)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "python${ver}-venv" >/dev/null || \
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+fi
+real_exe='import os, sys; print(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))'
+if [ -x "$VENV/bin/python" ] && [ "$("$VENV/bin/python" -c "$real_exe" 2>/dev/null)" != "$("$PY" -c "$real_exe")" ]; then
+    echo "setup: $VENV was made by another python; remaking it with $PY"
+    rm -rf "$VENV"
+fi
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 # Always (re)install this checkout: another checkout's editable install would
 # otherwise shadow it, and new test extras would be missing. Quick when satisfied.
-echo "setup: installing imagekit from $(pwd) (editable, with the test extra)"
-"$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e '.[test]'
-where=$("$PY" -c 'import imagekit, os; print(os.path.dirname(os.path.dirname(os.path.abspath(imagekit.__file__))))')
+echo "setup: installing imagekit from $(pwd) into $VENV (editable, with the test extra)"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
+where=$("$VENV/bin/python" -c 'import imagekit, os; print(os.path.dirname(os.path.dirname(os.path.abspath(imagekit.__file__))))')
 if [ "$where" != "$(pwd)/src" ]; then
     echo "setup: imagekit resolves to $where, not $(pwd)/src" >&2
     exit 1
 fi
-echo "setup: ready ($(imagekit --version))"
+echo "setup: ready ($("$VENV/bin/imagekit" --version); run it as $VENV/bin/imagekit, or put $(pwd)/$VENV/bin on PATH)"

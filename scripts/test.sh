@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec python3 -m pytest "$@"
+VENV=${VENV:-.venv}
+export PATH="$(pwd)/$VENV/bin:$PATH"   # imagekit, hpccm and pytest from the set-up's venv
+exec "$VENV/bin/python" -m pytest "$@"

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Build benchmark for the offline CUDA stack (debian-cuda), measured side by side in one run.
+
+Reports: the cold build (BuildKit cache pruned: wheel downloads and source builds are
+real), what each source build costs (BuildKit's per-step times, by component), the
+no-change rebuild, runtime vs devel size (target: runtime/devel <= 0.40) and each
+component's share of the runtime image.
+
+    python bench/cuda_build.py --mirror ../shared/mirror          # cold (prunes the cache)
+    python bench/cuda_build.py --mirror ../shared/mirror --warm   # keep the cache
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from imagekit import base_image, build, check, engine, stack  # noqa: E402
+
+LOGS = Path("build/bench-logs")
+# A build step belongs to the component whose files it names.
+STEP_OWNERS = (("cuda-wheels", "cuda"), ("gdrcopy-", "gdrcopy"), ("ucx-", "ucx"), ("pmix-", "pmix"),
+               ("openmpi-", "openmpi"), ("nccl-wheel", "nccl"), ("nccl-tests-", "nccl-tests"))
+_STEP = re.compile(r"^#(\d+) \[(devel|runtime) +\d+/\d+\] (.*)$")
+_DONE = re.compile(r"^#(\d+) DONE (\d+(?:\.\d+)?)s$")
+
+
+def step_seconds(log: Path) -> dict[str, float]:
+    """Seconds of the devel stage's steps, summed by the component that owns them."""
+    names, out = {}, {}
+    for line in log.read_text().splitlines():
+        if m := _STEP.match(line):
+            if m.group(2) == "devel":
+                names[m.group(1)] = m.group(3)
+        elif (m := _DONE.match(line)) and m.group(1) in names:
+            owner = next((c for key, c in STEP_OWNERS if key in names[m.group(1)]), "other (apt, layout)")
+            out[owner] = out.get(owner, 0.0) + float(m.group(2))
+    return out
+
+
+def du(image: str, paths: list[str]) -> dict[str, int]:
+    script = "for p in " + " ".join(paths) + "; do du -sbL \"$p\" 2>/dev/null || echo \"0 $p\"; done"
+    text = subprocess.run([engine.docker_cli(), "run", "--rm", "--entrypoint", "sh", image, "-c", script],
+                          capture_output=True, text=True, check=True).stdout
+    return {line.split()[1]: int(line.split()[0]) for line in text.splitlines() if line.strip()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mirror", required=True, help="the site mirror of upstream release files")
+    parser.add_argument("--warm", action="store_true", help="do not prune the build cache")
+    args = parser.parse_args()
+    base_image.ensure("debian:bookworm", log=lambda *_: None)
+    cli = engine.docker_cli()
+    s = stack.load("debian-cuda", mirror=args.mirror)
+    rows = []
+    if not args.warm:
+        subprocess.run([cli, "rmi", "-f", s.image, s.image.replace(":latest", ":devel")], capture_output=True)
+        subprocess.run([cli, "builder", "prune", "-af"], capture_output=True, check=True)
+    first = build.build(s, log_dir=LOGS)
+    rows.append(("cold build (runtime)" if not args.warm else "build (warm cache)", first.seconds,
+                 f"{first.steps} steps, {first.cached_steps} cached"))
+    costs = step_seconds(Path(first.log))
+    again = build.build(s, log_dir=LOGS)
+    rows.append(("no-change rebuild", again.seconds, f"{again.cached_steps}/{again.steps} steps cached"))
+    devel = build.build(s, target="devel", log_dir=LOGS)
+    runtime_size, devel_size = again.size_bytes, devel.size_bytes
+
+    print(f"{'measurement':<28} {'seconds':>8}  detail")
+    for name, secs, detail in rows:
+        print(f"{name:<28} {secs:>8.1f}  {detail}")
+    print(f"no-change rebuild / first build = {rows[1][1] / rows[0][1]:.3f}")
+    if not args.warm:
+        print("\nsource builds and downloads in the cold build (BuildKit step time, devel stage):")
+        for owner, secs in sorted(costs.items(), key=lambda kv: -kv[1]):
+            print(f"  {owner:<22} {secs:>7.1f} s  ({secs / first.seconds:.0%} of the cold build)")
+    ratio = runtime_size / devel_size
+    print(f"\nimage sizes: devel {devel_size / 1e6:.0f} MB, runtime {runtime_size / 1e6:.0f} MB, "
+          f"runtime/devel = {ratio:.2f} (target <= 0.40: {'met' if ratio <= 0.40 else 'NOT met'})")
+    base = engine.client().images.get(s.base.runtime).attrs["Size"]
+    prefixes = check.elf_prefixes(s)
+    sizes = du(s.image, prefixes)
+    print("each component's share of the runtime image:")
+    print(f"  {'base image':<22} {base / 1e6:>7.0f} MB  {base / runtime_size:>4.0%}")
+    for comp in s.components.values():
+        p = getattr(comp, "prefix", None)
+        if p in sizes:
+            print(f"  {comp.name:<22} {sizes[p] / 1e6:>7.0f} MB  {sizes[p] / runtime_size:>4.0%}  ({p})")
+    rest = runtime_size - base - sum(sizes.values())
+    print(f"  {'distro packages etc.':<22} {rest / 1e6:>7.0f} MB  {rest / runtime_size:>4.0%}")
+
+
+if __name__ == "__main__":
+    main()
