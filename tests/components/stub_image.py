@@ -112,6 +112,8 @@ STUB_C = """/* Stand-in for a vendor library that cannot be installed here: only
  * and for NCCL the version it reports. */
 #ifdef NCCL_CODE
 int ncclGetVersion(int *version) { *version = NCCL_CODE; return 0; }
+/* NCCL's own VERSION_STRING, which the library carries as text. */
+const char imagekit_nccl_version[] = NCCL_VERSION_STRING;
 #endif
 int imagekit_stub_library(void) { return 0; }
 """
@@ -309,7 +311,10 @@ def compile_libraries(out: Path, nccl_code: int) -> dict[str, Path]:
     src.write_text(STUB_C)
     libs = {f"{CUDA}/lib64/libcudart.so.12.4.127": ("libcudart.so.12", []),
             "/usr/local/gdrcopy/lib/libgdrapi.so.2.4": ("libgdrapi.so.2", []),
-            f"{LIBDIR}/libnccl.so.2.23.4": ("libnccl.so.2", [f"-DNCCL_CODE={nccl_code}"])}
+            f"{LIBDIR}/libnccl.so.2.23.4": ("libnccl.so.2", [
+                f"-DNCCL_CODE={nccl_code}",
+                f'-DNCCL_VERSION_STRING="NCCL version {nccl_code // 10000}.{nccl_code // 100 % 100}.'
+                f'{nccl_code % 100}+cuda12.4"'])}
     built = {}
     for dest, (soname, defines) in libs.items():
         target = out / Path(dest).name

@@ -110,10 +110,9 @@ def stub_images(mpi_image, tmp_path_factory):
 def test_collection_covers_the_components_that_cannot_be_built_here():
     ids = {e.id for e in ENTRIES}
     components = {i.split(".")[0] for i in ids}
-    assert {"cuda", "gdrcopy", "ucx", "pmix", "openmpi", "nccl", "nccl-tests", "pytorch", "horovod",
-            "ofed"} <= components
-    assert {"cuda.driver", "ucx.cuda", "ucx.verbs", "ofed.devices", "pytorch.cuda", "nccl-tests.all_reduce",
-            "openmpi.cuda", "horovod.build"} <= ids
+    assert {"cuda", "gdrcopy", "ucx", "pmix", "openmpi", "nccl", "nccl-tests", "pytorch", "ofed"} <= components
+    assert {"cuda.driver", "ucx.cuda", "ucx.verbs", "ofed.devices", "pytorch.cuda", "pytorch.nccl_version",
+            "nccl-tests.all_reduce", "openmpi.cuda", "ucx.mt", "ucx.cuda_build"} <= ids
     assert len({e.run_id for e in ENTRIES}) == len(ENTRIES)
 
 

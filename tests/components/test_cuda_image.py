@@ -18,7 +18,9 @@ from imagekit import build, check, engine, stack
 
 pytestmark = pytest.mark.engine
 
-GPU_CHECKS = {"cuda.driver", "ucx.cuda", "nccl-tests.all_reduce", "gdrcopy.device"}
+# Checks that need a GPU or an RDMA fabric: "not run" here, run where `--with gpu,fabric` is offered.
+HARDWARE_CHECKS = {"cuda.driver", "ucx.cuda", "nccl-tests.all_reduce", "gdrcopy.device", "ofed.devices",
+                   "ucx.verbs"}
 # What a broken copy breaks, and which checks must then fail.
 BREAK_RUNTIME = """set -e
 rm -f /usr/local/cuda-13.0/targets/x86_64-linux/lib/libcudart.so.13
@@ -66,7 +68,7 @@ def test_runtime_image_passes_every_check_and_leaves_gpu_checks_not_run(cuda_ima
     outcomes = _outcomes(runtime, check.checks_from_image(runtime))
     bad = {i: o.detail for i, o in outcomes.items() if o.status == "failed"}
     assert not bad, bad
-    assert {i for i, o in outcomes.items() if o.status == "not-run"} == GPU_CHECKS
+    assert {i for i, o in outcomes.items() if o.status == "not-run"} == HARDWARE_CHECKS
     assert BROKEN_RUNTIME_FAILS <= {i for i, o in outcomes.items() if o.status == "passed"}
     assert "cuda.nvcc" not in outcomes  # nvcc is in the devel image only
 

@@ -66,7 +66,7 @@ def test_nccl_tests_build_with_mpi(tmp_path):
     rendered = render_text(tmp_path, TESTS)
     devel = stage(rendered, "devel")
     assert "https://github.com/NVIDIA/nccl-tests/archive/v2.17.6.tar.gz" in devel
-    make = (f'make -j$(nproc) CUDA_HOME=/usr/local/cuda NCCL_HOME=/usr/local/nccl NVCC_GENCODE="{GENCODE_80_90}" '
+    make = (f'make -j$(nproc) DSO=1 CUDA_HOME=/usr/local/cuda NCCL_HOME=/usr/local/nccl NVCC_GENCODE="{GENCODE_80_90}" '
             "MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi")
     assert make in devel
     # The upstream file is checked against its pin before anything is built from it.

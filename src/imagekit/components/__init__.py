@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from imagekit.stack import Stack
 
 SOURCES = ("upstream", "distro", "pypi", "repo", "base")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _VERSION = re.compile(r"\d+(\.\d+)*([-+~][0-9A-Za-z.+~-]*)?$")
 
 
@@ -75,6 +76,10 @@ class Component:
         if self.source in ("upstream", "pypi", "repo") and not self.opts.get("version"):
             self.error("version", f"`source: {self.source}` needs a pinned version",
                        f'add `version: "X.Y.Z"` to {self.name}')
+        if self.opts.get("sha256") and not _SHA256.fullmatch(self.opts["sha256"]):
+            # It lands in the recipe's `sha256sum -c` line: only a digest may get there.
+            self.error("sha256", f"{self.opts['sha256']!r} is not a sha256 digest",
+                       "write the 64 lowercase hex digits `sha256sum FILE` prints")
         if self.upstream_file and self.source == "upstream" and self.opts.get("version") and not self.pin:
             filename, url = (t.format(**self.url_fields()) for t in self.upstream_file)
             self.error("sha256" if self.where is not None and "sha256" in self.where else "version",

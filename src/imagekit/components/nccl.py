@@ -139,15 +139,15 @@ class Nccl(Component):
         return {"cuda": self.cuda, "prefix": self.prefix}
 
     def checks(self) -> list:
-        major, minor, patch = (self.version.split("-")[0].split(".") + ["0", "0"])[:3]
-        code = int(major) * 10000 + int(minor) * 100 + int(patch)
-        probe = ("if command -v python3 >/dev/null; then python3 -c 'import ctypes; v = ctypes.c_int(); "
-                 "ctypes.CDLL(\"libnccl.so.2\").ncclGetVersion(ctypes.byref(v)); print(v.value)'; "
-                 "else readlink -f \"$(ldconfig -p | awk \"/libnccl.so.2 /{print \\$NF; exit}\")\"; fi")
+        version = self.version.split("-")[0]
+        # NCCL compiles "NCCL version X.Y.Z+cudaA.B" into the library: read it from the file the loader
+        # resolves, with no Python needed in the image.
+        probe = ("lib=$(ldconfig -p | awk '/libnccl[.]so[.]2 /{print $NF; exit}'); "
+                 "[ -n \"$lib\" ] && grep -a -o -m1 'NCCL version [0-9][0-9.]*' \"$lib\"")
         return [
             checks.library("nccl.lib", "libnccl.so.2"),
-            checks.run("nccl.version", f"libnccl.so.2 is NCCL {self.version.split('-')[0]}", probe,
-                       expect=rf"({code}|libnccl\.so\.{re.escape(self.version.split('-')[0])})"),
+            checks.run("nccl.version", f"libnccl.so.2 is NCCL {version}", probe,
+                       expect=rf"NCCL version {re.escape(version)}\b"),
         ]
 
 

@@ -51,7 +51,9 @@ class NcclTests(Component):
         mpi = self.stack.provider("mpi")
         nccl = self.stack.get("nccl")
         cuda = self.stack.get("cuda")
-        make = ["make", "-j$(nproc)", "CUDA_HOME=/usr/local/cuda", f"NCCL_HOME={nccl.prefix}",
+        # DSO=1 (recent nccl-tests; older ones ignore it): the verification kernels go into one
+        # libverifiable.so beside the binaries (RUNPATH $ORIGIN) instead of a copy in each of them.
+        make = ["make", "-j$(nproc)", "DSO=1", "CUDA_HOME=/usr/local/cuda", f"NCCL_HOME={nccl.prefix}",
                 f"NVCC_GENCODE=\"{cuda_gencode(cuda, self.archs)}\""]
         if self.enabled("mpi"):
             make += ["MPI=1", f"MPI_HOME={mpi.home}"]
@@ -60,7 +62,9 @@ class NcclTests(Component):
         return _blocks.build_tools(self.stack, note="nccl-tests build tools") + [generic_build(
             **{k: v for k, v in src.items() if k != "preconfigure"}, directory=f"nccl-tests-{self.version}",
             build=[*src["preconfigure"], " ".join(make)], prefix=PREFIX,
-            install=[f"mkdir -p {PREFIX}/bin", f"cp build/*_perf {PREFIX}/bin/"],
+            install=[f"mkdir -p {PREFIX}/bin", f"cp build/*_perf {PREFIX}/bin/",
+                     f"if [ -f build/verifiable/libverifiable.so ]; then cp -a build/verifiable/libverifiable.so* "
+                     f"{PREFIX}/bin/; fi"],
         )]
 
     def environment(self) -> dict[str, str]:

@@ -101,7 +101,9 @@ class Openmpi(Component):
 
         (artifact,) = self.artifacts()
         src = sources.block_source(self.stack, artifact)
-        return _blocks.build_tools(self.stack, [*DEVEL_PACKAGES, "perl"], "Open MPI build tools") + [
+        # openssh-client: Open MPI 4's mpirun will not start, even for local ranks, without an rsh agent.
+        return _blocks.build_tools(self.stack, [*DEVEL_PACKAGES, "openssh-client", "perl"],
+                                   "Open MPI build tools") + [
             generic_autotools(**src, directory=f"openmpi-{self.version}", prefix=PREFIX, ldconfig=True,
                               configure_opts=self.configure_opts())]
 

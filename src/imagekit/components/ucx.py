@@ -99,6 +99,15 @@ class Ucx(Component):
                               make=False, install=False, postconfigure=build)]
         return blocks
 
+    def runtime(self) -> list:
+        if self.source == "distro":
+            return super().runtime()
+        # ucx_perftest is built with OpenMP.
+        return _blocks.apt_install(["libgomp1"], "UCX runtime libraries") + super().runtime()
+
+    def environment(self) -> dict[str, str]:
+        return {"PATH": f"{PREFIX}/bin:$PATH"} if self.source == "upstream" else {}
+
     def labels(self) -> dict[str, str]:
         return {k: str(self.enabled(k)).lower() for k in ("cuda", "gdrcopy", "knem", "xpmem", "ofed")}
 
