@@ -8,6 +8,7 @@ component's share of the runtime image.
 
     python bench/cuda_build.py --mirror ../shared/mirror          # cold (prunes the cache)
     python bench/cuda_build.py --mirror ../shared/mirror --warm   # keep the cache
+    python bench/cuda_build.py --log build/logs/debian-cuda-runtime.log   # costs of a logged cold build
 """
 
 from __future__ import annotations
@@ -53,9 +54,19 @@ def du(image: str, paths: list[str]) -> dict[str, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mirror", required=True, help="the site mirror of upstream release files")
+    parser.add_argument("--mirror", help="the site mirror of upstream release files")
     parser.add_argument("--warm", action="store_true", help="do not prune the build cache")
+    parser.add_argument("--log", type=Path, help="only report the per-component costs in this build log")
     args = parser.parse_args()
+    if args.log:
+        costs = step_seconds(args.log)
+        total = sum(costs.values())
+        print(f"devel-stage step time in {args.log}: {total:.0f} s")
+        for owner, secs in sorted(costs.items(), key=lambda kv: -kv[1]):
+            print(f"  {owner:<22} {secs:>7.1f} s  ({secs / total:.0%})")
+        return
+    if not args.mirror:
+        parser.error("--mirror is needed to build")
     base_image.ensure("debian:bookworm", log=lambda *_: None)
     cli = engine.docker_cli()
     s = stack.load("debian-cuda", mirror=args.mirror)

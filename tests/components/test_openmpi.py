@@ -96,3 +96,13 @@ def test_checks_follow_the_options(tmp_path):
     assert re.search(ids["openmpi.pmix_external"].expect, "MCA pmix: ext3x (MCA v2.1.0)")
     plain = load_text(tmp_path, CUDA + "components:\n  openmpi: {version: '4.1.7', ucx: false}\n").get("openmpi")
     assert {c.id for c in plain.checks()} == {"openmpi.version", "openmpi.runs"}
+
+
+def test_upstream_with_ucx_asks_for_pml_ucx_and_never_falls_back_silently(tmp_path):
+    """Review defect 14: with UCX built in, OMPI_MCA_pml=ucx makes an unusable UCX an error, not ob1 over TCP."""
+    s = load_text(tmp_path, CUDA + "components:\n  cuda: {}\n  ucx: {version: '1.17.0', cuda: true, ofed: false}\n"
+                  "  openmpi: {version: '4.1.7', cuda: true}\n")
+    assert s.get("openmpi").environment()["OMPI_MCA_pml"] == "ucx"
+    assert s.get("ucx").environment()["UCX_VFS_ENABLE"] == "no"
+    plain = load_text(tmp_path / "plain", DEBIAN + "components:\n  openmpi: {version: '4.1.7', ucx: false}\n")
+    assert "OMPI_MCA_pml" not in plain.get("openmpi").environment()

@@ -115,7 +115,12 @@ class Openmpi(Component):
                                    "Open MPI runtime libraries") + super().runtime()
 
     def environment(self) -> dict[str, str]:
-        return {"PATH": f"{PREFIX}/bin:$PATH"} if self.source == "upstream" else {}
+        if self.source != "upstream":
+            return {}
+        # With UCX built in, ask for pml ucx outright: if UCX cannot be used the job fails and says why,
+        # instead of running on ob1 over TCP unnoticed (HPCCM's osu recipe does the same). A job can
+        # override it (AWS's EFA recipes set ^ucx).
+        return {"PATH": f"{PREFIX}/bin:$PATH", **({"OMPI_MCA_pml": "ucx"} if self.enabled("ucx") else {})}
 
     def labels(self) -> dict[str, str]:
         return {k: str(self.enabled(k)).lower() for k in ("ucx", "pmix", "cuda", "slurm")}

@@ -106,7 +106,9 @@ class Ucx(Component):
         return _blocks.apt_install(["libgomp1"], "UCX runtime libraries") + super().runtime()
 
     def environment(self) -> dict[str, str]:
-        return {"PATH": f"{PREFIX}/bin:$PATH"} if self.source == "upstream" else {}
+        # UCX_VFS_ENABLE=no: no per-process FUSE monitoring daemon socket in containers (CoreWeave's
+        # images set it too).
+        return {"PATH": f"{PREFIX}/bin:$PATH", "UCX_VFS_ENABLE": "no"} if self.source == "upstream" else {}
 
     def labels(self) -> dict[str, str]:
         return {k: str(self.enabled(k)).lower() for k in ("cuda", "gdrcopy", "knem", "xpmem", "ofed")}
