@@ -1,6 +1,9 @@
 """Offline base images: mirror discovery (unit) and a real bootstrap reused on the second call."""
 
 
+import os
+import subprocess
+
 import pytest
 
 from imagekit import base_image as base_mod
@@ -40,3 +43,44 @@ def test_base_image_has_cmd_path_and_labels_and_is_reused(base_image):
     before = engine.client().images.get(base_image).id
     assert base_mod.ensure("debian:bookworm", log=said.append) == base_image
     assert "reusing" in said[0] and engine.client().images.get(base_image).id == before
+
+
+TRIXIE = """\
+name: trixie-mpi
+base: {image: imagekit/debian:trixie, distro: debian13}
+components:
+  ofed:    {flavor: inbox}
+  ucx:     {source: distro}
+  pmix:    {source: distro}
+  openmpi: {source: distro, ucx: true, pmix: true}
+"""
+
+
+@pytest.mark.engine
+def test_trixie_base_with_non_free_builds_a_debian13_stack(write_stack, tmp_path):
+    """Debian 13: contrib/non-free in the image's apt sources; its OpenMPI 5.0.7, PMIx 5.0.7, UCX 1.18."""
+    from imagekit import build, check, stack
+
+    tag = base_mod.ensure("debian:trixie", components=("main", "contrib", "non-free"), log=lambda *_: None)
+    sources = subprocess.run([engine.docker_cli(), "run", "--rm", tag, "sh", "-c",
+                              "cat /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null; true"],
+                             capture_output=True, text=True, check=True).stdout
+    assert "trixie main contrib non-free" in sources
+    assert engine.image_labels(tag)["io.imagekit.base.components"] == "main,contrib,non-free"
+    s = stack.load(write_stack(TRIXIE))
+    assert [s.get(n).version for n in ("openmpi", "pmix", "ucx")] == ["5.0.7", "5.0.7", "1.18.1"]
+    image = build.build(s, log_dir=tmp_path).tags[0]
+    report = check.run(image, check.stack_checks(s))
+    assert not report.failed, [(o.id, o.detail) for o in report.failed]
+    # Open MPI 5's PMIx check reads the configure line: an internal PMIx must fail it.
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {image}\nRUN printf '#!/bin/sh\\necho \"config:cli:\x27--with-pmix=internal\x27\"\\n' "
+        "> /usr/local/bin/ompi_info && chmod 755 /usr/local/bin/ompi_info\n")
+    broken = "imagekit-test/trixie-internal-pmix:latest"
+    subprocess.run([engine.docker_cli(), "build", "-q", "-t", broken, str(tmp_path)], check=True,
+                   capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "1"})
+    try:
+        outcomes = {o.id: o.status for o in check.run(broken, check.stack_checks(s)).outcomes}
+        assert outcomes["openmpi.pmix_external"] == "failed"
+    finally:
+        subprocess.run([engine.docker_cli(), "rmi", "-f", image, broken], capture_output=True)

@@ -65,7 +65,7 @@ def test_describe_is_plain_data(tmp_path):
     ("name: t\n", 1, None, "missing required key 'base'"),
     ("name: t\nbase:\n  image: x\n", 3, "base", "missing required key 'distro'"),
     ("name: t\nbase:\n  distro: debian12\n", 3, "base", "missing required key 'image'"),
-    ("name: t\nbase:\n  image: x\n  distro: debian13\n", 4, "base.distro", "invalid value 'debian13'"),
+    ("name: t\nbase:\n  image: x\n  distro: debian14\n", 4, "base.distro", "invalid value 'debian14'"),
     ("name: t\nbase:\n  image: x\n  distro: debian12\n  arch: arm64\n", 5, "base.arch", "invalid value 'arm64'"),
     ("name: t\nbase:\n  image: x\n  distro: debian12\n  imgae: y\n", 5, "base.imgae", "did you mean 'image'?"),
     ("name: t\nbase:\n  image: x\n  distro: debian12\ncomponent: {}\n", 5, "component", "did you mean 'components'?"),

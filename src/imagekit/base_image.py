@@ -38,6 +38,7 @@ class BaseSpec:
     suite: str
     mirror: str
     tag: str
+    components: tuple[str, ...] = ("main",)
 
 
 def image_tag(name: str) -> str:
@@ -46,7 +47,13 @@ def image_tag(name: str) -> str:
     return f"{DEFAULT_REPO}/{distro}:{suite}"
 
 
-def parse(name: str, mirror: str | None = None, tag: str | None = None) -> BaseSpec:
+# The archive areas each distro has; non-free holds NVIDIA's CUDA toolkit on Debian.
+COMPONENTS = {"debian": ("main", "contrib", "non-free", "non-free-firmware"),
+              "ubuntu": ("main", "restricted", "universe", "multiverse")}
+
+
+def parse(name: str, mirror: str | None = None, tag: str | None = None,
+          components: tuple[str, ...] = ("main",)) -> BaseSpec:
     distro, _, suite = name.partition(":")
     if distro not in KNOWN or not suite:
         valid = ", ".join(f"{d}:{s}" for d, ss in KNOWN.items() for s in ss)
@@ -57,7 +64,12 @@ def parse(name: str, mirror: str | None = None, tag: str | None = None) -> BaseS
     if not mirror:
         raise UsageError(f"no {distro} mirror configured",
                          f"pass --mirror URL or set IMAGEKIT_{distro.upper()}_MIRROR")
-    return BaseSpec(distro, suite, mirror.rstrip("/"), tag or image_tag(name))
+    bad = [c for c in components if c not in COMPONENTS[distro]]
+    if bad or "main" not in components:
+        raise UsageError(f"invalid {distro} components {','.join(components)!r}",
+                         f"use main plus any of: {', '.join(COMPONENTS[distro][1:])} "
+                         "(e.g. main,contrib,non-free)")
+    return BaseSpec(distro, suite, mirror.rstrip("/"), tag or image_tag(name), tuple(components))
 
 
 def host_mirror(distro: str, apt_dir: Path = Path("/etc/apt")) -> str | None:
@@ -77,14 +89,17 @@ def host_mirror(distro: str, apt_dir: Path = Path("/etc/apt")) -> str | None:
 
 
 def ensure(name: str, *, mirror: str | None = None, tag: str | None = None, force: bool = False,
-           log=print) -> str:
+           components: tuple[str, ...] = ("main",), log=print) -> str:
     """Make the base image unless an image with that tag already exists; return its tag."""
     from imagekit import engine
 
-    spec = parse(name, mirror, tag)
+    spec = parse(name, mirror, tag, components)
     if not force and engine.image_exists(spec.tag):
-        log(f"base image {spec.tag} exists; reusing it (--force to rebuild)")
-        return spec.tag
+        had = engine.image_labels(spec.tag).get("io.imagekit.base.components", "main")
+        if had == ",".join(spec.components):
+            log(f"base image {spec.tag} exists; reusing it (--force to rebuild)")
+            return spec.tag
+        log(f"base image {spec.tag} has components {had}; rebuilding it with {','.join(spec.components)}")
     _bootstrap_and_import(spec, log)
     return spec.tag
 
@@ -101,6 +116,7 @@ def _bootstrap_and_import(spec: BaseSpec, log) -> None:
         f"LABEL org.opencontainers.image.created={created}",
         f"LABEL io.imagekit.base={spec.distro}:{spec.suite}",
         f"LABEL io.imagekit.base.mirror={spec.mirror}",
+        f"LABEL io.imagekit.base.components={','.join(spec.components)}",
         f"LABEL io.imagekit.version={__version__}",
     ]
     import_cmd = [engine.docker_cli(), "import"]
@@ -111,7 +127,7 @@ def _bootstrap_and_import(spec: BaseSpec, log) -> None:
     if shutil.which("mmdebstrap"):
         log(f"bootstrapping {spec.distro}:{spec.suite} from {spec.mirror} with mmdebstrap (streamed)")
         boot = subprocess.Popen(
-            ["mmdebstrap", "--variant=minbase", "--quiet",
+            ["mmdebstrap", "--variant=minbase", "--quiet", f"--components={','.join(spec.components)}",
              f"--customize-hook=echo '{APT_KEEP.strip()}' > \"$1/etc/apt/apt.conf.d/01imagekit-keep-debs\"",
              "--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/*",
              spec.suite, "-", spec.mirror], stdout=subprocess.PIPE)
@@ -125,7 +141,8 @@ def _bootstrap_and_import(spec: BaseSpec, log) -> None:
     try:
         rootfs = workdir / "rootfs"
         log(f"bootstrapping {spec.distro}:{spec.suite} from {spec.mirror} with debootstrap")
-        proc = subprocess.run(["debootstrap", "--variant=minbase", spec.suite, str(rootfs), spec.mirror],
+        proc = subprocess.run(["debootstrap", "--variant=minbase", f"--components={','.join(spec.components)}",
+                               spec.suite, str(rootfs), spec.mirror],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if proc.returncode != 0:
             tail = "\n".join(proc.stdout.splitlines()[-15:])

@@ -25,7 +25,7 @@ from imagekit.yamlpos import PosDict, PosList
 # Debian is unknown to HPCCM (an unknown image silently becomes Ubuntu 16.04),
 # so Debian bases render with the apt-based Ubuntu of the same generation.
 DISTROS = {
-    "debian11": ("ubuntu20", "deb"), "debian12": ("ubuntu22", "deb"),
+    "debian11": ("ubuntu20", "deb"), "debian12": ("ubuntu22", "deb"), "debian13": ("ubuntu24", "deb"),
     "ubuntu20": ("ubuntu20", "deb"), "ubuntu22": ("ubuntu22", "deb"), "ubuntu24": ("ubuntu24", "deb"),
     "rockylinux8": ("rockylinux8", "rpm"), "rockylinux9": ("rockylinux9", "rpm"),
     "rhel8": ("rhel8", "rpm"), "rhel9": ("rhel9", "rpm"),

@@ -19,7 +19,9 @@ def _progress(line: str) -> None:
 @click.option("--mirror", metavar="URL", help="distro mirror (default: the host's apt mirror)")
 @click.option("--tag", help="image tag (default: imagekit/DISTRO:SUITE)")
 @click.option("--force", is_flag=True, help="rebuild even if the image exists")
-def base(name: str, mirror: str | None, tag: str | None, force: bool) -> None:
+@click.option("--components", default="main", show_default=True, metavar="LIST",
+              help="archive areas for the image's apt sources, e.g. main,contrib,non-free")
+def base(name: str, mirror: str | None, tag: str | None, force: bool, components: str) -> None:
     """Bootstrap an offline base image (debootstrap) and import it into the engine.
 
     NAME is DISTRO:SUITE, e.g. debian:bookworm, debian:trixie, ubuntu:jammy.
@@ -29,10 +31,12 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool) -> None:
     Example:
       imagekit base debian:bookworm
       imagekit base ubuntu:jammy --mirror http://mirror.example.org/ubuntu
+      imagekit base debian:trixie --components main,contrib,non-free
     """
     from imagekit import base_image
 
     click.echo(base_image.ensure(name, mirror=mirror, tag=tag, force=force,
+                                 components=tuple(c for c in components.split(",") if c),
                                  log=lambda m: click.echo(m, err=True)))
 
 

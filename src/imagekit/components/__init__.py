@@ -130,8 +130,11 @@ class Component:
 
     # -- stages ---------------------------------------------------------
     def packages(self, devel: bool) -> list[str]:
-        """The distro packages for one stage (``source: distro``)."""
-        return list(self.distro_packages) + (list(self.distro_devel_packages) if devel else [])
+        """The distro packages for one stage (``source: distro``), named as the base's distro names them."""
+        from imagekit.components import _blocks
+
+        return _blocks.distro_names(self.stack.base.distro, list(self.distro_packages)
+                                    + (list(self.distro_devel_packages) if devel else []))
 
     def building_blocks(self) -> list:
         """HPCCM building blocks for the devel stage; the runtime stage gets their ``runtime()`` twins."""

@@ -27,6 +27,24 @@ def docker() -> bool:
     return hpccm.config.g_ctype == container_type.DOCKER
 
 
+# Library packages renamed in the 64-bit time_t transition (Debian 13, Ubuntu 24.04) or by a soname bump;
+# stacks and components name the Debian 12 package, and this maps it for the base's distro.
+PACKAGE_NAMES = {
+    "debian13": {"libopenmpi3": "libopenmpi40", "libpmix2": "libpmix2t64", "librdmacm1": "librdmacm1t64",
+                 "libevent-core-2.1-7": "libevent-core-2.1-7t64",
+                 "libevent-pthreads-2.1-7": "libevent-pthreads-2.1-7t64"},
+    "ubuntu24": {"libopenmpi3": "libopenmpi3t64", "libpmix2": "libpmix2t64", "librdmacm1": "librdmacm1t64",
+                 "libevent-core-2.1-7": "libevent-core-2.1-7t64",
+                 "libevent-pthreads-2.1-7": "libevent-pthreads-2.1-7t64"},
+}
+
+
+def distro_names(distro: str, packages: list[str]) -> list[str]:
+    """``packages`` under the names the base's distro uses."""
+    names = PACKAGE_NAMES.get(distro, {})
+    return [names.get(p, p) for p in packages]
+
+
 def apt_install(packages: list[str], note: str | None = None) -> list:
     """One RUN that installs ``packages`` with apt, cached under BuildKit."""
     if not packages:

@@ -28,7 +28,7 @@ class Ofed(Component):
     distro_packages = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1")
     distro_devel_packages = ("libibverbs-dev", "librdmacm-dev")
     distro_note = "RDMA: inbox rdma-core"
-    distro_versions = {"debian12": "44.0", "debian11": "33.2", "ubuntu22": "39.0", "ubuntu24": "50.0",
+    distro_versions = {"debian12": "44.0", "debian13": "56.1", "debian11": "33.2", "ubuntu22": "39.0", "ubuntu24": "50.0",
                        "ubuntu20": "28.0"}
 
     @property

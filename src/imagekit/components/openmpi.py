@@ -137,8 +137,14 @@ class Openmpi(Component):
             out.append(checks.run("openmpi.pml_ucx", "ompi_info lists the ucx pml", "ompi_info",
                                   expect=r"MCA pml: ucx"))
         if self.enabled("pmix"):
-            out.append(checks.run("openmpi.pmix_external", "OpenMPI uses an external PMIx",
-                                  "ompi_info", expect=r"MCA pmix: ext\d" if self.major < 5 else r"PMIx: .*external"))
+            # 4.x names its PMIx glue component (ext3x for an external PMIx >= 3); 5.x has no such
+            # framework and shows the choice only in its configure line.
+            if self.major < 5:
+                out.append(checks.run("openmpi.pmix_external", "OpenMPI uses an external PMIx", "ompi_info",
+                                      expect=r"MCA pmix: ext\d"))
+            else:
+                out.append(checks.run("openmpi.pmix_external", "OpenMPI is configured with an external PMIx",
+                                      "ompi_info --parsable", expect=r"config:cli:.*'--with-pmix=(?!internal)[^']+'"))
         if self.enabled("cuda"):
             out.append(checks.run("openmpi.cuda", "OpenMPI is CUDA-aware", "ompi_info --parsable --all",
                                   expect=r"mpi_built_with_cuda_support:value:true"))

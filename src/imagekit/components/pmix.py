@@ -17,15 +17,12 @@ from imagekit import checks, sources
 from imagekit.components import Component, _blocks
 
 PREFIX = "/usr/local/pmix"
-# The run-time libraries of PMIx and Open MPI's external dependencies, per distro
-# (Debian 13 and Ubuntu 24.04 renamed libevent's packages in the 64-bit time_t transition).
-_T64 = ("debian13", "ubuntu24")
 DEVEL_PACKAGES = ["libevent-dev", "libhwloc-dev", "zlib1g-dev"]
 
 
 def runtime_packages(distro: str) -> list[str]:
-    suffix = "t64" if distro in _T64 else ""
-    return ["libhwloc15", f"libevent-core-2.1-7{suffix}", f"libevent-pthreads-2.1-7{suffix}", "zlib1g"]
+    """The run-time libraries of PMIx's (and Open MPI's) external hwloc and libevent."""
+    return _blocks.distro_names(distro, ["libhwloc15", "libevent-core-2.1-7", "libevent-pthreads-2.1-7", "zlib1g"])
 
 
 class Pmix(Component):

@@ -27,7 +27,7 @@ class Python(Component):
                            item_type=str),
         "pip": Option(list, [], 'pip requirements for /opt/venv, e.g. ["numpy==2.1.3"]', item_type=str),
     }
-    distro_versions = {"debian12": "3.11", "debian11": "3.9", "ubuntu22": "3.10", "ubuntu24": "3.12",
+    distro_versions = {"debian12": "3.11", "debian13": "3.13", "debian11": "3.9", "ubuntu22": "3.10", "ubuntu24": "3.12",
                        "ubuntu20": "3.8"}
 
     @property

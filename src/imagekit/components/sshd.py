@@ -20,7 +20,7 @@ class Sshd(Component):
     summary = "OpenSSH server for inside-out launches; no keys in the image"
     order = 5
     sources = ("distro",)
-    distro_versions = {"debian12": "9.2", "debian11": "8.4", "ubuntu22": "8.9", "ubuntu24": "9.6"}
+    distro_versions = {"debian12": "9.2", "debian13": "10.0", "debian11": "8.4", "ubuntu22": "8.9", "ubuntu24": "9.6"}
 
     def _blocks(self) -> list:
         from hpccm.primitives import shell
