@@ -23,7 +23,12 @@ def test_repo_pins_the_base_images_cuda_not_the_newest(tmp_path):
 
 
 def test_repo_replaces_the_held_packages_and_holds_the_pin(tmp_path):
-    # nvidia/cuda images `apt-mark hold` the NCCL they ship (2.21.5 in 12.4.1): a plain install fails.
+    """Review defect 4 (checked against the documented behaviour: no NVIDIA registry here).
+
+    The official CUDA image Dockerfiles run `apt-mark hold libnccl2` (runtime) and `libnccl-dev`
+    (devel), with 2.21.5 in 12.4.1; apt then refuses another version with "Held packages were changed
+    and -y was used without --allow-change-held-packages" (InternLM/lmdeploy#2240, NVIDIA/MagnumIO#12).
+    """
     text = render_text(tmp_path, CUDA + "components:\n  cuda: {}\n  nccl: {version: '2.23.4-1'}\n")
     for name, packages in (("devel", "libnccl2 libnccl-dev"), ("runtime", "libnccl2")):
         lines = [l for l in stage(text, name).splitlines() if "libnccl2=" in l]
@@ -33,7 +38,14 @@ def test_repo_replaces_the_held_packages_and_holds_the_pin(tmp_path):
 
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
 def test_repo_uses_the_base_images_cuda_repo(tmp_path, arch):
-    # A second copy of NVIDIA's CUDA repo with another signed-by breaks every later apt-get update.
+    """Review defect 3 (checked against the documented behaviour: no NVIDIA registry here).
+
+    nvidia/cuda images install cuda-keyring, which writes sources.list.d/cuda-*.list with
+    signed-by=cuda-archive-keyring.gpg; HPCCM's nccl block added the same repo with another
+    signed-by, and apt (2.6.1, reproduced) then stops every update with "Conflicting values set for
+    option Signed-By" (NVIDIA/cuda-repo-management#4). The recipe adds no source and checks the
+    image's own is there.
+    """
     text = render_text(tmp_path, CUDA + f"  arch: {arch}\ncomponents:\n  cuda: {{}}\n  nccl: {{version: '2.23.4-1'}}\n")
     assert "developer.download.nvidia.com" not in text and "signed-by" not in text
     for name in ("devel", "runtime"):
