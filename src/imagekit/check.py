@@ -168,13 +168,19 @@ def _outcomes(xml_path: Path, specs: list[dict]) -> list[Outcome]:
             failure = case.find("error")
         skipped = case.find("skipped")
         if failure is not None:
-            detail = failure.get("message", "") or (failure.text or "")
-            out.append(Outcome(cid, spec["describe"], "failed", _clean(detail)))
+            out.append(Outcome(cid, spec["describe"], "failed", _clean(_failure_text(failure))))
         elif skipped is not None:
             out.append(Outcome(cid, spec["describe"], "not-run", skipped.get("message", "")))
         else:
             out.append(Outcome(cid, spec["describe"], "passed"))
     return out
+
+
+def _failure_text(failure: ET.Element) -> str:
+    """The assertion's message: the "E " lines of the full report (the element text), since pytest
+    >= 9.2 cuts the ``message`` attribute to 500 characters."""
+    lines = [line[1:].strip() for line in (failure.text or "").splitlines() if line.startswith("E ")]
+    return "\n".join(lines) or failure.get("message", "") or (failure.text or "")
 
 
 def _clean(message: str) -> str:
