@@ -139,11 +139,6 @@ def search_path() -> list[Path]:
     return [*extra_dirs, *env, Path(replaced) if replaced else SHIPPED_DIR]
 
 
-def stacks_dir() -> Path:
-    """The shipped stacks' directory (package data)."""
-    return search_path()[-1]
-
-
 def available() -> list[tuple[Path, Path]]:
     """Every stack file on the search path with the directory it came from; a name found in an
     earlier directory hides the same name further on."""

@@ -131,6 +131,11 @@ class Cuda(Component):
         """NVIDIA's layout: the real files live in targets/<arch>-linux; include and lib64 link there."""
         return f"{self.prefix}/targets/{'sbsa' if self.stack.base.arch == 'aarch64' else 'x86_64'}-linux"
 
+    @property
+    def _target_rel(self) -> str:
+        """target_dir relative to the prefix: what the include and lib64 links point at."""
+        return self.target_dir.removeprefix(self.prefix + "/")
+
     # -- stages (pypi) ----------------------------------------------------
     def devel(self) -> list:
         if self.source != "pypi":
@@ -146,8 +151,8 @@ class Cuda(Component):
                 f"cp -a {whl}/nvvm {self.prefix}/",
                 f"cp -a {whl}/include {tgt}/",
                 f"cp -a {whl}/lib/. {tgt}/lib/",
-                f"ln -s {tgt.removeprefix(self.prefix + '/')}/include {self.prefix}/include",
-                f"ln -s {tgt.removeprefix(self.prefix + '/')}/lib {self.prefix}/lib64",
+                f"ln -s {self._target_rel}/include {self.prefix}/include",
+                f"ln -s {self._target_rel}/lib {self.prefix}/lib64",
                 f"cd {tgt}/lib && for f in lib*.so.*; do ln -sf $f ${{f%%.so.*}}.so; done",
                 f"echo {base64.b64encode(_STUB_SCRIPT.encode()).decode()} | base64 -d | "
                 f"python3 - {self.prefix}/include {tgt}/lib",
@@ -162,7 +167,7 @@ class Cuda(Component):
             return []
         lib = f"{self.target_dir}/lib"
         return _blocks.copy_from_devel(f"{lib}/libcudart.so.{self.major}") + \
-            _blocks.shell_step([f"ln -s {self.target_dir.removeprefix(self.prefix + '/')}/lib {self.prefix}/lib64",
+            _blocks.shell_step([f"ln -s {self._target_rel}/lib {self.prefix}/lib64",
                                 f"ln -sfn {self.prefix} {HOME}"]) + \
             _blocks.ldconfig_dir("cuda", f"{self.prefix}/lib64") + _blocks.env(self._run_env())
 

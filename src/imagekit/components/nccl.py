@@ -86,14 +86,14 @@ class Nccl(Component):
 
     def _repo_install(self, packages: list[str]) -> list:
         pinned = " ".join(f"{p}={self.tag}+cuda{self.cuda}" for p in packages)
-        return [_blocks.shell_step([
+        return _blocks.shell_step([
             "ls /etc/apt/sources.list.d/cuda*.list >/dev/null 2>&1 || { echo 'imagekit: no NVIDIA CUDA apt "
             "repo in the base image (expected from an nvidia/cuda image)' >&2; exit 1; }",
             "apt-get update -y",
             "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
             f"--allow-change-held-packages --allow-downgrades {pinned}",
             f"apt-mark hold {' '.join(packages)}",
-            "rm -rf /var/lib/apt/lists/*"])[0]]
+            "rm -rf /var/lib/apt/lists/*"])
 
     def building_blocks(self) -> list:
         from hpccm.building_blocks import generic_build
