@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import textwrap
@@ -18,6 +19,8 @@ DOCKERFILE = textwrap.dedent("""\
      && chmod 4755 /opt/data/suid && chmod 2755 /opt/data/sgid \\
      && chmod 0000 /opt/data/noperm && chmod 0070 /opt/data/groupx \\
      && mkdir -p /opt/ro/sub && chmod 0555 /opt/ro /opt/ro/sub \\
+     && mkdir -p /opt/deep/1/2/3/4/5/6/7/8/9/10/11/12/13/14 \\
+     && chmod 0555 /opt/deep/1/2/3/4/5/6/7 /opt/deep/1/2/3/4/5/6/7/8/9/10/11/12/13/14 \\
      && chown 1234:5678 /opt/data/file.txt
     ENV GREETING="hello world" QUOTED="it's \\"quoted\\" \\$x \\\\ back" EMPTY=
     ENTRYPOINT ["/bin/echo", "ep arg", "it's"]
@@ -53,3 +56,41 @@ def odd_image(base_image: str, docker_bin: str, tmp_path_factory) -> str:
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     return ODD_TAG
+
+
+@pytest.fixture(scope="session")
+def make_image(base_image: str, docker_bin: str, tmp_path_factory):
+    """``make_image(tag, **config)``: the base image with its config's fields replaced verbatim.
+
+    A Dockerfile cannot write a newline or a NUL into a label, Env or Cmd, but an image can
+    carry them (images come from anywhere): the image is saved once, its config JSON rewritten,
+    and the archive loaded under ``tag``."""
+    import json
+    import tarfile
+
+    work = tmp_path_factory.mktemp("make-image")
+    saved = work / "base.tar"
+    subprocess.run([docker_bin, "save", "-o", str(saved), base_image], check=True, capture_output=True)
+    with tarfile.open(saved) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))[0]
+        base_config = json.load(tar.extractfile(manifest["Config"]))
+        layers = {name: tar.extractfile(name).read() for name in manifest["Layers"]}
+
+    def make(tag: str, **fields) -> str:
+        config = json.loads(json.dumps(base_config))
+        config["config"].update(fields)
+        blob = json.dumps(config).encode()
+        out = work / "image.tar"
+        with tarfile.open(out, "w") as tar:
+            for name, data in [("config.json", blob),
+                               ("manifest.json", json.dumps([{"Config": "config.json", "RepoTags": [tag],
+                                                              "Layers": list(layers)}]).encode()),
+                               *layers.items()]:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        subprocess.run([docker_bin, "load", "-q", "-i", str(out)], check=True, capture_output=True)
+        out.unlink()
+        return tag
+
+    return make

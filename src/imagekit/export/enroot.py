@@ -7,7 +7,8 @@ one made by ``enroot import dockerd://IMAGE``:
 - the export stream loses ``dev/*`` (``dev`` itself stays) and ``/.dockerenv``;
 - after extraction Enroot runs its fixperms step: owner ``r`` on everything,
   owner ``x`` on directories and on files with any ``x`` bit, owner ``w`` on
-  directories down to depth 5;
+  directories down to depth 15 (Enroot 4.x; 3.x stopped at 5), which shows
+  when Pyxis starts straight from the squashfs (``use_squashfuse``);
 - ``/etc/environment``: one image ``Env`` entry a line, verbatim;
 - ``/etc/fstab``: one line per ``Volumes`` key (sorted), ``${ENROOT_ROOTFS}``
   left for Enroot to expand at start:
@@ -15,15 +16,20 @@ one made by ``enroot import dockerd://IMAGE``:
 - ``/etc/rc``: labels as ``# key value`` comments (sorted, then a blank line),
   make and enter WORKDIR (``/`` when unset), source a non-empty
   ``/etc/rc.local``, then ``exec ENTRYPOINT "$@"`` when arguments are given,
-  else ``exec ENTRYPOINT CMD``; ``/bin/sh`` when the image has neither. Words
-  are quoted the way bash's ``${var@Q}`` quotes them. Enroot runs it as
-  ``$SHELL /etc/rc ARGS...``;
+  else ``exec ENTRYPOINT CMD``; ``/bin/sh`` when the image has neither. Enroot
+  runs it as ``$SHELL /etc/rc ARGS...``;
 - ``/etc/rc.local``: two comment lines (Pyxis overwrites it with
   ``exec "$@"`` when it must not run the entrypoint);
 - mksquashfs options ``-all-root`` and ``$ENROOT_SQUASH_OPTIONS`` (default
   ``-comp lzo -noD``); with ``SOURCE_DATE_EPOCH`` set, ``-mkfs-time`` and
   ``-all-time`` are that value. Extended attributes are not kept (Enroot's
   ``tar -x`` does not extract them).
+
+The image's metadata is someone else's text, and ``/etc/rc`` runs at every
+start, even under ``srun --no-container-entrypoint``. Where Enroot pastes a
+value raw, these files quote it (:mod:`imagekit.quoting`); what a file cannot
+carry (a newline in an Env entry, a Volume path with whitespace, a NUL) is
+refused before anything is written.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from imagekit import quoting
 from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space,
                                     interrupt_on_sigterm, prepare_target, sha256_file)
 from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, Member, dir_entry,
@@ -40,32 +47,50 @@ from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, Member, dir
 RC_LOCAL = ("# This file is sourced by /etc/rc when the container starts.\n"
             "# It can be used to manipulate the entrypoint or the command of the container.\n")
 CONFIG_FILES = ("etc/environment", "etc/fstab", "etc/rc", "etc/rc.local")
-FIXPERMS_DEPTH = 5
-
-_ANSI_C = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-           "\v": "\\v", "\x1b": "\\E", "\\": "\\\\", "'": "\\'"}
+# Enroot 4.x (common::fixperms: find -maxdepth 15); Enroot 3.x used 5.
+FIXPERMS_DEPTH = 15
 
 
-def bash_quote(word: str) -> str:
-    """Quote ``word`` as bash's ``${word@Q}`` does (``$'...'`` when it holds control chars)."""
-    if any(ord(c) < 32 or ord(c) == 127 for c in word):
-        out = []
-        for c in word:
-            if c in _ANSI_C:
-                out.append(_ANSI_C[c])
-            elif ord(c) < 32 or ord(c) == 127:
-                out.append("\\%03o" % ord(c))
-            else:
-                out.append(c)
-        return "$'" + "".join(out) + "'"
-    return "'" + word.replace("'", "'\\''") + "'"
+def check_config(config: dict[str, Any], image: str = "image") -> None:
+    """Refuse what Enroot's files cannot carry (see the helpers in :mod:`imagekit.quoting`)."""
+    where = f"image {image}"
+    for i, entry in enumerate(config.get("Env") or []):
+        name, sep, value = entry.partition("=")
+        quoting.env_name(name, where, f"Env[{i}] name")
+        # /etc/environment holds one NAME=VALUE a line: a newline would start another variable.
+        quoting.no_control(value, where, f"Env[{i}] ({name}) value",
+                           "Enroot's /etc/environment has one variable a line; rebuild without it")
+    for volume in (config.get("Volumes") or {}):
+        fstab_path(volume, where)
+    clean_path(config.get("WorkingDir") or "/", where, "WorkingDir")
+    for field in ("Entrypoint", "Cmd"):
+        quoting.sh_words(list(config.get(field) or []), where, field)
+    for key, value in (config.get("Labels") or {}).items():
+        quoting.sh_comment(key, where, "label name")
+        quoting.sh_comment(value, where, f"label {quoting.shown(key)}")
 
 
-def _dq(text: str) -> str:
-    """Text safe inside double quotes (Enroot inserts WORKDIR raw; a quote would break rc)."""
-    for ch in ("\\", '"', "$", "`"):
-        text = text.replace(ch, "\\" + ch)
-    return text
+def fstab_path(path: str, where: str = "image") -> str:
+    """A Volume as an fstab field. Enroot's mount parser is musl's getmntent (src/compat.h, built
+    static against musl): fields split at whitespace and no ``\\040`` escape is decoded, and
+    ``${VAR}`` is expanded from the host's environment first; ``..`` would bind a directory
+    outside the root filesystem. None of these can be written safely, so they are refused."""
+    clean_path(path, where, "Volume")
+    if any(c.isspace() for c in path) or "\\" in path or "$" in path or "#" in path:
+        raise quoting.UnsafeValue(where, "Volume", path, "cannot be written to Enroot's /etc/fstab",
+                                  "a Volume must be an absolute path without whitespace, '\\', '$', '#', "
+                                  "'.' or '..' components; rebuild the image without it")
+    return path
+
+
+def clean_path(path: str, where: str, field: str) -> str:
+    """An absolute path without control characters or ``.``/``..`` components (Docker writes
+    WORKDIR and VOLUME so; anything else was made by hand)."""
+    quoting.no_control(path, where, field)
+    if not path.startswith("/") or any(p in (".", "..") for p in path.split("/")[1:]):
+        raise quoting.UnsafeValue(where, field, path, "is not a clean absolute path",
+                                  "write it as /a/b, without '.' or '..' components")
+    return path
 
 
 def environment_file(config: dict[str, Any]) -> str:
@@ -80,7 +105,9 @@ def fstab_file(config: dict[str, Any]) -> str:
 
 def rc_file(config: dict[str, Any]) -> str:
     labels = config.get("Labels") or {}
-    head = "".join(f"# {k} {v}\n" for k, v in sorted(labels.items()))
+    # Enroot writes labels as comments with newlines turned into spaces (src/docker.sh); the key
+    # gets the same treatment here (Enroot leaves a newline in a key, which would end the comment).
+    head = "".join(f"# {quoting.sh_comment(k)} {quoting.sh_comment(v)}\n" for k, v in sorted(labels.items()))
     if head:
         head += "\n"
     workdir = config.get("WorkingDir") or "/"
@@ -88,9 +115,12 @@ def rc_file(config: dict[str, Any]) -> str:
     cmd = list(config.get("Cmd") or [])
     if not entrypoint and not cmd:
         cmd = ["/bin/sh"]
-    ep = " ".join(bash_quote(w) for w in entrypoint)
-    cm = " ".join(bash_quote(w) for w in cmd)
-    wd = _dq(workdir)
+    # Enroot quotes with bash's ${word@Q}, which falls back to $'...' (not POSIX) for control
+    # characters, and splits words at newlines; single quotes keep every word whole under any sh.
+    ep = quoting.sh_words(entrypoint)
+    cm = quoting.sh_words(cmd)
+    # WORKDIR in double quotes as Enroot writes it, but escaped (Enroot pastes it raw).
+    wd = quoting.sh_double(workdir)
     return (head +
             f'mkdir -p "{wd}" 2> /dev/null\n'
             f'cd "{wd}" && unset OLDPWD || exit 1\n'
@@ -106,8 +136,9 @@ def rc_file(config: dict[str, Any]) -> str:
             "fi\n")
 
 
-def config_files(config: dict[str, Any]) -> dict[str, str]:
+def config_files(config: dict[str, Any], image: str = "image") -> dict[str, str]:
     """The four files Enroot writes into the root filesystem, by path (no leading /)."""
+    check_config(config, image)
     return {
         "etc/environment": environment_file(config),
         "etc/fstab": fstab_file(config),
@@ -136,9 +167,9 @@ def fixperms(member: Member) -> None:
     member.mode = mode
 
 
-def extra_entries(config: dict[str, Any], mtime: int):
+def extra_entries(config: dict[str, Any], mtime: int, image: str = "image"):
     """Callback for :func:`filter_tar`: WORKDIR and /etc if missing, then the config files."""
-    files = config_files(config)
+    files = config_files(config, image)
     workdir = config.get("WorkingDir") or "/"
 
     def build(seen: set[str]):
@@ -148,7 +179,7 @@ def extra_entries(config: dict[str, Any], mtime: int):
             if d not in needed:
                 needed.append(d)
         out += [dir_entry(d, mtime=mtime) for d in needed]
-        out += [file_entry(path, text.encode(), mtime=mtime) for path, text in files.items()]
+        out += [file_entry(path, quoting.encode(text), mtime=mtime) for path, text in files.items()]
         return out
 
     return build
@@ -169,11 +200,12 @@ def export(image: str, output: Path, *, preset: str = "enroot", squash_opts: tup
     spec = squash.SquashSpec(preset=preset, extra_args=squash_opts, tool=tool, all_root=True,
                              xattrs=False, epoch=epoch)
     config = info.get("Config") or {}
+    check_config(config, image)
     mtime = epoch if epoch is not None else int(time.time())
     meter = Progress(progress)
     with interrupt_on_sigterm(), atomic_output(target) as tmp:
         used = squash.stream_to_squashfs(image, tmp, spec, keep=keep, adjust=fixperms,
-                                         extra=extra_entries(config, mtime), on_bytes=meter.add)
+                                         extra=extra_entries(config, mtime, image), on_bytes=meter.add)
         meter.done()
     return ExportResult(path=str(target), format="enroot", image=image,
                         bytes=target.stat().st_size, sha256=sha256_file(target), seconds=0.0,

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
+from imagekit import quoting
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space,
                                     interrupt_on_sigterm, prepare_target, sha256_file)
@@ -244,7 +245,8 @@ def write_prefix(fh: BinaryIO, objects: list[_Object], descriptors: list[Descrip
 
 def definition_file(image: str) -> bytes:
     """What Apptainer records for a build from a URI: bootstrap agent and source."""
-    return f"bootstrap: docker-daemon\nfrom: {image}\n".encode()
+    ref = quoting.definition_line(image, "SIF definition file", "from")
+    return quoting.encode(f"bootstrap: docker-daemon\nfrom: {ref}\n")
 
 
 def oci_config_json(config: dict[str, Any]) -> bytes:
@@ -279,6 +281,7 @@ def export(image: str, output: Path, *, compression: str = "gzip", squash_opts: 
         return _via_apptainer(image, target, compression)
 
     config = info.get("Config") or {}
+    singularity_d.check_config(config, image)
     epoch = squash.source_date_epoch()
     when = epoch if epoch is not None else int(time.time())
     # Reproducible builds get an ID derived from the image, random ones otherwise.
@@ -290,7 +293,7 @@ def export(image: str, output: Path, *, compression: str = "gzip", squash_opts: 
                _Object(DATA_PARTITION, None,
                        extra=PARTITION_EXTRA.pack(FS_SQUASHFS, PART_PRIMSYS, arch.encode()))]
     partition_offset = _layout(objects)[-1].offset
-    replaced = frozenset(singularity_d.files(config))
+    replaced = frozenset(singularity_d.files(config, image))
     name, _ = squash.pick_tool(tool)  # sqfstar first: it writes in place at the offset
     # Apptainer builds as root keep file ownership (mksquashfs without -all-root).
     spec = squash.SquashSpec(preset=compression, extra_args=squash_opts, tool=name, all_root=False,
@@ -302,7 +305,7 @@ def export(image: str, output: Path, *, compression: str = "gzip", squash_opts: 
         try:
             used = squash.stream_to_squashfs(
                 image, squash_path, spec, keep=lambda m: singularity_d.keep(m, replaced),
-                adjust=None, extra=singularity_d.extra_entries(config, when), on_bytes=meter.add)
+                adjust=None, extra=singularity_d.extra_entries(config, when, image), on_bytes=meter.add)
             if not spec.offset:
                 _copy_at(squash_path, tmp, partition_offset)
         finally:

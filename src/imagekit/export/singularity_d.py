@@ -8,8 +8,11 @@ rule (arguments replace CMD, ENTRYPOINT stays); ``labels.json`` holds the image
 labels (tab-indented JSON); ``/etc/hosts`` and ``/etc/resolv.conf`` are empty
 files the runtime binds over. The scripts are imagekit's own wording with the
 same behaviour. One deliberate difference: values in the env script are
-escaped once for double quotes, so values with quotes, ``$`` or backslashes
-arrive intact (Apptainer escapes them twice).
+single-quoted once, so values with quotes, ``$``, backslashes or newlines
+arrive intact (Apptainer escapes them twice for double quotes). Image
+metadata is someone else's text: every value goes through
+:mod:`imagekit.quoting`, and a variable name that a shell cannot export is
+refused with the image and the field named.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from imagekit import quoting
 from imagekit.export.tarstream import Member, dir_entry, file_entry, symlink_entry
 
 ENV_LOOP = ('for env_script in /.singularity.d/env/*.sh; do\n'
@@ -129,35 +133,42 @@ SYMLINKS = {
 }
 
 
-def sh_quote(word: str) -> str:
-    return "'" + word.replace("'", "'\\''") + "'"
-
-
-def _dq_default(value: str) -> str:
-    """``value`` escaped for use inside ``"${NAME:-...}"``."""
-    for ch in ("\\", '"', "$", "`", "}"):
-        value = value.replace(ch, "\\" + ch)
-    return value
+def check_config(config: dict[str, Any], image: str = "image") -> None:
+    """Refuse what the scripts cannot carry: a variable name a shell cannot export, or a NUL."""
+    where = f"image {image}"
+    for i, entry in enumerate(config.get("Env") or []):
+        name, _, value = entry.partition("=")
+        quoting.env_name(name, where, f"Env[{i}] name")
+        quoting.sh(value, where, f"Env[{i}] ({name}) value")
+    for field in ("Entrypoint", "Cmd"):
+        quoting.sh_words(list(config.get(field) or []), where, field)
+    for key, value in (config.get("Labels") or {}).items():
+        quoting.valid_text(key, where, "label name")
+        quoting.valid_text(value, where, f"label {quoting.shown(key)}")
 
 
 def env_script(config: dict[str, Any]) -> str:
+    # Apptainer writes `export NAME="${NAME:-VALUE}"` and escapes VALUE twice for it; the same
+    # default, set with a single-quoted VALUE, arrives intact in any POSIX shell.
     lines = ["#!/bin/sh\n"]
     for entry in config.get("Env") or []:
         name, sep, value = entry.partition("=")
         if not sep:
             lines.append(f'export {name}="${{{name}:-}}"\n')
         elif name == "PATH":
-            lines.append(f'export PATH="{_dq_default(value)}"\n')
+            lines.append(f"export PATH={quoting.sh(value)}\n")
         else:
-            lines.append(f'export {name}="${{{name}:-{_dq_default(value)}}}"\n')
+            lines.append(f'[ -n "${{{name}:-}}" ] || {name}={quoting.sh(value)}\nexport {name}\n')
     return "".join(lines)
 
 
 def runscript(config: dict[str, Any]) -> str:
+    # Each word quoted, then the whole list quoted once more: the runscript evals the list back
+    # into words, so both levels must be shell-quoted (Apptainer does the same).
     entrypoint = list(config.get("Entrypoint") or [])
     cmd = list(config.get("Cmd") or [])
-    ep = sh_quote(" ".join(sh_quote(w) for w in entrypoint))
-    cm = sh_quote(" ".join(sh_quote(w) for w in cmd))
+    ep = quoting.sh(quoting.sh_words(entrypoint))
+    cm = quoting.sh(quoting.sh_words(cmd))
     return ("#!/bin/sh\n"
             "# From the image's ENTRYPOINT and CMD: arguments replace CMD, ENTRYPOINT stays.\n"
             f"OCI_ENTRYPOINT={ep}\n"
@@ -177,8 +188,9 @@ def labels_json(config: dict[str, Any]) -> str:
     return json.dumps(labels, indent="\t", sort_keys=True, ensure_ascii=False) if labels else "null"
 
 
-def files(config: dict[str, Any]) -> dict[str, tuple[str, int]]:
+def files(config: dict[str, Any], image: str = "image") -> dict[str, tuple[str, int]]:
     """Files written (replacing the image's), by path: (content, mode)."""
+    check_config(config, image)
     out: dict[str, tuple[str, int]] = {"etc/hosts": ("", 0o644), "etc/resolv.conf": ("", 0o644)}
     for name, text in ACTIONS.items():
         out[f".singularity.d/actions/{name}"] = (text, 0o755)
@@ -198,12 +210,12 @@ def keep(member: Member, replaced: frozenset[str]) -> bool:
     return name not in replaced
 
 
-def extra_entries(config: dict[str, Any], mtime: int):
-    layout = files(config)
+def extra_entries(config: dict[str, Any], mtime: int, image: str = "image"):
+    layout = files(config, image)
 
     def build(seen: set[str]):
         out = [dir_entry(d, mtime=mtime) for d in BASE_DIRS if d not in seen]
-        out += [file_entry(p, text.encode(), mode=mode, mtime=mtime) for p, (text, mode) in layout.items()]
+        out += [file_entry(p, quoting.encode(text), mode=mode, mtime=mtime) for p, (text, mode) in layout.items()]
         out += [symlink_entry(p, target, mtime=mtime) for p, target in SYMLINKS.items() if p not in seen]
         return out
 

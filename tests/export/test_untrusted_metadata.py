@@ -1,0 +1,240 @@
+"""Untrusted image metadata in the exported config files: Enroot's /etc/rc, /etc/environment,
+/etc/fstab, and the SIF's /.singularity.d scripts and definition file.
+
+Enroot and Apptainer cannot be installed here. The files are run the way they run them:
+``$SHELL /etc/rc ARGS`` by enroot-switchroot, inside the root filesystem (``chroot`` over a tree
+unpacked from a real export, in a private mount namespace for the reproducer's /mnt), with
+/etc/environment loaded; the env scripts sourced and the runscript executed as Apptainer's
+actions do. Every payload would create ``$IK_CANARY`` if it ran.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from export_helpers import unsquash
+from hostile import CANARY_VAR, REPRODUCER, nul_free_lists, nul_free_words, word_lists, words
+from imagekit import quoting
+from imagekit.export import enroot, export_image, sif, singularity_d
+
+PROPERTY = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+PRINT_WORDS = ["/bin/sh", "-c", 'printf "%s\\0" "$PWD" "$@"', "sh"]
+
+
+@pytest.fixture(scope="module")
+def sandbox(odd_image, tmp_path_factory) -> Path:
+    """A root filesystem from a real export to chroot into; hostile runs write only inside it."""
+    work = tmp_path_factory.mktemp("hostile")
+    return unsquash(Path(export_image(odd_image, "enroot", work / "odd.sqsh").path), work / "root")
+
+
+def _chroot(tree: Path, argv: list[str], env: dict[str, str]) -> bytes:
+    canary = tree / "canary"
+    canary.unlink(missing_ok=True)
+    proc = subprocess.run([shutil.which("chroot"), str(tree), *argv], capture_output=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", **env, CANARY_VAR: "/canary"})
+    assert not canary.exists(), "an injected command ran"
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _parses(text: str, tmp_path: Path) -> None:
+    script = tmp_path / "parse.sh"
+    script.write_bytes(quoting.encode(text))
+    for shell in ("sh", "bash"):
+        proc = subprocess.run([shell, "-n", str(script)], capture_output=True)
+        assert proc.returncode == 0, (shell, proc.stderr)
+
+
+def _strings(obj) -> list[str]:
+    if isinstance(obj, str):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for k, v in obj.items() for t in _strings(k) + _strings(v)]
+    return [t for item in obj for t in _strings(item)]
+
+
+def _workdir(word: str) -> str:
+    return "/" + word.replace("/", "_").replace("\x00", "")[:100] if word.strip(".") else "/"
+
+
+# ---------------------------------------------------------------- Enroot: property tests
+
+
+@PROPERTY
+@given(labels=st.dictionaries(words, words, max_size=4), ep=word_lists, cmd=word_lists, wd=words,
+       env=st.lists(words, max_size=4))
+@pytest.mark.engine
+def test_enroot_rc_runs_no_injected_command(sandbox, tmp_path, labels, ep, cmd, wd, env):
+    """Hostile labels, Entrypoint, Cmd, WorkingDir and Env: refused with the field named, or /etc/rc
+    parses, keeps one comment line per label, and hands the process exactly the image's words."""
+    config = {"Labels": labels, "Entrypoint": PRINT_WORDS + ep, "Cmd": cmd, "WorkingDir": _workdir(wd),
+              "Env": [f"V{i}={v}" for i, v in enumerate(env)]}
+    try:
+        files = enroot.config_files(config, "hostile:1")
+    except quoting.UnsafeValue as exc:
+        assert exc.where == "image hostile:1" and "\n" not in exc.message
+        assert any("\x00" in t for t in _strings(config)) or any(quoting._CONTROL.search(v) for v in env) \
+            or quoting._CONTROL.search(config["WorkingDir"])
+        return
+    rc = files["etc/rc"]
+    _parses(rc, tmp_path)
+    assert len(re.findall(r"^# ", rc, re.M)) == len(labels)
+    assert files["etc/environment"].count("\n") == len(env)
+    for name, text in files.items():
+        (sandbox / name).write_bytes(quoting.encode(text))
+    environment = dict(line.split("=", 1) for line in files["etc/environment"].splitlines())
+    out = _chroot(sandbox, ["/bin/sh", "/etc/rc"], environment).split(b"\0")[:-1]
+    assert out == [quoting.encode(w) for w in [config["WorkingDir"], *ep, *cmd]]
+    out = _chroot(sandbox, ["/bin/bash", "/etc/rc", "--", "x"], environment).split(b"\0")[:-1]
+    assert out[1:] == [quoting.encode(w) for w in [*ep, "--", "x"]]
+
+
+@given(volumes=st.lists(words, max_size=4))
+def test_enroot_fstab_has_one_mount_per_volume(volumes):
+    """A Volume path that the fstab cannot carry (whitespace, NUL, $, .., a relative path) is
+    refused; every other one becomes exactly one line of exactly five fields."""
+    config = {"Volumes": {("/" + v if i % 2 else v): {} for i, v in enumerate(volumes)}}
+    try:
+        text = enroot.config_files(config, "hostile:1")["etc/fstab"]
+    except quoting.UnsafeValue as exc:
+        assert exc.field == "Volume" and exc.where == "image hostile:1"
+        return
+    lines = text.splitlines()
+    assert len(lines) == len(config["Volumes"])
+    for line, volume in zip(lines, sorted(config["Volumes"])):
+        assert line.split() == ["${ENROOT_ROOTFS}" + volume, volume, "none", "x-create=dir,bind,rw,nosuid,nodev"]
+        assert line.count("$") == 1
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("Env", ["NOTE=harmless\nLD_PRELOAD=/tmp/x.so"], r"Env\[0\] \(NOTE\) value .* control character"),
+    ("Env", ["BAD\nNAME=1"], r"Env\[0\] name .* not a valid variable name"),
+    ("Env", ["A;touch /x=1"], r"Env\[0\] name"),
+    ("Volumes", {"/a b": {}}, r"Volume '/a b' cannot be written to Enroot's /etc/fstab"),
+    ("Volumes", {"/data\n/x": {}}, r"Volume .* control character"),
+    ("Volumes", {"/../../etc": {}}, r"Volume '/../../etc' is not a clean absolute path"),
+    ("Volumes", {"/x${HOME}": {}}, r"Volume"),
+    ("WorkingDir", "/w\nd", r"WorkingDir .* control character"),
+    ("Cmd", ["a\x00b"], r"Cmd\[0\] .* NUL byte"),
+])
+def test_unrepresentable_values_are_refused_naming_image_field_and_value(field, value, message):
+    with pytest.raises(quoting.UnsafeValue, match=rf"^image site/img:1: {message}"):
+        enroot.config_files({field: value}, "site/img:1")
+
+
+# ---------------------------------------------------------------- SIF: property tests
+
+
+@PROPERTY
+@given(ep=nul_free_lists, cmd=nul_free_lists, env=st.lists(nul_free_words, max_size=4), path=nul_free_words)
+@pytest.mark.engine
+def test_sif_scripts_run_no_injected_command(sandbox, tmp_path, ep, cmd, env, path):
+    """The env script hands every Env value over byte for byte (newlines included, PATH forced);
+    the runscript runs exactly ENTRYPOINT + CMD, or ENTRYPOINT + the arguments."""
+    config = {"Entrypoint": ["/usr/bin/printf", "%s\\0", "START", *ep], "Cmd": cmd,
+              "Env": [f"PATH=/usr/bin:/bin:{path}", *[f"V{i}={v}" for i, v in enumerate(env)]]}
+    files = singularity_d.files(config, "hostile:1")
+    for name in (".singularity.d/env/10-docker2singularity.sh", ".singularity.d/runscript"):
+        _parses(files[name][0], tmp_path)
+        (sandbox / name).parent.mkdir(parents=True, exist_ok=True)
+        (sandbox / name).write_bytes(quoting.encode(files[name][0]))
+        (sandbox / name).chmod(0o755)
+    names = " ".join(f'"$V{i}"' for i in range(len(env)))
+    out = _chroot(sandbox, ["/bin/sh", "-c", ". /.singularity.d/env/10-docker2singularity.sh; "
+                            f'printf "%s\\0" "$PATH" {names}'], {})
+    assert out.split(b"\0")[:-1] == [quoting.encode(v) for v in [f"/usr/bin:/bin:{path}", *env]]
+    out = _chroot(sandbox, ["/bin/sh", "/.singularity.d/runscript"], {})
+    assert out.split(b"\0")[1:-1] == [quoting.encode(w) for w in [*ep, *cmd]]
+    out = _chroot(sandbox, ["/bin/sh", "/.singularity.d/runscript", "-x", "$(y)"], {})
+    assert out.split(b"\0")[1:-1] == [quoting.encode(w) for w in [*ep, "-x", "$(y)"]]
+
+
+@given(name=words)
+def test_sif_refuses_env_names_a_shell_cannot_export(name):
+    try:
+        text = singularity_d.files({"Env": [f"{name}=1"]}, "hostile:1")[".singularity.d/env/10-docker2singularity.sh"][0]
+    except quoting.UnsafeValue as exc:
+        assert exc.field == "Env[0] name"
+        return
+    assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and text.count("\n") == 3
+
+
+@given(image=words)
+def test_definition_file_is_two_lines(image):
+    try:
+        text = sif.definition_file(image).decode("utf-8", "surrogateescape")
+    except quoting.UnsafeValue as exc:
+        assert exc.field == "from"
+        return
+    assert text.splitlines() == ["bootstrap: docker-daemon", f"from: {image}"]
+
+
+# ---------------------------------------------------------------- the issue's reproducer, end to end
+
+
+def _run_rc_like_enroot(tree: Path, proof_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """enroot-switchroot's start: the host directory mounted at /mnt (as `--mount` or
+    `--container-mounts` would), then `$SHELL /etc/rc ARGS` inside the root filesystem."""
+    script = ('mount --bind "$1" "$2/mnt" && shift 2 && exec chroot "$0" /bin/sh /etc/rc "$@"')
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                           str(tree), str(proof_dir), str(tree), *args],
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/sbin:/usr/bin:/bin"})
+
+
+@pytest.mark.engine
+def test_reproducer_label_newline_runs_nothing(make_image, tmp_path):
+    """Issue 11's reproducer: a label `note harmless⏎echo INJECTED >> /mnt/proof`, exported with
+    `imagekit export --to enroot`; /etc/rc started as Enroot starts it (also what Pyxis runs under
+    --no-container-entrypoint: rc.local is `exec "$@"`) writes nothing through the mount."""
+    image = make_image("imagekit-test/hostile-label:1", Labels={"note": REPRODUCER})
+    out = export_image(image, "enroot", tmp_path / "x.sqsh")
+    tree = unsquash(Path(out.path), tmp_path / "root")
+    rc = (tree / "etc/rc").read_text()
+    assert rc.splitlines()[0] == "# note note harmless echo INJECTED >> /mnt/proof"
+    proof = tmp_path / "host-mnt"
+    proof.mkdir()
+    started = _run_rc_like_enroot(tree, proof, "/bin/echo", "started")
+    assert started.returncode == 0, started.stderr
+    assert started.stdout == "started\n"
+    (tree / "etc/rc.local").write_text('exec "$@"\n')  # Pyxis with --no-container-entrypoint
+    assert _run_rc_like_enroot(tree, proof, "/bin/true").returncode == 0
+    assert not (proof / "proof").exists(), "the label's second line ran as a command"
+
+
+@pytest.mark.engine
+def test_hostile_image_exports_run_exactly_its_words(make_image, tmp_path):
+    """Quotes, $(), backticks, ; and newlines in Entrypoint/Cmd/Env/WorkingDir through the real
+    pipeline (inspect, export, unsquash), to both formats."""
+    payload = "it's \"$(touch /canary)\" `touch /canary`; touch /canary && x\nnext"
+    image = make_image("imagekit-test/hostile-config:1", Entrypoint=["/usr/bin/printf", "%s\\0"],
+                       Cmd=[payload, "-rf", "#"], Env=["PATH=/usr/bin:/bin", "NOTE=$(touch /canary) 'q' \\"],
+                       WorkingDir="/work $(x) `y`", Labels={"a\nb": REPRODUCER})
+    sqsh = unsquash(Path(export_image(image, "enroot", tmp_path / "x.sqsh").path), tmp_path / "e")
+    environment = dict(line.split("=", 1) for line in (sqsh / "etc/environment").read_text().splitlines())
+    assert environment["NOTE"] == "$(touch /canary) 'q' \\"
+    assert _chroot(sqsh, ["/bin/sh", "/etc/rc"], environment).split(b"\0")[:-1] == \
+        [w.encode() for w in (payload, "-rf", "#")]
+    assert (sqsh / "work $(x) `y`").is_dir()
+    out = Path(export_image(image, "sif", tmp_path / "x.sif").path)
+    tree = unsquash(out, tmp_path / "s", offset=sif.read_sif(out).primary_partition().offset)
+    assert _chroot(tree, ["/.singularity.d/actions/run"], {}).split(b"\0")[:-1] == \
+        [w.encode() for w in (payload, "-rf", "#")]
+    assert _chroot(tree, ["/.singularity.d/actions/exec", "/bin/sh", "-c", 'printf %s "$NOTE"'], {}) == \
+        b"$(touch /canary) 'q' \\"
+
+
+@pytest.mark.engine
+def test_unrepresentable_volume_refused_before_anything_is_written(make_image, tmp_path):
+    image = make_image("imagekit-test/hostile-volume:1", Volumes={"/data\n/etc": {}})
+    with pytest.raises(quoting.UnsafeValue, match=r"image imagekit-test/hostile-volume:1: Volume"):
+        export_image(image, "enroot", tmp_path / "x.sqsh")
+    assert list(tmp_path.iterdir()) == []
