@@ -41,6 +41,9 @@ def target(path: str | os.PathLike, mode: int = 0o644, sync: bool = False) -> It
 
 
 def write_text(path: str | os.PathLike, text: str, mode: int = 0o644) -> Path:
+    """UTF-8; non-UTF-8 bytes that came in through argv (surrogateescape) are written back as they came."""
+    from imagekit import quoting
+
     with target(path, mode) as tmp:
-        tmp.write_text(text)
+        tmp.write_bytes(quoting.encode(text))
     return Path(path)

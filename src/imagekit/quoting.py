@@ -76,6 +76,16 @@ def sh(word: str, where: str = "value", field: str = "word") -> str:
     return "'" + word.replace("'", "'\\''") + "'"
 
 
+_BARE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+
+
+def sh_arg(word: str, where: str = "value", field: str = "argument") -> str:
+    """:func:`sh`, but a word of only safe characters stays bare (``shlex.quote``'s rule), so that
+    generated sbatch scripts and wrappers read like hand-written ones."""
+    valid_text(word, where, field)
+    return word if _BARE.fullmatch(word) else sh(word, where, field)
+
+
 def sh_words(words: list[str] | tuple[str, ...], where: str = "value", field: str = "words") -> str:
     return " ".join(sh(w, where, f"{field}[{i}]") for i, w in enumerate(words))
 

@@ -32,6 +32,13 @@ def job(**kw) -> slurm.SlurmJob:
     return slurm.SlurmJob(**base)
 
 
+def rank_wrapper(script: str) -> str:
+    """The wrapper the script hands to every task: the value of its one-word `rank_wrapper=` assignment."""
+    lexer = shlex.shlex(script[script.index("\nrank_wrapper=") + 1:], posix=True)
+    lexer.whitespace_split = True
+    return lexer.get_token().removeprefix("rank_wrapper=")
+
+
 def srun_line(script: str) -> list[str]:
     line = next(l for l in script.splitlines() if l.startswith("srun --mpi=pmix"))
     return shlex.split(line)
@@ -72,7 +79,7 @@ def test_apptainer_and_enroot_scripts_use_documented_flags(runtime, flags, shell
                               mounts=parse_mounts(["/data:/data:ro"]), workdir="/work"))
     shellcheck(script)
     assert srun_line(script)[:2] == ["srun", "--mpi=pmix"]
-    body = script.split("<<'IMAGEKIT_RANK_WRAPPER'")[1].split("\nIMAGEKIT_RANK_WRAPPER")[0].lstrip("\n")
+    body = rank_wrapper(script)
     shellcheck(body)
     exec_line = next(l for l in body.splitlines() if l.startswith("exec "))
     assert exec_line.startswith(f"exec {runtime} {'exec' if runtime == 'apptainer' else 'start'} ")

@@ -8,11 +8,11 @@ without mounts, and clean up after themselves instead.
 
 from __future__ import annotations
 
-import shlex
-
 import hpccm.config
 from hpccm.common import container_type
 from hpccm.primitives import comment, copy, environment, shell
+
+from imagekit import quoting
 
 APT_CACHE = ("--mount=type=cache,target=/var/cache/apt,sharing=locked "
              "--mount=type=cache,target=/var/lib/apt,sharing=locked")
@@ -94,7 +94,7 @@ def runtime_slim() -> list:
 def pip_run(commands: list[str], note: str | None = None, env: dict[str, str] | None = None) -> list:
     """A RUN whose pip calls use the pip cache mount and the CA-bundle secret."""
     blocks = [comment(note)] if note else []
-    exports = [f"export {k}={shlex.quote(v)}" for k, v in sorted((env or {}).items())]
+    exports = [f"export {k}={quoting.sh_arg(v)}" for k, v in sorted((env or {}).items())]
     if docker():
         blocks.append(shell(commands=[PIP_CERT, *exports, *commands], _arguments=f"{PIP_CACHE} {CA_SECRET}"))
     else:

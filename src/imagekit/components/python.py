@@ -8,9 +8,8 @@ devel stage and copied whole into the runtime stage.
 
 from __future__ import annotations
 
-import shlex
 
-from imagekit import checks
+from imagekit import checks, quoting
 from imagekit.components import Component, _blocks
 from imagekit.schema import Option
 
@@ -45,7 +44,7 @@ class Python(Component):
             out += _blocks.pip_run([f"python3 -m venv --system-site-packages {VENV}",
                                     f"{VENV}/bin/python -m pip install --upgrade pip"]
                                    + ([f"{VENV}/bin/python -m pip install "
-                                       + " ".join(shlex.quote(p) for p in self.opts["pip"])]
+                                       + " ".join(quoting.sh_arg(p) for p in self.opts["pip"])]
                                       if self.opts["pip"] else []),
                                    f"pip venv {VENV}")
             out += _blocks.env({"PATH": f"{VENV}/bin:$PATH"})

@@ -1,22 +1,27 @@
-"""Small pieces every launcher shares: validation, job ids, mounts, env, atomic writes."""
+"""Small pieces every launcher shares: validation, job ids, mounts, env, atomic writes.
+
+Launch values end up in scripts (sbatch files, rank wrappers, run.sh) and manifests; every
+job checks them here once, through :mod:`imagekit.quoting`, and the writers quote them.
+"""
 
 from __future__ import annotations
 
 import os
 import re
 import secrets
-import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagekit import quoting
 from imagekit.errors import ImagekitError, UsageError
 
 JOB_LABEL = "io.imagekit.job"
 # Variables the MPI runtime hands to each rank; a container must see them to join the job.
 MPI_ENV_PREFIXES = ("OMPI_", "PMIX_", "OPAL_")
 SLURM_ENV_PREFIXES = ("SLURM_", "PMI_")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOKEN = re.compile(r"[A-Za-z0-9_.-]+")
+WHERE = "launch"
 
 
 def new_job_id() -> str:
@@ -39,7 +44,40 @@ def check_count(what: str, value: int, minimum: int = 1) -> int:
 def check_command(cmd: tuple[str, ...] | list[str]) -> list[str]:
     if not cmd:
         raise UsageError("no command to run", "put the command after `--`, e.g. `-- python3 train.py`")
+    if cmd[0].startswith("-"):
+        # srun, mpirun and docker would read it as one of their own options.
+        raise quoting.UnsafeValue(WHERE, "command", cmd[0], "starts with '-'",
+                                  "the command comes first after `--`: a program, then its arguments")
+    check_words("command", cmd)
     return list(cmd)
+
+
+def check_words(what: str, words: tuple[str, ...] | list[str]) -> list[str]:
+    """Arguments (quoted when written): only a NUL cannot be passed."""
+    for i, word in enumerate(words):
+        quoting.valid_text(word, WHERE, f"{what}[{i}]")
+    return list(words)
+
+
+def check_line(what: str, value: str | None) -> str | None:
+    """A name or path (image, workdir): one line of text."""
+    return None if value is None else quoting.no_control(value, WHERE, what)
+
+
+def check_token(what: str, value: str) -> str:
+    """Job ids, host and container names: letters, digits, '.', '_' and '-'."""
+    quoting.valid_text(value, WHERE, what)
+    if not _TOKEN.fullmatch(value):
+        raise quoting.UnsafeValue(WHERE, what, value, "is not a plain name",
+                                  "use letters, digits, '.', '_' and '-'")
+    return value
+
+
+def check_env(env: dict[str, str]) -> dict[str, str]:
+    for name, value in env.items():
+        quoting.env_name(name, WHERE, "--env name")
+        quoting.valid_text(value, WHERE, f"--env {name} value")
+    return env
 
 
 def require_tool(name: str, hint: str) -> str:
@@ -56,6 +94,21 @@ class Mount:
     src: str
     dst: str
     readonly: bool = False
+
+    def __post_init__(self) -> None:
+        for what, path in (("mount source", self.src), ("mount target", self.dst)):
+            quoting.no_control(path, WHERE, what)
+            if ":" in path or not path:
+                raise quoting.UnsafeValue(WHERE, what, path, "is empty or contains ':'",
+                                          "Docker, Enroot and Apptainer separate SRC:DST[:FLAGS] with ':'")
+
+    def check_fstab(self, runtime: str) -> "Mount":
+        """Enroot (and Pyxis, through it) writes mounts as fstab lines: whitespace splits a field."""
+        for what, path in (("mount source", self.src), ("mount target", self.dst)):
+            if any(c.isspace() for c in path) or "," in path:
+                raise quoting.UnsafeValue(WHERE, what, path, f"contains whitespace or ',', which {runtime} "
+                                          "mounts cannot carry", "rename the path or bind a parent directory")
+        return self
 
     @classmethod
     def parse(cls, text: str) -> "Mount":
@@ -84,8 +137,8 @@ def parse_env(items: tuple[str, ...] | list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not _ENV_NAME.match(name):
-            raise UsageError(f"bad environment variable {item!r}", "write NAME=VALUE")
+        if not quoting.ENV_NAME.fullmatch(name):
+            raise UsageError(f"bad environment variable {quoting.shown(item)}", "write NAME=VALUE")
         if not sep:
             if name not in os.environ:
                 raise UsageError(f"{name} is not set here", f"write {name}=VALUE")
@@ -95,7 +148,7 @@ def parse_env(items: tuple[str, ...] | list[str]) -> dict[str, str]:
 
 
 def quote(args: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in args)
+    return " ".join(quoting.sh_arg(a, WHERE) for a in args)
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o755) -> Path:

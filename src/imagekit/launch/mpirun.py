@@ -11,18 +11,18 @@ and the ranks' MPI library speak one wire protocol.
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import __version__, procs
+from imagekit import __version__, procs, quoting
 from imagekit.errors import UsageError
 from imagekit.launch import wrapper
-from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_command, check_count,
-                                    new_job_id, quote, require_tool, write_atomic)
+from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_command, check_count, check_env,
+                                    check_line, check_token, check_words, new_job_id, quote, require_tool,
+                                    write_atomic)
 from imagekit.launch.signals import interruptible, shielded
 
 RUNTIMES = wrapper.RUNTIMES
@@ -72,6 +72,17 @@ class MpirunJob:
             raise UsageError("no hosts given", "pass --hosts HOST[:SLOTS],...")
         if self.np is not None:
             check_count("--np", self.np)
+        for host, slots in self.hosts:
+            check_token("host", host)
+            check_count("slots", slots)
+        check_line("image", self.image)
+        check_line("--workdir", self.workdir)
+        check_env(self.env)
+        check_words("--mpirun-arg", self.mpirun_args)
+        check_token("job id", self.job_id)
+        if self.runtime == "enroot":
+            for m in self.mounts:
+                m.check_fstab("enroot")
 
     @property
     def ranks(self) -> int:
@@ -80,7 +91,7 @@ class MpirunJob:
 
 def render_run(job: MpirunJob, docker: str = "docker") -> str:
     """``run.sh``: exports, root opt-in, ``mpirun … rank.sh CMD``, and container cleanup on exit."""
-    q = shlex.quote
+    q = quoting.sh_arg
     hosts = ",".join(f"{h}:{s}" for h, s in job.hosts)
     lines = [
         "#!/bin/bash",
@@ -92,10 +103,11 @@ def render_run(job: MpirunJob, docker: str = "docker") -> str:
     ]
     lines += [f"export {k}={q(v)}" for k, v in job.env.items()]
     if job.runtime == "docker":
+        cleanup = (f'{q(docker)} ps -q --filter "label={JOB_LABEL}=$IMAGEKIT_JOB_ID" '
+                   f"| xargs -r {q(docker)} rm -f >/dev/null")
         lines += [
             "# ranks killed hard (SIGKILL to the docker client) leave their container running",
-            f"trap '{q(docker)} ps -q --filter \"label={JOB_LABEL}=$IMAGEKIT_JOB_ID\" "
-            f"| xargs -r {q(docker)} rm -f >/dev/null' EXIT",
+            f"trap {quoting.sh(cleanup)} EXIT",
         ]
     lines += [
         'if [ "$(id -u)" = 0 ]; then',

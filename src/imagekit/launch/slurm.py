@@ -20,19 +20,17 @@ jobs take ``--ntasks-per-node`` from the option (default 1).
 
 from __future__ import annotations
 
-import shlex
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import __version__
-from imagekit.errors import ImagekitError, UsageError
+from imagekit import __version__, quoting
+from imagekit.errors import ImagekitError
 from imagekit.launch import wrapper
-from imagekit.launch.common import (Mount, check_choice, check_command, check_count, new_job_id, quote,
-                                    require_tool, write_atomic)
+from imagekit.launch.common import (Mount, check_choice, check_command, check_count, check_env, check_line,
+                                    check_token, check_words, new_job_id, quote, require_tool, write_atomic)
 
 RUNTIMES = ("pyxis", "apptainer", "enroot", "docker")
-WRAPPER_END = "IMAGEKIT_RANK_WRAPPER"
 
 
 @dataclass
@@ -66,11 +64,31 @@ class SlurmJob:
         if self.cpus_per_task is not None:
             check_count("--cpus-per-task", self.cpus_per_task)
         check_command(self.command)
-        if self.runtime == "pyxis":
+        check_line("image", self.image)
+        check_line("--workdir", self.workdir)
+        check_env(self.env)
+        check_words("--srun-arg", self.srun_args)
+        check_token("job id", self.job_id)
+        if self.container_name is not None:
+            check_token("--container-name", self.container_name)
+        for option, value in self.sbatch_options().items():
+            quoting.sbatch_value(value, f"--{option}", "launch")
+        if self.runtime in ("pyxis", "enroot"):
+            # --container-mounts separates entries with ',' and Enroot writes each as an fstab line.
             for m in self.mounts:
-                if "," in m.src or "," in m.dst:
-                    raise UsageError(f"pyxis mount {m.src}:{m.dst} contains a comma",
-                                     "rename the path: --container-mounts separates entries with commas")
+                m.check_fstab(self.runtime)
+
+    def sbatch_options(self) -> dict[str, str]:
+        """The ``#SBATCH --OPTION=VALUE`` lines, in order (values are checked to be one token)."""
+        opts = {"job-name": self.job_name, "nodes": str(self.nodes), "ntasks-per-node": str(self.tasks_per_node)}
+        if self.gpus_per_node:
+            opts["gpus-per-node"] = str(self.gpus_per_node)
+        if self.cpus_per_task:
+            opts["cpus-per-task"] = str(self.cpus_per_task)
+        for opt, val in (("partition", self.partition), ("time", self.time), ("account", self.account)):
+            if val:
+                opts[opt] = val
+        return opts
 
     @property
     def tasks_per_node(self) -> int:
@@ -79,17 +97,9 @@ class SlurmJob:
         return self.gpus_per_node or 1
 
 
-def _sbatch_header(job: SlurmJob) -> list[str]:
-    h = ["#!/bin/bash", f"#SBATCH --job-name={job.job_name}", f"#SBATCH --nodes={job.nodes}",
-         f"#SBATCH --ntasks-per-node={job.tasks_per_node}"]
-    if job.gpus_per_node:
-        h.append(f"#SBATCH --gpus-per-node={job.gpus_per_node}")
-    if job.cpus_per_task:
-        h.append(f"#SBATCH --cpus-per-task={job.cpus_per_task}")
-    for opt, val in (("partition", job.partition), ("time", job.time), ("account", job.account)):
-        if val:
-            h.append(f"#SBATCH --{opt}={val}")
-    return h
+def sbatch_header(options: dict[str, str]) -> list[str]:
+    return ["#!/bin/bash"] + [f"#SBATCH --{opt}={quoting.sbatch_value(val, f'--{opt}')}"
+                              for opt, val in options.items()]
 
 
 NOTES = """\
@@ -106,14 +116,14 @@ def render(job: SlurmJob) -> str:
     """The complete sbatch script for ``job``."""
     gpu_note = f", one per GPU ({job.gpus_per_node} GPUs per node)" if job.gpus_per_node else " (CPU only)"
     shm_note = "; size it to several GiB" if job.runtime != "docker" else " (--ipc=host)"
-    lines = _sbatch_header(job)
+    lines = sbatch_header(job.sbatch_options())
     lines.append(NOTES.format(version=__version__, runtime=job.runtime, tasks=job.tasks_per_node,
                               gpu_note=gpu_note, shm_note=shm_note))
     lines.append("set -euo pipefail")
     env = dict(job.env)
     if job.nccl_debug:
         env.setdefault("NCCL_DEBUG", "INFO")
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    lines += [f"export {k}={quoting.sh_arg(v)}" for k, v in env.items()]
     srun = ["srun", "--mpi=pmix"] + list(job.srun_args)
     if job.runtime == "pyxis":
         srun += _pyxis_flags(job, list(env))
@@ -121,15 +131,12 @@ def render(job: SlurmJob) -> str:
     else:
         text = wrapper.render(job.runtime, job.image, job_id=job.job_id, mounts=job.mounts,
                               env_names=list(env), gpus=bool(job.gpus_per_node), workdir=job.workdir)
-        if WRAPPER_END in text:  # pragma: no cover - only a hostile image name could do this
-            raise UsageError("the image name contains the wrapper's heredoc marker", "rename the image")
         lines += [
             'export IMAGEKIT_JOB_ID="imagekit-${SLURM_JOB_ID:-local}"',
             "# The per-rank wrapper, passed to every task with bash -c (no shared filesystem needed).",
-            f"rank_wrapper=$(cat <<'{WRAPPER_END}'",
-            text.rstrip("\n"),
-            WRAPPER_END,
-            ")",
+            # One single-quoted word: no heredoc marker for a value to collide with.
+            "# shellcheck disable=SC2016 # expanded by each task's bash, not here",
+            f"rank_wrapper={quoting.sh(text)}",
         ]
         if job.runtime == "docker":
             lines += [

@@ -23,9 +23,9 @@ namespaces but takes environment variables with ``--env NAME``.
 
 from __future__ import annotations
 
-import shlex
-
-from imagekit.launch.common import JOB_LABEL, MPI_ENV_PREFIXES, SLURM_ENV_PREFIXES, Mount
+from imagekit import quoting
+from imagekit.launch.common import (JOB_LABEL, MPI_ENV_PREFIXES, SLURM_ENV_PREFIXES, Mount, check_line,
+                                    check_token)
 
 RUNTIMES = ("docker", "apptainer", "enroot")
 # Tuning a user sets on the host (NCCL_IB_HCA, UCX_TLS...) and Slurm's GPU binding must reach the rank too.
@@ -47,14 +47,17 @@ def _forward_loop(flag: str) -> str:
 
 
 def _extra_env(flag: str, names: list[str]) -> str:
-    return "".join(f"forward+=({flag} {shlex.quote(n)})\n" for n in names)
+    return "".join(f"forward+=({flag} {quoting.sh_arg(quoting.env_name(n, 'launch', '--env name'))})\n" for n in names)
 
 
 def render(runtime: str, image: str, *, job_id: str, mounts: list[Mount] = (),
            env_names: list[str] = (), gpus: bool = False, workdir: str | None = None,
            docker: str = "docker") -> str:
     """The wrapper script text for ``runtime``; it runs ``"$@"`` as one rank."""
-    q = shlex.quote
+    q = quoting.sh_arg
+    check_token("job id", job_id)
+    check_line("image", image)
+    check_line("--workdir", workdir)
     head = (
         "#!/bin/bash\n"
         f"# imagekit rank wrapper ({runtime}, job {job_id}): runs one MPI rank in a container.\n"
@@ -101,12 +104,12 @@ def render(runtime: str, image: str, *, job_id: str, mounts: list[Mount] = (),
     elif runtime == "enroot":
         def fstab(src: str, dst: str, ro: bool = False) -> str:
             return f"{src}:{dst}:none:x-create=auto,rbind" + (",ro" if ro else "")
-        def sq(text: str) -> str:  # always quoted: the commas in mount options are not array separators
-            return "'" + text.replace("'", "'\\''") + "'"
-        binds = "".join(f"binds+=(--mount {sq(fstab(m.src, m.dst, m.readonly))})\n" for m in mounts)
+        # Always quoted: shellcheck reads bare commas in an array as a mistake.
+        binds = "".join(f"binds+=(--mount {quoting.sh(fstab(m.src, m.dst, m.readonly))})\n"
+                        for m in (m.check_fstab("enroot") for m in mounts))
         body = (
             _forward_loop("--env") + _extra_env("--env", list(env_names)) +
-            f"binds=(--mount {sq(fstab('/tmp', '/tmp'))})\n"
+            f"binds=(--mount {quoting.sh(fstab('/tmp', '/tmp'))})\n"
             'if [ -n "${PMIX_SERVER_TMPDIR:-}" ]; then\n'
             '  binds+=(--mount "$PMIX_SERVER_TMPDIR:$PMIX_SERVER_TMPDIR:none:x-create=dir,rbind")\n'
             "fi\n" + binds +

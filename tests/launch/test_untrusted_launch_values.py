@@ -1,0 +1,213 @@
+"""Hostile launch values in every launch script and manifest: sbatch files (outside-in, all four
+runtimes, and inside-out), the rank wrapper, run.sh, the inside-out ssh config and hostfile, and
+the MPIJob manifest.
+
+Each generated script is parsed (``bash -n``) and then run for real, with stubs in place of
+``srun``, ``mpirun``, ``scontrol``, ``docker``, ``enroot`` and ``apptainer`` (Slurm and the
+container runtimes are exercised for real elsewhere; here the question is only what reaches
+them). A stub records the argument vector it was given, byte for byte, and ``srun``/``mpirun``
+stubs go on to run the command they would start (the rank wrapper), so the whole chain runs.
+Every payload would create ``$IK_CANARY`` if any part of it ran as code.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from hostile import CANARY_VAR, nul_free_lists, nul_free_words, words
+from imagekit import quoting
+from imagekit.errors import UsageError
+from imagekit.launch import inside_out, mpijob, mpirun, slurm
+from imagekit.launch.common import Mount
+
+PROPERTY = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+commands = st.builds(lambda head, rest: [head, *rest], nul_free_words.filter(lambda w: not w.startswith("-")),
+                     nul_free_lists)
+def _or(default: str):
+    """Half the time a plain value, so that the other fields' hostile values get to run."""
+    return st.one_of(st.just(default), words)
+
+
+env_values = st.dictionaries(st.sampled_from(["A", "NOTE", "NCCL_DEBUG", "UCX_TLS"]), nul_free_words, max_size=3)
+
+RECORD = """#!/bin/sh
+f=$(mktemp "$IK_CALLS/call.XXXXXX")
+printf '%s\\0' "${0##*/}" "$@" > "$f"
+"""
+# srun/mpirun: record, then skip their own options and run what they would start on each node.
+LAUNCHER = RECORD + """case "${0##*/}" in
+  srun) while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done ;;
+  mpirun) while [ $# -gt 0 ]; do case "$1" in */rank.sh) break ;; *) shift ;; esac; done ;;
+esac
+case "${1:-}" in bash|sh|*/rank.sh) exec "$@" ;; esac
+"""
+SCONTROL = RECORD + 'printf "%s\\n" node1 node2\n'
+
+
+@pytest.fixture
+def stubs(tmp_path) -> Path:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, text in (("srun", LAUNCHER), ("mpirun", LAUNCHER), ("scontrol", SCONTROL),
+                       ("docker", RECORD), ("enroot", RECORD), ("apptainer", RECORD)):
+        (bindir / name).write_text(text)
+        (bindir / name).chmod(0o755)
+    return bindir
+
+
+def _run(script: Path, stubs: Path, **env) -> list[list[bytes]]:
+    """Run ``script`` with the stubs first on PATH; return the recorded calls (argv lists)."""
+    work = script.parent
+    calls = work / "calls"
+    calls.mkdir(exist_ok=True)
+    for old in calls.iterdir():
+        old.unlink()
+    canary = work / "canary"
+    proc = subprocess.run(["bash", "-n", str(script)], capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run(["bash", str(script)], capture_output=True, timeout=60, cwd=work,
+                          env={"PATH": f"{stubs}:/usr/bin:/bin", "IK_CALLS": str(calls),
+                               CANARY_VAR: str(canary), "HOME": str(work), **env})
+    assert not canary.exists(), "an injected command ran"
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    return [c.read_bytes().split(b"\0")[:-1] for c in sorted(calls.iterdir(), key=os.path.getmtime)]
+
+
+def _enc(words_: list[str]) -> list[bytes]:
+    return [quoting.encode(w) for w in words_]
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_bytes(quoting.encode(text))
+    return path
+
+
+@PROPERTY
+@given(command=commands, env=env_values, workdir=_or("work"), image=_or("site/img:1"), name=_or("imagekit"),
+       runtime=st.sampled_from(slurm.RUNTIMES))
+def test_sbatch_script_passes_every_value_intact(tmp_path, stubs, command, env, workdir, image, name, runtime):
+    try:
+        job = slurm.SlurmJob(image="site/img:1" if image.startswith("-") else image, nodes=2,
+                             command=command, runtime=runtime, env=env, workdir="/" + workdir,
+                             job_name=name, mounts=[Mount("/data", "/data", True)])
+    except UsageError as exc:
+        assert "\n" not in exc.message
+        event("refused")
+        return
+    event("ran")
+    calls = _run(_write(tmp_path / "job.sbatch", slurm.render(job)), stubs, SLURM_JOB_ID="42",
+                 SLURM_JOB_NUM_NODES="2")
+    srun = next(c for c in calls if c[0] == b"srun" and b"--mpi=pmix" in c)
+    if runtime == "pyxis":
+        assert srun[-len(command):] == _enc(command)
+        assert quoting.encode(f"--container-image={job.image}") in srun
+        assert quoting.encode(f"--container-workdir={job.workdir}") in srun
+        return
+    started = next(c for c in calls if c[0] == runtime.encode() and c[1] in (b"run", b"start", b"exec"))
+    if runtime == "enroot":  # no workdir flag: sh -c 'cd "$0" && exec "$@"' WORKDIR CMD...
+        assert started[-len(command) - 1:] == _enc([job.workdir, *command])
+    else:
+        assert started[-len(command) - 1:] == _enc([job.image, *command])
+    for k, v in env.items():
+        flag = {"docker": b"-e", "enroot": b"--env"}.get(runtime)
+        if flag:
+            assert quoting.encode(k) in started
+
+
+@PROPERTY
+@given(command=commands, env=env_values, image=_or("site/img:1"), runtime=st.sampled_from(mpirun.RUNTIMES))
+def test_mpirun_scripts_pass_every_value_intact(tmp_path, stubs, command, env, image, runtime):
+    try:
+        job = mpirun.MpirunJob(runtime=runtime, image=image or "x", hosts=[("h1", 2)], command=command, env=env)
+    except UsageError as exc:
+        assert "\n" not in exc.message
+        event("refused")
+        return
+    event("ran")
+    run_sh = mpirun.write(job, tmp_path / "job")
+    calls = _run(run_sh, stubs)
+    launched = next(c for c in calls if c[0] == b"mpirun")
+    assert launched[-len(command):] == _enc(command)
+    started = next(c for c in calls if c[0] == runtime.encode() and c[1] in (b"run", b"start", b"exec"))
+    assert started[-len(command) - 1:] == _enc([job.image, *command])
+
+
+@PROPERTY
+@given(command=commands, env=env_values, image=_or("site/img:1"), name=_or("imagekit-io"), args=nul_free_lists)
+def test_inside_out_sbatch_passes_every_value_intact(tmp_path, stubs, command, env, image, name, args):
+    try:
+        job = inside_out.InsideOutJob(image=image or "x", nodes=2, command=command, env=env, scheduler="slurm",
+                                      job_name=name, mpirun_args=args)
+    except UsageError as exc:
+        assert "\n" not in exc.message
+        event("refused")
+        return
+    event("ran")
+    calls = _run(_write(tmp_path / "io.sbatch", inside_out.render_sbatch(job)), stubs,
+                 SLURM_JOB_ID="42", SLURM_SUBMIT_DIR=str(tmp_path), SLURM_JOB_NUM_NODES="2",
+                 SLURM_JOB_NODELIST="node[1-2]")
+    srun = next(c for c in calls if c[0] == b"srun" and b"docker" in c and b"--entrypoint" in c)
+    run = srun[srun.index(b"docker"):]  # what srun starts on every node
+    assert run[run.index(b"--entrypoint") + 2] == quoting.encode(job.image)
+    mpi = next(c for c in calls if c[0] == b"docker" and c[1] == b"exec" and b"mpirun" in c)
+    assert mpi[-len(command):] == _enc(command)
+    assert mpi[mpi.index(b"mpirun"):][-len(command) - len(args):-len(command) or None] == _enc(args)
+    for k, v in env.items():
+        assert quoting.encode(f"{k}={v}") in run
+
+
+@PROPERTY
+@given(command=commands, env=env_values)
+def test_inside_out_ssh_config_and_hostfile_are_fixed_text(command, env):
+    """No job value reaches the ssh config, known_hosts or the hostfile: they are the same for
+    any command and environment."""
+    job = inside_out.InsideOutJob(image="x", nodes=3, command=command, env=env, slots=2)
+    d = inside_out.make_job_dir(job)
+    try:
+        assert (d / "ssh_config").read_text() == inside_out.SSH_CONFIG
+        assert (d / "hostfile").read_text() == "node0 slots=2\nnode1 slots=2\nnode2 slots=2\n"
+        assert (d / "known_hosts").read_text().startswith("* ssh-ed25519 ")
+        assert (d / "start.sh").read_text() == inside_out.START_SH
+    finally:
+        import shutil
+        shutil.rmtree(d)
+
+
+@PROPERTY
+@given(command=commands, env=env_values, image=_or("site/img:1"))
+def test_mpijob_manifest_loads_back_to_the_same_values(command, env, image):
+    try:
+        spec = mpijob.MPIJobSpec(name="job", image=image or "x", workers=2, command=command, env=env)
+    except UsageError:
+        return
+    text = mpijob.render(spec)
+    loaded = yaml.safe_load(text)
+    assert loaded == mpijob.build(spec)
+    launcher = loaded["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert launcher["command"][-len(command):] == command and launcher["image"] == spec.image
+
+
+@pytest.mark.parametrize("kw,field", [
+    ({"job_name": "x\n#SBATCH --wrap=id"}, "--job-name"),
+    ({"partition": "gpu; touch /x"}, "--partition"),
+    ({"time": "1:00 -p x"}, "--time"),
+    ({"command": ["--wrap=touch /x"]}, "command"),
+    ({"command": ["python3", "a\x00b"]}, r"command\[1\]"),
+    ({"image": "img\nIMAGEKIT_RANK_WRAPPER"}, "image"),
+    ({"workdir": "/w\nd"}, "--workdir"),
+    ({"env": {"A;B": "1"}}, "--env name"),
+    ({"container_name": "a,b"}, "--container-name"),
+    ({"mounts": [Mount("/a b", "/a b")]}, "mount source"),
+])
+def test_bad_launch_values_are_refused_naming_the_field(kw, field):
+    base = dict(image="img", nodes=1, command=["true"])
+    with pytest.raises(quoting.UnsafeValue, match=rf"^launch: {field} "):
+        slurm.SlurmJob(**{**base, **kw})
