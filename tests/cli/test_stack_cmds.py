@@ -171,13 +171,13 @@ def test_render_output_is_atomic_on_failure(tmp_path, monkeypatch):
     # A write that fails half-way (disk full, Ctrl-C) keeps the previous file and leaves no temporary.
     out = tmp_path / "Dockerfile"
     out.write_text("previous\n")
-    real_write = Path.write_text
+    real_write = Path.write_bytes
 
     def failing_write(self, data, *a, **kw):
         real_write(self, data[:100], *a, **kw)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Path, "write_text", failing_write)
+    monkeypatch.setattr(Path, "write_bytes", failing_write)
     result = CliRunner().invoke(cli.main, ["render", "debian-mpi", "-o", str(out)])
     monkeypatch.undo()
     assert result.exit_code != 0
