@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import __version__
+from imagekit import __version__, quoting
 from imagekit.errors import ImagekitError, UsageError
 
 # distro -> (suites known to debootstrap, the apt source file pattern to find a mirror)
@@ -64,6 +64,10 @@ def parse(name: str, mirror: str | None = None, tag: str | None = None,
     if not mirror:
         raise UsageError(f"no {distro} mirror configured",
                          f"pass --mirror URL or set IMAGEKIT_{distro.upper()}_MIRROR")
+    # It becomes a field of an apt sources line and a label: one URL, no whitespace.
+    if not re.fullmatch(r"(https?|file)://[^\s'\"\\$`]+", quoting.no_control(mirror, "base image", "mirror")):
+        raise quoting.UnsafeValue("base image", "mirror", mirror, "is not a mirror URL",
+                                  "write http://HOST/PATH or file:///PATH, without spaces or quotes")
     bad = [c for c in components if c not in COMPONENTS[distro]]
     if bad or "main" not in components:
         raise UsageError(f"invalid {distro} components {','.join(components)!r}",
@@ -115,7 +119,7 @@ def _bootstrap_and_import(spec: BaseSpec, log) -> None:
         f"LABEL org.opencontainers.image.title={spec.distro}-{spec.suite}-minbase",
         f"LABEL org.opencontainers.image.created={created}",
         f"LABEL io.imagekit.base={spec.distro}:{spec.suite}",
-        f"LABEL io.imagekit.base.mirror={spec.mirror}",
+        f"LABEL io.imagekit.base.mirror={quoting.dockerfile_string(spec.mirror, 'base image', 'mirror')}",
         f"LABEL io.imagekit.base.components={','.join(spec.components)}",
         f"LABEL io.imagekit.version={__version__}",
     ]

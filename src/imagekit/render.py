@@ -84,14 +84,14 @@ def populate(devel, runtime, stack, *, single_stage: bool = False) -> None:
 
 
 def _quoted(labels: dict[str, str]) -> dict[str, str]:
-    """HPCCM writes label values verbatim: Docker needs quotes around spaces, Singularity must not."""
-    import json
-
+    """HPCCM writes label values verbatim: Docker needs them quoted (and ``$`` escaped, or it
+    substitutes build variables), Singularity's %labels takes the rest of the line as is."""
+    from imagekit import quoting
     from imagekit.components import _blocks
 
     if not _blocks.docker():
-        return labels
-    return {k: json.dumps(v) for k, v in labels.items()}
+        return {k: quoting.definition_line(v, "recipe", f"label {k}") for k, v in labels.items()}
+    return {k: quoting.dockerfile_string(v, "recipe", f"label {k}") for k, v in labels.items()}
 
 
 def render(stack, fmt: str = "docker", *, single_stage: bool = False) -> str:

@@ -7,9 +7,11 @@ both reject unknown keys (with a "did you mean") and wrong types the same way.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from imagekit import quoting
 from imagekit.errors import StackError
 
 TYPE_NAMES = {str: "a string", bool: "true or false", int: "an integer", list: "a list",
@@ -24,6 +26,12 @@ class Option:
     choices: tuple | None = None
     required: bool = False
     item_type: type | None = None  # for lists
+    # Strings (and string items) must match this whole; `pattern_help` says what is valid.
+    pattern: str | None = None
+    pattern_help: str = ""
+    # Only shell commands meant as code (a check's `run`) may span lines: every other string
+    # lands on one line of a Dockerfile, a definition file or a label.
+    multiline: bool = False
 
 
 def validate(data: Mapping, options: Mapping[str, Option], *, context: str) -> dict:
@@ -58,12 +66,34 @@ def check_value(data: Mapping, key: str, value: Any, opt: Option, context: str) 
         maybe = f"did you mean {close[0]!r}? " if close else ""
         raise StackError(f"invalid value {value!r}", file=file, line=line, key=dotted,
                          hint=f"{maybe}valid: {', '.join(map(str, opt.choices))}")
+    if opt.type is str:
+        check_text(value, opt, file, line, dotted)
     if opt.type is list and opt.item_type is not None:
         for i, item in enumerate(value):
+            lines = getattr(value, "lines", [])
+            item_line = lines[i] if i < len(lines) else line
             if not isinstance(item, opt.item_type):
-                lines = getattr(value, "lines", [])
                 raise StackError(f"item {i + 1} must be {TYPE_NAMES.get(opt.item_type)}, got {_describe(item)}",
-                                 file=file, line=lines[i] if i < len(lines) else line, key=dotted)
+                                 file=file, line=item_line, key=dotted)
+            if opt.item_type is str:
+                check_text(item, opt, file, item_line, f"{dotted}[{i + 1}]")
+    return value
+
+
+def check_text(value: str, opt: Option, file: str | None, line: int | None, key: str) -> str:
+    """Stack strings end up in recipes, labels and scripts: one line each (unless the option is
+    code), and the option's pattern when it has one."""
+    try:
+        if opt.multiline:
+            quoting.valid_text(value, "stack", key)
+        else:
+            quoting.no_control(value, "stack", key)
+    except quoting.UnsafeValue as exc:
+        raise StackError(exc.message.removeprefix(f"stack: {key} "), file=file, line=line, key=key,
+                         hint="write it on one line, without control characters") from None
+    if opt.pattern is not None and not re.fullmatch(opt.pattern, value):
+        raise StackError(f"invalid value {quoting.shown(value)}", file=file, line=line, key=key,
+                         hint=opt.pattern_help or f"it must match {opt.pattern}")
     return value
 
 

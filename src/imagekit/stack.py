@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,17 @@ DISTROS = {
 }
 ARCHES = ("x86_64", "aarch64")
 
+# Stack values reach Dockerfiles, definition files, labels and shell lines; those that name things
+# are held to the characters that can name them (schema.check_text refuses control characters in all).
+NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+NAME_HELP = "letters, digits, '.', '_' and '-' (it names the image)"
+IMAGE = r"[A-Za-z0-9_./:@+-]+"
+IMAGE_HELP = "an image reference like nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04, or a path (no spaces or quotes)"
+MIRROR = r"[^\s'\"\\$`;&|<>()*?]+"
+
 TOP = {
-    "name": Option(str, None, "the stack's name (image and variant names derive from it)", required=True),
+    "name": Option(str, None, "the stack's name (image and variant names derive from it)", required=True,
+                   pattern=NAME, pattern_help=NAME_HELP),
     "description": Option(str, ""),
     "extends": Option(str, None, "a parent stack file, relative to this one"),
     "base": Option(dict, None, "base images, distro and arch", required=True),
@@ -42,11 +52,14 @@ TOP = {
     "checks": Option(list, [], "extra checks run by `imagekit check`", item_type=dict),
     "matrix": Option(dict, None, "axis -> value key -> overlay"),
     "mirror": Option(str, None, "a site mirror of upstream release files: a directory (relative to this "
-                                "file) or an http(s)/file URL; --mirror and $IMAGEKIT_MIRROR override it"),
+                                "file) or an http(s)/file URL; --mirror and $IMAGEKIT_MIRROR override it",
+                     pattern=MIRROR, pattern_help="a path or URL without spaces, quotes or shell characters"),
 }
 BASE = {
-    "image": Option(str, None, "the devel stage's base image", required=True),
-    "runtime": Option(str, None, "the runtime stage's base image (default: the devel image)"),
+    "image": Option(str, None, "the devel stage's base image", required=True, pattern=IMAGE,
+                    pattern_help=IMAGE_HELP),
+    "runtime": Option(str, None, "the runtime stage's base image (default: the devel image)", pattern=IMAGE,
+                      pattern_help=IMAGE_HELP),
     "distro": Option(str, None, "always explicit: HPCCM guesses wrong otherwise", choices=tuple(DISTROS),
                      required=True),
     "arch": Option(str, "x86_64", "CPU architecture", choices=ARCHES),
@@ -54,14 +67,22 @@ BASE = {
                         choices=("docker", "docker-daemon", "localimage")),
 }
 CHECK_KEYS = {
-    "name": Option(str, None, "a short name for the check", required=True),
+    "name": Option(str, None, "a short name for the check", required=True, pattern=r"[A-Za-z0-9_.-]+",
+                   pattern_help="letters, digits, '.', '_' and '-'"),
     "describe": Option(str, None),
-    "run": Option(str, None, "a shell command that must exit 0"),
+    # Code by design: it runs in a container of the image under test, never on the host.
+    "run": Option(str, None, "a shell command that must exit 0", multiline=True),
     "expect": Option(str, None, "a regex the command's output must match"),
     "file": Option(str, None, "a path that must exist"),
-    "absent": Option(str, None, "a glob that must match nothing"),
-    "library": Option(str, None, "a soname the loader cache must resolve"),
-    "python_import": Option(str, None, "a module python3 must import"),
+    "absent": Option(str, None, "globs that must match nothing",
+                     pattern=r"/[A-Za-z0-9_./*?\[\]+@%:=,-]*( /[A-Za-z0-9_./*?\[\]+@%:=,-]*)*",
+                     pattern_help="absolute paths with * ? [] wildcards, separated by spaces "
+                                  "(no other shell characters)"),
+    "library": Option(str, None, "a soname the loader cache must resolve", pattern=r"[A-Za-z0-9_.+-]+",
+                      pattern_help="a soname like libnccl.so.2"),
+    "python_import": Option(str, None, "a module python3 must import",
+                            pattern=r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*",
+                            pattern_help="a dotted module name like torch.distributed"),
     "needs": Option(str, None, "hardware the check needs", choices=checks_mod.NEEDS),
 }
 OVERLAY_KEYS = ("description", "base", "components", "tags", "checks")
@@ -297,6 +318,10 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
     base_raw = raw["base"]
     base = schema.validate(base_raw, BASE, context="base")
     name = top["name"] + "".join(f"-{v}" for v in variant.values())
+    if variant and not re.fullmatch(NAME, name):
+        file, line = raw.pos("matrix") if "matrix" in raw else (str(path), None)
+        raise StackError(f"variant name {name!r} is not an image name", file=file, line=line, key="matrix",
+                         hint=f"matrix value keys become part of it: {NAME_HELP}")
     stack = Stack(
         name=name, file=str(path), stack_name=top["name"], variant=dict(variant),
         description=top["description"] or "",
@@ -308,6 +333,7 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
     tags = raw.get("tags") or PosList()
     for i, tag in enumerate(top["tags"]):
         try:
+            # Tags only reach the engine's API as arguments (never a script): the engine checks them.
             stack.tags.append(_substitute(tag, substitutions))
         except ValueError as exc:
             lines = getattr(tags, "lines", [])
@@ -367,6 +393,13 @@ def _stack_checks(items: list, path: Path) -> list:
                              f"{', '.join(kinds) or 'none'})", file=str(path),
                              line=lines[i] if i < len(lines) else None, key=f"checks[{i + 1}]")
         kind = kinds[0]
+        if spec["expect"] is not None:
+            try:
+                re.compile(spec["expect"])
+            except re.error as exc:
+                file, line = item.pos("expect")
+                raise StackError(f"invalid regex: {exc}", file=file, line=line, key=f"checks[{i + 1}].expect",
+                                 hint="it is a Python regular expression; escape ( [ . * with \\") from None
         out.append(checks_mod.Check(
             id=f"stack.{spec['name']}", describe=spec["describe"] or f"{kind}: {spec[kind]}",
             expect=spec["expect"], needs=spec["needs"], **{kind: spec[kind]}))

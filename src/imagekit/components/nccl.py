@@ -41,7 +41,8 @@ class Nccl(Component):
     upstream_file = ("nccl-{tag}.tar.gz", "https://github.com/NVIDIA/nccl/archive/v{tag}.tar.gz")
     options = {
         "cuda": Option(str, None, 'CUDA major of the PyPI wheel (e.g. "12"); derived from the cuda '
-                                  "component otherwise"),
+                                  "component otherwise", pattern=r"[0-9]+(\.[0-9]+)*",
+                     pattern_help='a CUDA version, e.g. "12" (only the major picks the wheel)'),
     }
 
     def configure(self) -> None:

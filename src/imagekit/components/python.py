@@ -23,9 +23,14 @@ class Python(Component):
     sources = ("distro",)
     options = {
         "packages": Option(list, [], "distro modules, e.g. [mpi4py, numpy] -> python3-mpi4py python3-numpy",
-                           item_type=str),
+                           item_type=str, pattern=r"[a-z0-9][a-z0-9.+-]*",
+                           pattern_help="a Debian package name without the python3- prefix, e.g. mpi4py"),
         "pip": Option(list, [], 'pip requirements for /opt/venv, e.g. ["numpy==2.1.3"]', item_type=str),
     }
+
+    def configure(self) -> None:
+        super().configure()
+        check_requirements(self, "pip")
     distro_versions = {"debian12": "3.11", "debian13": "3.13", "debian11": "3.9", "ubuntu22": "3.10", "ubuntu24": "3.12",
                        "ubuntu20": "3.8"}
 
@@ -63,3 +68,15 @@ class Python(Component):
         return [checks.run("python.version", f"python3 is Python {self.version}", "python3 --version",
                            expect=rf"Python {self.version}")] + \
             [checks.python_import(f"python.{p}", p) for p in self.opts["packages"]]
+
+
+def check_requirements(component: Component, key: str) -> None:
+    """Each item must parse as one PEP 508 requirement (pip gets it as one quoted argument)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for i, item in enumerate(component.opts[key]):
+        try:
+            Requirement(item)
+        except InvalidRequirement as exc:
+            component.error(key, f"item {i + 1} {item!r} is not a pip requirement: {str(exc).splitlines()[0]}",
+                            'write one requirement per item, e.g. "numpy==2.1.3" or "torchvision>=0.20"')

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from imagekit import checks
+from imagekit import checks, quoting
 from imagekit.components import Component, _blocks
-from imagekit.components.python import VENV
+from imagekit.components.python import VENV, check_requirements
 from imagekit.schema import Option
 
 # PyTorch version -> the CUDA builds published for it (rules.py refuses others).
@@ -30,18 +30,24 @@ class Pytorch(Component):
     order = 90
     sources = ("pypi",)
     options = {
-        "index_url": Option(str, DEFAULT_INDEX, "wheel index; {cuda} becomes e.g. cu124"),
+        "index_url": Option(str, DEFAULT_INDEX, "wheel index; {cuda} becomes e.g. cu124",
+                            pattern=r"(https?|file)://[^\s'\"\\$`;&|<>()]+",
+                            pattern_help="an http(s):// or file:// URL (no spaces, quotes or shell characters)"),
         "extras": Option(list, [], 'companion packages, e.g. ["torchvision==0.20.1"]', item_type=str),
     }
+
+    def configure(self) -> None:
+        super().configure()
+        check_requirements(self, "extras")
 
     @property
     def cuda_tag(self) -> str:
         return "cu" + "".join(self.stack.get("cuda").major_minor.split("."))
 
     def devel(self) -> list:
-        index = self.opts["index_url"].format(cuda=self.cuda_tag)
-        pkgs = " ".join([f"torch=={self.version}", *self.opts["extras"]])
-        return _blocks.pip_run([f"{VENV}/bin/python -m pip install --index-url {index} {pkgs}"],
+        index = self.opts["index_url"].replace("{cuda}", self.cuda_tag)
+        pkgs = " ".join(quoting.sh_arg(p) for p in [f"torch=={self.version}", *self.opts["extras"]])
+        return _blocks.pip_run([f"{VENV}/bin/python -m pip install --index-url {quoting.sh_arg(index)} {pkgs}"],
                                f"PyTorch {self.version} ({self.cuda_tag})")
 
     def labels(self) -> dict[str, str]:

@@ -50,7 +50,7 @@ def test_check(host, check):
         path = hits[0].rsplit("=> ", 1)[-1].strip()
         assert host.file(path).exists, f"{value} points to {path}, which does not exist"
     elif kind == "python_import":
-        cmd = host.run(f"python3 -c 'import {value}'")
+        cmd = host.run("python3 -c %s", f"import {value}")  # testinfra quotes the argument
         assert cmd.rc == 0, f"python3 cannot import {value}:\n{_show(cmd)}"
     else:  # pragma: no cover - the loader validates kinds
         pytest.fail(f"unknown check kind {kind}")
