@@ -90,6 +90,27 @@ checks:
     subprocess.run([engine.docker_cli(), "rmi", "-f", *result.tags], capture_output=True)
 
 
+def test_hostile_stack_values_build_as_data(base_image, write_stack, tmp_path):
+    """Quotes, $VAR, $(), backticks, ; and # in a description and a pip requirement's marker
+    (both accepted: they are valid text and a valid PEP 508 requirement) reach the image as data:
+    the label reads back exactly and the payload never ran in any build step."""
+    import yaml
+
+    payload = "it's \"$HOME\" \\ $(touch /canary) `touch /canary`; touch /canary && # caf\u00e9"
+    text = yaml.safe_dump({
+        "name": "hostile-values", "description": payload,
+        "base": {"image": "imagekit/debian:bookworm", "distro": "debian12"},
+        "components": {"python": {"pip": ['six==1.16.0; platform_system != "$(touch /canary)"']}},
+    }, allow_unicode=True)
+    result = build.build(stack.load(write_stack(text)), log_dir=tmp_path)
+    labels = engine.image_labels(result.tags[0])
+    assert labels["org.opencontainers.image.description"] == payload
+    probe = subprocess.run([engine.docker_cli(), "run", "--rm", "--entrypoint", "/bin/sh", result.tags[0], "-c",
+                            "test ! -e /canary && /opt/venv/bin/python -c 'import six'"], capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
+    subprocess.run([engine.docker_cli(), "rmi", "-f", *result.tags], capture_output=True)
+
+
 def test_ctrl_c_during_a_build_leaves_no_tag(base_image, write_stack, tmp_path):
     """Ctrl-C in a terminal signals the whole process group: imagekit and the docker CLI."""
     path = write_stack("""\

@@ -310,3 +310,80 @@ def test_generated_stacks_render_or_raise_stack_error(text):
         assert labels["io.imagekit.components"] == ",".join(s.components)
         for comp in s.components.values():
             comp.checks()  # must not raise on any accepted stack
+
+
+# ---------------------------------------------------------------- hostile stack values
+
+def _hostile_stack(field: str, value: str) -> dict:
+    data = {"name": "t", "description": "plain", "base": {"image": "imagekit/debian:bookworm", "distro": "debian12"},
+            "components": {"python": {"packages": ["mpi4py"], "pip": ["numpy==2.1.3"]}},
+            "checks": [{"name": "c", "describe": "d", "run": "true"}], "tags": ["t:1"]}
+    target, _, key = field.rpartition(".")
+    node = data
+    for part in target.split(".") if target else []:
+        node = node[int(part)] if part.isdigit() else node[part]
+    if isinstance(node.get(key), list):
+        node[key] = [value]
+    else:
+        node[key] = value
+    if key in ("file", "absent", "library", "python_import"):
+        node.pop("run")  # one kind per check
+    return data
+
+
+def _instructions(dockerfile: str) -> list[str]:
+    """Dockerfile instruction keywords, continuation lines joined, comments skipped."""
+    logical, current = [], ""
+    for line in dockerfile.splitlines():
+        if not current and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        current += line
+        if line.endswith("\\"):
+            current = current[:-1]
+            continue
+        logical.append(current.split(None, 1)[0])
+        current = ""
+    return logical
+
+
+HOSTILE_FIELDS = ["name", "description", "base.image", "base.runtime", "tags", "components.python.packages",
+                  "components.python.pip", "checks.0.name", "checks.0.describe", "checks.0.file",
+                  "checks.0.absent", "checks.0.library", "checks.0.python_import", "checks.0.expect"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=st.sampled_from(HOSTILE_FIELDS), value=st.one_of(
+    st.sampled_from(__import__("hostile").PAYLOADS), __import__("hostile").words).filter(
+        lambda v: "\udc80" not in v and "\udcff" not in v))
+def test_hostile_stack_values_are_refused_or_change_no_recipe_structure(tmp_path, field, value):
+    """Any string in a stack file: refused with file, line and key, or the Dockerfile keeps its
+    instruction list and the definition file its sections (a value added no line of code), and a
+    pip requirement stays one shell word."""
+    path = tmp_path / "stack.yaml"
+    path.write_text(yaml.safe_dump(_hostile_stack(field, value), allow_unicode=True))
+    baseline = stack_mod.load(write(tmp_path, yaml.safe_dump(_hostile_stack(field, "/x" if field.endswith("absent") else "x")),
+                                    "base.yaml"))
+    try:
+        s = stack_mod.load(path)
+    except StackError as exc:
+        event("refused")
+        assert exc.file == str(path) and exc.line is not None and exc.key
+        assert "\n" not in exc.message.splitlines()[0]
+        return
+    event("accepted")
+    docker = render.render(s, "docker")
+    assert _instructions(docker) == _instructions(render.render(baseline, "docker"))
+    sections = [l for l in render.render(s, "singularity").splitlines() if l.startswith(("%", "Bootstrap:", "From:"))]
+    assert len(sections) == len([l for l in render.render(baseline, "singularity").splitlines()
+                                 if l.startswith(("%", "Bootstrap:", "From:"))])
+    if field == "components.python.pip":
+        import shlex
+        run = next(l for l in docker.split("\nRUN ") if "pip install" in l and "numpy" not in l and "--upgrade" in l)
+        assert value in shlex.split(run.replace("\\\n", " "))
+
+
+def test_stack_file_that_is_not_utf8_is_refused_at_its_line(tmp_path):
+    path = tmp_path / "stack.yaml"
+    path.write_bytes(b"name: t\ndescription: caf\xe9\n")
+    with pytest.raises(StackError, match=r"stack.yaml:2: byte b'\\xe9' is not UTF-8"):
+        stack_mod.load(path)

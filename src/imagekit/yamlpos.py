@@ -43,11 +43,16 @@ def load(path: Path) -> Any:
     """Parse ``path``; raise StackError with file:line for malformed YAML or duplicate keys."""
     name = str(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise StackError("file not found", file=name) from None
     except OSError as exc:
         raise StackError(f"cannot read: {exc.strerror}", file=name) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StackError(f"byte {raw[exc.start:exc.start + 1]!r} is not UTF-8", file=name,
+                         line=raw.count(b"\n", 0, exc.start) + 1, hint="save the file as UTF-8") from None
     try:
         node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
