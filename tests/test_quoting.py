@@ -11,9 +11,8 @@ import subprocess
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from hostile import CANARY_VAR, PAYLOADS, REPRODUCER, nul_free_lists, nul_free_words, words
+from hostile import CANARY_VAR, REPRODUCER, nul_free_lists, nul_free_words, words
 from imagekit import quoting
 
 SHELLS = ("sh", "bash")
@@ -95,7 +94,7 @@ def test_dockerfile_string_escapes_what_docker_would_expand(value):
     try:
         out = quoting.dockerfile_string(value)
     except quoting.UnsafeValue:
-        assert quoting._CONTROL.search(value) or "\udc80" in value or "\x00" in value
+        assert quoting.CONTROL.search(value) or "\udc80" in value or "\x00" in value
         return
     inner = out[1:-1]
     assert out[0] == out[-1] == '"' and "\n" not in out
@@ -117,16 +116,3 @@ def test_error_shows_long_values_cut_and_on_one_line():
     with pytest.raises(quoting.UnsafeValue) as info:
         quoting.no_control("x" * 5000 + "\n", "image big", "label note")
     assert len(info.value.message) < 200 and "5001 characters" in info.value.message
-
-
-@pytest.mark.parametrize("ref", ["imagekit/debian-mpi:latest", "127.0.0.1:5000/site/img:v2", "ubuntu",
-                                 "nvcr.io/nvidia/cuda:12.4.1-devel-ubuntu22.04",
-                                 "img@sha256:" + "a" * 64])
-def test_image_ref_accepts_references(ref):
-    assert quoting.image_ref(ref) == ref
-
-
-@given(ref=st.sampled_from(PAYLOADS))
-def test_image_ref_refuses_payloads(ref):
-    with pytest.raises(quoting.UnsafeValue):
-        quoting.image_ref("img:" + ref if ref else "'")

@@ -19,7 +19,7 @@ import re
 from imagekit.errors import UsageError
 
 # Tab stays: it ends no line and is literal inside quotes; fields that split at whitespace say so.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -59,7 +59,7 @@ def valid_text(value: str, where: str = "value", field: str = "text") -> str:
 def no_control(value: str, where: str, field: str, hint: str | None = None) -> str:
     """Refuse any control character (a newline ends a line in every line-oriented format)."""
     valid_text(value, where, field)
-    m = _CONTROL.search(value)
+    m = CONTROL.search(value)
     if m:
         raise UnsafeValue(where, field, value, f"contains the control character {m.group()!r}",
                           hint or "remove it: this field is written into a line-oriented file")
@@ -146,17 +146,3 @@ def dockerfile_string(value: str, where: str = "recipe", field: str = "value") -
 def definition_line(value: str, where: str = "definition file", field: str = "value") -> str:
     """A value on one line of a Singularity/Apptainer definition file (header or %labels)."""
     return no_control(value, where, field)
-
-
-# Image references as Docker parses them: registry[:port]/path[:tag][@digest].
-IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*(:[0-9]+/[A-Za-z0-9._/-]+)?(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
-                       r"(@[a-z0-9]+:[0-9a-f]{32,})?")
-
-
-def image_ref(ref: str, where: str = "value", field: str = "image") -> str:
-    """An image reference: refused unless it has the shape of one (no spaces, quotes or newlines)."""
-    valid_text(ref, where, field)
-    if not IMAGE_REF.fullmatch(ref):
-        raise UnsafeValue(where, field, ref, "is not an image reference",
-                          "write [REGISTRY[:PORT]/]NAME[:TAG][@sha256:DIGEST]")
-    return ref

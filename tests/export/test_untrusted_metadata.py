@@ -82,8 +82,8 @@ def test_enroot_rc_runs_no_injected_command(sandbox, tmp_path, labels, ep, cmd, 
         files = enroot.config_files(config, "hostile:1")
     except quoting.UnsafeValue as exc:
         assert exc.where == "image hostile:1" and "\n" not in exc.message
-        assert any("\x00" in t for t in _strings(config)) or any(quoting._CONTROL.search(v) for v in env) \
-            or quoting._CONTROL.search(config["WorkingDir"])
+        assert any("\x00" in t for t in _strings(config)) or any(quoting.CONTROL.search(v) for v in env) \
+            or quoting.CONTROL.search(config["WorkingDir"])
         return
     rc = files["etc/rc"]
     _parses(rc, tmp_path)
