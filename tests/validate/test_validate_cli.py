@@ -80,3 +80,16 @@ def test_real_subprocess_reads_stdin() -> None:
     proc = subprocess.run([*cmd, "validate", "-", "--min-busbw", str(PEAK + 1)], input=RUN.encode(),
                           capture_output=True, timeout=60)
     assert proc.returncode == 1 and b"FAIL" in proc.stdout
+
+
+def test_expect_transport_takes_a_net_plugin_like_a_baseline_does(tmp_path) -> None:
+    """`NET:<plugin>` (aws-ofi-nccl's Libfabric, HPC-X's SHARP) is accepted by baseline files and by the
+    library; the command line refused it with "invalid choice"."""
+    log = tmp_path / "nccl.log"
+    log.write_text(RUN + nccl_log("IB").replace("NET/IB/0", "NET/Libfabric/0"))
+    code, out, _ = _invoke([str(log), "--expect-transport", "NET:Libfabric"])
+    assert code == 0 and "verdict: PASS" in out
+    code, out, _ = _invoke([str(log), "--expect-transport", "net:Other"])
+    assert code == 1 and "NET:Other" in out
+    code, _, err = _invoke([str(log), "--expect-transport", "Carrier-Pigeon"])
+    assert code == 2 and "NET:<plugin>" in err

@@ -60,7 +60,8 @@ def _run_validated(run, gate_values: dict) -> int:
 
     gates = gates_from(**gate_values)
     rc, result, verdict = run_and_validate(run, gates)
-    click.echo(to_text(result, verdict, gates.small_size, gates.saturation_fraction, table=False), nl=False)
+    click.echo(to_text(result, verdict, gates.effective_small_size, gates.effective_saturation, table=False),
+               nl=False)
     if rc != 0:
         _log(f"imagekit: the job exited {rc}; the verdict above covers only what it printed")
         return rc

@@ -6,7 +6,20 @@ import sys
 
 import click
 
-_TRANSPORTS = ["IB", "GDRDMA", "Socket", "P2P", "SHM", "NVLS", "CollNet"]
+
+
+def _transport(ctx, param, values: tuple[str, ...]) -> tuple[str, ...]:
+    """The spellings a baseline file accepts (one parser for both): IB, gdr, NET:Libfabric, ..."""
+    from imagekit.validate.nccl_log import TRANSPORTS, canonical
+
+    out = []
+    for value in values:
+        name = canonical(value)
+        if name is None or name == "NET:":
+            raise click.BadParameter(f"unknown transport {value!r}; use one of {', '.join(TRANSPORTS)} "
+                                     "or NET:<plugin> (e.g. NET:Libfabric)", ctx=ctx, param=param)
+        out.append(name)
+    return tuple(out)
 
 
 def gate_options(func):
@@ -20,9 +33,9 @@ _GATE_OPTIONS = [
     click.option("--min-busbw", type=float, metavar="GBPS", help="Fail when a run's peak busbw (GB/s) is below this."),
     click.option("--max-latency-us", type=float, metavar="US",
                  help="Fail when the time at any small size (see --small-size) is above this."),
-    click.option("--expect-transport", multiple=True, metavar="NAME",
-                 type=click.Choice(_TRANSPORTS, case_sensitive=False),
-                 help="Fail unless NCCL used this transport (needs NCCL_DEBUG=INFO lines). Repeatable."),
+    click.option("--expect-transport", multiple=True, metavar="NAME", callback=_transport,
+                 help="Fail unless NCCL used this transport: IB, GDRDMA, Socket, P2P, SHM, NVLS, CollNet or "
+                      "NET:<plugin> (needs NCCL_DEBUG=INFO lines). Repeatable."),
     click.option("--baseline", type=click.Path(dir_okay=False), metavar="FILE",
                  help="Per-system limits (YAML or JSON): min busbw per collective and size, max latency, transports."),
     click.option("--collective", metavar="NAME",
@@ -88,7 +101,6 @@ def validate(source: str, min_busbw: "float | None", max_latency_us: "float | No
     from imagekit.validate import evaluate, parse, to_json, to_text
 
     gates = gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective, small_size, saturation)
-    small = gates.small_size
     if source == "-":
         data = sys.stdin.buffer.read()
         name = "<stdin>"
@@ -101,9 +113,7 @@ def validate(source: str, min_busbw: "float | None", max_latency_us: "float | No
         name = source
     result = parse(data, source=name)
     verdict = evaluate(result, gates)
-    small_eff = gates.baseline.small_size if gates.baseline and gates.baseline.small_size is not None else small
-    frac = (gates.baseline.saturation_fraction if gates.baseline and gates.baseline.saturation_fraction is not None
-            else saturation)
+    small_eff, frac = gates.effective_small_size, gates.effective_saturation
     if as_json:
         click.echo(to_json(result, verdict, small_eff, frac))
     elif verdict.status == "unreadable":

@@ -76,6 +76,18 @@ class Gates:
     collective: Optional[str] = None  # name for nccl-tests runs whose output does not say
     baseline: Optional[Baseline] = None
 
+    @property
+    def effective_small_size(self) -> int:
+        """The small-size limit the verdict uses: the baseline's when it sets one."""
+        base = self.baseline
+        return base.small_size if base and base.small_size is not None else self.small_size
+
+    @property
+    def effective_saturation(self) -> float:
+        base = self.baseline
+        return (base.saturation_fraction if base and base.saturation_fraction is not None
+                else self.saturation_fraction)
+
 
 def bench_key(name: str) -> str:
     """``all_reduce_perf`` == ``all_reduce`` == ``AllReduce`` == ``allreduce``."""
@@ -201,10 +213,8 @@ def _fmt(v: float) -> str:
 class _Judge:
     def __init__(self, gates: Gates) -> None:
         self.gates = gates
-        base = gates.baseline
-        self.small = base.small_size if base and base.small_size is not None else gates.small_size
-        self.fraction = (base.saturation_fraction if base and base.saturation_fraction is not None
-                         else gates.saturation_fraction)
+        self.small = gates.effective_small_size
+        self.fraction = gates.effective_saturation
         self.verdict = Verdict(status="pass")
         self.unreadable: list[str] = []
         self.applied: set[str] = set()
