@@ -73,6 +73,19 @@ def check_token(what: str, value: str) -> str:
     return value
 
 
+def check_job(*, command: list[str], image: str, env: dict[str, str], job_id: str | None = None,
+              args: tuple[str, ...] | list[str] = (), args_name: str = "argument", workdir: str | None = None) -> None:
+    """What every launcher writes into a script: the command, image, environment, extra arguments,
+    working directory and job id."""
+    check_command(command)
+    check_line("image", image)
+    check_line("--workdir", workdir)
+    check_env(env)
+    check_words(args_name, args)
+    if job_id is not None:
+        check_token("job id", job_id)
+
+
 def check_env(env: dict[str, str]) -> dict[str, str]:
     for name, value in env.items():
         quoting.env_name(name, WHERE, "--env name")

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from imagekit import __version__, procs, quoting
 from imagekit.errors import EngineError, ImagekitError
-from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_command, check_count, check_env,
-                                    check_line, check_token, check_words, new_job_id, quote, write_atomic)
+from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_job, check_token, new_job_id,
+                                    quote, write_atomic)
 from imagekit.launch.signals import interruptible, shielded
 
 RUNTIMES = ("docker",)
@@ -125,16 +125,14 @@ class InsideOutJob:
         check_choice("scheduler", self.scheduler, SCHEDULERS)
         check_count("--nodes", self.nodes)
         check_count("--slots", self.slots)
-        check_command(self.command)
-        check_line("image", self.image)
-        check_env(self.env)
-        check_words("--mpirun-arg", self.mpirun_args)
-        check_token("job id", self.job_id)
+        check_job(command=self.command, image=self.image, env=self.env, job_id=self.job_id,
+                  args=self.mpirun_args, args_name="--mpirun-arg")
         check_token("--shm-size", self.shm_size)
         if self.iface is not None:
             check_token("--iface", self.iface)
-        for option, value in self.sbatch_options().items():
-            quoting.sbatch_value(value, f"--{option}", "launch")
+        from imagekit.launch.slurm import check_sbatch
+
+        check_sbatch(self.sbatch_options())
 
     def sbatch_options(self) -> dict[str, str]:
         opts = {"job-name": self.job_name, "nodes": str(self.nodes), "ntasks-per-node": "1"}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagekit.errors import UsageError
-from imagekit.launch.common import check_command, check_count, check_env, check_line, write_atomic
+from imagekit.launch.common import check_count, check_job, write_atomic
 
 API_VERSION = "kubeflow.org/v2beta1"
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -47,9 +47,7 @@ class MPIJobSpec:
             check_count("--slots-per-worker", self.slots_per_worker)
         if self.clean_pod_policy not in ("All", "Running", "None"):
             raise UsageError(f"unknown cleanPodPolicy {self.clean_pod_policy!r}", "use All, Running or None")
-        check_command(self.command)
-        check_line("image", self.image)
-        check_env(self.env)
+        check_job(command=self.command, image=self.image, env=self.env)
 
     @property
     def slots(self) -> int:

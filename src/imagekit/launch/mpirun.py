@@ -20,9 +20,8 @@ from pathlib import Path
 from imagekit import __version__, procs, quoting
 from imagekit.errors import UsageError
 from imagekit.launch import wrapper
-from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_command, check_count, check_env,
-                                    check_line, check_token, check_words, new_job_id, quote, require_tool,
-                                    write_atomic)
+from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_job, check_token,
+                                    new_job_id, quote, require_tool, write_atomic)
 from imagekit.launch.signals import interruptible, shielded
 
 RUNTIMES = wrapper.RUNTIMES
@@ -67,7 +66,6 @@ class MpirunJob:
 
     def __post_init__(self) -> None:
         check_choice("runtime", self.runtime, RUNTIMES)
-        check_command(self.command)
         if not self.hosts:
             raise UsageError("no hosts given", "pass --hosts HOST[:SLOTS],...")
         if self.np is not None:
@@ -75,11 +73,8 @@ class MpirunJob:
         for host, slots in self.hosts:
             check_token("host", host)
             check_count("slots", slots)
-        check_line("image", self.image)
-        check_line("--workdir", self.workdir)
-        check_env(self.env)
-        check_words("--mpirun-arg", self.mpirun_args)
-        check_token("job id", self.job_id)
+        check_job(command=self.command, image=self.image, env=self.env, job_id=self.job_id,
+                  args=self.mpirun_args, args_name="--mpirun-arg", workdir=self.workdir)
         if self.runtime == "enroot":
             for m in self.mounts:
                 m.check_fstab("enroot")

@@ -27,8 +27,8 @@ from pathlib import Path
 from imagekit import __version__, quoting
 from imagekit.errors import ImagekitError
 from imagekit.launch import wrapper
-from imagekit.launch.common import (Mount, check_choice, check_command, check_count, check_env, check_line,
-                                    check_token, check_words, new_job_id, quote, require_tool, write_atomic)
+from imagekit.launch.common import (Mount, check_choice, check_count, check_job, check_token, new_job_id, quote,
+                                    require_tool, write_atomic)
 
 RUNTIMES = ("pyxis", "apptainer", "enroot", "docker")
 
@@ -63,16 +63,11 @@ class SlurmJob:
             check_count("--ntasks-per-node", self.ntasks_per_node)
         if self.cpus_per_task is not None:
             check_count("--cpus-per-task", self.cpus_per_task)
-        check_command(self.command)
-        check_line("image", self.image)
-        check_line("--workdir", self.workdir)
-        check_env(self.env)
-        check_words("--srun-arg", self.srun_args)
-        check_token("job id", self.job_id)
+        check_job(command=self.command, image=self.image, env=self.env, job_id=self.job_id,
+                  args=self.srun_args, args_name="--srun-arg", workdir=self.workdir)
         if self.container_name is not None:
             check_token("--container-name", self.container_name)
-        for option, value in self.sbatch_options().items():
-            quoting.sbatch_value(value, f"--{option}", "launch")
+        check_sbatch(self.sbatch_options())
         if self.runtime in ("pyxis", "enroot"):
             # --container-mounts separates entries with ',' and Enroot writes each as an fstab line.
             for m in self.mounts:
@@ -95,6 +90,11 @@ class SlurmJob:
         if self.ntasks_per_node:
             return self.ntasks_per_node
         return self.gpus_per_node or 1
+
+
+def check_sbatch(options: dict[str, str]) -> None:
+    for option, value in options.items():
+        quoting.sbatch_value(value, f"--{option}", "launch")
 
 
 def sbatch_header(options: dict[str, str]) -> list[str]:
