@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from imagekit import render, rules
 from imagekit import stack as stack_mod
-from imagekit.components import registry
+from imagekit.components import providers_of, registry
 from imagekit.errors import StackError, UsageError
 from stack_helpers import CUDA, DEBIAN, write
 
@@ -273,7 +273,8 @@ def stacks(draw):
     chosen = set(draw(st.lists(st.sampled_from(names), unique=True, max_size=len(names))))
     if draw(st.integers(0, 3)):
         # Usually add what the chosen components need, so that many stacks get past the rules.
-        needs = [(r.component, r.needs[0]) for r in rules.NEEDS] + [("nccl", "cuda")]
+        needs = [(name, providers_of(r.role)[0]) for name, cls in registry().items() for r in cls.requires] \
+            + [("nccl", "cuda")]
         while True:
             missing = {dep for comp, dep in needs if comp in chosen and dep not in chosen}
             if not missing:

@@ -1,6 +1,7 @@
 """Compatibility rules and component-level validation.
 
-Every ``Needs`` entry and every function in ``rules.CHECKS`` has a case here:
+Every requirement a component declares, every component's own ``check_stack``
+and every function in ``rules.CHECKS`` has a case here:
 a violating stack must raise StackError naming the file, the line, the key and
 a fix, and the same stack with the fix applied must load. Two guard tests fail
 when a rule is added to rules.py without a case here.
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from imagekit import rules
+from imagekit import components, rules
+from imagekit.components import EXCLUSIVE_ROLES, Component, Requires, registry
 from imagekit import stack as stack_mod
 from stack_helpers import CUDA, DEBIAN, expect_error, line_of, write
 
@@ -41,84 +43,84 @@ def c(id, header, bad, needle, key, fragments, good):
 GPU_MPI = ("  cuda: {}\n  openmpi: {version: '4.1.7', ucx: false}\n")
 
 NEEDS_CASES = {
-    ("openmpi", ("pmix",), "pmix"): c(
+    ("openmpi", "pmix", "pmix"): c(
         "openmpi.pmix", DEBIAN, "  openmpi: {source: distro, ucx: false,\n            pmix: true}\n",
         "pmix: true", "components.openmpi.pmix",
         ["`openmpi.pmix: true` needs the `pmix` component", "matching the site's Slurm",
          "add `pmix` to components, or set `pmix: false` on openmpi"],
         "  openmpi: {source: distro, ucx: false, pmix: true}\n  pmix: {source: distro}\n"),
-    ("openmpi", ("ucx",), "ucx"): c(
+    ("openmpi", "ucx", "ucx"): c(
         "openmpi.ucx", DEBIAN, "  openmpi:\n    source: distro\n    ucx: true\n",
         "ucx: true", "components.openmpi.ucx",
         ["`openmpi.ucx: true` needs the `ucx` component", "set `ucx: false` on openmpi"],
         "  openmpi: {source: distro, ucx: true}\n  ucx: {source: distro, ofed: false}\n"),
-    ("openmpi", ("cuda",), "cuda"): c(
+    ("openmpi", "cuda", "cuda"): c(
         "openmpi.cuda", CUDA, "  openmpi: {version: '4.1.7', ucx: false, cuda: true}\n",
         "openmpi:", "components.openmpi.cuda",
         ["`openmpi.cuda: true` needs the `cuda` component", "add `cuda` to components"],
         "  openmpi: {version: '4.1.7', ucx: false, cuda: true}\n  cuda: {}\n"),
-    ("ucx", ("gdrcopy",), "gdrcopy"): c(
+    ("ucx", "gdrcopy", "gdrcopy"): c(
         "ucx.gdrcopy", CUDA, "  cuda: {}\n  ucx: {version: '1.17.0', cuda: true, gdrcopy: true, ofed: false}\n",
         "ucx:", "components.ucx.gdrcopy",
         ["`ucx.gdrcopy: true` needs the `gdrcopy` component", "set `gdrcopy: false` on ucx"],
         "  cuda: {}\n  ucx: {version: '1.17.0', cuda: true, gdrcopy: true, ofed: false}\n"
         "  gdrcopy: {version: '2.4.4'}\n"),
-    ("ucx", ("cuda",), "cuda"): c(
+    ("ucx", "cuda", "cuda"): c(
         "ucx.cuda", CUDA, "  ucx: {version: '1.17.0', ofed: false,\n        cuda: true}\n",
         "cuda: true", "components.ucx.cuda",
         ["`ucx.cuda: true` needs the `cuda` component"],
         "  ucx: {version: '1.17.0', ofed: false, cuda: true}\n  cuda: {}\n"),
-    ("ucx", ("ofed",), "ofed"): c(
+    ("ucx", "rdma", "ofed"): c(
         "ucx.ofed", DEBIAN, "  ucx:\n    source: distro\n    ofed: true\n",
         "ofed: true", "components.ucx.ofed",
-        ["`ucx.ofed: true` needs the `ofed` component", "set `ofed: false` on ucx"],
+        ["`ucx.ofed: true` needs a component that provides `rdma`", "add `ofed` to components", "set `ofed: false` on ucx"],
         "  ucx: {source: distro, ofed: true}\n  ofed: {flavor: inbox}\n"),
-    ("gdrcopy", ("cuda",), None): c(
+    ("gdrcopy", "cuda", None): c(
         "gdrcopy", CUDA, "  gdrcopy: {version: '2.4.4'}\n",
         "gdrcopy:", "components.gdrcopy",
         ["`gdrcopy` needs the `cuda` component", "add `cuda` to components"],
         "  gdrcopy: {version: '2.4.4'}\n  cuda: {}\n"),
-    ("nccl-tests", ("nccl",), None): c(
+    ("nccl-tests", "nccl", None): c(
         "nccl-tests.nccl", CUDA, GPU_MPI + "  nccl-tests: {version: '2.17.6'}\n",
         "nccl-tests:", "components.nccl-tests",
         ["`nccl-tests` needs the `nccl` component"],
         GPU_MPI + "  nccl-tests: {version: '2.17.6'}\n  nccl: {source: repo, version: '2.23.4-1'}\n"),
-    ("nccl-tests", ("cuda",), None): c(
+    ("nccl-tests", "cuda", None): c(
         "nccl-tests.cuda", DEBIAN,
         "  nccl: {source: pypi, version: '2.21.5', cuda: '12'}\n  nccl-tests: {version: '2.17.6', mpi: false}\n",
         "nccl-tests:", "components.nccl-tests",
         ["`nccl-tests` needs the `cuda` component (nccl-tests is CUDA code)"],
         "  nccl: {source: pypi, version: '2.21.5', cuda: '12'}\n  nccl-tests: {version: '2.17.6', mpi: false}\n"
         "  cuda: {version: '12.4.1'}\n"),
-    ("nccl-tests", ("openmpi",), "mpi"): c(
+    ("nccl-tests", "mpi", "mpi"): c(
         "nccl-tests.mpi", CUDA,
         "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  nccl-tests:\n    version: '2.17.6'\n"
         "    mpi: true\n",
         "mpi: true", "components.nccl-tests.mpi",
-        ["`nccl-tests.mpi: true` needs the `openmpi` component (built with MPI=1)", "set `mpi: false` on nccl-tests"],
+        ["`nccl-tests.mpi: true` needs a component that provides `mpi` (built with MPI=1)", "`openmpi`", "set `mpi: false` on nccl-tests"],
         "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  nccl-tests: {version: '2.17.6', mpi: false}\n"),
-    ("pytorch", ("python",), None): c(
+    ("pytorch", "python-env", None): c(
         "pytorch.python", CUDA, "  cuda: {}\n  pytorch: {version: '2.5.1'}\n",
-        "pytorch:", "components.pytorch", ["`pytorch` needs the `python` component"],
+        "pytorch:", "components.pytorch", ["`pytorch` needs a component that provides `python-env`", "add `python`"],
         "  cuda: {}\n  pytorch: {version: '2.5.1'}\n  python: {}\n"),
-    ("pytorch", ("cuda",), None): c(
+    ("pytorch", "cuda", None): c(
         "pytorch.cuda", DEBIAN, "  python: {}\n  pytorch: {version: '2.5.1'}\n",
         "pytorch:", "components.pytorch", ["`pytorch` needs the `cuda` component", "CUDA-matched"],
         "  python: {}\n  pytorch: {version: '2.5.1'}\n  cuda: {version: '12.4.1'}\n"),
-    ("horovod", ("pytorch",), None): c(
+    ("horovod", "pytorch", None): c(
         "horovod.pytorch", CUDA,
         GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.29.0'}\n",
         "horovod:", "components.horovod", ["`horovod` needs the `pytorch` component"],
         GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.29.0'}\n"
         "  pytorch: {version: '2.5.1'}\n"),
-    ("horovod", ("openmpi",), None): c(
+    ("horovod", "mpi", None): c(
         "horovod.openmpi", CUDA,
         "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
         "  horovod: {version: '0.29.0'}\n",
-        "horovod:", "components.horovod", ["`horovod` needs the `openmpi` component"],
+        "horovod:", "components.horovod", ["`horovod` needs a component that provides `mpi`", "`openmpi`"],
         GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
         "  horovod: {version: '0.29.0'}\n"),
-    ("horovod", ("nccl",), None): c(
+    ("horovod", "nccl", None): c(
         "horovod.nccl", CUDA,
         GPU_MPI + "  python: {}\n  pytorch: {version: '2.5.1'}\n  horovod: {version: '0.29.0'}\n",
         "horovod:", "components.horovod", ["`horovod` needs the `nccl` component"],
@@ -139,7 +141,7 @@ CHECK_CASES = {
           # not using UCX from OpenMPI is the other way out
           "  openmpi: {source: distro, ucx: false}\n  ucx: {version: '1.17.0', ofed: false}\n"),
     ],
-    "_nccl_cuda_from_base": [
+    "nccl.check_stack": [
         c("nccl-cuda-suffix-mismatch", CUDA,
           "  cuda: {}\n  nccl:\n    source: pypi\n    version: '2.21.5'\n    cuda: '11'\n",
           "cuda: '11'", "components.nccl.cuda",
@@ -154,7 +156,7 @@ CHECK_CASES = {
           ["NCCL needs a CUDA version", '`source: pypi` with `cuda: "12"`'],
           "  nccl: {source: pypi, version: '2.21.5', cuda: '12'}\n"),
     ],
-    "_pytorch_cuda": [
+    "pytorch.check_stack": [
         c("pytorch-unknown-version", CUDA, "  cuda: {}\n  python: {}\n  pytorch:\n    version: '2.0.0'\n",
           "version: '2.0.0'", "components.pytorch.version",
           ["no CUDA build table for PyTorch 2.0.0", "known versions: 2.4.1, 2.5.1"],
@@ -164,7 +166,7 @@ CHECK_CASES = {
           ["PyTorch 2.8.0 has no build for CUDA 12.4.1 (cu124)", "built for: cu126, cu128, cu129"],
           "  cuda: {}\n  python: {}\n  pytorch: {version: '2.6.0'}\n"),
     ],
-    "_arch_repos": [
+    "ofed.check_stack": [
         c("mlnx-ubuntu24-aarch64", UBUNTU24.replace("distro: ubuntu24", "distro: ubuntu24\n  arch: aarch64"),
           "  ofed:\n    flavor: mlnx\n    version: '24.10-1.1.4.0'\n",
           "flavor: mlnx", "components.ofed.flavor", ["MLNX OFED has no ubuntu24 aarch64 build", "`flavor: doca`"],
@@ -226,20 +228,20 @@ PYPI_CUDA = "  cuda: {source: pypi, version: '13.0.2'}\n"
 PIN = "sha256: '" + "ab" * 32 + "'"
 
 CHECK_CASES.update({
-    "_cuda_aware_mpi_needs_cuda_ucx": [
+    "openmpi.check_stack": [
         c("cuda-mpi-over-cpu-ucx", CUDA,
           f"  cuda: {{}}\n  ucx:\n    version: '1.17.0'\n    ofed: false\n  openmpi: {{version: '4.1.7', cuda: true}}\n",
           "version: '1.17.0'", "components.ucx.cuda",
           ["`openmpi.cuda: true` over pml ucx needs a CUDA-enabled UCX", "set `cuda: true` on ucx"],
           "  cuda: {}\n  ucx: {version: '1.17.0', ofed: false, cuda: true}\n  openmpi: {version: '4.1.7', cuda: true}\n"),
     ],
-    "_nccl_repo_needs_cuda_image": [
+    "nccl.check_stack:repo": [
         c("nccl-repo-on-wheel-cuda", DEBIAN, PYPI_CUDA + "  nccl:\n    source: repo\n    version: '2.23.4-1'\n",
           "source: repo", "components.nccl.source",
           ["`source: repo` needs an nvidia/cuda base", "use `source: pypi` for nccl (the wheel for CUDA 13)"],
           PYPI_CUDA + "  nccl: {source: pypi, version: '2.28.9'}\n"),
     ],
-    "_horovod_pytorch": [
+    "horovod.check_stack": [
         c("horovod-0.28-torch-2.5", CUDA,
           "  cuda: {}\n  python: {}\n  openmpi: {version: '4.1.7', ucx: false}\n  nccl: {source: repo, version: '2.23.4-1'}\n"
           "  pytorch: {version: '2.5.1'}\n  horovod:\n    version: '0.28.1'\n",
@@ -248,7 +250,7 @@ CHECK_CASES.update({
           "  cuda: {}\n  python: {}\n  openmpi: {version: '4.1.7', ucx: false}\n  nccl: {source: repo, version: '2.23.4-1'}\n"
           "  pytorch: {version: '2.5.1'}\n"),
     ],
-    "_pytorch_arch": [
+    "pytorch.check_stack:arch": [
         c("pytorch-aarch64", CUDA + "  arch: aarch64\n", "  cuda: {}\n  python: {}\n  pytorch:\n    version: '2.5.1'\n",
           "version: '2.5.1'", "components.pytorch.version",
           ["aarch64 torch 2.5.1 wheel is CPU-only", "`arch: x86_64`"],
@@ -308,26 +310,50 @@ def test_fixed_stack_passes(tmp_path, case):
     rules.enforce(s)  # idempotent on a valid stack
 
 
-def test_every_needs_rule_has_a_case():
-    assert {(r.component, r.needs, r.option) for r in rules.NEEDS} == set(NEEDS_CASES)
+# The components these tests know; a component added later brings its own rule cases in its own tests.
+KNOWN = {"cuda", "ofed", "gdrcopy", "ucx", "pmix", "openmpi", "nccl", "nccl-tests", "python", "pytorch",
+         "horovod", "sshd"}
+
+
+def test_every_requirement_has_a_case():
+    assert {(name, r.role, r.option) for name, cls in registry().items() if name in KNOWN
+            for r in cls.requires} == set(NEEDS_CASES)
 
 
 def test_every_check_function_has_a_case():
-    assert {f.__name__ for f in rules.CHECKS} == set(CHECK_CASES)
+    own = {f"{name}.check_stack" for name, cls in registry().items()
+           if name in KNOWN and cls.check_stack is not Component.check_stack}
+    # _exclusive_roles has its own test below: no two shipped components fill one exclusive role.
+    assert {f.__name__ for f in rules.CHECKS} - {"_exclusive_roles"} | own == {k.split(":")[0] for k in CHECK_CASES}
 
 
-def test_needs_with_alternatives_are_satisfied_by_any(tmp_path):
-    # A Needs entry with several alternatives is met by any one of them and names them all otherwise.
-    rule = rules.Needs("openmpi", ("pmix", "sshd"), option="pmix")
+def test_a_requirement_is_met_by_any_provider_of_its_role(tmp_path, monkeypatch):
+    # A role is filled by whichever component provides it, and the fix names every provider.
     s = stack_mod.load(write(tmp_path, DEBIAN + "components:\n  openmpi: {source: distro, ucx: false, pmix: true}\n"
                              "  pmix: {source: distro}\n"))
-    rule.check(s)
-    del s.components["pmix"]
-    with pytest.raises(rules.StackError, match=r"needs the `pmix` or `sshd` component") as info:
-        rule.check(s)
-    assert "add `pmix` or `sshd` to components" in info.value.hint
-    s.components["sshd"] = object()
-    rule.check(s)
+    mpi = s.get("openmpi")
+    need = Requires("pmix", option="pmix")
+    need.check(mpi)
+    pmix = s.components.pop("pmix")
+    monkeypatch.setattr(components, "_REGISTRY", {**registry(), "other-pmix": type(
+        "OtherPmix", (Component,), {"name": "other-pmix", "provides": ("pmix",)})})
+    with pytest.raises(rules.StackError, match=r"needs the `pmix` component") as info:
+        need.check(mpi)
+    assert "add `pmix` or `other-pmix` to components" in info.value.hint
+    s.components["other-pmix"] = type("Filler", (), {"provides": ("pmix",)})()
+    need.check(mpi)
+    assert pmix.provides == ("pmix",)
+
+
+def test_two_providers_of_one_exclusive_role_are_refused(tmp_path, monkeypatch):
+    """Two MPIs in one image: refused at the second one's line, naming both and the role."""
+    fake = type("OtherMpi", (Component,), {"name": "other-mpi", "summary": "a second MPI", "order": 55,
+                                           "provides": ("mpi",), "sources": ("distro",)})
+    monkeypatch.setattr(components, "_REGISTRY", {**registry(), "other-mpi": fake})
+    path = write(tmp_path, DEBIAN + "components:\n  openmpi: {source: distro, ucx: false}\n  other-mpi: {}\n")
+    expect_error(lambda: stack_mod.load(path), path, line_of(path, "other-mpi:"), "components.other-mpi",
+                 "`other-mpi` and `openmpi` both provide `mpi`; an image has one", "keep one of `openmpi`, `other-mpi`")
+    assert "mpi" in EXCLUSIVE_ROLES
 
 
 def test_shipped_stacks_pass_every_rule():

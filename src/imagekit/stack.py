@@ -128,6 +128,10 @@ class Stack:
         """The component that fills ``role`` (e.g. "mpi"), whichever it is, or None."""
         return next((c for c in self.components.values() if role in c.provides), None)
 
+    def roles(self) -> dict[str, str]:
+        """Role -> the name of the component that fills it."""
+        return {role: c.name for c in reversed(list(self.components.values())) for role in c.provides}
+
     @property
     def image(self) -> str:
         """The local tag imagekit builds (tags from the stack are added on top)."""
@@ -361,7 +365,7 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
     for component in stack.components.values():
         component.configure()
     stack.checks = _stack_checks(raw.get("checks") or PosList(), path)
-    rules.enforce(stack, comps_raw)
+    rules.enforce(stack)
     return stack
 
 

@@ -2,8 +2,12 @@
 
 A component knows its options, its sources, the HPCCM building blocks for the
 devel stage, what the runtime stage needs, the OCI labels it adds and the
-checks it brings. Adding a component (xpmem, aws-ofi-nccl, ...) means adding
-one module here that defines a ``Component`` subclass, and nothing else.
+checks it brings. It also says which *roles* it fills (``provides``: "mpi",
+"nccl", "rdma", ...) and which roles it needs from the rest of the stack
+(``requires``). Other components, the launchers, preflight and the benchmark
+choice ask for a role ("the stack's MPI"), never for a component's name, so
+adding a component (xpmem, aws-ofi-nccl, hpcx, ...) means adding one module
+here that defines a ``Component`` subclass, and nothing else.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from imagekit import sources
@@ -22,6 +27,50 @@ if TYPE_CHECKING:
     from imagekit.stack import Stack
 
 SOURCES = ("upstream", "distro", "pypi", "repo", "base")
+
+# The roles components fill, and what a provider of each offers the components that use it.
+# A role named like a component ("cuda", "pmix") is usually filled by that component alone.
+ROLES: dict[str, str] = {
+    "cuda": "the CUDA toolkit: .version, .major, .major_minor, .prefix, .check_arch()",
+    "rdma": "verbs/RDMA user space (rdma-core or MLNX/DOCA OFED)",
+    "gdrcopy": "GDRCopy: .prefix",
+    "ucx": "UCX: .prefix (pkg-config and headers under it)",
+    "pmix": "an external PMIx that the MPI and Slurm's pmix plugin share: .prefix",
+    "mpi": "an MPI with mpicc/mpirun: .home (bin, include, lib), labels `pmix` (true/false)",
+    "nccl": "NCCL: .prefix (include/nccl.h, lib/libnccl.so.2)",
+    "nccl-net-plugin": "an NCCL network plugin that NCCL loads by NCCL_NET_PLUGIN",
+    "libfabric": "libfabric (OFI) and its providers",
+    "benchmark": "a default benchmark for `launch --validate` (.benchmark())",
+    "python": "Python 3",
+    "python-env": "a pip environment (/opt/venv) for components that install Python packages",
+    "pytorch": "PyTorch in the pip environment",
+    "horovod": "Horovod",
+    "sshd": "an OpenSSH server for inside-out launches",
+}
+# Roles one image can fill only once: two MPIs or two NCCLs in one image load the wrong libraries.
+EXCLUSIVE_ROLES = ("cuda", "mpi", "ucx", "pmix", "nccl", "nccl-net-plugin")
+
+
+@dataclass(frozen=True)
+class Requires:
+    """A role this component needs from the stack (only when ``option`` is true, if given)."""
+
+    role: str
+    option: str | None = None
+    why: str = ""
+
+    def check(self, component: "Component") -> None:
+        if self.option and not component.enabled(self.option):
+            return
+        if component.stack.provider(self.role) is not None:
+            return
+        what = f"`{component.name}.{self.option}: true`" if self.option else f"`{component.name}`"
+        wanted = (f"the `{self.role}` component" if self.role in registry()
+                  else f"a component that provides `{self.role}`")
+        fix = "add " + " or ".join(f"`{n}`" for n in providers_of(self.role)) + " to components"
+        if self.option:
+            fix += f", or set `{self.option}: false` on {component.name}"
+        component.error(self.option, f"{what} needs {wanted}" + (f" ({self.why})" if self.why else ""), fix)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _VERSION = re.compile(r"\d+(\.\d+)*([-+~][0-9A-Za-z.+~-]*)?$")
 
@@ -34,8 +83,13 @@ class Component:
     # Layer position: rarely-changing, low-level pieces first so that bumping a
     # framework rebuilds only the layers above it.
     order: ClassVar[int] = 50
-    # Roles this component fills for others ("mpi", ...): builds against "the stack's MPI" ask for it.
+    # Roles this component fills for others (keys of ROLES): builds against "the stack's MPI" ask for it.
     provides: ClassVar[tuple[str, ...]] = ()
+    # Roles it needs from the stack; checked before any build, with the fix.
+    requires: ClassVar[tuple[Requires, ...]] = ()
+    # Environment a user sets on the host for it (NCCL_IB_HCA, FI_PROVIDER, ...), by prefix: outside-in
+    # launchers forward these names into each rank's container.
+    forward_env: ClassVar[tuple[str, ...]] = ()
     sources: ClassVar[tuple[str, ...]] = ("upstream",)
     options: ClassVar[dict[str, Option]] = {}
     # Version each distro ships, for `source: distro` (labels and checks use it).
@@ -90,6 +144,10 @@ class Component:
         if self.source == "distro" and self.stack.base.family != "deb":
             self.error("source", "`source: distro` is only packaged here for Debian/Ubuntu bases",
                        "use `source: upstream` on this base")
+
+    def check_stack(self) -> None:
+        """Rules about this component and the roles it uses, once every component is configured and
+        every requirement met; raise with ``self.error``."""
 
     def error(self, key: str | None, message: str, hint: str | None = None) -> StackError:
         file, line = (self.where.pos(key) if (self.where is not None and key in (self.where or {}))
@@ -169,6 +227,15 @@ class Component:
         """Facts beyond version and source, as io.imagekit.component.<name>.<key>."""
         return {}
 
+    def role_versions(self) -> dict[str, str]:
+        """The version of what fills each role this component provides (a bundle such as HPC-X has
+        one version and fills "mpi" with the Open MPI it carries)."""
+        return {role: self.version for role in self.provides}
+
+    def benchmark(self) -> tuple[list[str], dict[str, str]] | None:
+        """(command, extra environment) that `launch --validate` runs by default, for "benchmark" providers."""
+        return None
+
     def checks(self) -> list[Check]:
         return []
 
@@ -196,3 +263,16 @@ def registry() -> dict[str, type[Component]]:
                     found[value.name] = value
         _REGISTRY = dict(sorted(found.items(), key=lambda kv: (kv[1].order, kv[0])))
     return _REGISTRY
+
+
+def providers_of(role: str) -> list[str]:
+    """Names of the components that can fill ``role``, in layer order."""
+    return [name for name, cls in registry().items() if role in cls.provides]
+
+
+def forwarded_env_prefixes() -> tuple[str, ...]:
+    """Every prefix some component asks launchers to forward into rank containers."""
+    out: list[str] = []
+    for cls in registry().values():
+        out += [p for p in cls.forward_env if p not in out]
+    return tuple(out)

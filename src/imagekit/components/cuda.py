@@ -61,6 +61,7 @@ class Cuda(Component):
     name = "cuda"
     summary = "CUDA: the base image's (nvidia/cuda) or NVIDIA's toolkit wheels (pypi, 13.x) as /usr/local/cuda"
     order = 0
+    provides = ("cuda",)
     sources = ("base", "pypi")
     options = {
         "arch_list": Option(list, None, 'GPU architectures for CUDA code built in this stack, e.g. ["80", "90"] '

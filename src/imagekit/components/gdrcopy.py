@@ -7,7 +7,7 @@ kernel module stays on the host.
 from __future__ import annotations
 
 from imagekit import checks, sources
-from imagekit.components import Component, _blocks
+from imagekit.components import Component, Requires, _blocks
 
 PREFIX = "/usr/local/gdrcopy"
 
@@ -16,6 +16,8 @@ class Gdrcopy(Component):
     name = "gdrcopy"
     summary = "gdrcopy user-space library (the kernel module stays on the host)"
     order = 20
+    provides = ("gdrcopy",)
+    requires = (Requires("cuda"),)
     sources = ("upstream",)
     upstream_file = ("gdrcopy-{version}.tar.gz", "https://github.com/NVIDIA/gdrcopy/archive/v{version}.tar.gz")
     prefix = PREFIX

@@ -37,6 +37,8 @@ class Nccl(Component):
     name = "nccl"
     summary = "NCCL: the CUDA image's repo package, a source build, or the PyPI wheel"
     order = 60
+    provides = ("nccl",)
+    forward_env = ("NCCL_",)
     sources = ("repo", "upstream", "pypi")
     upstream_file = ("nccl-{tag}.tar.gz", "https://github.com/NVIDIA/nccl/archive/v{tag}.tar.gz")
     options = {
@@ -57,9 +59,30 @@ class Nccl(Component):
                 self.error("version", f"PyPI has no nvidia-nccl-cu{major} {self.version}",
                            f"published for CUDA {major}: " + ", ".join(published[-8:]) + " (and older)")
 
+    def check_stack(self) -> None:
+        cuda = self.stack.provider("cuda")
+        wanted = self.opts.get("cuda")
+        if cuda is not None:
+            if wanted and self.source == "pypi" and wanted.split(".")[0] != cuda.major:
+                self.error("cuda", f"the nvidia-nccl-cu{wanted.split('.')[0]} wheel is for CUDA "
+                           f"{wanted.split('.')[0]}, and this stack's CUDA is {cuda.version}",
+                           f"drop `cuda:` from nccl (the wheel follows the cuda component: nvidia-nccl-cu{cuda.major})")
+            if wanted and not cuda.version.startswith(wanted):
+                self.error("cuda", f"NCCL's CUDA suffix {wanted!r} does not match the base image's CUDA "
+                           f"{cuda.version}", "drop `cuda:` from nccl: it is derived from the base image")
+            # NCCL's repo packages come from the CUDA apt repo that nvidia/cuda images configure.
+            if self.source == "repo" and cuda.source != "base":
+                self.error("source", f"`source: repo` needs an nvidia/cuda base (its CUDA apt repo); this stack's "
+                           f"CUDA comes from {cuda.source}", "use `source: pypi` for nccl (the wheel for CUDA "
+                           f"{cuda.major})")
+        elif self.source != "pypi" or not wanted:
+            self.error("source", "NCCL needs a CUDA version and this stack has no cuda component",
+                       "add `cuda: {}` (version read from the base image), or use "
+                       '`source: pypi` with `cuda: "12"` for the CUDA-major wheel')
+
     @property
     def cuda(self) -> str:
-        cuda = self.stack.get("cuda")
+        cuda = self.stack.provider("cuda")
         if self.source == "pypi":
             return cuda.major if cuda else (self.opts.get("cuda") or "").split(".")[0]
         return cuda.major_minor
@@ -101,7 +124,7 @@ class Nccl(Component):
 
         (artifact,) = self.artifacts()
         src = sources.block_source(self.stack, artifact)
-        cuda = self.stack.get("cuda")
+        cuda = self.stack.provider("cuda")
         gencode = cuda_gencode(cuda, cuda.opts.get("arch_list") or default_archs(cuda)) if cuda else ""
         return _blocks.build_tools(self.stack, ["python3-minimal"], "NCCL build tools") + [generic_build(
             **{k: v for k, v in src.items() if k != "preconfigure"}, directory=f"nccl-{self.tag}",

@@ -9,7 +9,7 @@ compiled PTX, which fails under CUDA minor-version compatibility.
 from __future__ import annotations
 
 from imagekit import checks, sources
-from imagekit.components import Component, _blocks
+from imagekit.components import Component, Requires, _blocks
 from imagekit.components.nccl import cuda_gencode, default_archs
 from imagekit.schema import Option
 
@@ -22,6 +22,8 @@ class NcclTests(Component):
     name = "nccl-tests"
     summary = "NVIDIA nccl-tests (all_reduce_perf, ...) built with MPI=1 for explicit GPU architectures"
     order = 70
+    requires = (Requires("nccl"), Requires("cuda", why="nccl-tests is CUDA code"),
+                Requires("mpi", option="mpi", why="built with MPI=1"))
     sources = ("upstream",)
     upstream_file = ("nccl-tests-{version}.tar.gz",
                      "https://github.com/NVIDIA/nccl-tests/archive/v{version}.tar.gz")
@@ -35,22 +37,22 @@ class NcclTests(Component):
 
     def configure(self) -> None:
         super().configure()
-        cuda = self.stack.get("cuda")
+        cuda = self.stack.provider("cuda")
         if cuda is not None:
             for arch in self.archs:
                 cuda.check_arch("gencode", arch, owner=self)
 
     @property
     def archs(self) -> list[str]:
-        cuda = self.stack.get("cuda")
+        cuda = self.stack.provider("cuda")
         return self.opts.get("gencode") or cuda.opts.get("arch_list") or default_archs(cuda)
 
     def building_blocks(self) -> list:
         from hpccm.building_blocks import generic_build
 
         mpi = self.stack.provider("mpi")
-        nccl = self.stack.get("nccl")
-        cuda = self.stack.get("cuda")
+        nccl = self.stack.provider("nccl")
+        cuda = self.stack.provider("cuda")
         # DSO=1 (recent nccl-tests; older ones ignore it): the verification kernels go into one
         # libverifiable.so beside the binaries (RUNPATH $ORIGIN) instead of a copy in each of them.
         make = ["make", "-j$(nproc)", "DSO=1", "CUDA_HOME=/usr/local/cuda", f"NCCL_HOME={nccl.prefix}",
@@ -74,7 +76,7 @@ class NcclTests(Component):
         return {"mpi": str(self.enabled("mpi")).lower(), "gencode": ",".join(self.archs)}
 
     def checks(self) -> list:
-        nccl = self.stack.get("nccl")
+        nccl = self.stack.provider("nccl")
         probe = f"{PREFIX}/bin/all_reduce_perf"
         out = [checks.file(f"nccl-tests.{b}", f"{PREFIX}/bin/{b}") for b in BINARIES] + [
             checks.run("nccl-tests.all_reduce", "all_reduce_perf runs on one GPU",

@@ -20,6 +20,7 @@ class Ofed(Component):
     name = "ofed"
     summary = "RDMA user space: doca | mlnx (NVIDIA) or inbox (distro rdma-core)"
     order = 10
+    provides = ("rdma",)
     sources = ("distro", "upstream")
     options = {
         "flavor": Option(str, "inbox", "doca | mlnx | inbox", choices=("doca", "mlnx", "inbox")),
@@ -41,6 +42,11 @@ class Ofed(Component):
             self.error("source", f"flavor {self.opts['flavor']!r} implies `source: {self.source}`",
                        "drop `source:`; the flavor decides it")
         super().configure()
+
+    def check_stack(self) -> None:
+        if self.opts.get("flavor") == "mlnx" and self.stack.base.arch == "aarch64" \
+                and self.stack.base.distro.startswith("ubuntu24"):
+            self.error("flavor", "MLNX OFED has no ubuntu24 aarch64 build", "use `flavor: doca`")
 
     def building_blocks(self) -> list:
         from hpccm.building_blocks import doca_ofed, mlnx_ofed

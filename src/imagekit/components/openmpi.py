@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from imagekit import checks, sources
-from imagekit.components import Component, _blocks
+from imagekit.components import Component, Requires, _blocks
 from imagekit.components.pmix import DEVEL_PACKAGES, runtime_packages
 from imagekit.schema import Option
 
@@ -25,6 +25,8 @@ class Openmpi(Component):
     summary = "OpenMPI with UCX (pml ucx), external PMIx, CUDA and Slurm options"
     order = 50
     provides = ("mpi",)
+    requires = (Requires("pmix", option="pmix", why="an external PMIx matching the site's Slurm"),
+                Requires("ucx", option="ucx"), Requires("cuda", option="cuda"))
     sources = ("upstream", "distro")
     upstream_file = ("openmpi-{version}.tar.bz2",
                      "https://download.open-mpi.org/release/open-mpi/v{series}/openmpi-{version}.tar.bz2")
@@ -48,11 +50,18 @@ class Openmpi(Component):
         if self.source == "upstream" and self.major >= 5 and not self.enabled("pmix"):
             self.error("pmix", "OpenMPI 5 needs an external PMIx here",
                        "add the pmix component and set `pmix: true`")
-        pmix = self.stack.get("pmix")
+        pmix = self.stack.provider("pmix")
         if self.source == "upstream" and self.major >= 5 and pmix is not None and self.enabled("pmix") \
                 and tuple(int(x) for x in re.findall(r"\d+", pmix.version)[:2]) < (4, 2):
             pmix.error("version", f"OpenMPI {self.version} needs PMIx 4.2.0 or newer, not {pmix.version} "
                        "(ompi VERSION: pmix_min_version=4.2.0)", 'use PMIx "4.2.9" or "5.0.7"')
+
+    def check_stack(self) -> None:
+        """CUDA-aware MPI over pml ucx moves GPU buffers through UCX: a UCX without CUDA cannot."""
+        ucx = self.stack.provider("ucx")
+        if ucx is not None and self.enabled("cuda") and self.enabled("ucx") and not ucx.enabled("cuda"):
+            ucx.error("cuda", "`openmpi.cuda: true` over pml ucx needs a CUDA-enabled UCX",
+                      "set `cuda: true` on ucx (source: upstream), or `cuda: false` on openmpi")
 
     def url_fields(self) -> dict[str, str]:
         return {"version": self.version, "series": self.series}
@@ -77,7 +86,7 @@ class Openmpi(Component):
         return f"/usr/lib/{self.stack.base.arch}-linux-gnu/openmpi"
 
     def configure_opts(self) -> list[str]:
-        ucx, pmix = self.stack.get("ucx"), self.stack.get("pmix")
+        ucx, pmix = self.stack.provider("ucx"), self.stack.provider("pmix")
         opts = ["--disable-static", "--disable-getpwuid", "--disable-mpi-fortran", "--disable-oshmem",
                 "--with-hwloc=external", "--with-libevent=external",
                 "--with-slurm" if self.enabled("slurm") else "--without-slurm"]

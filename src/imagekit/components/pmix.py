@@ -29,6 +29,7 @@ class Pmix(Component):
     name = "pmix"
     summary = "external PMIx for OpenMPI and Slurm's --mpi=pmix"
     order = 40
+    provides = ("pmix",)
     sources = ("upstream", "distro")
     upstream_file = ("pmix-{version}.tar.bz2",
                      "https://github.com/openpmix/openpmix/releases/download/v{version}/pmix-{version}.tar.bz2")

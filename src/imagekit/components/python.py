@@ -20,6 +20,7 @@ class Python(Component):
     name = "python"
     summary = "Python 3 (distro), distro modules, and a pip venv at /opt/venv"
     order = 80
+    provides = ("python", "python-env")
     sources = ("distro",)
     options = {
         "packages": Option(list, [], "distro modules, e.g. [mpi4py, numpy] -> python3-mpi4py python3-numpy",
@@ -36,8 +37,9 @@ class Python(Component):
 
     @property
     def venv(self) -> bool:
-        """A venv is made when pip packages are asked for, here or by a framework component."""
-        return bool(self.opts["pip"]) or any(self.stack.has(n) for n in ("pytorch", "horovod"))
+        """A venv is made when pip packages are asked for, here or by a component that requires one."""
+        return bool(self.opts["pip"]) or any(r.role == "python-env" for c in self.stack.components.values()
+                                             for r in c.requires)
 
     def _runtime_packages(self) -> list[str]:
         return ["python3"] + [f"python3-{p}" for p in self.opts["packages"]] + \

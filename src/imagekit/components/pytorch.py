@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from imagekit import checks, quoting
-from imagekit.components import Component, _blocks
+from imagekit.components import Component, Requires, _blocks
 from imagekit.components.python import VENV, check_requirements
 from imagekit.schema import Option
 
@@ -28,6 +28,8 @@ class Pytorch(Component):
     name = "pytorch"
     summary = "PyTorch (pip), CUDA-matched to the base image"
     order = 90
+    provides = ("pytorch",)
+    requires = (Requires("python-env"), Requires("cuda", why="imagekit builds CUDA-matched PyTorch"))
     sources = ("pypi",)
     options = {
         "index_url": Option(str, DEFAULT_INDEX, "wheel index; {cuda} becomes e.g. cu124",
@@ -40,9 +42,24 @@ class Pytorch(Component):
         super().configure()
         check_requirements(self, "extras")
 
+    def check_stack(self) -> None:
+        if self.stack.base.arch != "x86_64":
+            self.error("version", f"imagekit knows PyTorch's CUDA builds for x86_64 only; PyPI's aarch64 torch "
+                       f"{self.version} wheel is CPU-only (its nvidia-* requirements are x86_64-only)",
+                       "build the pytorch stack for `arch: x86_64`")
+        cuda = self.stack.provider("cuda")
+        builds = CUDA_BUILDS.get(self.version)
+        if builds is None:
+            self.error("version", f"no CUDA build table for PyTorch {self.version}",
+                       "known versions: " + ", ".join(CUDA_BUILDS))
+        if self.cuda_tag not in builds:
+            self.error("version", f"PyTorch {self.version} has no build for CUDA {cuda.version} ({self.cuda_tag})",
+                       f"PyTorch {self.version} is built for: {', '.join(builds)}; change the base image "
+                       "or the PyTorch version")
+
     @property
     def cuda_tag(self) -> str:
-        return "cu" + "".join(self.stack.get("cuda").major_minor.split("."))
+        return "cu" + "".join(self.stack.provider("cuda").major_minor.split("."))
 
     def devel(self) -> list:
         index = self.opts["index_url"].replace("{cuda}", self.cuda_tag)

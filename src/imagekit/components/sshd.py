@@ -19,6 +19,7 @@ class Sshd(Component):
     name = "sshd"
     summary = "OpenSSH server for inside-out launches; no keys in the image"
     order = 5
+    provides = ("sshd",)
     sources = ("distro",)
     distro_versions = {"debian12": "9.2", "debian13": "10.0", "debian11": "8.4", "ubuntu22": "8.9", "ubuntu24": "9.6"}
 

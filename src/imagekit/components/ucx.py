@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from imagekit import checks, sources
-from imagekit.components import Component, _blocks
+from imagekit.components import Component, Requires, _blocks
 from imagekit.components.gdrcopy import PREFIX as GDRCOPY_PREFIX
 from imagekit.schema import Option
 
@@ -30,6 +30,10 @@ class Ucx(Component):
     name = "ucx"
     summary = "UCX (thread-safe) with optional CUDA, gdrcopy, KNEM, XPMEM and verbs support"
     order = 30
+    provides = ("ucx",)
+    requires = (Requires("gdrcopy", option="gdrcopy"), Requires("cuda", option="cuda"),
+                Requires("rdma", option="ofed"))
+    forward_env = ("UCX_",)
     sources = ("upstream", "distro")
     upstream_file = ("ucx-{version}.tar.gz", "https://github.com/openucx/ucx/releases/download/v{version}/ucx-{version}.tar.gz")
     options = {
@@ -52,7 +56,7 @@ class Ucx(Component):
                 if self.enabled(opt):
                     self.error(opt, f"the distro's UCX is not built with {opt}",
                                f"use `source: upstream` for ucx, or set `{opt}: false`")
-        cuda = self.stack.get("cuda")
+        cuda = self.stack.provider("cuda")
         if self.source == "upstream" and self.enabled("cuda") and cuda is not None \
                 and int(cuda.major) >= 12 and _version_tuple(self.version) < (1, 14, 1):
             self.error("version", f"UCX {self.version} does not build against CUDA 12 (fixed in 1.14.1: "
@@ -65,7 +69,7 @@ class Ucx(Component):
     def _cuda13_compat(self) -> list[str]:
         """UCX before 1.19 names PFN_cuMemGetHandleForAddressRange, a typedef CUDA 13 dropped in favour
         of its versioned name; UCX 1.19 switched to the versioned name, and this does the same."""
-        cuda = self.stack.get("cuda")
+        cuda = self.stack.provider("cuda")
         if self.enabled("cuda") and cuda is not None and int(cuda.major) >= 13 \
                 and _version_tuple(self.version) < (1, 19):
             return ["CPPFLAGS=-DPFN_cuMemGetHandleForAddressRange=PFN_cuMemGetHandleForAddressRange_v11070"]
