@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import __version__, quoting
+from imagekit import quoting
 from imagekit.errors import ImagekitError, UsageError
 
 # distro -> (suites known to debootstrap, the apt source file pattern to find a mirror)
@@ -95,11 +95,11 @@ def host_mirror(distro: str, apt_dir: Path = Path("/etc/apt")) -> str | None:
 def ensure(name: str, *, mirror: str | None = None, tag: str | None = None, force: bool = False,
            components: tuple[str, ...] = ("main",), log=print) -> str:
     """Make the base image unless an image with that tag already exists; return its tag."""
-    from imagekit import engine
+    from imagekit import engine, image_facts
 
     spec = parse(name, mirror, tag, components)
     if not force and engine.image_exists(spec.tag):
-        had = engine.image_labels(spec.tag).get("io.imagekit.base.components", "main")
+        had = ",".join(image_facts.read(spec.tag).base_components) or "main"
         if had == ",".join(spec.components):
             log(f"base image {spec.tag} exists; reusing it (--force to rebuild)")
             return spec.tag
@@ -109,7 +109,7 @@ def ensure(name: str, *, mirror: str | None = None, tag: str | None = None, forc
 
 
 def _bootstrap_and_import(spec: BaseSpec, log) -> None:
-    from imagekit import engine
+    from imagekit import engine, image_facts
 
     created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     changes = [
@@ -118,11 +118,9 @@ def _bootstrap_and_import(spec: BaseSpec, log) -> None:
         "ENV LANG=C.UTF-8",
         f"LABEL org.opencontainers.image.title={spec.distro}-{spec.suite}-minbase",
         f"LABEL org.opencontainers.image.created={created}",
-        f"LABEL io.imagekit.base={spec.distro}:{spec.suite}",
-        f"LABEL io.imagekit.base.mirror={quoting.dockerfile_string(spec.mirror, 'base image', 'mirror')}",
-        f"LABEL io.imagekit.base.components={','.join(spec.components)}",
-        f"LABEL io.imagekit.version={__version__}",
     ]
+    changes += [f"LABEL {key}={quoting.dockerfile_string(value, 'base image', key)}" for key, value in
+                image_facts.base_labels(spec.distro, spec.suite, spec.mirror, list(spec.components)).items()]
     import_cmd = [engine.docker_cli(), "import"]
     for change in changes:
         import_cmd += ["--change", change]

@@ -10,7 +10,6 @@ half-tagged image.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -20,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import engine, procs, render, sources
+from imagekit import engine, image_facts, procs, render, sources
 from imagekit.components._blocks import CA_SECRET_ID
 from imagekit.errors import ImagekitError, UsageError
 
@@ -102,8 +101,7 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
     bundle = resolve_ca_bundle(ca_bundle)
     text = render.render(stack, "docker", single_stage=single_stage)
     digest = render.recipe_hash(text)
-    labels = {"io.imagekit.recipe.sha256": digest, "io.imagekit.target": target,
-              "io.imagekit.checks": checks_label(stack, target), **(extra_labels or {})}
+    labels = {**image_facts.build_labels(stack, target, digest), **(extra_labels or {})}
 
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -143,13 +141,6 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
                        seconds=round(time.monotonic() - started, 2), log=str(log_path),
                        recipe_sha256=digest, size_bytes=image.attrs.get("Size", 0),
                        steps=steps, cached_steps=cached, labels=labels)
-
-
-def checks_label(stack, target: str = "runtime") -> str:
-    """Every check of the target image as compact JSON, so `imagekit check IMAGE` needs no stack file."""
-    from imagekit.check import stack_checks
-
-    return json.dumps([c.as_dict() for c in stack_checks(stack, target)], separators=(",", ":"))
 
 
 def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) -> tuple[int, int]:

@@ -21,7 +21,6 @@ from imagekit import checks as checks_mod
 from imagekit import engine
 from imagekit.errors import ImagekitError, UsageError
 
-CHECKS_LABEL = "io.imagekit.checks"
 MODULE = Path(__file__).parent / "data" / "testinfra_checks.py"
 # Hardware a check may need, and what offering it to the container means.
 HARDWARE = {"gpu": ["--gpus", "all"], "fabric": ["--device", "/dev/infiniband", "--ulimit", "memlock=-1"]}
@@ -92,12 +91,13 @@ def elf_prefixes(stack) -> list[str]:
 
 
 def checks_from_image(image: str) -> list[dict]:
-    labels = engine.image_labels(image)
-    raw = labels.get(CHECKS_LABEL)
-    if not raw:
-        raise UsageError(f"image {image} carries no imagekit checks (label {CHECKS_LABEL})",
+    from imagekit import image_facts
+
+    checks = image_facts.read(image).checks
+    if not checks:
+        raise UsageError(f"image {image} carries no imagekit checks (label {image_facts.CHECKS})",
                          "give the stack: `imagekit check STACK --image IMAGE`")
-    return json.loads(raw)
+    return checks
 
 
 def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str, ...] = (),

@@ -35,30 +35,11 @@ def reset_hpccm(fmt: str) -> None:
     hpccm.config.g_singularity_tmp_fallback = True
 
 
-def stack_labels(stack) -> dict[str, str]:
-    """Labels written into the recipe (the build adds the recipe hash on top)."""
-    labels = {
-        "io.imagekit.stack": stack.name,
-        "io.imagekit.version": __version__,
-        "io.imagekit.arch": stack.base.arch,
-        "io.imagekit.components": ",".join(stack.components),
-        "org.opencontainers.image.title": stack.name,
-    }
-    if stack.description:
-        labels["org.opencontainers.image.description"] = stack.description
-    for name, comp in stack.components.items():
-        labels[f"io.imagekit.component.{name}.version"] = comp.version
-        labels[f"io.imagekit.component.{name}.source"] = comp.source
-        for key, value in comp.labels().items():
-            if value != "":
-                labels[f"io.imagekit.component.{name}.{key}"] = value
-    return labels
-
-
 def populate(devel, runtime, stack, *, single_stage: bool = False) -> None:
     """Fill two hpccm Stages (devel, runtime) for ``stack`` in the current HPCCM format."""
     from hpccm.primitives import baseimage, comment, label
 
+    from imagekit import image_facts
     from imagekit.components import _blocks
 
     base = stack.base
@@ -71,8 +52,8 @@ def populate(devel, runtime, stack, *, single_stage: bool = False) -> None:
     devel += _blocks.apt_cache_setup()
     for component in stack.components.values():
         devel += component.devel()
-    labels = stack_labels(stack)
-    devel += label(metadata=_quoted({**labels, "io.imagekit.target": "devel"}))
+    labels = image_facts.recipe_labels(stack)
+    devel += label(metadata=_quoted({**labels, image_facts.TARGET: "devel"}))
     if single_stage:
         return
     runtime += baseimage(image=base.runtime, _as="runtime", **common)
@@ -80,7 +61,7 @@ def populate(devel, runtime, stack, *, single_stage: bool = False) -> None:
         runtime += _blocks.runtime_slim()
     for component in stack.components.values():
         runtime += component.runtime()
-    runtime += label(metadata=_quoted({**labels, "io.imagekit.target": "runtime"}))
+    runtime += label(metadata=_quoted({**labels, image_facts.TARGET: "runtime"}))
 
 
 def _quoted(labels: dict[str, str]) -> dict[str, str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from imagekit import engine, records
+from imagekit import engine, image_facts, records
 
 _INSTRUCTION = re.compile(r"^(RUN|COPY|ADD|ENV|LABEL|WORKDIR|ARG|USER|ENTRYPOINT|CMD|VOLUME|EXPOSE|SHELL)\b",
                           re.M)
@@ -21,18 +21,12 @@ def describe(image: str) -> dict:
     img = engine.client().images.get(image) if engine.image_exists(image) else None
     if img is None:
         engine.image_labels(image)  # raises the "not found" error with its fix
-    labels = img.labels or {}
-    names = [n for n in labels.get("io.imagekit.components", "").split(",") if n]
-    components = [{"name": n,
-                   "version": labels.get(f"io.imagekit.component.{n}.version", ""),
-                   "source": labels.get(f"io.imagekit.component.{n}.source", ""),
-                   "facts": {k.rsplit(".", 1)[1]: v for k, v in labels.items()
-                             if k.startswith(f"io.imagekit.component.{n}.")
-                             and k.rsplit(".", 1)[1] not in ("version", "source")}}
-                  for n in names]
+    facts = image_facts.from_labels(img.labels or {}, ref=image)
+    components = [{"name": c.name, "version": c.version, "source": c.source, "facts": dict(c.facts)}
+                  for c in facts.components.values()]
     layers = [{"created_by": h.get("CreatedBy", ""), "bytes": h.get("Size", 0)}
               for h in reversed(img.history())]
-    attribution = _attribute(labels, layers)
+    attribution = _attribute(facts, layers)
     sizes = {}
     for layer in layers:
         owner = layer.get("component", "unattributed")
@@ -42,9 +36,9 @@ def describe(image: str) -> dict:
     history = records.for_image(img.id)
     return {
         "image": image, "id": img.id, "bytes": img.attrs.get("Size", 0),
-        "stack": labels.get("io.imagekit.stack"), "target": labels.get("io.imagekit.target"),
-        "arch": labels.get("io.imagekit.arch"), "imagekit_version": labels.get("io.imagekit.version"),
-        "recipe_sha256": labels.get("io.imagekit.recipe.sha256"),
+        "stack": facts.stack, "target": facts.target, "arch": facts.arch,
+        "imagekit_version": facts.imagekit_version, "recipe_sha256": facts.recipe_sha256,
+        "label_schema": facts.schema, "roles": {r: v.component for r, v in facts.roles.items()},
         "components": components, "base_bytes": sizes.get("base", 0) if attribution else None,
         "layers": layers, "attributed": attribution,
         "checks": [r for r in history if r["kind"] == "check"],
@@ -52,9 +46,9 @@ def describe(image: str) -> dict:
     }
 
 
-def _attribute(labels: dict, layers: list[dict]) -> bool:
+def _attribute(facts: image_facts.ImageFacts, layers: list[dict]) -> bool:
     """Tag each layer with its component; False (and no tags) when it cannot be done exactly."""
-    name = labels.get("io.imagekit.stack")
+    name = facts.stack
     if not name:
         return False
     try:
@@ -64,7 +58,7 @@ def _attribute(labels: dict, layers: list[dict]) -> bool:
         render.reset_hpccm("docker")
         owners: list[str] = []
         for cname, comp in resolved.components.items():
-            text = "\n".join(str(b) for b in (comp.runtime() if labels.get("io.imagekit.target") != "devel"
+            text = "\n".join(str(b) for b in (comp.runtime() if facts.target != "devel"
                                                else comp.devel()))
             owners += [cname] * len(_INSTRUCTION.findall(text))
         owners.append("labels")

@@ -52,7 +52,9 @@ def test_outside_in_mpirun_validate(mpi_image):
     assert "ringtest" in proc.stdout and "verdict: PASS" in proc.stdout
 
 
-def test_validate_with_a_file_image_needs_a_command(tmp_path):
+def test_validate_with_an_unreadable_file_image_needs_a_command(tmp_path):
+    # A .sqsh/.sif here is read for its labels (tests/test_image_facts.py); one that is not here cannot name
+    # its benchmark.
     proc = _launch("mpirun", "--runtime", "enroot", "--image", str(tmp_path / "x.sqsh"), "--hosts", "localhost:1",
                    "--validate", "--no-preflight")
-    assert proc.returncode == 2 and "needs an engine image" in proc.stderr
+    assert proc.returncode == 2 and "needs the image's labels" in proc.stderr and "-- all_reduce_perf" in proc.stderr

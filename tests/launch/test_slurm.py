@@ -10,6 +10,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from imagekit import image_facts
 from imagekit.cli import main
 from imagekit.errors import UsageError
 from imagekit.launch import slurm
@@ -153,11 +154,11 @@ def test_preflight_reads_real_srun_mpi_list(local_slurm, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", local_slurm.env["SLURM_CONF"])
     host = preflight.HostFacts.probe(want_srun=True)
     assert "pmix" in host.srun_mpi and "pmix_v4" in host.srun_mpi
-    img = preflight.ImageFacts.from_labels({"io.imagekit.components": "pmix,openmpi",
+    img = image_facts.from_labels({"io.imagekit.components": "pmix,openmpi",
                                             "io.imagekit.component.pmix.version": "4.2.2",
                                             "io.imagekit.component.openmpi.version": "4.1.4"})
     assert preflight.check_slurm_pmix(img, host).status == "ok"
-    img3 = preflight.ImageFacts.from_labels({"io.imagekit.components": "pmix,openmpi",
+    img3 = image_facts.from_labels({"io.imagekit.components": "pmix,openmpi",
                                              "io.imagekit.component.pmix.version": "3.2.3"})
     assert preflight.check_slurm_pmix(img3, host).status == "warn"
 

@@ -129,10 +129,10 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
             raise
         stack = None
     if stack is not None:
-        from imagekit import engine
+        from imagekit import image_facts
 
         target = image or stack.image
-        specs = check_mod.stack_checks(stack, engine.image_labels(target).get("io.imagekit.target", "runtime"))
+        specs = check_mod.stack_checks(stack, image_facts.read(target).target or "runtime")
     else:
         target = ref
         specs = check_mod.checks_from_image(ref)

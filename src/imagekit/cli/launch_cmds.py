@@ -37,19 +37,25 @@ def _validate_options(f):
                              "command, run the image's benchmark (nccl-tests, or mpi4py's ring test).")(f)
 
 
-def _job_command(validate: bool, image: str, command: tuple, runtime: str) -> tuple[list[str], dict]:
+def _job_command(validate: bool, facts, command: tuple) -> tuple[list[str], dict]:
     """The command to run and extra environment: the image's benchmark for a bare --validate."""
     if command or not validate:
         return list(command), {}
     from imagekit.errors import UsageError
     from imagekit.launch.benchmark import default_benchmark
 
-    if runtime != "docker":
-        raise UsageError("--validate without a command needs an engine image (its labels name the benchmark)",
+    if facts.labels is None:
+        raise UsageError(f"--validate without a command needs the image's labels (they name the benchmark): "
+                         f"{facts.reason}",
                          "give the benchmark after `--`, e.g. -- all_reduce_perf -b 8 -e 1G -f 2 -g 1")
-    from imagekit import engine
+    return default_benchmark(facts)
 
-    return default_benchmark(engine.image_labels(image))
+
+def _facts(image: str, needed: bool):
+    """The image's facts, read once per command for the benchmark choice and preflight alike."""
+    from imagekit import image_facts
+
+    return image_facts.read_or_reason(image) if needed else None
 
 
 def _run_validated(run, gate_values: dict) -> int:
@@ -141,7 +147,8 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
     gate_values = _gate_values(gates)
     if validate and dry_run:
         raise UsageError("--validate judges the job's output, so it needs --submit", "add --submit")
-    cmd, bench_env = _job_command(validate, image, command, runtime)
+    facts = _facts(image, (validate and not command) or not no_preflight)
+    cmd, bench_env = _job_command(validate, facts, command)
     if bench_env.get("NCCL_DEBUG"):
         nccl_debug = True
     job = slurm_mod.SlurmJob(image=image, nodes=nodes, command=cmd, runtime=runtime,
@@ -153,7 +160,7 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
     if not dry_run:
         common.require_tool("sbatch", "run on a Slurm login node, or write the script with --dry-run -o FILE")
     # The Slurm plugin check only applies where the script will be submitted from.
-    _preflight(image, no_preflight, scheduler=None if dry_run else "slurm", launcher="slurm")
+    _preflight(image, no_preflight, facts=facts, scheduler=None if dry_run else "slurm", launcher="slurm")
     if dry_run:
         if output:
             slurm_mod.write(job, output)
@@ -208,7 +215,8 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
     from imagekit.launch import common, mpirun as mod
 
     gate_values = _gate_values(gates)
-    cmd, bench_env = _job_command(validate, image, command, runtime)
+    facts = _facts(image, (validate and not command) or not no_preflight)
+    cmd, bench_env = _job_command(validate, facts, command)
     job = mod.MpirunJob(runtime=runtime, image=image, hosts=mod.parse_hosts(hosts), command=cmd,
                         np=np_, mounts=common.parse_mounts(mounts), env={**common.parse_env(env), **bench_env},
                         gpus=gpus, workdir=workdir, mpirun_args=list(mpirun_args))
@@ -221,7 +229,7 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
         return
     common.require_tool("mpirun", "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
                                   "or use `imagekit launch inside-out`")
-    _preflight(image, no_preflight, launcher="mpirun", probe=runtime == "docker")
+    _preflight(image, no_preflight, facts=facts, launcher="mpirun", probe=runtime == "docker")
     if validate:
         sys.exit(_run_validated(lambda out: mod.execute(job, log=_log, stdout=out), gate_values))
     sys.exit(mod.execute(job, log=_log))
@@ -266,7 +274,8 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
     gate_values = _gate_values(gates)
     if validate and scheduler != "local":
         raise UsageError("--validate runs the job here and reads its output", "use --scheduler local")
-    cmd, bench_env = _job_command(validate, image, command, runtime)
+    facts = _facts(image, (validate and not command) or not no_preflight)
+    cmd, bench_env = _job_command(validate, facts, command)
     job = mod.InsideOutJob(image=image, nodes=nodes, command=cmd, runtime=runtime,
                            scheduler=scheduler, slots=slots, env={**common.parse_env(env), **bench_env},
                            mounts=common.parse_mounts(mounts), iface=iface, mpirun_args=list(mpirun_args),
@@ -284,7 +293,7 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
 
             click.echo(slurm_mod.submit(path))
         return
-    _preflight(image, no_preflight, launcher="inside-out")
+    _preflight(image, no_preflight, facts=facts, launcher="inside-out")
     timings: dict = {}
     if validate:
         rc = _run_validated(lambda out: mod.execute(job, log=_log, stdout=out, timings=timings), gate_values)

@@ -14,6 +14,9 @@ from imagekit.components.nccl import cuda_gencode, default_archs
 from imagekit.schema import Option
 
 PREFIX = "/usr/local/nccl-tests"
+# `launch --validate`'s default: one GPU per rank, NCCL_DEBUG=INFO so the transport shows in the log.
+BENCHMARK = ["all_reduce_perf", "-b", "8", "-e", "1G", "-f", "2", "-g", "1"]
+BENCHMARK_ENV = {"NCCL_DEBUG": "INFO"}
 BINARIES = ("all_reduce_perf", "all_gather_perf", "alltoall_perf", "broadcast_perf",
             "reduce_scatter_perf", "sendrecv_perf")
 
@@ -68,6 +71,9 @@ class NcclTests(Component):
                      f"if [ -f build/verifiable/libverifiable.so ]; then cp -a build/verifiable/libverifiable.so* "
                      f"{PREFIX}/bin/; fi"],
         )]
+
+    def benchmark(self) -> tuple[list[str], dict[str, str]]:
+        return list(BENCHMARK), dict(BENCHMARK_ENV)
 
     def environment(self) -> dict[str, str]:
         return {"PATH": f"{PREFIX}/bin:$PATH"}

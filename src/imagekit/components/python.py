@@ -14,6 +14,8 @@ from imagekit.components import Component, _blocks
 from imagekit.schema import Option
 
 VENV = "/opt/venv"
+# `launch --validate`'s default for a CPU-only MPI image with mpi4py.
+MPI4PY_RING = ["python3", "-m", "mpi4py.bench", "ringtest", "-n", "1024", "-l", "1000"]
 
 
 class Python(Component):
@@ -62,6 +64,9 @@ class Python(Component):
         if self.venv:
             out += _blocks.copy_from_devel(VENV) + _blocks.env({"PATH": f"{VENV}/bin:$PATH"})
         return out
+
+    def benchmark(self) -> tuple[list[str], dict[str, str]] | None:
+        return (list(MPI4PY_RING), {}) if "mpi4py" in self.opts["packages"] else None
 
     def labels(self) -> dict[str, str]:
         return {"packages": ",".join(self.opts["packages"]), "pip": ",".join(self.opts["pip"])}

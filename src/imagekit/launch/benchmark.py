@@ -1,9 +1,9 @@
 """`imagekit launch … --validate`: run the image's benchmark through a launcher and judge its output.
 
-The benchmark follows the image's labels: nccl-tests images run
-``all_reduce_perf`` (one GPU per rank, NCCL_DEBUG=INFO so the transport is
-visible to ``--expect-transport``); CPU-only MPI images with mpi4py run its
-ring test. The output streams to the terminal as usual and is also kept for
+The benchmark is the one the image's facts record (the first component that
+offers one: nccl-tests runs ``all_reduce_perf``, one GPU per rank, with
+NCCL_DEBUG=INFO so the transport is visible to ``--expect-transport``; a
+Python with mpi4py runs its ring test). The output streams to the terminal as usual and is also kept for
 ``imagekit.validate``.
 """
 
@@ -14,22 +14,19 @@ import sys
 import threading
 from typing import Callable
 
+from imagekit import image_facts
 from imagekit.errors import UsageError
-
-NCCL_TESTS = ["all_reduce_perf", "-b", "8", "-e", "1G", "-f", "2", "-g", "1"]
-MPI4PY_RING = ["python3", "-m", "mpi4py.bench", "ringtest", "-n", "1024", "-l", "1000"]
+from imagekit.image_facts import ImageFacts
 
 
-def default_benchmark(labels: dict[str, str] | None) -> tuple[list[str], dict[str, str]]:
-    """(command, extra environment) for an image, from what its labels record."""
-    labels = labels or {}
-    components = set(filter(None, labels.get("io.imagekit.components", "").split(",")))
-    if "nccl-tests" in components:
-        return list(NCCL_TESTS), {"NCCL_DEBUG": "INFO"}
-    if "mpi4py" in labels.get("io.imagekit.component.python.packages", "").split(","):
-        return list(MPI4PY_RING), {}
-    raise UsageError("no benchmark known for this image (it records neither nccl-tests nor mpi4py)",
-                     "give the benchmark after `--`, e.g. -- osu_latency")
+def default_benchmark(facts: ImageFacts | dict[str, str] | None) -> tuple[list[str], dict[str, str]]:
+    """(command, extra environment) for an image, from what its facts (or raw labels) record."""
+    if not isinstance(facts, ImageFacts):
+        facts = image_facts.from_labels(facts or {})
+    if facts.benchmark is None:
+        raise UsageError("no benchmark known for this image (it records neither nccl-tests nor mpi4py)",
+                         "give the benchmark after `--`, e.g. -- osu_latency")
+    return list(facts.benchmark.command), dict(facts.benchmark.env)
 
 
 class Tee:

@@ -232,7 +232,7 @@ class _Launch:
             return self.client.containers.run(
                 job.image, entrypoint=["/bin/sh", f"{MOUNT}/start.sh"], command=[], detach=True,
                 name=self.names[i], hostname=job.hosts[i], network=self.network, user="0",
-                labels={JOB_LABEL: job.job_id, "io.imagekit.role": "launcher" if i == 0 else "worker",
+                labels={JOB_LABEL: job.job_id, "io.imagekit.job.role": "launcher" if i == 0 else "worker",
                         **owners.labels()},
                 volumes=volumes, environment=dict(job.env), shm_size=job.shm_size,
                 # CMA single copy between ranks of one container (--slots > 1) needs SYS_PTRACE.

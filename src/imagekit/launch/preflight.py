@@ -2,10 +2,12 @@
 
 Each check returns ``ok``, ``warn``, ``fail`` or ``not checked`` with the fix.
 Host facts are gathered once (``HostFacts.probe()``) and image facts come from
-the labels ``imagekit build`` writes (``io.imagekit.component.<name>.<key>``),
+the labels ``imagekit build`` writes, read once as :class:`image_facts.ImageFacts`,
 so every check is a pure function that tests can drive with recorded facts.
-File images (``.sqsh``/``.sif`` paths) carry no readable labels here: the
-image-side checks say "not checked" instead of guessing.
+Checks ask for roles ("the image's MPI", "its RDMA stack"), never for component
+names. File images (``.sqsh``/``.sif``) are read through the same facts; when
+their labels cannot be read, the image-side checks say "not checked" instead of
+guessing.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from imagekit import image_facts
 from imagekit.errors import EngineError, ImagekitError
+from imagekit.image_facts import ImageFacts, is_file_image
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "not checked"
-MPI_COMPONENTS = ("openmpi", "mpich", "mvapich2", "intel-mpi", "hpcx")
-RDMA_COMPONENTS = ("ofed", "mlnx-ofed", "doca-ofed", "rdma-core")
 SHM_MIN = 1 << 30  # NCCL and shared-memory BTLs want far more than Docker's 64 MiB default
 # Minimum Linux driver per CUDA major under minor-version compatibility
 # (NVIDIA "CUDA Compatibility", table 1: 11.x >= 450.80.02, 12.x >= 525.60.13, 13.x >= 580).
@@ -125,55 +127,6 @@ def _mpirun_version() -> str | None:
     return m.group(1) if m else None
 
 
-def is_file_image(ref: str) -> bool:
-    """Pyxis/Apptainer convention: a path (``/``, ``.``) or a .sqsh/.sif file, not an engine image."""
-    return ref.startswith(("/", ".")) or ref.endswith((".sqsh", ".squashfs", ".sif"))
-
-
-def read_labels(ref: str) -> tuple[dict[str, str] | None, str]:
-    """The image's labels, or None and why they cannot be read here."""
-    if is_file_image(ref):
-        return None, f"{ref} is a file image; its labels are not readable here"
-    try:
-        from imagekit import engine
-
-        return engine.image_labels(ref), ""
-    except EngineError as exc:
-        return None, exc.message
-
-
-@dataclass
-class ImageFacts:
-    labels: dict[str, str] | None
-    reason: str = ""
-    components: list[str] = field(default_factory=list)
-
-    @classmethod
-    def from_labels(cls, labels: dict[str, str] | None, reason: str = "") -> "ImageFacts":
-        comps: list[str] = []
-        if labels:
-            comps = [c.strip() for c in labels.get("io.imagekit.components", "").split(",") if c.strip()]
-            for key in labels:
-                m = re.match(r"io\.imagekit\.component\.([^.]+)\.version$", key)
-                if m and m.group(1) not in comps:
-                    comps.append(m.group(1))
-        return cls(labels, reason, comps)
-
-    @property
-    def known(self) -> bool:
-        """True when the labels describe components (an imagekit-built image)."""
-        return bool(self.labels) and bool(self.components)
-
-    def version(self, component: str) -> str | None:
-        return (self.labels or {}).get(f"io.imagekit.component.{component}.version")
-
-    def fact(self, component: str, key: str) -> str | None:
-        return (self.labels or {}).get(f"io.imagekit.component.{component}.{key}")
-
-    def has(self, *names: str) -> bool:
-        return any(n in self.components for n in names)
-
-
 def probe_image(ref: str) -> dict[str, str] | None:
     """Look inside an engine image without labels: MPI launcher path, Open MPI version, sshd."""
     if is_file_image(ref):
@@ -230,16 +183,15 @@ def check_labels(img: ImageFacts) -> Check:
     if not img.known:
         return Check("image labels", SKIP, "the image has no io.imagekit.component.* labels "
                      "(not built by imagekit); image-side checks skipped")
-    stack = img.labels.get("io.imagekit.stack", "?")
-    return Check("image labels", OK, f"stack {stack}: {', '.join(img.components)}")
+    return Check("image labels", OK, f"stack {img.stack or '?'}: {', '.join(img.components)}")
 
 
 def check_mpi(img: ImageFacts) -> Check:
     if not img.known:
         return Check("image MPI", SKIP, "no component labels")
-    for name in MPI_COMPONENTS:
-        if img.has(name):
-            return Check("image MPI", OK, f"{name} {img.version(name) or '?'}")
+    mpi = img.provider("mpi")
+    if mpi is not None:
+        return Check("image MPI", OK, f"{mpi.name} {img.role_version('mpi') or mpi.version or '?'}")
     return Check("image MPI", FAIL, "the image records no MPI component",
                  "build from a stack with an MPI component (e.g. openmpi) or launch without MPI")
 
@@ -258,10 +210,11 @@ def check_slurm_pmix(img: ImageFacts, host: HostFacts) -> Check:
     if not img.known:
         return Check(name, SKIP, f"Slurm offers {', '.join(p for p in host.srun_mpi if p.startswith('pmix'))}; "
                      "image PMIx unknown")
-    img_pmix = img.version("pmix") or img.fact("openmpi", "pmix_version")
-    if img.has("openmpi") and img.fact("openmpi", "pmix") == "false":
-        return Check(name, WARN, "the image's OpenMPI was built without PMIx support",
-                     "rebuild with openmpi pmix: true, or use `srun --mpi=pmi2`")
+    img_pmix = img.role_version("pmix")
+    mpi = img.provider("mpi")
+    if mpi is not None and mpi.fact("pmix") == "false":
+        return Check(name, WARN, f"the image's MPI ({mpi.name}) was built without PMIx support",
+                     f"rebuild with {mpi.name} pmix: true, or use `srun --mpi=pmi2`")
     if not img_pmix:
         return Check(name, WARN, "the image records no PMIx version",
                      "add a pmix component to the stack so Slurm and the image can be matched")
@@ -291,7 +244,7 @@ def check_memlock(img: ImageFacts, host: HostFacts) -> Check:
     detail = f"memlock ulimit is {host.memlock // 1024} KiB"
     fix = ("`ulimit -l unlimited` (limits.conf: `* - memlock unlimited`); under Slurm make slurmd run with "
            "LimitMEMLOCK=infinity and keep MEMLOCK in PropagateResourceLimits; Docker: --ulimit memlock=-1")
-    if img.has(*RDMA_COMPONENTS, "ucx"):
+    if img.has_role("rdma", "ucx"):
         return Check("memlock", WARN, detail + "; RDMA (verbs/UCX) must pin memory", fix)
     return Check("memlock", OK, detail + " (enough for TCP/shared memory; RDMA would need unlimited)")
 
@@ -300,7 +253,7 @@ def check_infiniband(img: ImageFacts, host: HostFacts) -> Check:
     if not img.known:
         return Check("/dev/infiniband", SKIP, "image OFED unknown"
                      + ("; this host has /dev/infiniband" if host.infiniband else ""))
-    if not img.has(*RDMA_COMPONENTS):
+    if not img.has_role("rdma"):
         return Check("/dev/infiniband", OK, "the image has no OFED/rdma-core; TCP/shared memory only")
     if host.infiniband:
         return Check("/dev/infiniband", OK, "present")
@@ -312,7 +265,7 @@ def check_infiniband(img: ImageFacts, host: HostFacts) -> Check:
 def check_driver(img: ImageFacts, host: HostFacts) -> Check:
     if host.driver is None:
         return Check("GPU driver", SKIP, "no NVIDIA driver on this host")
-    cuda = img.version("cuda") if img.known else None
+    cuda = img.role_version("cuda") if img.known else None
     if not cuda:
         return Check("GPU driver", SKIP if not img.known else OK,
                      f"driver {host.driver}; " + ("image CUDA unknown" if not img.known else "image has no CUDA"))
@@ -331,8 +284,8 @@ def check_driver(img: ImageFacts, host: HostFacts) -> Check:
 def check_sshd(img: ImageFacts) -> Check:
     if not img.known:
         return Check("image sshd", SKIP, "no component labels; the launcher checks /usr/sbin/sshd when workers start")
-    if img.has("sshd", "openssh", "openssh-server"):
-        return Check("image sshd", OK, "sshd component present")
+    if img.has_role("sshd"):
+        return Check("image sshd", OK, f"{img.provider('sshd').name} component present")
     return Check("image sshd", FAIL, "inside-out needs sshd in the image and none is recorded",
                  "add the sshd component to the stack, or use an outside-in launcher (slurm / mpirun)")
 
@@ -360,7 +313,7 @@ def check_host_mpirun(img: ImageFacts, host: HostFacts) -> Check:
     if host.mpirun_version is None:
         return Check("host mpirun", FAIL, "no Open MPI `mpirun` on this host",
                      "install the same Open MPI the image has (Debian: apt-get install openmpi-bin)")
-    img_v = img.version("openmpi") if img.known else None
+    img_v = img.role_version("mpi") if img.known else None
     if not img_v:
         return Check("host mpirun", SKIP if not img.known else WARN,
                      f"host Open MPI {host.mpirun_version}; image Open MPI unknown")
@@ -382,15 +335,19 @@ LAUNCHERS = ("slurm", "mpirun", "inside-out", "mpijob")
 
 def run(image: str, *, scheduler: str | None = None, launcher: str | None = None,
         ssh_key_dir: Path | None = None, host: HostFacts | None = None,
-        labels: dict[str, str] | None = None, probe: bool = False) -> list[Check]:
+        labels: dict[str, str] | None = None, facts: ImageFacts | None = None,
+        probe: bool = False) -> list[Check]:
     """All checks that apply to ``image`` launched with ``launcher`` (and ``scheduler``).
 
+    The image's facts are read here unless the caller already has them (``facts``, or raw ``labels``).
     ``probe`` runs one short container of an unlabelled engine image to find its MPI.
     """
-    if labels is not None:
-        img = ImageFacts.from_labels(labels)
+    if facts is not None:
+        img = facts
+    elif labels is not None:
+        img = image_facts.from_labels(labels, ref=image)
     else:
-        img = ImageFacts.from_labels(*read_labels(image))
+        img = image_facts.read_or_reason(image)
     if host is None:
         host = HostFacts.probe(want_srun=scheduler == "slurm", want_mpirun=launcher == "mpirun")
     checks = [check_labels(img), check_mpi(img)]
@@ -400,8 +357,7 @@ def run(image: str, *, scheduler: str | None = None, launcher: str | None = None
         if found and found.get("mpi_version") and "Open MPI" in found["mpi_version"]:
             m = re.search(r"(\d+\.\d+\.\d+)", found["mpi_version"])
             if m:  # lets the host-mpirun check compare versions for unlabelled images
-                img = ImageFacts.from_labels({**(img.labels or {}), "io.imagekit.component.openmpi.version": m.group(1),
-                                              "io.imagekit.components": "openmpi"})
+                img = image_facts.probed_mpi(img, "openmpi", m.group(1))
     if scheduler == "slurm":
         checks.append(check_slurm_pmix(img, host))
     if launcher == "mpirun":

@@ -28,14 +28,20 @@ from imagekit.launch.common import (JOB_LABEL, MPI_ENV_PREFIXES, SLURM_ENV_PREFI
                                     check_token)
 
 RUNTIMES = ("docker", "apptainer", "enroot")
-# Tuning a user sets on the host (NCCL_IB_HCA, UCX_TLS...) and Slurm's GPU binding must reach the rank too.
-EXTRA_ENV_PREFIXES = ("NCCL_", "UCX_")
+# Slurm's GPU binding must reach the rank too.
 EXTRA_ENV_NAMES = ("CUDA_VISIBLE_DEVICES",)
 
 
+def forwarded_prefixes() -> tuple[str, ...]:
+    """The process manager's variables, and the tuning a user sets on the host for any component
+    (NCCL_IB_HCA, UCX_TLS, FI_PROVIDER, ...): each component names its own prefixes."""
+    from imagekit.components import forwarded_env_prefixes
+
+    return MPI_ENV_PREFIXES + SLURM_ENV_PREFIXES + forwarded_env_prefixes()
+
+
 def _forward_loop(flag: str) -> str:
-    patterns = "|".join([p + "*" for p in MPI_ENV_PREFIXES + SLURM_ENV_PREFIXES + EXTRA_ENV_PREFIXES]
-                        + list(EXTRA_ENV_NAMES))
+    patterns = "|".join([p + "*" for p in forwarded_prefixes()] + list(EXTRA_ENV_NAMES))
     return (
         "forward=()\n"
         "while IFS= read -r name; do\n"

@@ -1,0 +1,367 @@
+"""The image-facts contract: every ``io.imagekit.*`` label, written and read here only.
+
+The build side writes what it knows about a resolved stack into image labels;
+the run side (report, check, preflight, launch, validate) reads them back as
+one typed :class:`ImageFacts`, from an engine image, an exported Enroot
+``.sqsh`` or a ``.sif``. Sites that read the labels themselves find the schema
+in the README ("Image labels"); its version is ``io.imagekit.schema``.
+
+Schema history:
+
+- 1 (no ``io.imagekit.schema`` label): stack, version, arch, components,
+  ``component.<name>.<key>``, target, recipe.sha256, checks. Roles and the
+  benchmark are derived from the component names when such an image is read.
+- 2: adds ``schema``, ``role.<role>`` (the component that fills it),
+  ``role.<role>.version`` (only where it differs from the component's version)
+  and ``benchmark`` (JSON: command and environment).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from imagekit import __version__
+from imagekit.errors import EngineError, UsageError
+
+if TYPE_CHECKING:
+    from imagekit.stack import Stack
+
+SCHEMA = 2
+PREFIX = "io.imagekit."
+SCHEMA_LABEL = PREFIX + "schema"
+STACK, VERSION, ARCH, COMPONENTS = (PREFIX + k for k in ("stack", "version", "arch", "components"))
+TARGET, RECIPE_SHA256, CHECKS, BENCHMARK = (PREFIX + k for k in ("target", "recipe.sha256", "checks", "benchmark"))
+BASE, BASE_MIRROR, BASE_COMPONENTS = (PREFIX + k for k in ("base", "base.mirror", "base.components"))
+FILE_SUFFIXES = (".sqsh", ".squashfs", ".sif")
+# Schema 1 had no roles; besides imagekit's own component names, labels written by hand or by other
+# tools used these names, which preflight understood then and still does.
+SCHEMA1_ROLES = {"mpich": "mpi", "mvapich2": "mpi", "intel-mpi": "mpi", "hpcx": "mpi", "mlnx-ofed": "rdma",
+                 "doca-ofed": "rdma", "rdma-core": "rdma", "openssh": "sshd", "openssh-server": "sshd"}
+
+
+class LabelSchemaError(UsageError):
+    """Labels this imagekit cannot read (a newer schema, or damaged values)."""
+
+
+def component_label(name: str, key: str) -> str:
+    return f"{PREFIX}component.{name}.{key}"
+
+
+def role_label(role: str, key: str | None = None) -> str:
+    return f"{PREFIX}role.{role}" + (f".{key}" if key else "")
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+def recipe_labels(stack: "Stack") -> dict[str, str]:
+    """The labels the recipe carries for ``stack`` (the build adds :func:`build_labels`)."""
+    labels = {
+        SCHEMA_LABEL: str(SCHEMA),
+        STACK: stack.name,
+        VERSION: __version__,
+        ARCH: stack.base.arch,
+        COMPONENTS: ",".join(stack.components),
+        "org.opencontainers.image.title": stack.name,
+    }
+    if stack.description:
+        labels["org.opencontainers.image.description"] = stack.description
+    for name, comp in stack.components.items():
+        labels[component_label(name, "version")] = comp.version
+        labels[component_label(name, "source")] = comp.source
+        for key, value in comp.labels().items():
+            if value != "":
+                labels[component_label(name, key)] = value
+    for role, name in sorted(stack.roles().items()):
+        labels[role_label(role)] = name
+        comp = stack.components[name]
+        if comp.role_versions()[role] != comp.version:  # a bundle: HPC-X 2.22 fills "mpi" with its Open MPI
+            labels[role_label(role, "version")] = comp.role_versions()[role]
+    for comp in stack.components.values():
+        bench = comp.benchmark()
+        if bench is not None:
+            labels[BENCHMARK] = json.dumps({"command": bench[0], "env": bench[1]}, sort_keys=True,
+                                           separators=(",", ":"))
+            break
+    return labels
+
+
+def build_labels(stack: "Stack", target: str, recipe_sha256: str) -> dict[str, str]:
+    """What the build adds on top of the recipe's labels: the recipe hash, the target, the checks."""
+    from imagekit.check import stack_checks
+
+    checks = json.dumps([c.as_dict() for c in stack_checks(stack, target)], separators=(",", ":"))
+    return {RECIPE_SHA256: recipe_sha256, TARGET: target, CHECKS: checks}
+
+
+def base_labels(distro: str, suite: str, mirror: str, components: list[str]) -> dict[str, str]:
+    """Labels of a base image that ``imagekit base`` bootstraps."""
+    return {BASE: f"{distro}:{suite}", BASE_MIRROR: mirror, BASE_COMPONENTS: ",".join(components),
+            VERSION: __version__}
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ComponentFacts:
+    name: str
+    version: str
+    source: str
+    facts: dict[str, str] = field(default_factory=dict)
+
+    def fact(self, key: str) -> str | None:
+        return self.facts.get(key)
+
+
+@dataclass(frozen=True)
+class Role:
+    component: str
+    version: str | None
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    command: list[str]
+    env: dict[str, str]
+
+
+@dataclass
+class ImageFacts:
+    """What an image's labels say; ``labels`` is None when they could not be read (``reason`` says why)."""
+
+    ref: str = ""
+    labels: dict[str, str] | None = None
+    reason: str = ""
+    schema: int | None = None
+    stack: str | None = None
+    target: str | None = None
+    arch: str | None = None
+    imagekit_version: str | None = None
+    recipe_sha256: str | None = None
+    components: dict[str, ComponentFacts] = field(default_factory=dict)
+    roles: dict[str, Role] = field(default_factory=dict)
+    checks: list[dict] | None = None
+    benchmark: Benchmark | None = None
+    base_components: list[str] = field(default_factory=list)
+
+    @property
+    def known(self) -> bool:
+        """True when the labels describe components (an imagekit-built image)."""
+        return bool(self.labels) and bool(self.components)
+
+    def provider(self, role: str) -> ComponentFacts | None:
+        """The component that fills ``role`` in this image, or None."""
+        filled = self.roles.get(role)
+        return self.components.get(filled.component) if filled else None
+
+    def role_version(self, role: str) -> str | None:
+        filled = self.roles.get(role)
+        return filled.version if filled else None
+
+    def has_role(self, *roles: str) -> bool:
+        return any(r in self.roles for r in roles)
+
+    def version(self, component: str) -> str | None:
+        comp = self.components.get(component)
+        return comp.version if comp else None
+
+    def fact(self, component: str, key: str) -> str | None:
+        comp = self.components.get(component)
+        return comp.fact(key) if comp else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ref": self.ref, "schema": self.schema, "stack": self.stack, "target": self.target,
+                "arch": self.arch, "imagekit_version": self.imagekit_version,
+                "recipe_sha256": self.recipe_sha256,
+                "components": [{"name": c.name, "version": c.version, "source": c.source, "facts": c.facts}
+                               for c in self.components.values()],
+                "roles": {r: {"component": v.component, "version": v.version} for r, v in self.roles.items()}}
+
+
+def from_labels(labels: dict[str, str] | None, *, ref: str = "", reason: str = "") -> ImageFacts:
+    """Parse labels of any schema this imagekit knows; older schemas are read as the current one."""
+    if labels is None:
+        return ImageFacts(ref=ref, reason=reason)
+    schema = _schema(labels, ref)
+    names = [n.strip() for n in labels.get(COMPONENTS, "").split(",") if n.strip()]
+    for key in labels:  # a component whose name the list lost still counts
+        m = re.fullmatch(re.escape(PREFIX) + r"component\.([^.]+)\.version", key)
+        if m and m.group(1) not in names:
+            names.append(m.group(1))
+    components = {}
+    for name in names:
+        head = f"{PREFIX}component.{name}."
+        facts = {k[len(head):]: v for k, v in labels.items()
+                 if k.startswith(head) and k[len(head):] not in ("version", "source")}
+        components[name] = ComponentFacts(name, labels.get(head + "version", ""), labels.get(head + "source", ""),
+                                          facts)
+    facts = ImageFacts(
+        ref=ref, labels=dict(labels), reason=reason, schema=schema, stack=labels.get(STACK),
+        target=labels.get(TARGET), arch=labels.get(ARCH), imagekit_version=labels.get(VERSION),
+        recipe_sha256=labels.get(RECIPE_SHA256), components=components,
+        base_components=[c for c in labels.get(BASE_COMPONENTS, "").split(",") if c])
+    if schema >= 2:
+        facts.roles = {}
+        for key, name in labels.items():
+            m = re.fullmatch(re.escape(PREFIX) + r"role\.([^.]+)", key)
+            if m:
+                version = labels.get(role_label(m.group(1), "version")) or facts.version(name)
+                facts.roles[m.group(1)] = Role(name, version)
+        facts.benchmark = _benchmark(labels.get(BENCHMARK), ref)
+    else:
+        facts.roles, facts.benchmark = _schema1_roles(components)
+    facts.checks = _checks(labels.get(CHECKS), ref)
+    return facts
+
+
+def _schema(labels: dict[str, str], ref: str) -> int:
+    raw = labels.get(SCHEMA_LABEL)
+    if raw is None:
+        return 1
+    if not raw.isdigit():
+        raise LabelSchemaError(f"{ref or 'the image'}: label {SCHEMA_LABEL}={raw!r} is not a schema number",
+                               "rebuild the image with imagekit")
+    if int(raw) > SCHEMA:
+        raise LabelSchemaError(
+            f"{ref or 'the image'} was built by a newer imagekit (label schema {raw}); this imagekit "
+            f"{__version__} reads label schemas 1 to {SCHEMA}",
+            "upgrade imagekit (`pip install -U imagekit`), or rebuild the image with this one")
+    return int(raw)
+
+
+def _schema1_roles(components: dict[str, ComponentFacts]) -> tuple[dict[str, Role], Benchmark | None]:
+    """Schema 1 recorded no roles: they follow from the component names imagekit knew then."""
+    from imagekit.components import registry
+
+    known = registry()
+    roles: dict[str, Role] = {}
+    for name, comp in components.items():
+        provides = getattr(known.get(name), "provides", None) or (
+            (SCHEMA1_ROLES[name],) if name in SCHEMA1_ROLES else ())
+        for role in provides:
+            roles.setdefault(role, Role(name, comp.version))
+    from imagekit.components import nccl_tests, python
+
+    bench = None
+    if "nccl-tests" in components:
+        bench = Benchmark(list(nccl_tests.BENCHMARK), dict(nccl_tests.BENCHMARK_ENV))
+    elif "mpi4py" in (components.get("python") or ComponentFacts("", "", "")).facts.get("packages", "").split(","):
+        bench = Benchmark(list(python.MPI4PY_RING), {})
+    return roles, bench
+
+
+def _benchmark(raw: str | None, ref: str) -> Benchmark | None:
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        command, env = data["command"], data.get("env") or {}
+        if not (isinstance(command, list) and command and all(isinstance(w, str) for w in command)
+                and isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
+            raise ValueError("command must be a list of strings and env a mapping of strings")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LabelSchemaError(f"{ref or 'the image'}: label {BENCHMARK} is not a benchmark ({exc})",
+                               "give the benchmark after `--`, or rebuild the image") from None
+    return Benchmark(list(command), dict(env))
+
+
+def _checks(raw: str | None, ref: str) -> list[dict] | None:
+    if not raw:
+        return None
+    try:
+        checks = json.loads(raw)
+    except ValueError as exc:
+        raise LabelSchemaError(f"{ref or 'the image'}: label {CHECKS} is not JSON ({exc})",
+                               "give the stack: `imagekit check STACK --image IMAGE`") from None
+    if not (isinstance(checks, list) and all(isinstance(c, dict) for c in checks)):
+        raise LabelSchemaError(f"{ref or 'the image'}: label {CHECKS} is not a list of checks",
+                               "give the stack: `imagekit check STACK --image IMAGE`")
+    return checks
+
+
+def probed_mpi(facts: ImageFacts, name: str, version: str) -> ImageFacts:
+    """``facts`` plus an MPI found by looking inside an unlabelled image (preflight's probe)."""
+    comp = ComponentFacts(name, version, "probed")
+    return ImageFacts(**{**facts.__dict__, "labels": facts.labels or {}, "components": {**facts.components, name: comp},
+                         "roles": {**facts.roles, "mpi": Role(name, version)}})
+
+
+def is_file_image(ref: str) -> bool:
+    """Pyxis/Apptainer convention: a path (``/``, ``.``) or a .sqsh/.sif file, not an engine image."""
+    return ref.startswith(("/", ".")) or ref.endswith(FILE_SUFFIXES)
+
+
+def read(ref: str) -> ImageFacts:
+    """The facts of an engine image, an Enroot ``.sqsh`` or a ``.sif``; unreadable labels give
+    ``labels=None`` and the reason (a missing engine image is an EngineError, as everywhere)."""
+    if not is_file_image(ref):
+        from imagekit import engine
+
+        return from_labels(engine.image_labels(ref), ref=ref)
+    path = Path(ref)
+    if not path.is_file():
+        # Often right: the path may exist only on the compute nodes (a shared job directory).
+        return ImageFacts(ref=ref, reason=f"{ref} is a file image that is not on this host; its labels were not read")
+    try:
+        labels = _sif_labels(path) if _is_sif(path) else _squashfs_labels(path)
+    except (OSError, ValueError) as exc:
+        return ImageFacts(ref=ref, reason=f"cannot read the labels of {ref}: {exc}")
+    if labels is None:
+        return ImageFacts(ref=ref, reason=f"{ref} records no labels")
+    return from_labels(labels, ref=ref)
+
+
+def read_or_reason(ref: str) -> ImageFacts:
+    """Like :func:`read`, but an image the engine cannot give becomes ``labels=None`` with the reason."""
+    try:
+        return read(ref)
+    except EngineError as exc:
+        return ImageFacts(ref=ref, reason=exc.message)
+
+
+def _is_sif(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        head = fh.read(64)
+    return b"SIF_MAGIC" in head
+
+
+def _sif_labels(path: Path) -> dict[str, str] | None:
+    """From the OCI config object imagekit writes, else the partition's .singularity.d/labels.json."""
+    from imagekit.export import sif
+
+    info = sif.read_sif(path)
+    for d in info.descriptors:
+        if d.name == sif.OCI_CONFIG_NAME:
+            config = json.loads(info.read(d))
+            labels = (config.get("config") or config).get("Labels")
+            return dict(labels) if labels else None
+    part = info.primary_partition()
+    text = _unsquashfs_cat(path, ".singularity.d/labels.json", offset=part.offset)
+    return json.loads(text) if text and text.strip() != "null" else None
+
+
+def _squashfs_labels(path: Path) -> dict[str, str] | None:
+    """Enroot keeps labels as ``# key value`` comments at the top of /etc/rc (newlines became spaces)."""
+    text = _unsquashfs_cat(path, "etc/rc")
+    labels = {}
+    for line in (text or "").splitlines():
+        if not line.startswith("# "):
+            break
+        key, _, value = line[2:].partition(" ")
+        labels[key] = value
+    return labels or None
+
+
+def _unsquashfs_cat(path: Path, member: str, offset: int = 0) -> str | None:
+    cmd = ["unsquashfs", *(["-o", str(offset)] if offset else []), "-cat", str(path), member]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, timeout=120)
+    except FileNotFoundError:
+        raise ValueError("unsquashfs is not installed (Debian: squashfs-tools)") from None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.decode("utf-8", "replace")

@@ -1,0 +1,149 @@
+"""The image-facts contract: labels written from a stack read back as one typed object,
+from an engine image, an Enroot .sqsh and a .sif, for the current and the previous schema."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from imagekit import image_facts
+from imagekit.check import stack_checks
+from imagekit.image_facts import LabelSchemaError
+from stack_helpers import DEBIAN, load_text
+
+MPI_STACK = DEBIAN + """\
+components:
+  sshd: {}
+  ofed: {}
+  ucx: {source: distro}
+  pmix: {source: distro}
+  openmpi: {source: distro, pmix: true}
+  python: {packages: [mpi4py]}
+"""
+
+
+def _labels(tmp_path, text=MPI_STACK, target="runtime"):
+    s = load_text(tmp_path, text)
+    return s, {**image_facts.recipe_labels(s), **image_facts.build_labels(s, target, "ab" * 32)}
+
+
+def test_labels_round_trip_as_typed_facts(tmp_path):
+    s, labels = _labels(tmp_path)
+    facts = image_facts.from_labels(labels, ref="img")
+    assert facts.schema == image_facts.SCHEMA and facts.known
+    assert facts.stack == s.name and facts.target == "runtime" and facts.recipe_sha256 == "ab" * 32
+    assert list(facts.components) == list(s.components)
+    for name, comp in s.components.items():
+        assert facts.version(name) == comp.version and facts.components[name].source == comp.source
+    assert {role: r.component for role, r in facts.roles.items()} == s.roles()
+    assert facts.provider("mpi").name == "openmpi" and facts.role_version("mpi") == s.get("openmpi").version
+    assert facts.provider("rdma").name == "ofed" and facts.has_role("sshd") and not facts.has_role("cuda")
+    assert facts.fact("openmpi", "pmix") == "true"
+    assert facts.benchmark.command[:3] == ["python3", "-m", "mpi4py.bench"]
+    assert [c["id"] for c in facts.checks] == [c.id for c in stack_checks(s)]
+
+
+def test_every_label_is_in_the_imagekit_namespace_or_oci(tmp_path):
+    _s, labels = _labels(tmp_path)
+    assert all(k.startswith((image_facts.PREFIX, "org.opencontainers.image.")) for k in labels)
+
+
+def test_a_schema_1_image_still_reads_with_the_same_roles_and_benchmark(tmp_path):
+    """Images built before roles existed carry no schema, role or benchmark labels."""
+    _s, labels = _labels(tmp_path)
+    current = image_facts.from_labels(labels)
+    old = {k: v for k, v in labels.items()
+           if not k.startswith((image_facts.SCHEMA_LABEL, image_facts.PREFIX + "role.", image_facts.BENCHMARK))}
+    facts = image_facts.from_labels(old)
+    assert facts.schema == 1
+    assert facts.roles == current.roles and facts.benchmark == current.benchmark
+    assert facts.checks == current.checks
+    # Names that labels written by hand used then still fill their roles.
+    hand = image_facts.from_labels({image_facts.COMPONENTS: "rdma-core,mvapich2",
+                                    image_facts.component_label("mvapich2", "version"): "2.3.7"})
+    assert hand.provider("rdma").name == "rdma-core" and hand.role_version("mpi") == "2.3.7"
+
+
+def test_a_newer_schema_gets_a_clear_message():
+    with pytest.raises(LabelSchemaError, match=r"built by a newer imagekit \(label schema 9\)") as info:
+        image_facts.from_labels({image_facts.SCHEMA_LABEL: "9"}, ref="site/img:1")
+    assert "site/img:1" in str(info.value) and "upgrade imagekit" in info.value.hint
+    with pytest.raises(LabelSchemaError, match="is not a schema number"):
+        image_facts.from_labels({image_facts.SCHEMA_LABEL: "two"})
+
+
+@pytest.mark.parametrize("raw", ['{"command": "rm -rf /"}', '{"command": []}', "not json",
+                                 '{"command": ["a"], "env": {"X": 1}}'])
+def test_a_damaged_benchmark_label_is_refused(raw):
+    with pytest.raises(LabelSchemaError, match="is not a benchmark"):
+        image_facts.from_labels({image_facts.SCHEMA_LABEL: "2", image_facts.BENCHMARK: raw})
+
+
+@pytest.mark.parametrize("raw", ["{", '{"id": "x"}', '["x"]'])
+def test_a_damaged_checks_label_is_refused(raw):
+    with pytest.raises(LabelSchemaError, match="label io.imagekit.checks is not"):
+        image_facts.from_labels({image_facts.CHECKS: raw})
+
+
+def test_roles_of_a_bundle_record_the_version_of_what_fills_them(tmp_path, monkeypatch):
+    """A bundle (HPC-X 2.22 carries Open MPI 4.1.7) writes role.<role>.version; others do not."""
+    s, _ = _labels(tmp_path)
+    mpi = s.get("openmpi")
+    monkeypatch.setattr(type(mpi), "role_versions", lambda self: {"mpi": "9.9.9"})
+    labels = image_facts.recipe_labels(s)
+    assert labels[image_facts.role_label("mpi", "version")] == "9.9.9"
+    assert image_facts.role_label("pmix", "version") not in labels
+    assert image_facts.from_labels(labels).role_version("mpi") == "9.9.9"
+
+
+def test_missing_file_images_say_why():
+    facts = image_facts.read("./nowhere.sqsh")
+    assert facts.labels is None and "not on this host" in facts.reason
+
+
+@pytest.mark.engine
+def test_an_image_its_sqsh_and_its_sif_give_the_same_facts(tmp_path, base_image):
+    """Read back after `imagekit export`: Enroot's /etc/rc comments and the SIF's OCI config."""
+    from imagekit import engine
+    from imagekit.export import export_image
+
+    _s, labels = _labels(tmp_path)
+    tag = "imagekit-test/facts:latest"
+    (tmp_path / "ctx").mkdir()
+    (tmp_path / "ctx" / "Dockerfile").write_text(f"FROM {base_image}\n")
+    cmd = [engine.docker_cli(), "build", "-q", "-t", tag]
+    cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
+    proc = subprocess.run(cmd + [str(tmp_path / "ctx")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    from_engine = image_facts.read(tag)
+    assert from_engine.known and from_engine.provider("mpi").name == "openmpi"
+    for fmt, name in (("enroot", "x.sqsh"), ("sif", "x.sif")):
+        out = tmp_path / name
+        export_image(tag, fmt, out)
+        from_file = image_facts.read(str(out))
+        assert from_file.known, (fmt, from_file.reason)
+        assert {**from_file.as_dict(), "ref": tag} == from_engine.as_dict(), fmt
+        assert from_file.checks == from_engine.checks and from_file.benchmark == from_engine.benchmark
+    assert json.loads(labels[image_facts.CHECKS]) == from_engine.checks
+
+
+def test_the_readme_documents_every_label_written(tmp_path):
+    """Sites read the labels themselves: every key the writer produces has a row in the README's table."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    table = readme.split("## Image labels", 1)[1].split("\n## ", 1)[0]
+    patterns = []
+    for row in re.findall(r"^\| (`io\.imagekit[^|]*)\|", table, re.M):
+        names = re.findall(r"`([^`]+)`", row)
+        full = [names[0]] + [names[0].rsplit(".", 1)[0] + n if n.startswith(".") else n for n in names[1:]]
+        for name in full:
+            patterns.append(re.escape(name).replace("NAME", "[^.]+").replace("ROLE", "[^.]+").replace("KEY", "[^.]+"))
+    _s, labels = _labels(tmp_path)
+    labels.update(image_facts.base_labels("debian", "bookworm", "http://mirror", ["main"]))
+    for key in labels:
+        if key.startswith(image_facts.PREFIX):
+            assert any(re.fullmatch(p, key) for p in patterns), f"{key} is not documented in README.md"
