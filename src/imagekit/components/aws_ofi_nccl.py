@@ -1,0 +1,107 @@
+"""aws-ofi-nccl: the NCCL network plugin over libfabric (EFA, and any other libfabric provider).
+
+libfabric comes from the distro (``libfabric-dev`` to build, ``libfabric1`` and
+``fi_info`` at run time). The plugin carries its own copy of NCCL's net plugin
+headers and links CUDA's runtime statically (the driver is dlopened), so it
+builds against the stack's CUDA without NCCL's headers. NCCL loads
+``libnccl-net-${NCCL_NET_PLUGIN}.so`` through the dynamic loader, so the image
+sets ``NCCL_NET_PLUGIN=ofi`` and registers the plugin's directory with
+ldconfig; upstream's second copy named ``libnccl-net.so`` (what NCCL loads with
+no ``NCCL_NET_PLUGIN``) is left out, so nothing loads it behind the user's back.
+
+``platform_aws`` (upstream's EFA tuning and the tuner plugin) needs libfabric
+1.22 or newer, which Debian 12's 1.17 is not.
+"""
+
+from __future__ import annotations
+
+import re
+
+from imagekit import checks, sources
+from imagekit.components import Component, Requires, _blocks
+from imagekit.schema import Option
+
+PREFIX = "/opt/amazon/aws-ofi-nccl"
+PLUGIN = "ofi"  # NCCL_NET_PLUGIN=ofi -> libnccl-net-ofi.so
+LIBRARY = f"libnccl-net-{PLUGIN}.so"
+# Debian's libfabric per distro (packages.debian.org); platform_aws needs >= 1.22 (upstream m4/ax_platform_aws.m4).
+LIBFABRIC = {"debian12": "1.17.0", "debian13": "2.1.0"}
+PLATFORM_AWS_LIBFABRIC = (1, 22)
+
+
+class AwsOfiNccl(Component):
+    name = "aws-ofi-nccl"
+    summary = "aws-ofi-nccl NCCL net plugin over the distro's libfabric (EFA and other OFI providers)"
+    order = 75  # after nccl-tests: a plugin bump rebuilds no benchmark layer
+    provides = ("nccl-net-plugin", "libfabric")
+    requires = (Requires("nccl", why="it is an NCCL network plugin"),
+                Requires("cuda", why="the plugin registers GPU memory through CUDA"))
+    forward_env = ("FI_", "OFI_NCCL_")
+    sources = ("upstream",)
+    upstream_file = ("aws-ofi-nccl-{version}.tar.gz",
+                     "https://github.com/aws/aws-ofi-nccl/releases/download/v{version}/aws-ofi-nccl-{version}.tar.gz")
+    prefix = PREFIX
+    options = {
+        "platform_aws": Option(bool, False, "upstream's AWS platform support (EFA tuning, tuner plugin; "
+                                            "needs libfabric >= 1.22)"),
+    }
+
+    def configure(self) -> None:
+        super().configure()
+        if self.stack.base.family != "deb":
+            self.error(None, "aws-ofi-nccl takes libfabric from Debian/Ubuntu packages here",
+                       "use a Debian or Ubuntu base")
+
+    def check_stack(self) -> None:
+        have = LIBFABRIC.get(self.stack.base.distro)
+        if self.enabled("platform_aws") and have and \
+                tuple(int(x) for x in have.split(".")[:2]) < PLATFORM_AWS_LIBFABRIC:
+            self.error("platform_aws", f"`platform_aws: true` needs libfabric 1.22 or newer and "
+                       f"{self.stack.base.distro} has {have} (aws-ofi-nccl configure: \"On AWS platforms, "
+                       "Libfabric 1.22.0 or later is required\")",
+                       "set `platform_aws: false`, or use a debian13 (trixie) base (libfabric 2.1)")
+
+    def building_blocks(self) -> list:
+        from hpccm.building_blocks import generic_build
+
+        (artifact,) = self.artifacts()
+        src = sources.block_source(self.stack, artifact)
+        configure = ["./configure", f"--prefix={PREFIX}", "--with-cuda=/usr/local/cuda", "--disable-tests",
+                     "--disable-werror", "--without-lttng", "--without-valgrind",
+                     "--enable-platform-aws" if self.enabled("platform_aws") else "--disable-platform-aws"]
+        return _blocks.build_tools(self.stack, ["libfabric-dev", "libhwloc-dev"], "aws-ofi-nccl build tools") + [
+            generic_build(
+                **{k: v for k, v in src.items() if k != "preconfigure"}, directory=f"aws-ofi-nccl-{self.version}",
+                prefix=PREFIX, ldconfig=True, libdir=f"{PREFIX}/lib", runtime=[f"{PREFIX}/lib"],
+                build=[*src["preconfigure"], " ".join(configure), "make -j$(nproc)", "make install",
+                       f"rm -f {PREFIX}/lib/*.la {PREFIX}/lib/libnccl-net.so"])]
+
+    def runtime(self) -> list:
+        return _blocks.apt_install(["libfabric1", "libhwloc15", "libfabric-bin"], "libfabric for aws-ofi-nccl") \
+            + super().runtime()
+
+    def environment(self) -> dict[str, str]:
+        return {"NCCL_NET_PLUGIN": PLUGIN}
+
+    def labels(self) -> dict[str, str]:
+        return {"prefix": PREFIX, "plugin": PLUGIN, "libfabric": LIBFABRIC.get(self.stack.base.distro, "distro"),
+                "platform_aws": str(self.enabled("platform_aws")).lower()}
+
+    def checks(self) -> list:
+        lib = f"{PREFIX}/lib/{LIBRARY}"
+        return [
+            checks.file("aws-ofi-nccl.plugin", lib),
+            checks.run("aws-ofi-nccl.ldd", f"{LIBRARY} resolves every library and symbol (ldd -r; the driver's "
+                       "libcuda.so.1 is dlopened)",
+                       f"ldd -r {lib} 2>&1; ! ldd -r {lib} 2>&1 | grep -E 'not found|undefined symbol'",
+                       expect=r"libfabric\.so\.1 => /"),
+            checks.run("aws-ofi-nccl.nccl_finds_it",
+                       "NCCL_NET_PLUGIN names a plugin the loader resolves (NCCL loads libnccl-net-$NCCL_NET_PLUGIN.so)",
+                       'echo "NCCL_NET_PLUGIN=$NCCL_NET_PLUGIN"; '
+                       'ldconfig -p | grep -E "^[[:space:]]+libnccl-net-${NCCL_NET_PLUGIN:-unset}[.]so "',
+                       expect=rf"NCCL_NET_PLUGIN={PLUGIN}\n\s*{re.escape(LIBRARY)} .*=> {re.escape(lib)}$"),
+            checks.run("aws-ofi-nccl.interface", "the plugin exports an NCCL net plugin interface (ncclNetPlugin_v*)",
+                       f"grep -ao 'ncclNetPlugin_v[0-9]*' {lib} | sort -u", expect=r"ncclNetPlugin_v\d+"),
+            checks.run("aws-ofi-nccl.fi_info", "libfabric lists its providers (fi_info -l)", "fi_info -l",
+                       expect=r"(?m)^(tcp|sockets|shm)"),
+        ]

@@ -1,0 +1,92 @@
+"""aws-ofi-nccl: libfabric's NCCL network plugin, added as one new module and built for real.
+
+It builds on the offline CUDA stack (debian-cuda) from the site mirror's release
+tarball and Debian's libfabric. There is no EFA device or GPU here: the checks
+prove what can be proved without one (the plugin's library closure, that the
+loader resolves the file NCCL_NET_PLUGIN names the way NCCL looks it up, the
+plugin interface symbols NCCL binds, libfabric's providers), then fail on a
+broken copy.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from added_alone import assert_added_alone
+from imagekit import build, check, engine, stack
+from imagekit.errors import StackError
+
+PIN = "79f99d3fa604e82ab1b6df57ce63c19bbc53a6b646826bc5fd93c3b422a39961"  # the stand-in mirror's file
+EFA = """\
+name: debian-cuda-efa
+extends: debian-cuda
+description: the offline CUDA stack with aws-ofi-nccl over Debian's libfabric
+components:
+  aws-ofi-nccl: {{version: "1.21.1", sha256: "{pin}"{extra}}}
+"""
+CHECKS = {"aws-ofi-nccl.plugin", "aws-ofi-nccl.ldd", "aws-ofi-nccl.nccl_finds_it", "aws-ofi-nccl.interface",
+          "aws-ofi-nccl.fi_info"}
+
+
+def _stack(tmp_path, mirror, extra="", text=None):
+    path = tmp_path / "debian-cuda-efa.yaml"
+    path.write_text(text or EFA.format(pin=PIN, extra=extra))
+    return stack.load(str(path), mirror=str(mirror))
+
+
+def test_added_as_one_module():
+    assert_added_alone("aws_ofi_nccl", "aws-ofi-nccl")
+
+
+def test_it_fills_the_net_plugin_role_and_sets_what_nccl_reads(tmp_path, site_mirror):
+    s = _stack(tmp_path, site_mirror)
+    assert s.provider("nccl-net-plugin").name == "aws-ofi-nccl" and s.roles()["libfabric"] == "aws-ofi-nccl"
+    comp = s.get("aws-ofi-nccl")
+    assert comp.environment() == {"NCCL_NET_PLUGIN": "ofi"}
+    assert {c.id for c in comp.checks()} == CHECKS
+    from imagekit.components import forwarded_env_prefixes
+
+    assert {"FI_", "OFI_NCCL_"} <= set(forwarded_env_prefixes())  # FI_PROVIDER reaches outside-in ranks
+
+
+def test_platform_aws_needs_a_newer_libfabric_than_bookworm(tmp_path, site_mirror):
+    with pytest.raises(StackError, match="needs libfabric 1.22 or newer and debian12 has 1.17.0") as info:
+        _stack(tmp_path, site_mirror, extra=", platform_aws: true")
+    assert info.value.key == "components.aws-ofi-nccl.platform_aws" and "debian13" in info.value.hint
+
+
+def test_it_needs_nccl(tmp_path, site_mirror):
+    text = ("name: efa-no-nccl\nextends: debian-cuda\ncomponents:\n  nccl: false\n  nccl-tests: false\n"
+            f'  aws-ofi-nccl: {{version: "1.21.1", sha256: "{PIN}"}}\n')
+    with pytest.raises(StackError, match="`aws-ofi-nccl` needs the `nccl` component"):
+        _stack(tmp_path, site_mirror, text=text)
+
+
+# A renamed plugin would still be found: ldconfig links its SONAME back. So the plugin goes, and with
+# it every check that reads it; fi_info goes too.
+BREAK = """set -e
+rm -f /usr/bin/fi_info /opt/amazon/aws-ofi-nccl/lib/libnccl-net-ofi.so
+ldconfig
+"""
+
+
+@pytest.mark.engine
+def test_it_builds_on_the_offline_cuda_stack_and_its_checks_catch_a_broken_copy(tmp_path, base_image,
+                                                                                site_mirror):
+    s = _stack(tmp_path, site_mirror)
+    result = build.build(s, log_dir=os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs"))
+    image = result.tags[0]
+    report = check.run(image, check.stack_checks(s))
+    outcome = {o.id: o for o in report.outcomes}
+    assert all(outcome[c].status == "passed" for c in CHECKS), [(o.id, o.detail) for o in report.failed]
+    assert report.ok, [(o.id, o.detail) for o in report.failed]
+
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "Dockerfile").write_text(f"FROM {image}\nRUN {BREAK.strip().replace(chr(10), ' && ')}\n")
+    subprocess.run([engine.docker_cli(), "build", "-q", "-t", "imagekit-test/efa-broken", str(tmp_path / "broken")],
+                   check=True, capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "1"})
+    broken = {o.id: o.status for o in check.run("imagekit-test/efa-broken", check.stack_checks(s)).outcomes}
+    assert {c for c in CHECKS if broken[c] == "failed"} == CHECKS, broken
