@@ -40,7 +40,7 @@ BASE, BASE_MIRROR, BASE_COMPONENTS = (PREFIX + k for k in ("base", "base.mirror"
 FILE_SUFFIXES = (".sqsh", ".squashfs", ".sif")
 # Schema 1 had no roles; besides imagekit's own component names, labels written by hand or by other
 # tools used these names, which preflight understood then and still does.
-SCHEMA1_ROLES = {"mpich": "mpi", "mvapich2": "mpi", "intel-mpi": "mpi", "hpcx": "mpi", "mlnx-ofed": "rdma",
+SCHEMA1_ROLES = {"mpich": "mpi", "mvapich2": "mpi", "intel-mpi": "mpi", "mlnx-ofed": "rdma",
                  "doca-ofed": "rdma", "rdma-core": "rdma", "openssh": "sshd", "openssh-server": "sshd"}
 
 

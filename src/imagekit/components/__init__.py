@@ -6,7 +6,7 @@ checks it brings. It also says which *roles* it fills (``provides``: "mpi",
 "nccl", "rdma", ...) and which roles it needs from the rest of the stack
 (``requires``). Other components, the launchers, preflight and the benchmark
 choice ask for a role ("the stack's MPI"), never for a component's name, so
-adding a component (xpmem, aws-ofi-nccl, hpcx, ...) means adding one module
+adding a component (xpmem, a network plugin, another MPI, ...) means adding one module
 here that defines a ``Component`` subclass, and nothing else.
 """
 
