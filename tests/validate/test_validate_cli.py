@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 
 from imagekit.cli import main
@@ -93,3 +94,21 @@ def test_expect_transport_takes_a_net_plugin_like_a_baseline_does(tmp_path) -> N
     assert code == 1 and "NET:Other" in out
     code, _, err = _invoke([str(log), "--expect-transport", "Carrier-Pigeon"])
     assert code == 2 and "NET:<plugin>" in err
+
+
+@pytest.mark.engine
+def test_image_names_the_nccl_the_run_must_have_loaded(tmp_path, mpi_image) -> None:
+    """--image reads the image's facts (debian-mpi records the NCCL 2.21.5 wheel): a run that loaded
+    another NCCL fails, and a log without the 'NCCL version' line cannot pass."""
+    log = tmp_path / "nccl.log"
+    log.write_text(RUN + nccl_log("IB"))  # NCCL version 2.21.5+cuda12.4
+    code, out, _ = _invoke([str(log), "--image", mpi_image])
+    assert code == 0 and "the run used the image's NCCL 2.21.5" in out
+    log.write_text(RUN + nccl_log("IB").replace("NCCL version 2.21.5", "NCCL version 2.23.4"))
+    code, out, _ = _invoke([str(log), "--image", mpi_image])
+    assert code == 1 and f"the run loaded NCCL 2.23.4+cuda12.4, and {mpi_image} records NCCL 2.21.5" in out
+    log.write_text(RUN)
+    code, out, _ = _invoke([str(log), "--image", mpi_image])
+    assert code == 1 and "no 'NCCL version' line" in out
+    code, _, err = _invoke([str(log), "--image", str(tmp_path / "gone.sqsh")])
+    assert code == 2 and "not on this host" in err

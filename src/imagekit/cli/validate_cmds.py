@@ -47,6 +47,20 @@ _GATE_OPTIONS = [
 ]
 
 
+def _image_nccl(image: str) -> str:
+    """The NCCL version the image's labels record (read once, through image_facts)."""
+    from imagekit import image_facts
+    from imagekit.errors import UsageError
+
+    facts = image_facts.read(image)
+    if facts.labels is None:
+        raise UsageError(f"--image {image}: {facts.reason}", "give an engine image, or a .sqsh/.sif that is here")
+    version = facts.role_version("nccl")
+    if not version:
+        raise UsageError(f"--image {image}: the image records no NCCL", "drop --image, or give the NCCL image")
+    return version
+
+
 def gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective, small_size, saturation):
     """Gates from the gate options' values (UsageError for a bad --small-size)."""
     from imagekit.errors import UsageError
@@ -65,11 +79,14 @@ def gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective
 @click.command("validate")
 @click.argument("source", metavar="FILE|-")
 @gate_options
+@click.option("--image", metavar="REF|FILE",
+              help="The image the run used (engine image, .sqsh or .sif): fail unless the run loaded the NCCL "
+                   "its labels record.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full result and verdict as JSON.")
 @click.option("--brief", is_flag=True, help="Text output without the per-size table.")
 def validate(source: str, min_busbw: "float | None", max_latency_us: "float | None",
              expect_transport: "tuple[str, ...]", baseline: "str | None", collective: "str | None",
-             small_size: str, saturation: float, as_json: bool, brief: bool) -> None:
+             small_size: str, saturation: float, image: "str | None", as_json: bool, brief: bool) -> None:
     """Parse nccl-tests, OSU / mpi4py benchmark output and NCCL_DEBUG=INFO logs; apply gates.
 
     Reads FILE, or stdin with '-'. Reports peak busbw and busbw per size
@@ -85,6 +102,7 @@ def validate(source: str, min_busbw: "float | None", max_latency_us: "float | No
       srun --mpi=pmix all_reduce_perf -b 8 -e 8G -f 2 | imagekit validate - --min-busbw 150
       imagekit validate nccl.log --expect-transport IB --expect-transport GDRDMA
       imagekit validate nccl.log --baseline site/dgx-h100.yaml --json
+      imagekit validate nccl.log --image ./nccl-tests.sqsh --expect-transport IB
       mpirun -np 2 python -m mpi4py.bench pingpong | imagekit validate - --max-latency-us 5
 
     \b
@@ -101,6 +119,8 @@ def validate(source: str, min_busbw: "float | None", max_latency_us: "float | No
     from imagekit.validate import evaluate, parse, to_json, to_text
 
     gates = gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective, small_size, saturation)
+    if image:
+        gates.image, gates.image_nccl = image, _image_nccl(image)
     if source == "-":
         data = sys.stdin.buffer.read()
         name = "<stdin>"

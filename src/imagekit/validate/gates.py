@@ -75,6 +75,8 @@ class Gates:
     saturation_fraction: float = summary.DEFAULT_SATURATION
     collective: Optional[str] = None  # name for nccl-tests runs whose output does not say
     baseline: Optional[Baseline] = None
+    image_nccl: Optional[str] = None  # the NCCL the image records: the run must have loaded it
+    image: Optional[str] = None
 
     @property
     def effective_small_size(self) -> int:
@@ -370,6 +372,25 @@ class _Judge:
                                   f"{prefix}max {_fmt(slim.max_latency_us)} us", run=label, size=size,
                                   figure="latency", value=p.latency_us, limit=slim.max_latency_us)
 
+    # the image's NCCL --------------------------------------------------------------------------
+    def nccl_of_image(self, result: Result) -> None:
+        """A run that loaded another NCCL than the image's (LD_LIBRARY_PATH, a framework's wheel) measured
+        the wrong library, however fast it was."""
+        want = self.gates.image_nccl
+        if not want:
+            return
+        got = result.transport.nccl_version
+        if got is None:
+            self.fail("image", f"cannot check that the run used {self.gates.image}'s NCCL {want}: no "
+                      "'NCCL version' line in the input", figure="nccl")
+            self.verdict.notes.append("rerun with NCCL_DEBUG=INFO and keep stdout")
+        elif got.split("+")[0] != want.split("+")[0].split("-")[0]:
+            self.fail("image", f"the run loaded NCCL {got}, and {self.gates.image} records NCCL {want}: another "
+                      "NCCL came first on the loader path (LD_LIBRARY_PATH, a framework's bundled NCCL)",
+                      figure="nccl")
+        else:
+            self.ok(f"the run used the image's NCCL {got}")
+
     # transports ------------------------------------------------------------------------------
     def transports(self, result: Result) -> None:
         expected = list(self.gates.expect_transport)
@@ -420,6 +441,7 @@ def evaluate(result: Result, gates: Optional[Gates] = None) -> Verdict:
     for i, mrun in enumerate(result.mpi):
         judge.mpi_run(i, mrun)
     judge.transports(result)
+    judge.nccl_of_image(result)
     base = gates.baseline
     # Explicit limits must be applied somewhere; unmatched per-benchmark baseline entries only
     # produce a note (a site baseline lists more collectives than one log holds).

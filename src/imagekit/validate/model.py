@@ -152,7 +152,7 @@ class Result:
 
 @dataclass
 class Failure:
-    check: str  # busbw | latency | errors | out_of_bounds | truncated | transport | baseline | input
+    check: str  # busbw | latency | errors | out_of_bounds | truncated | transport | image | baseline | input
     message: str
     run: Optional[str] = None
     size: Optional[int] = None
