@@ -108,3 +108,22 @@ def test_check_kinds_round_trip_through_the_label():
               checks.python_import("a.p", "json")]:
         d = json.loads(json.dumps(c.as_dict()))
         assert d["kind"] == c.kind and d[c.kind] == getattr(c, c.kind)
+
+
+@pytest.mark.parametrize("spec, says", [
+    ({"id": "x.shell", "describe": "d", "kind": "shell", "shell": "true"}, "check x.shell (kind shell): unknown kind"),
+    ({"id": "x.imp", "describe": "d", "kind": "python_import", "python_import": "os; import sys"},
+     "check x.imp (kind python_import): module 'os; import sys' is not a dotted module name"),
+])
+def test_a_label_check_no_kind_reads_is_refused_naming_image_and_check(base_image, tmp_path, spec, says):
+    tag = "imagekit-test/check-label:refused"
+    (tmp_path / "Dockerfile").write_text(f"FROM {base_image}\n")
+    subprocess.run([engine.docker_cli(), "build", "-q", "--label", f"io.imagekit.checks={json.dumps([spec])}",
+                    "-t", tag, str(tmp_path)], check=True, capture_output=True)
+    try:
+        result = CliRunner().invoke(main, ["check", tag])
+        assert result.exit_code == 2, result.output
+        assert f"image {tag}: label io.imagekit.checks: {says}" in result.output
+        assert "Traceback" not in result.output
+    finally:
+        subprocess.run([engine.docker_cli(), "rmi", "-f", tag], capture_output=True)

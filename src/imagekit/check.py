@@ -92,12 +92,25 @@ def elf_prefixes(stack) -> list[str]:
 
 
 def checks_from_image(image: str) -> list[dict]:
+    """The checks the image's label carries, as JSON objects; each is refused here, naming the image,
+    if no kind reads it (the label is the image builder's text)."""
     labels = engine.image_labels(image)
     raw = labels.get(CHECKS_LABEL)
     if not raw:
         raise UsageError(f"image {image} carries no imagekit checks (label {CHECKS_LABEL})",
                          "give the stack: `imagekit check STACK --image IMAGE`")
-    return json.loads(raw)
+    try:
+        specs = json.loads(raw)
+    except ValueError as exc:
+        raise UsageError(f"image {image}: label {CHECKS_LABEL} is not JSON ({exc})") from None
+    if not isinstance(specs, list):
+        raise UsageError(f"image {image}: label {CHECKS_LABEL} is not a list of checks")
+    for spec in specs:
+        try:
+            checks_mod.from_dict(spec)
+        except checks_mod.InvalidCheck as exc:
+            raise UsageError(f"image {image}: label {CHECKS_LABEL}: {exc.message}", exc.hint) from None
+    return specs
 
 
 def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str, ...] = (),
