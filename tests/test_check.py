@@ -2,16 +2,17 @@
 
 Each broken copy is the real image with one thing removed or added (``docker
 commit`` keeps its labels, so the checks travel with it); every check kind
-(run, file, absent, library, python_import) is shown catching a breakage.
+(run, file, absent, library, python_import, ldd_closure) is shown catching a breakage.
 """
 
 import json
+import shlex
 import subprocess
 
 import pytest
 from click.testing import CliRunner
 
-from imagekit import check, checks, engine
+from imagekit import check, checks, engine, stack
 from imagekit.cli import main
 
 pytestmark = pytest.mark.engine
@@ -56,6 +57,8 @@ BREAKAGES = {
     "no-mpi4py": ("rm -rf /usr/lib/python3/dist-packages/mpi4py", {"python.mpi4py", "stack.mpi4py-ring"}),
     "secret-left": ("mkdir -p /root/.docker && echo '{\"auths\":{}}' > /root/.docker/config.json",
                     {"image.no_build_secrets"}),
+    # Open MPI's UCX components (under the closure's prefix /usr/lib/x86_64-linux-gnu/openmpi) link it.
+    "no-libucp": ("rm -f /usr/lib/x86_64-linux-gnu/libucp.so.0* && ldconfig", {"image.ldd_closure", "ucx.libucp"}),
 }
 
 
@@ -108,3 +111,53 @@ def test_check_kinds_round_trip_through_the_label():
               checks.python_import("a.p", "json")]:
         d = json.loads(json.dumps(c.as_dict()))
         assert d["kind"] == c.kind and d[c.kind] == getattr(c, c.kind)
+
+
+def test_the_library_closure_names_what_is_missing_in_its_old_and_new_label_form(mpi_image):
+    """Images built before the ldd_closure kind carry the closure as a run check: both forms pass on
+    the real image and fail on a copy without libucp, naming the library."""
+    from test_checks import OLD_LDD_CLOSURE
+
+    new = [c for c in check.stack_checks(stack.load("debian-mpi")) if c.id == "image.ldd_closure"]
+    assert [c.kind for c in new] == ["ldd_closure"]
+    both = [new[0], {**json.loads(OLD_LDD_CLOSURE), "id": "image.ldd_closure_old"}]
+    assert [o.status for o in check.run(mpi_image, both).outcomes] == ["passed", "passed"]
+    broken = _broken(mpi_image, "imagekit-test/broken:ldd", "rm -f /usr/lib/x86_64-linux-gnu/libucp.so.0* && ldconfig")
+    try:
+        outcomes = check.run(broken, both).outcomes
+        assert [o.status for o in outcomes] == ["failed", "failed"]
+        assert all("libucp.so.0 => not found" in o.detail for o in outcomes)
+    finally:
+        subprocess.run([engine.docker_cli(), "rmi", "-f", broken], capture_output=True)
+
+
+def test_hostile_check_values_are_data_in_the_container(base_image):
+    """A file path with quotes and ``$(...)`` names a file, whether it exists or not; the command that
+    would create the canary never runs (the last check looks for it in the same container)."""
+    # One file name (no "/" after /tmp/); the canary is relative: every check runs in the same working directory.
+    odd = "/tmp/it's \"$(touch canary)\" `touch canary`"
+    specs = [checks.run("h.make", "make the odd file", "touch " + shlex.quote(odd)).as_dict(),
+             checks.file("h.present", odd).as_dict(),
+             checks.file("h.missing", odd + "x").as_dict(),
+             checks.run("h.no_canary", "the canary was never made", "test ! -e canary").as_dict()]
+    outcomes = {o.id: o.status for o in check.run(base_image, specs).outcomes}
+    assert outcomes == {"h.make": "passed", "h.present": "passed", "h.missing": "failed", "h.no_canary": "passed"}
+
+
+@pytest.mark.parametrize("spec, says", [
+    ({"id": "x.shell", "describe": "d", "kind": "shell", "shell": "true"}, "check x.shell (kind shell): unknown kind"),
+    ({"id": "x.imp", "describe": "d", "kind": "python_import", "python_import": "os; import sys"},
+     "check x.imp (kind python_import): module 'os; import sys' is not a dotted module name"),
+])
+def test_a_label_check_no_kind_reads_is_refused_naming_image_and_check(base_image, tmp_path, spec, says):
+    tag = "imagekit-test/check-label:refused"
+    (tmp_path / "Dockerfile").write_text(f"FROM {base_image}\n")
+    subprocess.run([engine.docker_cli(), "build", "-q", "--label", f"io.imagekit.checks={json.dumps([spec])}",
+                    "-t", tag, str(tmp_path)], check=True, capture_output=True)
+    try:
+        result = CliRunner().invoke(main, ["check", tag])
+        assert result.exit_code == 2, result.output
+        assert f"image {tag}: label io.imagekit.checks: {says}" in result.output
+        assert "Traceback" not in result.output
+    finally:
+        subprocess.run([engine.docker_cli(), "rmi", "-f", tag], capture_output=True)

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from imagekit import sources
+from imagekit import checks, sources
 from imagekit import stack as stack_mod
 from imagekit.errors import StackError
 from stack_helpers import CUDA, DEBIAN, expect_error, line_of, write
@@ -359,6 +359,19 @@ def test_bad_stack_checks(tmp_path, item, fragment):
 def test_check_needs_choice(tmp_path):
     path = write(tmp_path, DEBIAN + "checks:\n  - {name: x, file: /x, needs: gpus}\n")
     expect_error(lambda: stack_mod.load(path), path, 6, "checks[1].needs", "did you mean 'gpu'?")
+
+
+def test_stack_checks_are_the_label_kinds():
+    """A stack file's check is read by the same kinds as an image's label, so it round-trips."""
+    s = stack_mod.load("debian-mpi")
+    assert [type(c).__name__ for c in s.checks] == ["Run"]
+    assert checks.from_dict(s.checks[0].as_dict()) == s.checks[0]
+
+
+def test_expect_on_a_check_that_prints_nothing_is_refused_at_its_line(tmp_path):
+    path = write(tmp_path, DEBIAN + "checks:\n  - name: x\n    file: /x\n    expect: ok\n")
+    expect_error(lambda: stack_mod.load(path), path, 8, "checks[1].expect", "expect applies to run checks only, "
+                 "not to file")
 
 
 # -- shipped stacks -------------------------------------------------------

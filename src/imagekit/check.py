@@ -91,13 +91,20 @@ def elf_prefixes(stack) -> list[str]:
 
 
 def checks_from_image(image: str) -> list[dict]:
+    """The checks the image's label carries, as JSON objects; each is refused here, naming the image,
+    if no kind reads it (the label is the image builder's text)."""
     from imagekit import image_facts
 
-    checks = image_facts.read(image).checks
-    if not checks:
+    specs = image_facts.read(image).checks
+    if not specs:
         raise UsageError(f"image {image} carries no imagekit checks (label {image_facts.CHECKS})",
                          "give the stack: `imagekit check STACK --image IMAGE`")
-    return checks
+    for spec in specs:
+        try:
+            checks_mod.from_dict(spec)
+        except checks_mod.InvalidCheck as exc:
+            raise UsageError(f"image {image}: label {image_facts.CHECKS}: {exc.message}", exc.hint) from None
+    return specs
 
 
 def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str, ...] = (),
@@ -108,7 +115,9 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
     checks that need it; ``assume`` runs those checks without adding flags, for hosts whose
     default runtime already injects the devices (e.g. the nvidia runtime as Docker's default).
     """
-    specs = [c.as_dict() if isinstance(c, checks_mod.Check) else c for c in checks]
+    # Read (and so validated) before any container starts: the JSON the testinfra module gets is
+    # what the kinds write, whatever the caller passed.
+    specs = [(c if isinstance(c, checks_mod.Check) else checks_mod.from_dict(c)).as_dict() for c in checks]
     for hw in (*with_, *assume):
         if hw not in HARDWARE:
             raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
@@ -130,6 +139,11 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
         xml_path = workdir / "junit.xml"
         env = {**os.environ, "IMAGEKIT_CHECKS": str(checks_file), "IMAGEKIT_CONTAINER": container,
                "IMAGEKIT_WITH": ",".join((*with_, *assume)), "PATH": f"{Path(cli).parent}:{os.environ.get('PATH', '')}"}
+        if os.environ.get("PYTHONPATH"):
+            # The module imports imagekit's check kinds from the temporary directory: a relative
+            # entry must still name the directory this imagekit came from.
+            env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p)
+                                                for p in os.environ["PYTHONPATH"].split(os.pathsep))
         module = workdir / "test_imagekit_checks.py"
         shutil.copy(MODULE, module)
         subprocess.run([sys.executable, "-m", "pytest", str(module), "-q", "-p", "no:cacheprovider", "--assert=plain",

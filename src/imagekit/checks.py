@@ -1,85 +1,475 @@
 """Checks as data: what a component (or a stack file) says must hold in its image.
 
 A check reads like a sentence and needs no Python to write, in the spirit of
-container-structure-test; ``imagekit.check`` runs them with pytest-testinfra.
+container-structure-test: one class per kind (:class:`Run`, :class:`File`,
+:class:`Absent`, :class:`Library`, :class:`PythonImport`, :class:`LddClosure`),
+each owning its validation, its sentence and how it verifies an image
+(``verify(host)``, run by ``imagekit.check`` through pytest-testinfra).
+
+Checks travel inside images as JSON (label ``io.imagekit.checks``), so a check
+is also read back from whoever built the image: :func:`from_dict` refuses an
+unknown kind or a value its kind does not accept with a :class:`InvalidCheck`
+naming the check. A value reaches the container's shell only as a quoted
+argument (``host.run("cmd %s", value)``), except a run check's command, which
+is code by design, and :class:`Absent`'s globs, which must stay bare to glob
+and so are held to a few safe characters.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, NoReturn
 
-KINDS = ("run", "file", "absent", "library", "python_import")
+from imagekit import quoting
+from imagekit.errors import UsageError
+
+if TYPE_CHECKING:
+    from testinfra.host import Host
+
 NEEDS = ("gpu", "fabric")
+# Driver libraries the GPU runtime injects (NVIDIA container toolkit, Enroot's nvidia hook,
+# Apptainer --nv): an image must not carry them, so their absence is expected.
+DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")
+
+# Absent's globs reach the shell bare (quoted, they would not glob): only characters that are
+# literal or a glob there, so a value can add no command, expansion or redirection.
+_GLOB = re.compile(r"/[A-Za-z0-9_./*?\[\]+@%:,=-]*")
+_SONAME = re.compile(r"[A-Za-z0-9_.+-]+")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_PREFIX = re.compile(r"/[A-Za-z0-9_./+@:,=-]*")
+
+_KIND_CLASSES: dict[str, type[Check]] = {}
+
+
+class InvalidCheck(UsageError):
+    """A check whose kind is unknown or whose value its kind refuses (exit code 2)."""
+
+    def __init__(self, check_id: Any, kind: Any, problem: str, hint: str | None = None) -> None:
+        who = "a check" if check_id in (None, "") else f"check {_name(check_id)}"
+        super().__init__(f"{who}{'' if kind is None else f' (kind {_name(kind)})'}: {problem}", hint)
+        self.check_id, self.kind, self.problem = check_id, kind, problem
+
+
+def _name(value: Any) -> str:
+    # An id or kind read from a label is the image builder's text: plain names as they are, the
+    # rest as a short literal, never raw escape sequences or newlines on the user's terminal.
+    if isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9_.@:+-]+", value):
+        return value
+    return quoting.shown(value) if isinstance(value, str) else repr(value)
+
+
+def _fail_unless(ok: bool, message: str) -> None:
+    # An AssertionError, as a failed `assert` would raise, but one that `python -O` cannot strip.
+    if not ok:
+        raise AssertionError(message)
+
+
+def _show(cmd: Any) -> str:
+    out = (cmd.stdout + cmd.stderr).strip().splitlines()
+    return "\n".join(out[-25:]) or "(no output)"
+
+
+def _by_kind(kind: str) -> property:
+    return property(lambda self: self.value if self.kind == kind else None,
+                    doc=f"this check's value if it is a {kind} check, else None")
 
 
 @dataclass(frozen=True)
 class Check:
-    id: str                      # "openmpi.version": component (or "stack") + short name
-    describe: str                # the sentence a report shows
-    run: str | None = None       # shell command that must exit 0 ...
-    expect: str | None = None    # ... and whose output must match this regex
-    file: str | None = None      # path that must exist (any type; symlinks followed)
-    absent: str | None = None    # shell glob(s) that must match nothing
-    library: str | None = None   # soname that the dynamic loader cache must resolve
-    python_import: str | None = None  # module that ``python3 -c 'import X'`` must import
-    needs: str | None = None     # "gpu" | "fabric": reported as not run where absent
-    env: dict = field(default_factory=dict)  # extra environment for ``run``
-    target: str | None = None    # "devel": only the devel image has what it checks (nvcc, headers)
+    """What every kind shares. Subclasses register their kind: ``class Run(Check, kind="run")``.
+
+    Construct with keywords: every field has a default only so that subclasses may add fields
+    (dataclasses before Python 3.10 have no keyword-only fields); validation refuses what is missing.
+    """
+
+    id: str = ""                   # "openmpi.version": component (or "stack") + short name
+    describe: str = ""             # the sentence a report shows; empty: the kind's own sentence
+    needs: str | None = None       # "gpu" | "fabric": reported as not run where absent
+    target: str | None = None      # "devel": only the devel image has what it checks (nvcc, headers)
+
+    kind: ClassVar[str] = ""
+    # Keys of the label's JSON besides id, describe, kind, the kind's value, needs and target.
+    options: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, kind: str = "", **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if kind:
+            cls.kind = kind
+            _KIND_CLASSES[kind] = cls
+
+    def __post_init__(self) -> None:
+        if not self.kind:
+            raise TypeError("Check is the base class: use one of its kinds (Run, File, ...)")
+        if not isinstance(self.id, str) or not self.id:
+            self._invalid("has no id (a non-empty string)")
+        self._text("id", self.id)
+        if not isinstance(self.describe, str):
+            self._invalid(f"describe must be a string, not {type(self.describe).__name__}")
+        self._text("describe", self.describe, empty=True)
+        if self.needs is not None and self.needs not in NEEDS:
+            self._invalid(f"needs {quoting.shown(str(self.needs))} is not one of {', '.join(NEEDS)}")
+        if self.target is not None and not isinstance(self.target, str):
+            self._invalid(f"target must be a string, not {type(self.target).__name__}")
+        self.validate()
+        if not self.describe:
+            object.__setattr__(self, "describe", self.sentence())
+
+    # -- what each kind says ------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Refuse a value this kind cannot check safely (raise through :meth:`_invalid`)."""
+
+    def sentence(self) -> str:
+        """The describe default."""
+        return f"{self.kind}: {self.value}"
 
     @property
-    def kind(self) -> str:
-        return next(k for k in KINDS if getattr(self, k) is not None)
+    def value(self) -> Any:
+        """The kind's value as the label's JSON carries it, under the key named after the kind."""
+        raise NotImplementedError
+
+    @classmethod
+    def fields_from(cls, value: Any) -> dict[str, Any]:
+        """The constructor's fields for the label's value (the inverse of :attr:`value`)."""
+        raise NotImplementedError
+
+    def verify(self, host: Host) -> None:
+        """Raise AssertionError, saying what is wrong, unless the image in ``host`` passes."""
+        raise NotImplementedError
+
+    # -- kind-independent ---------------------------------------------------------------------
 
     def as_dict(self) -> dict:
-        out = {"id": self.id, "describe": self.describe, "kind": self.kind,
-               self.kind: getattr(self, self.kind)}
-        if self.expect:
-            out["expect"] = self.expect
+        out = {"id": self.id, "describe": self.describe, "kind": self.kind, self.kind: self.value}
+        for key in self.options:
+            default = self.__dataclass_fields__[key].default
+            if getattr(self, key) != default:
+                out[key] = getattr(self, key)
         if self.needs:
             out["needs"] = self.needs
         if self.target:
             out["target"] = self.target
         return out
 
+    @classmethod
+    def from_dict(cls, spec: Mapping) -> Check:
+        """A check from the label's JSON (what :meth:`as_dict` writes), dispatched on ``kind``."""
+        if not isinstance(spec, Mapping):
+            raise InvalidCheck(None, None, f"is {type(spec).__name__}, not a mapping",
+                               "the label io.imagekit.checks is a list of objects, one a check")
+        cid, kind = spec.get("id"), spec.get("kind")
+        kind_class = _KIND_CLASSES.get(kind) if isinstance(kind, str) else None
+        if kind_class is None:
+            raise InvalidCheck(cid, kind, "has no kind" if kind is None else "unknown kind",
+                               f"known kinds: {', '.join(KINDS)}; an image built by a newer imagekit "
+                               "needs that imagekit to check it")
+        if kind not in spec:
+            raise InvalidCheck(cid, kind, f"has no {kind!r} value")
+        known = {"id", "describe", "kind", kind, "needs", "target", *kind_class.options}
+        unknown = sorted(map(str, set(spec) - known))
+        if unknown:
+            raise InvalidCheck(cid, kind, f"unknown keys {', '.join(map(repr, unknown))}",
+                               "a key this imagekit does not know would be a condition it does not check")
+        common = {k: spec[k] for k in ("id", "describe", "needs", "target") if k in spec}
+        options = {k: spec[k] for k in kind_class.options if k in spec}
+        return kind_class(**common, **options, **kind_class.fields_from(spec[kind]))
 
-def run(id: str, describe: str, command: str, expect: str | None = None, **kw) -> Check:
-    return Check(id=id, describe=describe, run=command, expect=expect, **kw)
+    # The flat Check's reading of one kind's value by that kind's name (``c.run``,
+    # ``getattr(c, c.kind)``), which callers and tests still use: None for the other kinds.
+    run = _by_kind("run")
+    file = _by_kind("file")
+    absent = _by_kind("absent")
+    library = _by_kind("library")
+    python_import = _by_kind("python_import")
+    ldd_closure = _by_kind("ldd_closure")
+    expect = None  # only Run has one
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _invalid(self, problem: str, hint: str | None = None) -> NoReturn:
+        raise InvalidCheck(self.id, self.kind, problem, hint)
+
+    def _text(self, name: str, value: Any, *, empty: bool = False) -> None:
+        if not isinstance(value, str):
+            self._invalid(f"{name} must be a string, not {type(value).__name__}")
+        if not value and not empty:
+            self._invalid(f"{name} is empty")
+        try:
+            quoting.valid_text(value, "check", name)
+        except quoting.UnsafeValue as exc:
+            self._invalid(exc.message.removeprefix("check: "), exc.hint)
+        try:
+            value.encode("utf-8")  # strictly: testinfra encodes commands so, non-UTF-8 bytes fail there
+        except UnicodeEncodeError:
+            self._invalid(f"{name} {quoting.shown(value)} is not UTF-8 text")
+
+    def _pattern(self, name: str, value: Any, pattern: re.Pattern, help: str) -> None:
+        self._text(name, value)
+        if not pattern.fullmatch(value):
+            self._invalid(f"{name} {quoting.shown(value)} is not {help}")
+
+    def _regex(self, name: str, value: Any) -> None:
+        if value is None:
+            return
+        self._text(name, value)
+        try:
+            re.compile(value)
+        except re.error as exc:
+            self._invalid(f"{name} {quoting.shown(value)} is not a valid regex: {exc}")
+
+    def _words(self, name: str, words: Any, pattern: re.Pattern, help: str) -> None:
+        if not isinstance(words, tuple) or not words:
+            self._invalid(f"{name} must be one or more words")
+        for i, word in enumerate(words):
+            self._pattern(f"{name}[{i + 1}]", word, pattern, help)
 
 
-def library(id: str, soname: str, **kw) -> Check:
-    return Check(id=id, describe=f"{soname} resolves through the dynamic loader cache", library=soname, **kw)
+@dataclass(frozen=True)
+class Run(Check, kind="run"):
+    """A shell command that must exit ``exit_code`` and print a match of ``expect`` and none of
+    ``excluded``. The command is code by design: it runs in a container of the image under test."""
+
+    command: str = ""
+    expect: str | None = None      # regex the output (stdout + stderr) must match
+    exit_code: int = 0
+    excluded: str | None = None    # regex the output must not match
+    options: ClassVar[tuple[str, ...]] = ("expect", "exit_code", "excluded")
+
+    def __post_init__(self) -> None:
+        # An empty regex matches anything: the same as none, so it is held (and written) as none.
+        for name in ("expect", "excluded"):
+            if getattr(self, name) == "":
+                object.__setattr__(self, name, None)
+        super().__post_init__()
+
+    def validate(self) -> None:
+        self._text("command", self.command)
+        self._regex("expect", self.expect)
+        self._regex("excluded", self.excluded)
+        if isinstance(self.exit_code, bool) or not isinstance(self.exit_code, int) or not 0 <= self.exit_code <= 255:
+            self._invalid(f"exit_code {self.exit_code!r} is not an exit status (0 to 255)")
+
+    @property
+    def value(self) -> str:
+        return self.command
+
+    @classmethod
+    def fields_from(cls, value: Any) -> dict[str, Any]:
+        return {"command": value}
+
+    def verify(self, host: Host) -> None:
+        cmd = host.run(self.command)
+        if self.exit_code == 0:
+            _fail_unless(cmd.rc == 0, f"`{self.command}` exited {cmd.rc}:\n{_show(cmd)}")
+        else:
+            _fail_unless(cmd.rc == self.exit_code,
+                         f"`{self.command}` exited {cmd.rc}, not {self.exit_code}:\n{_show(cmd)}")
+        output = cmd.stdout + cmd.stderr
+        if self.expect:
+            _fail_unless(bool(re.search(self.expect, output)),
+                         f"`{self.command}` output does not match /{self.expect}/:\n{_show(cmd)}")
+        if self.excluded:
+            _fail_unless(not re.search(self.excluded, output),
+                         f"`{self.command}` output matches /{self.excluded}/, which it must not:\n{_show(cmd)}")
 
 
-def file(id: str, path: str, **kw) -> Check:
-    return Check(id=id, describe=f"{path} exists", file=path, **kw)
+@dataclass(frozen=True)
+class File(Check, kind="file"):
+    """A path that must exist (any type; symlinks followed). The path is data: testinfra quotes it."""
+
+    path: str = ""
+
+    def validate(self) -> None:
+        self._text("path", self.path)
+
+    def sentence(self) -> str:
+        return f"{self.path} exists"
+
+    @property
+    def value(self) -> str:
+        return self.path
+
+    @classmethod
+    def fields_from(cls, value: Any) -> dict[str, Any]:
+        return {"path": value}
+
+    def verify(self, host: Host) -> None:
+        _fail_unless(host.file(self.path).exists, f"{self.path} does not exist")
 
 
-def absent(id: str, pattern: str, describe: str, **kw) -> Check:
-    return Check(id=id, describe=describe, absent=pattern, **kw)
+@dataclass(frozen=True)
+class Absent(Check, kind="absent"):
+    """Globs that must match nothing: no secret or stray file baked into a layer."""
+
+    patterns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "patterns", _as_tuple(self.patterns))
+        super().__post_init__()
+
+    def validate(self) -> None:
+        self._words("patterns", self.patterns, _GLOB,
+                    "an absolute path with * ? [] wildcards and no other shell characters")
+
+    @property
+    def value(self) -> str:
+        return " ".join(self.patterns)
+
+    @classmethod
+    def fields_from(cls, value: Any) -> dict[str, Any]:
+        return {"patterns": value.split(" ") if isinstance(value, str) else value}
+
+    def verify(self, host: Host) -> None:
+        # Bare words, validated above: quoted, a glob would only match a file named "*".
+        cmd = host.run(f'for f in {" ".join(self.patterns)}; do [ -e "$f" ] || [ -L "$f" ] && echo "$f"; done; true')
+        _fail_unless(not cmd.stdout.strip(), f"found files that must not be in the image:\n{cmd.stdout.strip()}")
 
 
-def python_import(id: str, module: str, **kw) -> Check:
-    return Check(id=id, describe=f"python3 imports {module}", python_import=module, **kw)
+@dataclass(frozen=True)
+class Library(Check, kind="library"):
+    """A soname the dynamic loader cache must resolve, to a file that exists."""
+
+    soname: str = ""
+
+    def validate(self) -> None:
+        self._pattern("soname", self.soname, _SONAME, "a soname like libnccl.so.2")
+
+    def sentence(self) -> str:
+        return f"{self.soname} resolves through the dynamic loader cache"
+
+    @property
+    def value(self) -> str:
+        return self.soname
+
+    @classmethod
+    def fields_from(cls, value: Any) -> dict[str, Any]:
+        return {"soname": value}
+
+    def verify(self, host: Host) -> None:
+        cmd = host.run("ldconfig -p")
+        hits = [l for l in cmd.stdout.splitlines() if l.strip().split(" ", 1)[0] == self.soname]
+        _fail_unless(bool(hits), f"{self.soname} is not in the dynamic loader cache (ldconfig -p)")
+        path = hits[0].rsplit("=> ", 1)[-1].strip()
+        _fail_unless(host.file(path).exists, f"{self.soname} points to {path}, which does not exist")
 
 
-# Driver libraries the GPU runtime injects (NVIDIA container toolkit, Enroot's nvidia hook,
-# Apptainer --nv): an image must not carry them, so their absence is expected.
-DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1")
+@dataclass(frozen=True)
+class PythonImport(Check, kind="python_import"):
+    """A module ``python3`` must import."""
+
+    module: str = ""
+
+    def validate(self) -> None:
+        self._pattern("module", self.module, _MODULE, "a dotted module name like torch.distributed")
+
+    def sentence(self) -> str:
+        return f"python3 imports {self.module}"
+
+    @property
+    def value(self) -> str:
+        return self.module
+
+    @classmethod
+    def fields_from(cls, value: Any) -> dict[str, Any]:
+        return {"module": value}
+
+    def verify(self, host: Host) -> None:
+        # The name is an argument, not source code: validated above and still only ever data.
+        cmd = host.run("python3 -c %s %s", "import importlib, sys; importlib.import_module(sys.argv[1])",
+                       self.module)
+        _fail_unless(cmd.rc == 0, f"python3 cannot import {self.module}:\n{_show(cmd)}")
 
 
-def ldd_closure(id: str, prefixes: list[str], **kw) -> Check:
-    """Every ELF file under ``prefixes`` finds all its libraries, driver libraries excepted.
+# Each ELF file (by its magic number) under the prefixes, through ldd; a missing library that is not
+# a driver library makes it fail. Counting the files makes an empty or missing prefix fail instead
+# of passing vacuously. %s: the prefixes, then the driver libraries' regex (testinfra quotes them).
+_LDD_SCRIPT = (
+    " -type f 2>/dev/null | { n=0; bad=0; "
+    "while IFS= read -r f; do "
+    '[ "$(od -An -N4 -tx1 "$f" | tr -d \' \')" = 7f454c46 ] || continue; n=$((n+1)); '
+    'm=$(ldd "$f" 2>/dev/null | grep "=> not found" | grep -v -E %s); '
+    '[ -z "$m" ] || { bad=1; echo "$f:"; echo "$m"; }; done; '
+    'echo "checked $n ELF files"; [ "$bad" -eq 0 ]; }')
+_LDD_COUNTED = re.compile(r"checked [1-9]\d* ELF files")
 
-    Counting the files checked makes an empty or missing prefix fail instead of passing vacuously.
-    """
-    allowed = "|".join(lib.replace(".", "[.]") for lib in DRIVER_LIBS)
-    script = (
-        f"find {' '.join(prefixes)} -type f 2>/dev/null | {{ n=0; bad=0; "
-        "while IFS= read -r f; do "
-        '[ "$(od -An -N4 -tx1 "$f" | tr -d \' \')" = 7f454c46 ] || continue; n=$((n+1)); '
-        f'm=$(ldd "$f" 2>/dev/null | grep "=> not found" | grep -v -E "^[[:space:]]*({allowed}) "); '
-        '[ -z "$m" ] || { bad=1; echo "$f:"; echo "$m"; }; done; '
-        'echo "checked $n ELF files"; [ "$bad" -eq 0 ]; }')
-    return run(id, f"every ELF file under {', '.join(prefixes)} resolves its libraries "
-                   f"({' and '.join(DRIVER_LIBS)} come from the host's driver)",
-               script, expect=r"checked [1-9]\d* ELF files", **kw)
+
+@dataclass(frozen=True)
+class LddClosure(Check, kind="ldd_closure"):
+    """Every ELF file under ``prefixes`` finds all its libraries, driver libraries excepted."""
+
+    prefixes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prefixes", _as_tuple(self.prefixes))
+        super().__post_init__()
+
+    def validate(self) -> None:
+        self._words("prefixes", self.prefixes, _PREFIX, "an absolute path without shell characters")
+
+    def sentence(self) -> str:
+        return (f"every ELF file under {', '.join(self.prefixes)} resolves its libraries "
+                f"({' and '.join(DRIVER_LIBS)} come from the host's driver)")
+
+    @property
+    def value(self) -> str:
+        # Words like Absent's, so that every kind's value in the label is one string.
+        return " ".join(self.prefixes)
+
+    @classmethod
+    def fields_from(cls, value: Any) -> dict[str, Any]:
+        return {"prefixes": value.split(" ") if isinstance(value, str) else value}
+
+    def command(self) -> tuple[str, list[str]]:
+        """The script and its arguments, for ``host.run(script, *arguments)``."""
+        allowed = "|".join(lib.replace(".", "[.]") for lib in DRIVER_LIBS)
+        script = "find " + " ".join("%s" for _ in self.prefixes) + _LDD_SCRIPT
+        return script, [*self.prefixes, f"^[[:space:]]*({allowed}) "]
+
+    def verify(self, host: Host) -> None:
+        script, arguments = self.command()
+        cmd = host.run(script, *arguments)
+        under = ", ".join(self.prefixes)
+        _fail_unless(cmd.rc == 0, f"ELF files under {under} miss libraries:\n{_show(cmd)}")
+        _fail_unless(bool(_LDD_COUNTED.search(cmd.stdout + cmd.stderr)),
+                     f"no ELF file under {under}, so nothing was checked:\n{_show(cmd)}")
+
+
+def _as_tuple(words: Any) -> Any:
+    # Lists arrive from callers and JSON; a frozen check holds a tuple (hashable, and equal after a round trip).
+    return tuple(words) if isinstance(words, list) else words
+
+
+KINDS = tuple(_KIND_CLASSES)
+
+
+def from_dict(spec: Mapping) -> Check:
+    """A check from the label's JSON; see :meth:`Check.from_dict`."""
+    return Check.from_dict(spec)
+
+
+# The factories components call: thin aliases of the kinds' constructors.
+
+def run(id: str, describe: str, command: str, expect: str | None = None, **kw: Any) -> Run:
+    return Run(id=id, describe=describe, command=command, expect=expect, **kw)
+
+
+def library(id: str, soname: str, **kw: Any) -> Library:
+    return Library(id=id, soname=soname, **kw)
+
+
+def file(id: str, path: str, **kw: Any) -> File:
+    return File(id=id, path=path, **kw)
+
+
+def absent(id: str, pattern: str, describe: str, **kw: Any) -> Absent:
+    """``pattern``: globs separated by single spaces."""
+    return Absent(id=id, describe=describe, patterns=tuple(pattern.split(" ")), **kw)
+
+
+def python_import(id: str, module: str, **kw: Any) -> PythonImport:
+    return PythonImport(id=id, module=module, **kw)
+
+
+def ldd_closure(id: str, prefixes: list[str], **kw: Any) -> LddClosure:
+    return LddClosure(id=id, prefixes=tuple(prefixes), **kw)

@@ -85,6 +85,8 @@ CHECK_KEYS = {
                             pattern_help="a dotted module name like torch.distributed"),
     "needs": Option(str, None, "hardware the check needs", choices=checks_mod.NEEDS),
 }
+# The check kinds a stack file writes as keys (ldd_closure is the builder's own, over the prefixes).
+STACK_CHECK_KINDS = tuple(k for k in checks_mod.KINDS if k in CHECK_KEYS)
 OVERLAY_KEYS = ("description", "base", "components", "tags", "checks")
 
 
@@ -390,21 +392,31 @@ def _stack_checks(items: list, path: Path) -> list:
     out = []
     lines = getattr(items, "lines", [])
     for i, item in enumerate(items):
-        spec = schema.validate(item, CHECK_KEYS, context=f"checks[{i + 1}]")
-        kinds = [k for k in checks_mod.KINDS if spec.get(k)]
+        key = f"checks[{i + 1}]"
+        spec = schema.validate(item, CHECK_KEYS, context=key)
+        kinds = [k for k in STACK_CHECK_KINDS if spec.get(k)]
         if len(kinds) != 1:
-            raise StackError(f"a check needs exactly one of {', '.join(checks_mod.KINDS)} (got "
+            raise StackError(f"a check needs exactly one of {', '.join(STACK_CHECK_KINDS)} (got "
                              f"{', '.join(kinds) or 'none'})", file=str(path),
-                             line=lines[i] if i < len(lines) else None, key=f"checks[{i + 1}]")
+                             line=lines[i] if i < len(lines) else None, key=key)
         kind = kinds[0]
         if spec["expect"] is not None:
+            file, line = item.pos("expect")
             try:
                 re.compile(spec["expect"])
             except re.error as exc:
-                file, line = item.pos("expect")
-                raise StackError(f"invalid regex: {exc}", file=file, line=line, key=f"checks[{i + 1}].expect",
+                raise StackError(f"invalid regex: {exc}", file=file, line=line, key=f"{key}.expect",
                                  hint="it is a Python regular expression; escape ( [ . * with \\") from None
-        out.append(checks_mod.Check(
-            id=f"stack.{spec['name']}", describe=spec["describe"] or f"{kind}: {spec[kind]}",
-            expect=spec["expect"], needs=spec["needs"], **{kind: spec[kind]}))
+            if kind != "run":
+                raise StackError(f"expect applies to run checks only, not to {kind}", file=file, line=line,
+                                 key=f"{key}.expect", hint="drop it, or check the output of a command with run:")
+        # The stack file's keys are the label's: the check is read the way an image's label is.
+        label = {"id": f"stack.{spec['name']}", "describe": spec["describe"] or f"{kind}: {spec[kind]}",
+                 "kind": kind, kind: spec[kind]}
+        label.update({k: spec[k] for k in ("expect", "needs") if spec[k] is not None})
+        try:
+            out.append(checks_mod.from_dict(label))
+        except checks_mod.InvalidCheck as exc:
+            file, line = item.pos(kind)
+            raise StackError(exc.problem, file=file, line=line, key=f"{key}.{kind}", hint=exc.hint) from None
     return out
