@@ -38,9 +38,12 @@ def _or(default: str):
 
 env_values = st.dictionaries(st.sampled_from(["A", "NOTE", "NCCL_DEBUG", "UCX_TLS"]), nul_free_words, max_size=3)
 
+# Written under a hidden name, then renamed: a call that a backgrounded step is still recording
+# when the script ends is then either whole or absent, never an empty file.
 RECORD = """#!/bin/sh
-f=$(mktemp "$IK_CALLS/call.XXXXXX")
+f=$(mktemp "$IK_CALLS/.call.XXXXXX")
 printf '%s\\0' "${0##*/}" "$@" > "$f"
+mv "$f" "$IK_CALLS/${f##*/.}"
 """
 # srun/mpirun: record, then skip their own options and run what they would start on each node.
 LAUNCHER = RECORD + """case "${0##*/}" in
@@ -78,7 +81,7 @@ def _run(script: Path, stubs: Path, **env) -> list[list[bytes]]:
                                CANARY_VAR: str(canary), "HOME": str(work), **env})
     assert not canary.exists(), "an injected command ran"
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
-    return [c.read_bytes().split(b"\0")[:-1] for c in sorted(calls.iterdir(), key=os.path.getmtime)]
+    return [c.read_bytes().split(b"\0")[:-1] for c in sorted(calls.glob("call.*"), key=os.path.getmtime)]
 
 
 def _enc(words_: list[str]) -> list[bytes]:
