@@ -135,13 +135,12 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
     if target == "runtime":
         all_tags += list(stack.tags)
     all_tags += [t for t in tags if t not in all_tags]
-    image = engine.client().images.get(image_id)
+    image = engine.inspect(image_id)
     for tag in all_tags:
-        repo, _, name = tag.rpartition(":") if ":" in tag.rsplit("/", 1)[-1] else (tag, "", "latest")
-        image.tag(repo, name)
+        engine.tag(image.id, tag)
     return BuildResult(stack=stack.name, target=target, image_id=image_id, tags=all_tags,
                        seconds=round(time.monotonic() - started, 2), log=str(log_path),
-                       recipe_sha256=digest, size_bytes=image.attrs.get("Size", 0),
+                       recipe_sha256=digest, size_bytes=image.size,
                        steps=steps, cached_steps=cached, labels=labels)
 
 

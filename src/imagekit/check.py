@@ -112,7 +112,7 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
     for hw in (*with_, *assume):
         if hw not in HARDWARE:
             raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
-    engine.image_labels(image)  # a clear error when the image is not there
+    image_id = engine.inspect(image).id  # a clear error when the image is not there
     cli = engine.docker_cli()
     from imagekit import owners
 
@@ -142,7 +142,7 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
         counts = report.counts()
         from imagekit import records
 
-        records.add(engine.client().images.get(image).id, "check", image=image, passed=counts["passed"],
+        records.add(image_id, "check", image=image, passed=counts["passed"],
                     failed=counts["failed"], not_run=counts["not-run"], with_=list(with_))
         if junit:
             from imagekit.atomic import target

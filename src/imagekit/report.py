@@ -18,9 +18,7 @@ _INSTRUCTION = re.compile(r"^(RUN|COPY|ADD|ENV|LABEL|WORKDIR|ARG|USER|ENTRYPOINT
 
 
 def describe(image: str) -> dict:
-    img = engine.client().images.get(image) if engine.image_exists(image) else None
-    if img is None:
-        engine.image_labels(image)  # raises the "not found" error with its fix
+    img = engine.inspect(image)  # the one "not found" error, with its fix
     labels = img.labels or {}
     names = [n for n in labels.get("io.imagekit.components", "").split(",") if n]
     components = [{"name": n,

@@ -105,17 +105,9 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
 
 def image_inspect(image: str) -> dict[str, Any]:
     """``docker inspect IMAGE`` as a dict; EngineError naming the image when absent."""
-    import docker.errors
-
     from imagekit import engine
 
-    try:
-        return engine.client().api.inspect_image(image)
-    except docker.errors.ImageNotFound:
-        raise EngineError(f"image {image!r} not found in the local engine",
-                          "build it with `imagekit build STACK`, or check `docker images`") from None
-    except docker.errors.APIError as exc:
-        raise EngineError(f"the engine refused to inspect {image!r}: {exc.explanation}") from None
+    return engine.inspect(image).attrs
 
 
 def _create_container(docker: str, image: str) -> str:

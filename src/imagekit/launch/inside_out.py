@@ -213,9 +213,7 @@ class _Launch:
         job = self.job
         t0 = time.monotonic()
         # Checked first: containers.run would otherwise try to pull it from a registry.
-        if not engine.image_exists(job.image):
-            raise ImagekitError(f"image {job.image!r} not found in the local engine",
-                                "build it with `imagekit build STACK` (or `docker load` it)")
+        engine.inspect(job.image)
         self.job_dir = make_job_dir(job)
         from imagekit import owners
 
@@ -242,9 +240,8 @@ class _Launch:
         try:
             with concurrent.futures.ThreadPoolExecutor(max_workers=min(job.nodes, 8)) as pool:
                 list(pool.map(run_one, range(job.nodes)))
-        except docker.errors.ImageNotFound:
-            raise ImagekitError(f"image {job.image!r} not found in the local engine",
-                                "build it with `imagekit build STACK` (or docker load it)") from None
+        except docker.errors.ImageNotFound:  # removed since the check above
+            raise engine.ImageMissing(job.image) from None
         except docker.errors.APIError as exc:
             msg = str(getattr(exc, "explanation", None) or exc).strip().splitlines()[-1]
             if "/bin/sh" in msg:
