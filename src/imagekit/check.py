@@ -114,15 +114,14 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
             raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
     image_id = engine.inspect(image).id  # a clear error when the image is not there
     cli = engine.docker_cli()
-    from imagekit import owners
+    hardware = [a for hw in with_ for a in HARDWARE[hw]]
+    with engine.throwaway(image, options=["--network", "none", *hardware], idle=True, purpose="check") as container:
+        return _run_in(container, image, specs, cli, junit=junit, with_=with_, assume=assume, image_id=image_id)
 
-    run_cmd = [cli, "run", "-d", "--rm", "--network", "none", "--entrypoint", "/bin/sh", *owners.label_args(),
-               *[a for hw in with_ for a in HARDWARE[hw]], image,
-               "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
-    started = subprocess.run(run_cmd, capture_output=True, text=True)
-    if started.returncode != 0:
-        raise ImagekitError(f"cannot start a container of {image}: {started.stderr.strip()}")
-    container = started.stdout.strip()
+
+def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: str | None,
+            with_: tuple[str, ...], assume: tuple[str, ...], image_id: str) -> Report:
+    """Run the checks with testinfra in the running ``container``."""
     workdir = Path(tempfile.mkdtemp(prefix="imagekit-check-"))
     try:
         checks_file = workdir / "checks.json"
@@ -152,7 +151,6 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
             report.junit = junit
         return report
     finally:
-        subprocess.run([cli, "rm", "-f", container], capture_output=True)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
