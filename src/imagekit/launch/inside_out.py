@@ -348,32 +348,17 @@ class _Launch:
 
     def cleanup(self) -> None:
         with shielded():
-            remove_job(self.job.job_id, self.client)
+            remove_job(self.job.job_id)
             if self.job_dir is not None:
                 shutil.rmtree(self.job_dir, ignore_errors=True)
                 self.job_dir = None
 
 
-def remove_job(job_id: str, client=None) -> int:
+def remove_job(job_id: str) -> int:
     """Remove every container and network labelled with ``job_id``; returns how many objects went."""
-    if client is None:
-        from imagekit import engine
+    from imagekit import engine
 
-        client = engine.client()
-    removed = 0
-    for c in client.containers.list(all=True, filters={"label": f"{JOB_LABEL}={job_id}"}):
-        try:
-            c.remove(force=True)
-            removed += 1
-        except Exception:  # already gone (--rm, a concurrent cleanup)
-            pass
-    for n in client.networks.list(filters={"label": f"{JOB_LABEL}={job_id}"}):
-        try:
-            n.remove()
-            removed += 1
-        except Exception:
-            pass
-    return removed
+    return engine.remove_labelled(JOB_LABEL, job_id)
 
 
 def execute(job: InsideOutJob, *, log=None, stdout=None, stderr=None, timings: dict | None = None) -> int:
