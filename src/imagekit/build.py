@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Callable
 
 from imagekit import engine, procs, render, sources
-from imagekit.components._blocks import CA_SECRET_ID
 from imagekit.errors import ImagekitError, UsageError
 
 TARGETS = ("runtime", "devel")
@@ -126,7 +125,7 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
         if inline_cache:
             cmd += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
         if bundle:
-            cmd += ["--secret", f"id={CA_SECRET_ID},src={bundle}"]
+            cmd += ["--secret", f"id={render.CA_SECRET_ID},src={bundle}"]
         cmd.append(ctx)
         steps, cached = _run_build(cmd, log_path, progress)
         image_id = iidfile.read_text().strip()
