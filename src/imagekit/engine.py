@@ -1,14 +1,30 @@
-"""The one place that talks to the Docker engine (the modules that still call Docker themselves move here next).
+"""The gateway to the Docker engine: what imagekit asks of Docker, and what it leaves to the CLI.
 
-imagekit uses the Engine API (``docker`` package) for queries and Debian's
-``/usr/bin/docker`` CLI where streaming through a pipe is simpler (import,
-BuildKit builds). ``/usr/local/bin/docker`` on some machines lacks the buildx
-plugin and refuses BuildKit builds, so the CLI is resolved explicitly.
+Through here:
 
-``inspect`` gives an image with the one "image not found" error (ImageMissing);
-``throwaway`` is a container, carrying the owner label, that is removed however
-its ``with`` body ends (``run_once`` runs one command in one); ``remove_labelled``
-removes the containers and networks a command labelled.
+- ``client()``: the Engine API connection (``docker`` package). The first one in a
+  process sweeps what killed imagekit processes left (``owners.sweep_engine``).
+- ``inspect(ref)``: an image's id, labels, size, config and history, with the one
+  "image not found" error (``ImageMissing``). ``image_exists``, ``image_labels`` and
+  ``tag`` use the same calls. report, check, export, build and inside-out look
+  images up this way.
+- ``throwaway(image, ...)``: a container that carries the owner label (so the next
+  run sweeps it when this one is killed) and is removed however the ``with`` body
+  ends. check execs its checks in one, export streams one out, and preflight's probe
+  is ``run_once(image, argv)``, one command in one.
+- ``remove_labelled(label, value)``: removes the containers and networks a command
+  labelled (inside-out and mpirun jobs, ``imagekit launch cleanup``).
+- ``docker_cli()``: the CLI's path. Debian's ``/usr/bin/docker`` has BuildKit built
+  in; ``/usr/local/bin/docker`` on some machines lacks the buildx plugin and refuses
+  BuildKit builds, so the CLI is resolved explicitly.
+
+Callers still build their own ``docker`` argv (with the path from ``docker_cli()``)
+where output streams through a pipe or a script runs it: BuildKit builds (build),
+``docker import`` (base_image), ``docker export`` (export.squash), ``docker tag`` and
+``docker push`` (export.push), testinfra's docker backend (check), ``docker exec`` in
+the workers (launch.inside_out) and the ``docker run`` lines of mpirun's rank scripts.
+``launch.inside_out`` also starts its network and workers and watches them with
+``client()`` itself.
 """
 
 from __future__ import annotations
