@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Callable
 
 from imagekit import engine, image_facts, procs, render, sources
-from imagekit.components._blocks import CA_SECRET_ID
 from imagekit.errors import ImagekitError, UsageError
 
 TARGETS = ("runtime", "devel")
@@ -124,7 +123,7 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
         if inline_cache:
             cmd += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
         if bundle:
-            cmd += ["--secret", f"id={CA_SECRET_ID},src={bundle}"]
+            cmd += ["--secret", f"id={render.CA_SECRET_ID},src={bundle}"]
         cmd.append(ctx)
         steps, cached = _run_build(cmd, log_path, progress)
         image_id = iidfile.read_text().strip()
@@ -133,13 +132,12 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
     if target == "runtime":
         all_tags += list(stack.tags)
     all_tags += [t for t in tags if t not in all_tags]
-    image = engine.client().images.get(image_id)
+    image = engine.inspect(image_id)
     for tag in all_tags:
-        repo, _, name = tag.rpartition(":") if ":" in tag.rsplit("/", 1)[-1] else (tag, "", "latest")
-        image.tag(repo, name)
+        engine.tag(image.id, tag)
     return BuildResult(stack=stack.name, target=target, image_id=image_id, tags=all_tags,
                        seconds=round(time.monotonic() - started, 2), log=str(log_path),
-                       recipe_sha256=digest, size_bytes=image.attrs.get("Size", 0),
+                       recipe_sha256=digest, size_bytes=image.size,
                        steps=steps, cached_steps=cached, labels=labels)
 
 

@@ -121,17 +121,16 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
     for hw in (*with_, *assume):
         if hw not in HARDWARE:
             raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
-    engine.image_labels(image)  # a clear error when the image is not there
+    image_id = engine.inspect(image).id  # a clear error when the image is not there
     cli = engine.docker_cli()
-    from imagekit import owners
+    hardware = [a for hw in with_ for a in HARDWARE[hw]]
+    with engine.throwaway(image, options=["--network", "none", *hardware], idle=True, purpose="check") as container:
+        return _run_in(container, image, specs, cli, junit=junit, with_=with_, assume=assume, image_id=image_id)
 
-    run_cmd = [cli, "run", "-d", "--rm", "--network", "none", "--entrypoint", "/bin/sh", *owners.label_args(),
-               *[a for hw in with_ for a in HARDWARE[hw]], image,
-               "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"]
-    started = subprocess.run(run_cmd, capture_output=True, text=True)
-    if started.returncode != 0:
-        raise ImagekitError(f"cannot start a container of {image}: {started.stderr.strip()}")
-    container = started.stdout.strip()
+
+def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: str | None,
+            with_: tuple[str, ...], assume: tuple[str, ...], image_id: str) -> Report:
+    """Run the checks with testinfra in the running ``container``."""
     workdir = Path(tempfile.mkdtemp(prefix="imagekit-check-"))
     try:
         checks_file = workdir / "checks.json"
@@ -156,7 +155,7 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
         counts = report.counts()
         from imagekit import records
 
-        records.add(engine.client().images.get(image).id, "check", image=image, passed=counts["passed"],
+        records.add(image_id, "check", image=image, passed=counts["passed"],
                     failed=counts["failed"], not_run=counts["not-run"], with_=list(with_))
         if junit:
             from imagekit.atomic import target
@@ -166,7 +165,6 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
             report.junit = junit
         return report
     finally:
-        subprocess.run([cli, "rm", "-f", container], capture_output=True)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

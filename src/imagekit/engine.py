@@ -1,21 +1,58 @@
-"""The one place that talks to the Docker engine.
+"""The gateway to the Docker engine: what imagekit asks of Docker, and what it leaves to the CLI.
 
-imagekit uses the Engine API (``docker`` package) for queries and Debian's
-``/usr/bin/docker`` CLI where streaming through a pipe is simpler (import,
-BuildKit builds). ``/usr/local/bin/docker`` on some machines lacks the buildx
-plugin and refuses BuildKit builds, so the CLI is resolved explicitly.
+Through here:
+
+- ``client()``: the Engine API connection (``docker`` package). The first one in a
+  process sweeps what killed imagekit processes left (``owners.sweep_engine``).
+- ``inspect(ref)``: an image's id, labels, size, config and history, with the one
+  "image not found" error (``ImageMissing``). ``image_exists``, ``image_labels`` and
+  ``tag`` use the same calls. report, check, export, build and inside-out look
+  images up this way.
+- ``throwaway(image, ...)``: a container that carries the owner label (so the next
+  run sweeps it when this one is killed) and is removed however the ``with`` body
+  ends. check execs its checks in one, export streams one out, and preflight's probe
+  is ``run_once(image, argv)``, one command in one.
+- ``remove_labelled(label, value)``: removes the containers and networks a command
+  labelled (inside-out and mpirun jobs, ``imagekit launch cleanup``).
+- ``docker_cli()``: the CLI's path. Debian's ``/usr/bin/docker`` has BuildKit built
+  in; ``/usr/local/bin/docker`` on some machines lacks the buildx plugin and refuses
+  BuildKit builds, so the CLI is resolved explicitly.
+
+Callers still build their own ``docker`` argv (with the path from ``docker_cli()``)
+where output streams through a pipe or a script runs it: BuildKit builds (build),
+``docker import`` (base_image), ``docker export`` (export.squash), ``docker tag`` and
+``docker push`` (export.push), testinfra's docker backend (check), ``docker exec`` in
+the workers (launch.inside_out) and the ``docker run`` lines of mpirun's rank scripts.
+``launch.inside_out`` also starts its network and workers and watches them with
+``client()`` itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterator, Sequence
 
 from imagekit.errors import EngineError
 
 SETUP_HINT = "run `bash scripts/setup-engine.sh` (installs Debian's docker.io and starts dockerd)"
+NOT_FOUND_HINT = "build it with `imagekit build STACK`, or `docker pull`/`docker load` it"
+# What an idle throwaway runs: a shell that waits until the container is removed.
+IDLE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done")
+
+
+class ImageMissing(EngineError):
+    """The image is not in the local engine: the one message, naming the image, with the fix."""
+
+    def __init__(self, ref: str) -> None:
+        super().__init__(f"image {ref!r} not found in the local engine", NOT_FOUND_HINT)
+        self.ref = ref
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,25 +86,130 @@ def docker_cli() -> str:
     return found
 
 
-def image_exists(ref: str) -> bool:
+# --- images -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Image:
+    """What ``docker image inspect`` says about one image."""
+
+    ref: str                          # as asked for: a name, a tag or an id
+    id: str                           # sha256:...
+    labels: dict[str, str]
+    size: int                         # bytes
+    config: dict[str, Any]            # Env, Entrypoint, Cmd, WorkingDir, Volumes, Labels, ...
+    attrs: dict[str, Any] = field(repr=False)   # the whole inspect document (Architecture, ...)
+
+    def history(self) -> list[dict[str, Any]]:
+        """The image's layers, newest first, as ``docker history`` lists them."""
+        return client().api.history(self.id)
+
+
+def inspect(ref: str) -> Image:
+    """The image ``ref``; ImageMissing when the local engine does not have it."""
     import docker.errors
 
     try:
-        client().images.get(ref)
-        return True
+        attrs = client().api.inspect_image(ref)
     except docker.errors.ImageNotFound:
+        raise ImageMissing(ref) from None
+    except docker.errors.APIError as exc:
+        raise EngineError(f"the engine refused to inspect {ref!r}: {exc.explanation or exc}") from None
+    config = attrs.get("Config") or {}
+    return Image(ref=ref, id=attrs["Id"], labels=dict(config.get("Labels") or {}),
+                 size=int(attrs.get("Size") or 0), config=config, attrs=attrs)
+
+
+def image_exists(ref: str) -> bool:
+    try:
+        inspect(ref)
+        return True
+    except ImageMissing:
         return False
 
 
 def image_labels(ref: str) -> dict[str, str]:
-    """The image's labels; EngineError naming the image when it is not there."""
-    import docker.errors
+    """The image's labels; ImageMissing naming the image when it is not there."""
+    return inspect(ref).labels
 
+
+def tag(image: str, name: str) -> None:
+    """Tag ``image`` (an id or a name) as ``name`` (``repo[:tag]``, ``:latest`` when no tag)."""
+    repo, _, version = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "latest")
+    client().api.tag(image, repo, version)
+
+
+# --- throwaway containers -----------------------------------------------------------------------
+
+@contextlib.contextmanager
+def throwaway(image: str, command: Sequence[str] = (), *, entrypoint: str | None = None,
+              options: Sequence[str] = (), idle: bool = False, purpose: str = "tmp") -> Iterator[str]:
+    """A container of ``image``, removed (with its anonymous volumes) however the body ends.
+
+    Yields the container's id. It carries the owner label (:mod:`imagekit.owners`), so
+    when this process is killed the next imagekit command sweeps it. ``options`` are
+    ``docker create`` options (``--network none``, ``--gpus all``). The container is only
+    created, for ``docker export`` or ``docker start -a``; ``idle=True`` starts it with a
+    shell that waits (``IDLE``), for ``docker exec``. An image with neither ENTRYPOINT
+    nor CMD, given no command, gets ``/bin/sh`` as a placeholder.
+    """
+    from imagekit import owners
+
+    client()  # a clear error when no engine answers; sweeps what dead owners left
+    cli = docker_cli()
+    if idle:
+        entrypoint, command = IDLE[0], IDLE[1:]
+    create = [cli, "create", "--name", f"imagekit-{purpose}-{uuid.uuid4().hex[:12]}", *owners.label_args(),
+              *(["--entrypoint", entrypoint] if entrypoint is not None else []), *options, image]
+    made = subprocess.run([*create, *command], capture_output=True, text=True)
+    if made.returncode != 0 and not command and entrypoint is None \
+            and "no command specified" in made.stderr.lower():
+        # The command does not change what `docker export` sees; give a placeholder.
+        made = subprocess.run([*create, "/bin/sh"], capture_output=True, text=True)
+    if made.returncode != 0:
+        raise EngineError(f"cannot create a container of {image}: {made.stderr.strip()}")
+    container = made.stdout.strip()
     try:
-        return dict(client().images.get(ref).labels or {})
-    except docker.errors.ImageNotFound:
-        raise EngineError(f"image {ref!r} not found in the local engine",
-                          "build it with `imagekit build STACK` or pull it first") from None
+        if idle:
+            started = subprocess.run([cli, "start", container], capture_output=True, text=True)
+            if started.returncode != 0:
+                raise EngineError(f"cannot start a container of {image}: {started.stderr.strip()}")
+        yield container
+    finally:
+        subprocess.run([cli, "rm", "-f", "-v", container], capture_output=True)
+
+
+def run_once(image: str, argv: Sequence[str], *, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run ``argv`` (its first word replaces the image's ENTRYPOINT) in a throwaway container of
+    ``image``; its exit code and output. EngineError when it cannot start or outlives ``timeout``."""
+    with throwaway(image, argv[1:], entrypoint=argv[0], purpose="run") as container:
+        try:
+            return subprocess.run([docker_cli(), "start", "-a", container], capture_output=True,
+                                  text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise EngineError(f"{argv[0]} in a container of {image} ran longer than {timeout} s") from None
+
+
+# --- what a command created ---------------------------------------------------------------------
+
+def remove_labelled(label: str, value: str | None = None) -> int:
+    """Remove every container, then every network, whose ``label`` is ``value`` (any value when
+    None); returns how many went. Ones already gone, or still in use, are skipped."""
+    flt = {"label": label if value is None else f"{label}={value}"}
+    c = client()
+    removed = 0
+    for container in c.containers.list(all=True, filters=flt):
+        try:
+            container.remove(force=True, v=True)
+            removed += 1
+        except Exception:  # noqa: BLE001 - already gone (--rm, a concurrent cleanup)
+            pass
+    for network in c.networks.list(filters=flt):
+        try:
+            network.remove()
+            removed += 1
+        except Exception:  # noqa: BLE001 - gone, or a container of someone else still uses it
+            pass
+    return removed
 
 
 def _short(exc: BaseException) -> str:

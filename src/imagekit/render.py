@@ -17,6 +17,8 @@ from imagekit.errors import UsageError
 
 FORMATS = ("docker", "singularity")
 SINGULARITY_VERSION = "3.2"  # first with multi-stage definitions
+# The BuildKit secret Docker recipes mount the CA bundle from; `imagekit build` passes the bundle under it.
+CA_SECRET_ID = "ca-bundle"
 
 
 def reset_hpccm(fmt: str) -> None:

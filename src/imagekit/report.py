@@ -18,9 +18,7 @@ _INSTRUCTION = re.compile(r"^(RUN|COPY|ADD|ENV|LABEL|WORKDIR|ARG|USER|ENTRYPOINT
 
 
 def describe(image: str) -> dict:
-    img = engine.client().images.get(image) if engine.image_exists(image) else None
-    if img is None:
-        engine.image_labels(image)  # raises the "not found" error with its fix
+    img = engine.inspect(image)  # the one "not found" error, with its fix
     facts = image_facts.from_labels(img.labels or {}, ref=image)
     components = [{"name": c.name, "version": c.version, "source": c.source, "facts": dict(c.facts)}
                   for c in facts.components.values()]
@@ -35,7 +33,7 @@ def describe(image: str) -> dict:
         comp["bytes"] = sizes.get(comp["name"], 0) if attribution else None
     history = records.for_image(img.id)
     return {
-        "image": image, "id": img.id, "bytes": img.attrs.get("Size", 0),
+        "image": image, "id": img.id, "bytes": img.size,
         "stack": facts.stack, "target": facts.target, "arch": facts.arch,
         "imagekit_version": facts.imagekit_version, "recipe_sha256": facts.recipe_sha256,
         "label_schema": facts.schema, "roles": {r: v.component for r, v in facts.roles.items()},

@@ -1,9 +1,11 @@
-"""``imagekit launch``'s CLI glue: what `--validate` prints."""
+"""``imagekit launch``'s CLI glue: what `--validate` prints, and what `cleanup` removes."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validate"))
 
@@ -27,3 +29,29 @@ def test_validate_prints_with_the_baselines_small_size_and_saturation(tmp_path, 
     assert launch_cmds._run_validated(run, gates) == 0
     out = capsys.readouterr().out
     assert "busbw >= 50% of peak" in out and "90% of peak" not in out
+
+
+@pytest.mark.engine
+def test_cleanup_removes_the_jobs_containers_and_network_and_nothing_else(base_image):
+    """`imagekit launch cleanup --job ID`: what a killed launcher left for that job, no other job's."""
+    import uuid
+
+    from click.testing import CliRunner
+
+    from imagekit import engine, owners
+    from imagekit.cli import main
+    from imagekit.launch.common import JOB_LABEL
+
+    client = engine.client()
+    job, other = f"iktest{uuid.uuid4().hex[:8]}", f"iktest{uuid.uuid4().hex[:8]}"
+    made = [client.containers.create(base_image, labels={JOB_LABEL: j, **owners.labels()}) for j in (job, job, other)]
+    nets = [client.networks.create(f"imagekit-{j}", labels={JOB_LABEL: j, **owners.labels()}) for j in (job, other)]
+    try:
+        result = CliRunner().invoke(main, ["launch", "cleanup", "--job", job])
+        assert result.exit_code == 0 and "removed 3 object(s)" in result.output
+        left = {c.id for c in client.containers.list(all=True, filters={"label": JOB_LABEL})}
+        left_nets = {n.id for n in client.networks.list(filters={"label": JOB_LABEL})}
+        assert {c.id for c in made} & left == {made[2].id} and {n.id for n in nets} & left_nets == {nets[1].id}
+    finally:
+        engine.remove_labelled(JOB_LABEL, other)
+        engine.remove_labelled(JOB_LABEL, job)

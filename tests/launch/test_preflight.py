@@ -101,3 +101,17 @@ def test_labels_are_read_from_a_real_image(base_image, tmp_path):
     assert c["slurm pmix"].status == "fail" and "2.2.5" in c["slurm pmix"].detail
     res = CliRunner().invoke(main, ["preflight", "--image", tag, "--json"])
     assert json.loads(res.output)["image"] == tag
+
+
+@pytest.mark.engine
+def test_probe_finds_mpi_in_a_throwaway_container_and_leaves_none(mpi_image, base_image):
+    from imagekit import engine, owners
+
+    def mine():
+        return engine.client().containers.list(all=True, filters={"label": f"{owners.LABEL}={owners.me()}"})
+
+    before = mine()
+    found = pf.probe_image(mpi_image)
+    assert found["mpirun"].endswith("/mpirun") and "Open MPI" in found["mpi_version"] and found["sshd"] == "yes"
+    assert pf.probe_image(base_image) == {"mpirun": ""}
+    assert mine() == before

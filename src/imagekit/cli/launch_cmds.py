@@ -349,17 +349,9 @@ def cleanup(job_id) -> None:
       imagekit launch cleanup --job ik1a2b3c4d
     """
     from imagekit import engine
-    from imagekit.launch import inside_out as mod
+    from imagekit.launch.common import JOB_LABEL
 
-    client = engine.client()
-    if job_id:
-        ids = [job_id]
-    else:
-        ids = sorted({c.labels.get("io.imagekit.job") for c in
-                      client.containers.list(all=True, filters={"label": "io.imagekit.job"})}
-                     | {n.attrs.get("Labels", {}).get("io.imagekit.job") for n in
-                        client.networks.list(filters={"label": "io.imagekit.job"})})
-    total = sum(mod.remove_job(j, client) for j in ids if j)
+    total = engine.remove_labelled(JOB_LABEL, job_id or None)
     _log(f"imagekit: removed {total} object(s)")
 
 

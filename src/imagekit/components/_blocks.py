@@ -13,11 +13,11 @@ from hpccm.common import container_type
 from hpccm.primitives import comment, copy, environment, shell
 
 from imagekit import quoting
+from imagekit.render import CA_SECRET_ID
 
 APT_CACHE = ("--mount=type=cache,target=/var/cache/apt,sharing=locked "
              "--mount=type=cache,target=/var/lib/apt,sharing=locked")
 PIP_CACHE = "--mount=type=cache,target=/root/.cache/pip"
-CA_SECRET_ID = "ca-bundle"
 CA_SECRET = f"--mount=type=secret,id={CA_SECRET_ID}"
 # pip only reads the bundle when the build was given one (--ca-bundle).
 PIP_CERT = f"if [ -s /run/secrets/{CA_SECRET_ID} ]; then export PIP_CERT=/run/secrets/{CA_SECRET_ID}; fi"

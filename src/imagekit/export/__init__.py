@@ -68,7 +68,7 @@ def _record(image: str, result: ExportResult) -> None:
     """Remember the export for `imagekit report` (keyed by image ID, so retags keep it)."""
     from imagekit import engine, records
 
-    records.add(engine.client().images.get(image).id, "export", image=image, format=result.format,
+    records.add(engine.inspect(image).id, "export", image=image, format=result.format,
                 path=str(Path(result.path).resolve()), bytes=result.bytes, sha256=result.sha256)
 
 

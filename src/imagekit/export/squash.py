@@ -1,6 +1,6 @@
 """docker export → filter → squashfs tool, as one pipeline with no unpacked copy.
 
-The engine flattens the image (``docker create`` + ``docker export``), the tar
+The engine flattens the image (a throwaway container + ``docker export``), the tar
 filter in :mod:`imagekit.export.tarstream` edits the stream on the way, and
 ``sqfstar`` (squashfs-tools >= 4.5) or ``tar2sqfs`` (squashfs-tools-ng) builds
 the image from stdin. Nothing of the root filesystem ever lands on disk.
@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -105,32 +104,9 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
 
 def image_inspect(image: str) -> dict[str, Any]:
     """``docker inspect IMAGE`` as a dict; EngineError naming the image when absent."""
-    import docker.errors
-
     from imagekit import engine
 
-    try:
-        return engine.client().api.inspect_image(image)
-    except docker.errors.ImageNotFound:
-        raise EngineError(f"image {image!r} not found in the local engine",
-                          "build it with `imagekit build STACK`, or check `docker images`") from None
-    except docker.errors.APIError as exc:
-        raise EngineError(f"the engine refused to inspect {image!r}: {exc.explanation}") from None
-
-
-def _create_container(docker: str, image: str) -> str:
-    from imagekit import owners
-
-    name = f"imagekit-export-{uuid.uuid4().hex[:12]}"
-    create = [docker, "create", "--name", name, *owners.label_args()]
-    proc = subprocess.run([*create, image], capture_output=True, text=True)
-    if proc.returncode != 0 and "no command specified" in proc.stderr.lower():
-        # Images with neither CMD nor ENTRYPOINT cannot be created as-is; the command
-        # does not change the exported filesystem, so give a placeholder.
-        proc = subprocess.run([*create, image, "/bin/sh"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise EngineError(f"docker create {image} failed: {proc.stderr.strip()}")
-    return name
+    return engine.inspect(image).attrs
 
 
 def _tail(path: str, lines: int = 8) -> str:
@@ -159,9 +135,10 @@ def stream_to_squashfs(image: str, out: Path, spec: SquashSpec, *,
             member.uid = member.gid = 0
 
     docker = engine.docker_cli()
-    container = _create_container(docker, image)
     procs: list[subprocess.Popen] = []
-    with tempfile.NamedTemporaryFile(prefix="imagekit-export-", suffix=".err") as exp_err, \
+    # The container is removed after the finally below has stopped the pipeline.
+    with engine.throwaway(image, purpose="export") as container, \
+            tempfile.NamedTemporaryFile(prefix="imagekit-export-", suffix=".err") as exp_err, \
             tempfile.NamedTemporaryFile(prefix="imagekit-squash-", suffix=".err") as sq_err:
         try:
             exporter = subprocess.Popen([docker, "export", container], stdout=subprocess.PIPE,
@@ -202,7 +179,6 @@ def stream_to_squashfs(image: str, out: Path, spec: SquashSpec, *,
                             stream.close()
                         except (BrokenPipeError, OSError):
                             pass
-            subprocess.run([docker, "rm", "-f", "-v", container], capture_output=True)
 
 
 def source_date_epoch(env: dict[str, str] | None = None) -> int | None:

@@ -213,9 +213,7 @@ class _Launch:
         job = self.job
         t0 = time.monotonic()
         # Checked first: containers.run would otherwise try to pull it from a registry.
-        if not engine.image_exists(job.image):
-            raise ImagekitError(f"image {job.image!r} not found in the local engine",
-                                "build it with `imagekit build STACK` (or `docker load` it)")
+        engine.inspect(job.image)
         self.job_dir = make_job_dir(job)
         from imagekit import owners
 
@@ -242,9 +240,8 @@ class _Launch:
         try:
             with concurrent.futures.ThreadPoolExecutor(max_workers=min(job.nodes, 8)) as pool:
                 list(pool.map(run_one, range(job.nodes)))
-        except docker.errors.ImageNotFound:
-            raise ImagekitError(f"image {job.image!r} not found in the local engine",
-                                "build it with `imagekit build STACK` (or docker load it)") from None
+        except docker.errors.ImageNotFound:  # removed since the check above
+            raise engine.ImageMissing(job.image) from None
         except docker.errors.APIError as exc:
             msg = str(getattr(exc, "explanation", None) or exc).strip().splitlines()[-1]
             if "/bin/sh" in msg:
@@ -351,32 +348,17 @@ class _Launch:
 
     def cleanup(self) -> None:
         with shielded():
-            remove_job(self.job.job_id, self.client)
+            remove_job(self.job.job_id)
             if self.job_dir is not None:
                 shutil.rmtree(self.job_dir, ignore_errors=True)
                 self.job_dir = None
 
 
-def remove_job(job_id: str, client=None) -> int:
+def remove_job(job_id: str) -> int:
     """Remove every container and network labelled with ``job_id``; returns how many objects went."""
-    if client is None:
-        from imagekit import engine
+    from imagekit import engine
 
-        client = engine.client()
-    removed = 0
-    for c in client.containers.list(all=True, filters={"label": f"{JOB_LABEL}={job_id}"}):
-        try:
-            c.remove(force=True)
-            removed += 1
-        except Exception:  # already gone (--rm, a concurrent cleanup)
-            pass
-    for n in client.networks.list(filters={"label": f"{JOB_LABEL}={job_id}"}):
-        try:
-            n.remove()
-            removed += 1
-        except Exception:
-            pass
-    return removed
+    return engine.remove_labelled(JOB_LABEL, job_id)
 
 
 def execute(job: InsideOutJob, *, log=None, stdout=None, stderr=None, timings: dict | None = None) -> int:

@@ -160,14 +160,18 @@ def execute(job: MpirunJob, directory: Path | None = None, *, keep: bool = False
             if proc is not None:
                 procs.stop(proc, grace=15)
             if job.runtime == "docker":
-                remove_containers(job.job_id, docker)
+                remove_containers(job.job_id)
             if made and not keep:
                 shutil.rmtree(directory, ignore_errors=True)
 
 
-def remove_containers(job_id: str, docker: str) -> None:
-    ids = subprocess.run([docker, "ps", "-aq", "--filter", f"label={JOB_LABEL}={job_id}"],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.split()
-    if ids:
-        subprocess.run([docker, "rm", "-f", *ids], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def remove_containers(job_id: str) -> None:
+    """Remove this host's containers of the job (its rank wrappers label them); best effort."""
+    from imagekit import engine
+    from imagekit.errors import EngineError
+
+    try:
+        engine.remove_labelled(JOB_LABEL, job_id)
+    except EngineError:  # no engine answers: nothing of the job can be left in it to remove
+        pass
 

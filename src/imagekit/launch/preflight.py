@@ -131,22 +131,14 @@ def probe_image(ref: str) -> dict[str, str] | None:
     """Look inside an engine image without labels: MPI launcher path, Open MPI version, sshd."""
     if is_file_image(ref):
         return None
-    try:
-        from imagekit import engine
-
-        docker = engine.docker_cli()
-    except EngineError:
-        return None
     script = ('m=$(command -v mpirun || true); echo "mpirun=$m"; '
               'if [ -n "$m" ]; then echo "mpi_version=$(mpirun --version 2>/dev/null | head -n1)"; fi; '
               'if [ -x /usr/sbin/sshd ]; then echo sshd=yes; fi')
     try:
-        from imagekit import owners
+        from imagekit import engine
 
-        proc = subprocess.run([docker, "run", "--rm", *owners.label_args(), "--entrypoint", "/bin/sh", ref,
-                               "-c", script],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+        proc = engine.run_once(ref, ["/bin/sh", "-c", script], timeout=60)
+    except (OSError, EngineError):
         return None
     if proc.returncode != 0:
         return None
