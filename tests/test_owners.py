@@ -20,8 +20,10 @@ def _owned_by(pid: int) -> list[str]:
     """Containers and networks whose owner label names ``pid``."""
     client = engine.client()
     mine = lambda value: f"+{pid}+" in (value or "")  # noqa: E731
-    return [f"container {c.name}" for c in client.containers.list(all=True, filters={"label": owners.LABEL})
-            if mine(c.labels.get(owners.LABEL))] + \
+    # sparse: no per-container inspect, which fails for a container another test removes meanwhile.
+    return [f"container {c.attrs['Names'][0].lstrip('/')}"
+            for c in client.containers.list(all=True, filters={"label": owners.LABEL}, sparse=True)
+            if mine((c.attrs.get("Labels") or {}).get(owners.LABEL))] + \
         [f"network {n.name}" for n in client.networks.list(filters={"label": owners.LABEL})
          if mine(n.attrs.get("Labels", {}).get(owners.LABEL))]
 

@@ -197,7 +197,8 @@ def remove_labelled(label: str, value: str | None = None) -> int:
     flt = {"label": label if value is None else f"{label}={value}"}
     c = client()
     removed = 0
-    for container in c.containers.list(all=True, filters=flt):
+    # sparse: the list itself, without inspecting each container, which fails for one removed meanwhile.
+    for container in c.containers.list(all=True, filters=flt, sparse=True):
         try:
             container.remove(force=True, v=True)
             removed += 1

@@ -60,11 +60,12 @@ def label_args() -> list[str]:
 def sweep_engine(client) -> list[str]:
     """Remove containers and networks whose owner is dead; returns what was removed."""
     removed = []
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
-        if not alive(container.labels.get(LABEL, "")):
+    # sparse: the list itself, without inspecting each container, which fails for one removed meanwhile.
+    for container in client.containers.list(all=True, filters={"label": LABEL}, sparse=True):
+        if not alive((container.attrs.get("Labels") or {}).get(LABEL, "")):
             try:
                 container.remove(force=True)
-                removed.append(f"container {container.name}")
+                removed.append(f"container {(container.attrs.get('Names') or [container.id])[0].lstrip('/')}")
             except Exception:  # noqa: BLE001 - gone already, or a concurrent sweep got it
                 pass
     for network in client.networks.list(filters={"label": LABEL}):

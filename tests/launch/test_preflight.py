@@ -108,7 +108,8 @@ def test_probe_finds_mpi_in_a_throwaway_container_and_leaves_none(mpi_image, bas
     from imagekit import engine, owners
 
     def mine():
-        return engine.client().containers.list(all=True, filters={"label": f"{owners.LABEL}={owners.me()}"})
+        return engine.client().containers.list(all=True, filters={"label": f"{owners.LABEL}={owners.me()}"},
+                                               sparse=True)
 
     before = mine()
     found = pf.probe_image(mpi_image)
