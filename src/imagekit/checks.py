@@ -91,6 +91,8 @@ class Check:
     kind: ClassVar[str] = ""
     # Keys of the label's JSON besides id, describe, kind, the kind's value, needs and target.
     options: ClassVar[tuple[str, ...]] = ()
+    # The field that holds the kind's value, for kinds whose value is one string field.
+    value_field: ClassVar[str] = ""
 
     def __init_subclass__(cls, kind: str = "", **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -127,12 +129,12 @@ class Check:
     @property
     def value(self) -> Any:
         """The kind's value as the label's JSON carries it, under the key named after the kind."""
-        raise NotImplementedError
+        return getattr(self, self.value_field)
 
     @classmethod
     def fields_from(cls, value: Any) -> dict[str, Any]:
         """The constructor's fields for the label's value (the inverse of :attr:`value`)."""
-        raise NotImplementedError
+        return {cls.value_field: value}
 
     def verify(self, host: Host) -> None:
         """Raise AssertionError, saying what is wrong, unless the image in ``host`` passes."""
@@ -231,6 +233,7 @@ class Run(Check, kind="run"):
     ``excluded``. The command is code by design: it runs in a container of the image under test."""
 
     command: str = ""
+    value_field: ClassVar[str] = "command"
     expect: str | None = None      # regex the output (stdout + stderr) must match
     exit_code: int = 0
     excluded: str | None = None    # regex the output must not match
@@ -249,14 +252,6 @@ class Run(Check, kind="run"):
         self._regex("excluded", self.excluded)
         if isinstance(self.exit_code, bool) or not isinstance(self.exit_code, int) or not 0 <= self.exit_code <= 255:
             self._invalid(f"exit_code {self.exit_code!r} is not an exit status (0 to 255)")
-
-    @property
-    def value(self) -> str:
-        return self.command
-
-    @classmethod
-    def fields_from(cls, value: Any) -> dict[str, Any]:
-        return {"command": value}
 
     def verify(self, host: Host) -> None:
         cmd = host.run(self.command)
@@ -279,20 +274,13 @@ class File(Check, kind="file"):
     """A path that must exist (any type; symlinks followed). The path is data: testinfra quotes it."""
 
     path: str = ""
+    value_field: ClassVar[str] = "path"
 
     def validate(self) -> None:
         self._text("path", self.path)
 
     def sentence(self) -> str:
         return f"{self.path} exists"
-
-    @property
-    def value(self) -> str:
-        return self.path
-
-    @classmethod
-    def fields_from(cls, value: Any) -> dict[str, Any]:
-        return {"path": value}
 
     def verify(self, host: Host) -> None:
         _fail_unless(host.file(self.path).exists, f"{self.path} does not exist")
@@ -331,20 +319,13 @@ class Library(Check, kind="library"):
     """A soname the dynamic loader cache must resolve, to a file that exists."""
 
     soname: str = ""
+    value_field: ClassVar[str] = "soname"
 
     def validate(self) -> None:
         self._pattern("soname", self.soname, _SONAME, "a soname like libnccl.so.2")
 
     def sentence(self) -> str:
         return f"{self.soname} resolves through the dynamic loader cache"
-
-    @property
-    def value(self) -> str:
-        return self.soname
-
-    @classmethod
-    def fields_from(cls, value: Any) -> dict[str, Any]:
-        return {"soname": value}
 
     def verify(self, host: Host) -> None:
         cmd = host.run("ldconfig -p")
@@ -359,20 +340,13 @@ class PythonImport(Check, kind="python_import"):
     """A module ``python3`` must import."""
 
     module: str = ""
+    value_field: ClassVar[str] = "module"
 
     def validate(self) -> None:
         self._pattern("module", self.module, _MODULE, "a dotted module name like torch.distributed")
 
     def sentence(self) -> str:
         return f"python3 imports {self.module}"
-
-    @property
-    def value(self) -> str:
-        return self.module
-
-    @classmethod
-    def fields_from(cls, value: Any) -> dict[str, Any]:
-        return {"module": value}
 
     def verify(self, host: Host) -> None:
         # The name is an argument, not source code: validated above and still only ever data.

@@ -18,6 +18,7 @@ Schema history:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -286,8 +287,8 @@ def _checks(raw: str | None, ref: str) -> list[dict] | None:
 def probed_mpi(facts: ImageFacts, name: str, version: str) -> ImageFacts:
     """``facts`` plus an MPI found by looking inside an unlabelled image (preflight's probe)."""
     comp = ComponentFacts(name, version, "probed")
-    return ImageFacts(**{**facts.__dict__, "labels": facts.labels or {}, "components": {**facts.components, name: comp},
-                         "roles": {**facts.roles, "mpi": Role(name, version)}})
+    return dataclasses.replace(facts, labels=facts.labels or {}, components={**facts.components, name: comp},
+                               roles={**facts.roles, "mpi": Role(name, version)})
 
 
 def is_file_image(ref: str) -> bool:
