@@ -40,3 +40,35 @@ class EngineError(ImagekitError):
     """The Docker engine is missing or refused a request."""
 
     exit_code = 3
+
+
+# Distribution errors (store, registry artifacts, the Pyxis importer). Each has its own exit code
+# so that a site's script (or Pyxis's log) can tell "make the artifact" from "fix the credentials".
+class RegistryError(ImagekitError):
+    """The registry is unreachable, or refused a request (for example an artifact's media type)."""
+
+    exit_code = 4
+
+
+class ArtifactMissing(ImagekitError):
+    """No export artifact was pushed for this image digest."""
+
+    exit_code = 5
+
+
+class IntegrityError(ImagekitError):
+    """Downloaded or stored bytes do not match their recorded digest; nothing was kept."""
+
+    exit_code = 6
+
+
+class CredentialsError(ImagekitError):
+    """Registry credentials are unreadable, or the registry rejected them."""
+
+    exit_code = 7
+
+
+class NoSpaceError(ImagekitError):
+    """The store or output file system is (or would become) full; nothing half-written was kept."""
+
+    exit_code = 8
