@@ -76,3 +76,12 @@ def site_mirror():
             pytest.fail(f"CI needs the site mirror at {path} (../shared/mirror)", pytrace=False)
         pytest.skip(f"no site mirror at {path}")
     return path
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    """A real local registry (``127.0.0.1:PORT``), one per test module."""
+    from local_registry import running_registry
+
+    with running_registry(tmp_path_factory.mktemp("registry")) as addr:
+        yield addr

@@ -28,38 +28,6 @@ def test_reference_parsing_and_pyxis_form():
         split_reference("127.0.0.1:5000/Upper:1")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    binary = shutil.which("docker-registry")
-    if binary is None:
-        pytest.fail("docker-registry is not installed (apt-get install docker-registry)")
-    root = tmp_path_factory.mktemp("registry")
-    port = _free_port()
-    config = root / "config.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
-                      f"    rootdirectory: {root / 'data'}\nhttp:\n  addr: 127.0.0.1:{port}\n")
-    proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    addr = f"127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://{addr}/v2/", timeout=1)
-            break
-        except OSError:
-            if proc.poll() is not None:
-                pytest.fail(f"docker-registry exited: {proc.stderr.read().decode()[-500:]}")
-            time.sleep(0.1)
-    yield addr
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
 def _registry_digest(addr: str, repo: str, tag: str) -> str:
     req = urllib.request.Request(f"http://{addr}/v2/{repo}/manifests/{tag}",
                                  headers={"Accept": MANIFEST_TYPES}, method="HEAD")
