@@ -2,13 +2,16 @@
 
 Apptainer cannot be installed here: the layout is checked against the SIF
 format facts from apptainer/sif (header/descriptor sizes, data types,
-alignment) by an independent struct parse, and the runtime scripts are run
-with /bin/sh inside the extracted root filesystem.
+alignment) and Apptainer 1.4's build and inspect sources (object order,
+inspect-metadata.json, labels, symlinks, file mode) by an independent struct
+parse and unsquashfs, and the runtime scripts are run with /bin/sh inside the
+extracted root filesystem.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 import subprocess
@@ -53,6 +56,55 @@ def _corrupt(path: Path, offset: int, data: bytes) -> Path:
     return path
 
 
+SQUASH_DAMAGE = {  # superblock field offset, bytes, what the error says
+    "sq-magic": (0, b"hsqt", "bad squashfs magic"),
+    "sq-version": (28, struct.pack("<H", 3), "squashfs version 3.0"),
+    "sq-block-size": (12, struct.pack("<I", 4097), "block size 4097 with log 17"),
+    "sq-block-log": (22, struct.pack("<H", 12), "block size 131072 with log 12"),
+    "sq-compressor": (20, struct.pack("<H", 9), "unknown squashfs compressor 9"),
+    "sq-bytes-used": (40, struct.pack("<Q", 1 << 40), "partition holds"),
+    "sq-inode-table": (64, struct.pack("<Q", 1 << 30), "inode table at"),
+    "sq-id-table": (48, struct.pack("<Q", 10), "id table at 10"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(SQUASH_DAMAGE))
+def test_reader_checks_the_primary_partitions_squashfs_superblock(tmp_path, damage):
+    """Each check on its own: one superblock field broken in an otherwise valid file."""
+    path = _tiny_sif(tmp_path)
+    part = sif.read_sif(path).primary_partition()
+    field, data, message = SQUASH_DAMAGE[damage]
+    _corrupt(path, part.offset + field, data)
+    with pytest.raises(sif.SifFormatError, match=f"primary partition .*{re.escape(message)}"):
+        sif.read_sif(path)
+
+
+def test_reader_refuses_a_partition_shorter_than_its_squashfs(tmp_path):
+    """A SIF cut inside the filesystem whose header and descriptor were made to agree with the
+    shorter file (as a copy tool that stops early and a naive fix-up would leave it)."""
+    path = _tiny_sif(tmp_path)
+    info = sif.read_sif(path)
+    part = info.primary_partition()
+    used = struct.unpack_from("<Q", path.read_bytes(), part.offset + 40)[0]
+    cut = used // 2
+    with open(path, "r+b") as fh:
+        fh.truncate(part.offset + cut)
+    _corrupt(path, 4096 + (part.id - 1) * 585 + 4 + 1 + 12 + 8, struct.pack("<q", cut))   # size
+    _corrupt(path, 32 + 10 + 3 + 3 + 16 + 8 * 7, struct.pack("<q", part.offset + cut - info.data_offset))
+    with pytest.raises(sif.SifFormatError, match=rf"uses {used} bytes but the partition holds {cut}"):
+        sif.read_sif(path)
+
+
+def test_reader_reads_the_superblock_of_a_good_partition(tmp_path):
+    path = _tiny_sif(tmp_path)
+    info = sif.read_sif(path)
+    sb = sif.check_squashfs(path, info.primary_partition(), "")
+    listing = subprocess.run(["unsquashfs", "-s", "-o", str(info.primary_partition().offset), str(path)],
+                             capture_output=True, text=True, check=True).stdout
+    assert f"Block size {sb.block_size}" in listing and f"Number of inodes {sb.inodes}" in listing
+    assert f"Compression {sb.compressor}" in listing
+
+
 @pytest.mark.parametrize("damage", ["magic", "version", "descr-offset", "object-offset",
                                     "truncated", "used-count", "arch", "empty"])
 def test_reader_rejects_damaged_sif(tmp_path, damage):
@@ -87,6 +139,14 @@ def odd_sif(odd_image, tmp_path_factory):
     return out, export_image(odd_image, "sif", out)
 
 
+def _descriptors(raw: bytes, n: int) -> list[tuple]:
+    return [struct.unpack_from("<i?IIIqqqqqqq128s384s", raw, 4096 + i * 585) for i in range(n)]
+
+
+def _data(raw: bytes, d: tuple) -> bytes:
+    return raw[d[5]:d[5] + d[6]]
+
+
 @pytest.mark.engine
 def test_sif_header_and_descriptors(odd_image, odd_sif):
     from imagekit.export.squash import image_inspect
@@ -98,14 +158,13 @@ def test_sif_header_and_descriptors(odd_image, odd_sif):
     assert launch == b"#!/usr/bin/env run-singularity\n\0" and magic == b"SIF_MAGIC\0"
     assert version == b"01\0" and arch == b"02\0"                      # amd64
     created, modified, dfree, dtotal, doff, dsize, data_off, data_size = struct.unpack_from("<8q", raw, 64)
-    assert (dfree, dtotal, doff, dsize, data_off) == (45, 48, 4096, 48 * 585, 4096 + 48 * 585)
+    assert (dfree, dtotal, doff, dsize, data_off) == (44, 48, 4096, 48 * 585, 4096 + 48 * 585)
     assert data_off + data_size == size and created == modified > 0
-    descs = []
-    for i in range(3):
-        descs.append(struct.unpack_from("<i?IIIqqqqqqq128s384s", raw, 4096 + i * 585))
-    assert not struct.unpack_from("<i?", raw, 4096 + 3 * 585)[1]      # slot 4 unused
-    types = [d[0] for d in descs]
-    assert types == [0x4001, 0x4006, 0x4004]
+    descs = _descriptors(raw, 4)
+    assert not struct.unpack_from("<i?", raw, 4096 + 4 * 585)[1]      # slot 5 unused
+    # Apptainer 1.4's order: definition, JSON objects sorted by name, then the partition.
+    assert [(d[0], d[12].rstrip(b"\0")) for d in descs] == [
+        (0x4001, b""), (0x4006, b"inspect-metadata.json"), (0x4006, b"oci-config.json"), (0x4004, b"")]
     end = data_off
     for i, d in enumerate(descs):
         dtype, used, ident, group, link, off, n, padded = d[:8]
@@ -113,18 +172,54 @@ def test_sif_header_and_descriptors(odd_image, odd_sif):
         assert off % 4096 == 0 and padded == off - end + n
         end = off + n
     assert end == size
-    deffile = raw[descs[0][5]:descs[0][5] + descs[0][6]]
-    assert deffile == f"bootstrap: docker-daemon\nfrom: {odd_image}\n".encode()
-    assert descs[1][12].rstrip(b"\0") == b"oci-config.json"
-    oci = json.loads(raw[descs[1][5]:descs[1][5] + descs[1][6]])
+    assert _data(raw, descs[0]) == f"bootstrap: docker-daemon\nfrom: {odd_image}\n".encode()
+    oci = json.loads(_data(raw, descs[2]))
     config = image_inspect(odd_image)["Config"]
     assert oci["Env"] == config["Env"] and oci["Entrypoint"] == config["Entrypoint"]
     assert oci["Cmd"] == config["Cmd"] and oci["Labels"] == config["Labels"]
-    fstype, parttype, parch = struct.unpack_from("<ii3s", descs[2][13])
+    fstype, parttype, parch = struct.unpack_from("<ii3s", descs[3][13])
     assert (fstype, parttype, parch) == (1, 2, b"02\0")
-    assert raw[descs[2][5]:descs[2][5] + 4] == b"hsqs"
+    assert raw[descs[3][5]:descs[3][5] + 4] == b"hsqs"
     info = sif.read_sif(path)
-    assert info.primary_partition().size == descs[2][6] and result.bytes == size
+    assert info.primary_partition().size == descs[3][6] and result.bytes == size
+
+
+@pytest.mark.engine
+def test_sif_file_is_executable_like_apptainers(odd_sif):
+    """apptainer/sif creates the file with mode 0755 less the umask."""
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    assert odd_sif[0].stat().st_mode & 0o7777 == 0o755 & ~umask
+    assert sif.file_mode() == 0o755 & ~umask
+
+
+def test_sif_starts_through_its_launch_script(tmp_path, monkeypatch):
+    """``./x.sif ARGS`` is run by the kernel as ``/usr/bin/env run-singularity ./x.sif ARGS``
+    (Apptainer's run-singularity is ``apptainer run "$@"``). Apptainer cannot be installed here:
+    a run-singularity on PATH records what the kernel handed it. The file is written as the
+    export writes it (``atomic.target`` with :func:`sif.file_mode`)."""
+    import os
+
+    from imagekit import atomic
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    stub = bindir / "run-singularity"
+    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    tiny = _tiny_sif(tmp_path)
+    out = tmp_path / "x.sif"
+    with atomic.target(out, sif.file_mode()) as tmp:
+        tmp.write_bytes(tiny.read_bytes())
+    proc = subprocess.run(["./x.sif", "a b", "$HOME"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["./x.sif", "a b", "$HOME"]
+    out.chmod(0o644)     # what the file was before: not executable
+    with pytest.raises(PermissionError):
+        subprocess.run(["./x.sif"], cwd=tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -149,26 +244,96 @@ def test_sif_tree_matches_image_plus_layout(odd_image, sif_tree, docker_bin):
     assert got["opt/data/file.txt"].st_uid == 1234 and got["opt/data/file.txt"].st_gid == 5678
     assert got["opt/data/suid"].st_mode & 0o7777 == 0o4755
     assert (sif_tree / "opt/data/hard").stat().st_ino == (sif_tree / "opt/data/file.txt").stat().st_ino
-    assert (sif_tree / "apptainer").readlink().as_posix() == ".singularity.d/runscript"
+    # Apptainer's symlinks (base_environment.go): /singularity, not an /apptainer of our own.
+    links = {name: (sif_tree / name).readlink().as_posix()
+             for name in ("singularity", ".run", ".exec", ".test", ".shell", "environment")}
+    assert links == {"singularity": ".singularity.d/runscript", ".run": ".singularity.d/actions/run",
+                     ".exec": ".singularity.d/actions/exec", ".test": ".singularity.d/actions/test",
+                     ".shell": ".singularity.d/actions/shell", "environment": ".singularity.d/env/90-environment.sh"}
+    assert not (sif_tree / "apptainer").exists()
     for script in ("runscript", "actions/run", "actions/exec", "env/10-docker2singularity.sh"):
         assert got[f".singularity.d/{script}"].st_mode & 0o777 == 0o755
     assert (sif_tree / "etc/hosts").read_text() == ""
-    labels = json.loads((sif_tree / ".singularity.d/labels.json").read_text())
-    assert labels["io.imagekit.test"] == "yes"
+    assert (sif_tree / ".singularity.d/Singularity").read_text() == f"bootstrap: docker-daemon\nfrom: {odd_image}\n"
+    assert got[".singularity.d/Singularity"].st_mode & 0o777 == 0o644
 
 
-def _in_tree(tree: Path, *argv: str) -> str:
+@pytest.mark.engine
+def test_sif_labels_json_has_image_and_build_labels(odd_image, odd_sif, sif_tree):
+    """labels.json as Apptainer's build leaves it (metadata.go): the image's labels, then the
+    org.label-schema.* build labels over them, tab-indented."""
+    from imagekit.export.squash import image_inspect
+
+    text = (sif_tree / ".singularity.d/labels.json").read_text()
+    labels = json.loads(text)
+    when = sif.read_sif(odd_sif[0]).created
+    image_labels = image_inspect(odd_image)["Config"]["Labels"]
+    assert image_labels["io.imagekit.test"] == "yes" and image_labels["org.example.note"] == "two words"
+    assert {k: labels.pop(k) for k in image_labels} == image_labels
+    date = labels.pop("org.label-schema.build-date")
+    assert re.fullmatch(r"[A-Z][a-z]+day_\d{1,2}_[A-Z][a-z]+_\d{4}_\d{1,2}:\d{1,2}:\d{1,2}_UTC", date)
+    import time
+    t = time.gmtime(when)
+    assert date.split("_")[1:4] == [str(t.tm_mday), time.strftime("%B", t), str(t.tm_year)]
+    assert labels == {"org.label-schema.schema-version": "1.0", "org.label-schema.build-arch": "amd64",
+                      "org.label-schema.usage.singularity.deffile.bootstrap": "docker-daemon",
+                      "org.label-schema.usage.singularity.deffile.from": odd_image}
+    assert text.startswith('{\n\t"') and '\n\t"io.imagekit.test": "yes",\n' in text
+
+
+def _inspect_all_like_apptainer(tree: Path) -> dict:
+    """What ``apptainer inspect --all`` reads from a root filesystem (cmd/internal/cli/inspect.go),
+    written here from that source, independently of imagekit: each file's text without its
+    trailing newlines; labels.json parsed; the env scripts 10-docker*.sh and 9*-environment.sh
+    by path; attributes that are empty left out."""
+    def text(rel: str) -> str:
+        path = tree / ".singularity.d" / rel
+        return path.read_text().rstrip("\n") if path.is_file() else ""
+
+    env = {f"/.singularity.d/env/{p.name}": p.read_text().rstrip("\n")
+           for pattern in ("10-docker*.sh", "9*-environment.sh")
+           for p in sorted((tree / ".singularity.d/env").glob(pattern))}
+    attributes = {"environment": env, "labels": json.loads(text("labels.json") or "{}"),
+                  "runscript": text("runscript"), "test": text("test"), "helpfile": text("runscript.help"),
+                  "deffile": text("Singularity"), "startscript": text("startscript")}
+    return {"data": {"attributes": {k: v for k, v in attributes.items() if v}}, "type": "container"}
+
+
+@pytest.mark.engine
+def test_sif_inspect_metadata_says_what_the_partition_holds(odd_sif, sif_tree):
+    """The inspect-metadata.json object (generic JSON, by name) that Apptainer ≥ 1.4 reads for
+    `apptainer inspect` equals what inspecting the unsquashed root filesystem gives, in the
+    shape of Apptainer's pkg/inspect Metadata (Go's field order, compact, maps sorted)."""
+    info = sif.read_sif(odd_sif[0])
+    (obj,) = [d for d in info.descriptors if d.name == "inspect-metadata.json"]
+    assert obj.datatype == sif.DATA_GENERIC_JSON
+    raw = info.read(obj)
+    metadata = json.loads(raw)
+    assert metadata == _inspect_all_like_apptainer(sif_tree)
+    assert list(metadata) == ["data", "type"]
+    assert list(metadata["data"]["attributes"]) == ["environment", "labels", "runscript", "deffile", "startscript"]
+    assert list(metadata["data"]["attributes"]["labels"]) == sorted(metadata["data"]["attributes"]["labels"])
+    assert b"\n" not in raw and b": " not in raw.split(b'"labels"')[0]
+    assert "GREETING" in metadata["data"]["attributes"]["environment"]["/.singularity.d/env/10-docker2singularity.sh"]
+
+
+def _in_tree(tree: Path, *argv: str, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run([shutil.which("chroot"), str(tree), *argv], capture_output=True, text=True, timeout=30,
-                          env={"PATH": "/usr/bin:/bin"})
+                          env={"PATH": "/usr/bin:/bin", **(env or {})})
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
 
 @pytest.mark.engine
 def test_sif_runtime_scripts_behave(sif_tree):
-    """run/exec actions as Apptainer invokes them: env scripts sourced, Docker's arg rule."""
+    """run/exec actions as Apptainer invokes them: env scripts sourced, Docker's arg rule; the
+    arguments evaluated by the shell like Apptainer's runscript, or not under --no-eval."""
     assert _in_tree(sif_tree, "/.singularity.d/actions/run") == "ep arg it's cmd one two\n"
     assert _in_tree(sif_tree, "/.singularity.d/actions/run", "a", "b c") == "ep arg it's a b c\n"
+    assert _in_tree(sif_tree, "/.singularity.d/actions/run", "$GREETING", "-n") == "ep arg it's hello world -n\n"
+    assert _in_tree(sif_tree, "/.singularity.d/actions/run", "$GREETING", "-n",
+                    env={"SINGULARITY_NO_EVAL": "1"}) == "ep arg it's $GREETING -n\n"
+    assert _in_tree(sif_tree, "/singularity", "x") == "ep arg it's x\n"
     out = _in_tree(sif_tree, "/.singularity.d/actions/exec", "/bin/sh", "-c",
                    'printf "%s|%s|%s|" "$GREETING" "$QUOTED" "${EMPTY-unset}"; echo "$PATH"')
     assert out == ("hello world|it's \"quoted\" $x \\ back||"
@@ -205,3 +370,37 @@ def test_via_apptainer_calls_apptainer_build_and_writes_atomically(tmp_path, mon
     with pytest.raises(ImagekitError, match="FATAL: boom"):
         sif._via_apptainer("site/img:1", tmp_path / "y.sif", "gzip")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["argv", "bin", "x.sif"]
+
+
+def test_build_labels_have_apptainers_shape_and_win_over_the_images():
+    """Apptainer 1.4's addBuildLabels: the keys, and build-date as Go prints it. The reference
+    date is the label of a SIF Apptainer's own e2e test data holds ("Monday_2_August_2021_14:9:36_CDT",
+    a build at 1627931376); imagekit writes the same instant in UTC."""
+    from imagekit.export import singularity_d
+
+    labels = singularity_d.labels({"Labels": {"org.label-schema.schema-version": "9", "a&b": "<x>\n"}},
+                                  "site/img:1", "arm64", 1627931376)
+    assert labels == {"a&b": "<x>\n", "org.label-schema.build-arch": "arm64",
+                      "org.label-schema.build-date": "Monday_2_August_2021_19:9:36_UTC",
+                      "org.label-schema.schema-version": "1.0",
+                      "org.label-schema.usage.singularity.deffile.bootstrap": "docker-daemon",
+                      "org.label-schema.usage.singularity.deffile.from": "site/img:1"}
+    text = singularity_d.labels_json({"Labels": {"a&b": "<x>\n"}}, "site/img:1", "arm64", 0)
+    # Go's encoding/json escapes <, > and & (HTML-safe); the text still parses back to the labels.
+    assert '"a\\u0026b": "\\u003cx\\u003e\\n"' in text and json.loads(text)["a&b"] == "<x>\n"
+    assert "Thursday_1_January_1970_0:0:0_UTC" in text
+
+
+def test_inspect_metadata_leaves_out_what_is_empty():
+    """pkg/inspect's fields are `omitempty`: no apps, test or helpfile for an image from Docker."""
+    from imagekit.export import singularity_d
+
+    layout = singularity_d.files({"Cmd": ["sh"]}, "site/img:1")
+    metadata = json.loads(singularity_d.inspect_metadata(layout))
+    assert metadata["type"] == "container"
+    attributes = metadata["data"]["attributes"]
+    assert list(attributes) == ["environment", "labels", "runscript", "deffile", "startscript"]
+    assert attributes["deffile"] == "bootstrap: docker-daemon\nfrom: site/img:1"
+    assert attributes["startscript"] == "#!/bin/sh"
+    assert list(attributes["environment"]) == ["/.singularity.d/env/10-docker2singularity.sh",
+                                               "/.singularity.d/env/90-environment.sh"]

@@ -10,6 +10,7 @@ actions do. Every payload would create ``$IK_CANARY`` if it ran.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -154,18 +155,30 @@ def test_sif_scripts_run_no_injected_command(sandbox, tmp_path, ep, cmd, env, pa
     assert out.split(b"\0")[:-1] == [quoting.encode(v) for v in [f"/usr/bin:/bin:{path}", *env]]
     out = _chroot(sandbox, ["/bin/sh", "/.singularity.d/runscript"], {})
     assert out.split(b"\0")[1:-1] == [quoting.encode(w) for w in [*ep, *cmd]]
-    out = _chroot(sandbox, ["/bin/sh", "/.singularity.d/runscript", "-x", "$(y)"], {})
+    out = _chroot(sandbox, ["/bin/sh", "/.singularity.d/runscript", "-x", "a b"], {})
+    assert out.split(b"\0")[1:-1] == [quoting.encode(w) for w in [*ep, "-x", "a b"]]
+    # apptainer run --no-eval: the arguments too arrive as they are
+    out = _chroot(sandbox, ["/bin/sh", "/.singularity.d/runscript", "-x", "$(y)"], {"SINGULARITY_NO_EVAL": "1"})
     assert out.split(b"\0")[1:-1] == [quoting.encode(w) for w in [*ep, "-x", "$(y)"]]
+    # inspect-metadata.json says exactly what the files hold
+    # (as Go writes JSON: each byte that is not UTF-8 becomes U+FFFD)
+    attributes = json.loads(singularity_d.inspect_metadata(files))["data"]["attributes"]
+    for name, key in ((".singularity.d/runscript", "runscript"),
+                      (".singularity.d/env/10-docker2singularity.sh", "environment")):
+        got = attributes[key] if key == "runscript" else attributes[key]["/" + name]
+        assert got == re.sub("[\udc80-\udcff]", "\ufffd", files[name][0].rstrip("\n"))
 
 
 @given(name=words)
 def test_sif_refuses_env_names_a_shell_cannot_export(name):
+    entry = f"{name}=1"
     try:
-        text = singularity_d.files({"Env": [f"{name}=1"]}, "hostile:1")[".singularity.d/env/10-docker2singularity.sh"][0]
+        text = singularity_d.files({"Env": [entry]}, "hostile:1")[".singularity.d/env/10-docker2singularity.sh"][0]
     except quoting.UnsafeValue as exc:
         assert exc.field == "Env[0] name"
         return
-    assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and text.count("\n") == 3
+    # The name ends at the first "=" (a generated "_=" gives the name "_").
+    assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", entry.partition("=")[0]) and text.count("\n") == 3
 
 
 @given(image=words)

@@ -16,11 +16,21 @@ Layout facts from apptainer/sif (pkg/sif, v2), all little-endian, no padding:
   a partition's extra is int32 fs type (1 squashfs), int32 partition type
   (2 primary system), arch [3].
 
-Apptainer's docker→SIF build writes, in this order: the definition file, the
-image config as generic JSON named ``oci-config.json``, and the squashfs root
-filesystem as the primary system partition; its mksquashfs default is gzip.
-Here the squashfs tool writes straight into the SIF file at the partition's
-offset (``-offset``), so the root filesystem is never stored twice.
+Apptainer 1.4's docker→SIF build (internal/pkg/build/assemblers/sif.go) writes, in
+this order: the definition file, its JSON objects as generic JSON sorted by name
+(``inspect-metadata.json``: what ``apptainer inspect`` shows, see
+:func:`imagekit.export.singularity_d.inspect_metadata`; ``oci-config.json``: the
+image config), and the squashfs root filesystem as the primary system partition;
+its mksquashfs default is gzip. The file is created with mode 0755 (less the
+umask), so that ``./x.sif`` starts through the launch script's
+``run-singularity`` (``apptainer run``). Here the squashfs tool writes straight
+into the SIF file at the partition's offset (``-offset``), so the root
+filesystem is never stored twice.
+
+The reader checks what Apptainer's image loader checks and more: the header,
+every descriptor, and the primary partition's squashfs superblock (magic,
+version, block size, compressor, and that the filesystem fits in the partition),
+so a damaged file is refused with what is wrong instead of failing at mount.
 """
 
 from __future__ import annotations
@@ -37,10 +47,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
-from imagekit import quoting
+from imagekit import atomic, quoting
 from imagekit.errors import ImagekitError, UsageError
-from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space,
-                                    interrupt_on_sigterm, prepare_target, sha256_file)
+from imagekit.export.output import (ExportResult, Progress, check_free_space, interrupt_on_sigterm,
+                                    prepare_target, sha256_file)
 
 LAUNCH = b"#!/usr/bin/env run-singularity\n"
 MAGIC = b"SIF_MAGIC"
@@ -61,6 +71,17 @@ KNOWN_TYPES = range(DATA_DEFFILE, DATA_OCI_BLOB + 1)
 FS_SQUASHFS = 1
 PART_SYSTEM, PART_PRIMSYS, PART_DATA, PART_OVERLAY = 1, 2, 3, 4
 OCI_CONFIG_NAME = "oci-config.json"
+INSPECT_METADATA_NAME = "inspect-metadata.json"
+FILE_MODE = 0o755  # before the umask, as apptainer/sif creates the file
+
+# Squashfs 4.0 superblock (Linux fs/squashfs/squashfs_fs.h), little-endian, 96 bytes: magic,
+# inode count, mkfs time, block size, fragment count, u16 compressor, block_log, flags, id count,
+# major, minor, then u64 root inode, bytes used, and the id, xattr id, inode, directory,
+# fragment and export lookup table starts (all ones: no such table).
+SQUASHFS_SUPER = struct.Struct("<4sIIIIHHHHHHQQQQQQQQ")
+SQUASHFS_MAGIC = b"hsqs"
+SQUASHFS_COMPRESSORS = {1: "gzip", 2: "lzma", 3: "lzo", 4: "xz", 5: "lz4", 6: "zstd"}
+NO_TABLE = (1 << 64) - 1
 
 # Go architecture names (docker inspect "Architecture") -> SIF arch codes.
 ARCH_CODES = {"386": "01", "amd64": "02", "arm": "03", "arm64": "04", "ppc64": "05",
@@ -68,7 +89,7 @@ ARCH_CODES = {"386": "01", "amd64": "02", "arm": "03", "arm64": "04", "ppc64": "
               "mips64le": "10", "s390x": "11", "riscv64": "12"}
 ARCH_NAMES = {v: k for k, v in ARCH_CODES.items()}
 
-assert HEADER.size == 128 and DESCRIPTOR.size == 585
+assert HEADER.size == 128 and DESCRIPTOR.size == 585 and SQUASHFS_SUPER.size == 96
 
 
 def aligned(offset: int, alignment: int = ALIGN) -> int:
@@ -198,7 +219,52 @@ def read_sif(path: str | Path) -> SifInfo:
     if primaries and primaries[0].partition[2] != info.arch:
         raise SifFormatError(f"{path}: header arch {info.arch} differs from the primary "
                              f"partition's {primaries[0].partition[2]}", hint)
+    if primaries and primaries[0].partition[0] == FS_SQUASHFS:
+        check_squashfs(path, primaries[0], hint)
     return info
+
+
+@dataclass
+class SquashfsSuper:
+    block_size: int
+    compressor: str
+    bytes_used: int
+    inodes: int
+
+
+def check_squashfs(path: Path, part: Descriptor, hint: str) -> SquashfsSuper:
+    """The partition's squashfs superblock: magic, version 4.0, a block size that is a power of
+    two from 4 KiB to 1 MiB matching its log, a known compressor, and every table inside the
+    filesystem, which must fit in the partition (a short partition is a cut-off file)."""
+    where = f"{path}: primary partition (descriptor {part.id}, offset {part.offset})"
+    with open(path, "rb") as fh:
+        fh.seek(part.offset)
+        raw = fh.read(SQUASHFS_SUPER.size)
+    if part.size < SQUASHFS_SUPER.size or len(raw) < SQUASHFS_SUPER.size:
+        raise SifFormatError(f"{where}: {part.size} bytes, too short for a squashfs superblock", hint)
+    (magic, inodes, _mkfs, block_size, _frags, comp, block_log, _flags, _ids, major, minor,
+     _root, used, id_table, xattr_table, inode_table, dir_table, frag_table,
+     lookup_table) = SQUASHFS_SUPER.unpack(raw)
+    if magic != SQUASHFS_MAGIC:
+        raise SifFormatError(f"{where}: bad squashfs magic {magic!r} (want {SQUASHFS_MAGIC!r})", hint)
+    if (major, minor) != (4, 0):
+        raise SifFormatError(f"{where}: squashfs version {major}.{minor}, Apptainer mounts 4.0", hint)
+    if not (4096 <= block_size <= 1 << 20 and block_size == 1 << block_log):
+        raise SifFormatError(f"{where}: squashfs block size {block_size} with log {block_log}; want a "
+                             f"power of two from 4096 to 1048576 and its log2", hint)
+    if comp not in SQUASHFS_COMPRESSORS:
+        raise SifFormatError(f"{where}: unknown squashfs compressor {comp}", hint)
+    if not SQUASHFS_SUPER.size <= used <= part.size:
+        raise SifFormatError(f"{where}: the squashfs says it uses {used} bytes but the partition holds "
+                             f"{part.size} (truncated?)", hint)
+    tables = {"id": id_table, "inode": inode_table, "directory": dir_table}
+    tables.update((name, start) for name, start in (("xattr id", xattr_table), ("fragment", frag_table),
+                                                   ("lookup", lookup_table)) if start != NO_TABLE)
+    for name, start in tables.items():
+        if not SQUASHFS_SUPER.size <= start < used:
+            raise SifFormatError(f"{where}: squashfs {name} table at {start}, outside the filesystem's "
+                                 f"{used} bytes", hint)
+    return SquashfsSuper(block_size, SQUASHFS_COMPRESSORS[comp], used, inodes)
 
 
 @dataclass
@@ -245,8 +311,20 @@ def write_prefix(fh: BinaryIO, objects: list[_Object], descriptors: list[Descrip
 
 def definition_file(image: str) -> bytes:
     """What Apptainer records for a build from a URI: bootstrap agent and source."""
-    ref = quoting.definition_line(image, "SIF definition file", "from")
-    return quoting.encode(f"bootstrap: docker-daemon\nfrom: {ref}\n")
+    from imagekit.export import singularity_d
+
+    return quoting.encode(singularity_d.definition(image))
+
+
+def file_mode() -> int:
+    """0755 less the process's umask: the mode apptainer/sif's create gives a new SIF file."""
+    try:
+        with open("/proc/self/status") as fh:
+            umask = next(int(line.split()[1], 8) for line in fh if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):  # kernels before 4.7 do not show it
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return FILE_MODE & ~umask
 
 
 def oci_config_json(config: dict[str, Any]) -> bytes:
@@ -287,25 +365,29 @@ def export(image: str, output: Path, *, compression: str = "gzip", squash_opts: 
     # Reproducible builds get an ID derived from the image, random ones otherwise.
     ident = (uuid.UUID(bytes=hashlib.sha256(f"{info.get('Id')}:{epoch}".encode()).digest()[:16])
              if epoch is not None else uuid.uuid4())
-    arch = arch_code(info.get("Architecture") or "amd64")
+    goarch = info.get("Architecture") or "amd64"
+    arch = arch_code(goarch)
+    layout = singularity_d.files(config, image, goarch=goarch, when=when)
+    # Apptainer adds its JSON objects sorted by name: inspect-metadata.json, then oci-config.json.
     objects = [_Object(DATA_DEFFILE, definition_file(image)),
+               _Object(DATA_GENERIC_JSON, singularity_d.inspect_metadata(layout), name=INSPECT_METADATA_NAME),
                _Object(DATA_GENERIC_JSON, oci_config_json(config), name=OCI_CONFIG_NAME),
                _Object(DATA_PARTITION, None,
                        extra=PARTITION_EXTRA.pack(FS_SQUASHFS, PART_PRIMSYS, arch.encode()))]
     partition_offset = _layout(objects)[-1].offset
-    replaced = frozenset(singularity_d.files(config, image))
+    replaced = frozenset(layout)
     name, _ = squash.pick_tool(tool)  # sqfstar first: it writes in place at the offset
     # Apptainer builds as root keep file ownership (mksquashfs without -all-root).
     spec = squash.SquashSpec(preset=compression, extra_args=squash_opts, tool=name, all_root=False,
                              xattrs=True, epoch=epoch,
                              offset=partition_offset if name == "sqfstar" else 0)
     meter = Progress(progress)
-    with interrupt_on_sigterm(), atomic_output(target) as tmp:
+    with interrupt_on_sigterm(), atomic.target(target, file_mode(), sync=True) as tmp:
         squash_path = tmp if spec.offset else tmp.with_name(tmp.name + ".squashfs")
         try:
             used = squash.stream_to_squashfs(
                 image, squash_path, spec, keep=lambda m: singularity_d.keep(m, replaced),
-                adjust=None, extra=singularity_d.extra_entries(config, when, image), on_bytes=meter.add)
+                adjust=None, extra=singularity_d.extra_entries(layout, when), on_bytes=meter.add)
             if not spec.offset:
                 _copy_at(squash_path, tmp, partition_offset)
         finally:
@@ -332,7 +414,7 @@ def _via_apptainer(image: str, target: Path, compression: str) -> ExportResult:
     if binary is None:
         raise ImagekitError("--via apptainer needs apptainer or singularity on PATH",
                             "install Apptainer, or drop --via to write the SIF natively")
-    with interrupt_on_sigterm(), atomic_output(target) as tmp:
+    with interrupt_on_sigterm(), atomic.target(target, file_mode(), sync=True) as tmp:
         os.unlink(tmp)  # apptainer refuses to overwrite without --force
         # Apptainer compresses with gzip by default; `--mksquashfs-args` passes anything else.
         args = ["--mksquashfs-args", "-comp zstd"] if compression == "zstd" else []

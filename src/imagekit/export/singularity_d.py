@@ -1,23 +1,36 @@
 """The Apptainer runtime layout (``/.singularity.d``) for an image converted from Docker.
 
-Facts from Apptainer's OCI conversion (internal/pkg/build/sources): the same
-directories, file names, modes and symlinks; ``env/10-docker2singularity.sh``
-exports every image ``Env`` entry as a default (``PATH`` forced); the
-runscript carries ``OCI_ENTRYPOINT``/``OCI_CMD`` and runs them with Docker's
-rule (arguments replace CMD, ENTRYPOINT stays); ``labels.json`` holds the image
-labels (tab-indented JSON); ``/etc/hosts`` and ``/etc/resolv.conf`` are empty
-files the runtime binds over. The scripts are imagekit's own wording with the
-same behaviour. One deliberate difference: values in the env script are
-single-quoted once, so values with quotes, ``$``, backslashes or newlines
-arrive intact (Apptainer escapes them twice for double quotes). Image
-metadata is someone else's text: every value goes through
-:mod:`imagekit.quoting`, and a variable name that a shell cannot export is
-refused with the image and the field named.
+Facts from Apptainer 1.4's docker conversion and build (internal/pkg/build/sources
+conveyorPacker_oci.go and base_environment.go, internal/pkg/build/metadata.go): the same
+directories, file names, modes and symlinks (``/singularity`` → the runscript, ``/.run``,
+``/.exec``, ``/.test``, ``/.shell``, ``/environment``); ``env/10-docker2singularity.sh``
+exports every image ``Env`` entry as a default (``PATH`` forced); ``labels.json`` holds the
+image labels plus the build labels Apptainer adds (tab-indented JSON);
+``/.singularity.d/Singularity`` holds the definition; ``/etc/hosts`` and
+``/etc/resolv.conf`` are empty files the runtime binds over. The scripts are imagekit's own
+wording with the same behaviour. :func:`inspect_metadata` is the ``inspect-metadata.json``
+object that Apptainer ≥ 1.4 stores in the SIF so that ``apptainer inspect`` needs no container.
+
+Deliberate differences, each where Apptainer's output would be wrong:
+
+- values in the env script are single-quoted once, so values with quotes, ``$``,
+  backslashes or newlines arrive intact (Apptainer escapes them twice for double quotes);
+- the runscript sets its words with ``set --`` (Apptainer's ``set WORDS`` takes a first
+  word starting with ``-`` as a shell option), and with no ENTRYPOINT, CMD or arguments it
+  starts ``/bin/sh`` (Apptainer's prints the shell's variables and exits);
+- no ``org.label-schema.usage.apptainer.version`` label: no Apptainer built the file, and
+  ``build-date`` is in UTC (``SOURCE_DATE_EPOCH`` gives reproducible files).
+
+Image metadata is someone else's text: every value goes through :mod:`imagekit.quoting`,
+and a variable name that a shell cannot export is refused with the image and the field named.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import re
+import time
 from typing import Any
 
 from imagekit import quoting
@@ -124,7 +137,7 @@ ENV_SCRIPTS = {
 BASE_DIRS = (".singularity.d", ".singularity.d/libs", ".singularity.d/actions", ".singularity.d/env",
              "dev", "proc", "root", "var", "var/tmp", "tmp", "etc", "sys", "home")
 SYMLINKS = {
-    "apptainer": ".singularity.d/runscript",
+    "singularity": ".singularity.d/runscript",
     ".run": ".singularity.d/actions/run",
     ".exec": ".singularity.d/actions/exec",
     ".test": ".singularity.d/actions/test",
@@ -163,32 +176,102 @@ def env_script(config: dict[str, Any]) -> str:
 
 
 def runscript(config: dict[str, Any]) -> str:
-    # Each word quoted, then the whole list quoted once more: the runscript evals the list back
-    # into words, so both levels must be shell-quoted (Apptainer does the same).
-    entrypoint = list(config.get("Entrypoint") or [])
-    cmd = list(config.get("Cmd") or [])
-    ep = quoting.sh(quoting.sh_words(entrypoint))
-    cm = quoting.sh(quoting.sh_words(cmd))
+    """Apptainer's argument rule for images from Docker: arguments replace CMD, ENTRYPOINT stays.
+
+    Like Apptainer's runscript, the arguments are evaluated by a shell (each inside double
+    quotes, so ``"$HOME"`` expands) unless ``apptainer run --no-eval`` set
+    ``SINGULARITY_NO_EVAL``; then they are passed as they are (Docker's behaviour). The image's
+    own words are never evaluated: each is quoted, then the list is quoted once more, because
+    the script evals the list back into words.
+    """
+    ep = quoting.sh(quoting.sh_words(list(config.get("Entrypoint") or [])))
+    cm = quoting.sh(quoting.sh_words(list(config.get("Cmd") or [])))
     return ("#!/bin/sh\n"
-            "# From the image's ENTRYPOINT and CMD: arguments replace CMD, ENTRYPOINT stays.\n"
             f"OCI_ENTRYPOINT={ep}\n"
             f"OCI_CMD={cm}\n"
-            'if [ $# -eq 0 ]; then\n'
-            '    eval "set -- $OCI_CMD"\n'
-            'fi\n'
-            'eval "set -- $OCI_ENTRYPOINT \\"\\$@\\""\n'
+            "# Arguments replace CMD; ENTRYPOINT stays (Apptainer's rule for images from Docker).\n"
+            'if [ -n "${SINGULARITY_NO_EVAL:-}" ]; then\n'
+            "    # apptainer run --no-eval: the arguments as they are\n"
+            '    if [ $# -eq 0 ]; then\n'
+            '        eval "set -- $OCI_CMD"\n'
+            '    fi\n'
+            '    eval "set -- $OCI_ENTRYPOINT \\"\\$@\\""\n'
+            "else\n"
+            "    # Apptainer's default: each argument is evaluated by the shell, inside double quotes\n"
+            '    if [ $# -eq 0 ]; then\n'
+            '        eval "set -- $OCI_ENTRYPOINT $OCI_CMD"\n'
+            "    else\n"
+            '        CMDLINE_ARGS=""\n'
+            '        for arg in "$@"; do\n'
+            '            CMDLINE_ARGS="${CMDLINE_ARGS} \\"$arg\\""\n'
+            "        done\n"
+            '        eval "set -- $OCI_ENTRYPOINT $CMDLINE_ARGS"\n'
+            "    fi\n"
+            "fi\n"
             'if [ $# -eq 0 ]; then\n'
             '    set -- /bin/sh\n'
             'fi\n'
             'exec "$@"\n')
 
 
-def labels_json(config: dict[str, Any]) -> str:
-    labels = config.get("Labels") or {}
-    return json.dumps(labels, indent="\t", sort_keys=True, ensure_ascii=False) if labels else "null"
+def definition(image: str) -> str:
+    """What Apptainer records for a build from a URI (``docker-daemon://IMAGE``): its header."""
+    ref = quoting.definition_line(image, "SIF definition file", "from")
+    return f"bootstrap: docker-daemon\nfrom: {ref}\n"
 
 
-def files(config: dict[str, Any], image: str = "image") -> dict[str, tuple[str, int]]:
+# Go's time names (English whatever the locale), for build-date.
+WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
+          "October", "November", "December")
+
+
+def build_labels(image: str, goarch: str, when: int) -> dict[str, str]:
+    """The ``org.label-schema.*`` labels Apptainer's build adds (metadata.go, addBuildLabels).
+
+    ``build-date`` has Apptainer's shape (``Monday_2_August_2021_14:9:36_UTC``: no zero padding)
+    but always in UTC. Apptainer's ``usage.apptainer.version`` is left out: no Apptainer built it.
+    """
+    t = time.gmtime(when)
+    date = (f"{WEEKDAYS[t.tm_wday]}_{t.tm_mday}_{MONTHS[t.tm_mon - 1]}_{t.tm_year}_"
+            f"{t.tm_hour}:{t.tm_min}:{t.tm_sec}_UTC")
+    return {
+        "org.label-schema.schema-version": "1.0",
+        "org.label-schema.build-date": date,
+        "org.label-schema.usage.singularity.deffile.bootstrap": "docker-daemon",
+        "org.label-schema.usage.singularity.deffile.from": quoting.definition_line(image, "SIF labels", "from"),
+        "org.label-schema.build-arch": goarch,
+    }
+
+
+NOT_UTF8 = re.compile("[\ud800-\udfff]")
+
+
+def go_json(value: Any, indent: str | None = None) -> str:
+    """JSON as Go's encoding/json writes it (Apptainer is Go): maps sorted by the caller's
+    order, ``<``, ``>``, ``&``, U+2028 and U+2029 escaped, other text as UTF-8, and each byte
+    that is not UTF-8 (here a ``surrogateescape`` character) as U+FFFD."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent,
+                      separators=(",", ": ") if indent is not None else (",", ":"))
+    text = NOT_UTF8.sub("\ufffd", text)
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                    ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(ch, esc)
+    return text
+
+
+def labels(config: dict[str, Any], image: str = "image", goarch: str = "amd64",
+           when: int = 0) -> dict[str, str]:
+    """The image's labels with Apptainer's build labels over them (as Apptainer merges them)."""
+    return dict(sorted({**(config.get("Labels") or {}), **build_labels(image, goarch, when)}.items()))
+
+
+def labels_json(config: dict[str, Any], image: str = "image", goarch: str = "amd64", when: int = 0) -> str:
+    return go_json(labels(config, image, goarch, when), indent="\t")
+
+
+def files(config: dict[str, Any], image: str = "image", *, goarch: str = "amd64",
+          when: int = 0) -> dict[str, tuple[str, int]]:
     """Files written (replacing the image's), by path: (content, mode)."""
     check_config(config, image)
     out: dict[str, tuple[str, int]] = {"etc/hosts": ("", 0o644), "etc/resolv.conf": ("", 0o644)}
@@ -199,8 +282,41 @@ def files(config: dict[str, Any], image: str = "image") -> dict[str, tuple[str, 
     out[".singularity.d/env/10-docker2singularity.sh"] = (env_script(config), 0o755)
     out[".singularity.d/runscript"] = (runscript(config), 0o755)
     out[".singularity.d/startscript"] = ("#!/bin/sh\n", 0o755)
-    out[".singularity.d/labels.json"] = (labels_json(config), 0o644)
+    out[".singularity.d/labels.json"] = (labels_json(config, image, goarch, when), 0o644)
+    out[".singularity.d/Singularity"] = (definition(image), 0o644)
     return out
+
+
+# What `apptainer inspect --all` reads from a root filesystem (cmd/internal/cli/inspect.go), by
+# attribute: the environment is every env/10-docker*.sh and env/9*-environment.sh by path.
+INSPECT_FILES = {"runscript": ".singularity.d/runscript", "test": ".singularity.d/test",
+                 "helpfile": ".singularity.d/runscript.help", "deffile": ".singularity.d/Singularity",
+                 "startscript": ".singularity.d/startscript"}
+INSPECT_ENV = (".singularity.d/env/10-docker*.sh", ".singularity.d/env/9*-environment.sh")
+
+
+def inspect_metadata(layout: dict[str, tuple[str, int]]) -> bytes:
+    """The ``inspect-metadata.json`` object Apptainer ≥ 1.4 writes into the SIF
+    (internal/pkg/build/metadata.go, insertJSONInspectMetadata; its shape is pkg/inspect's
+    Metadata): ``apptainer inspect`` reads it instead of starting a container. Apptainer fills
+    it by running ``apptainer inspect --all`` on the root filesystem, which reads each file
+    with its trailing newlines removed; this builds the same from ``layout`` (:func:`files`),
+    so it says what the partition holds. Empty attributes are left out (``omitempty``)."""
+    def text(path: str) -> str:
+        return layout[path][0].rstrip("\n") if path in layout else ""
+
+    env = {f"/{p}": text(p) for p in sorted(layout) if any(fnmatch.fnmatchcase(p, g) for g in INSPECT_ENV)}
+    attributes: dict[str, Any] = {
+        "environment": env,
+        "labels": json.loads(layout[".singularity.d/labels.json"][0]) or {},
+        "runscript": text(INSPECT_FILES["runscript"]),
+        "test": text(INSPECT_FILES["test"]),
+        "helpfile": text(INSPECT_FILES["helpfile"]),
+        "deffile": text(INSPECT_FILES["deffile"]),
+        "startscript": text(INSPECT_FILES["startscript"]),
+    }
+    attributes = {k: v for k, v in attributes.items() if v}
+    return quoting.encode(go_json({"data": {"attributes": attributes}, "type": "container"}))
 
 
 def keep(member: Member, replaced: frozenset[str]) -> bool:
@@ -210,8 +326,8 @@ def keep(member: Member, replaced: frozenset[str]) -> bool:
     return name not in replaced
 
 
-def extra_entries(config: dict[str, Any], mtime: int, image: str = "image"):
-    layout = files(config, image)
+def extra_entries(layout: dict[str, tuple[str, int]], mtime: int):
+    """The directories, files (``layout``, from :func:`files`) and symlinks added to the tree."""
 
     def build(seen: set[str]):
         out = [dir_entry(d, mtime=mtime) for d in BASE_DIRS if d not in seen]
