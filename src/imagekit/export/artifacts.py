@@ -198,7 +198,9 @@ def add_to_referrers_tag(client: reg.RegistryClient, repo: str, subject: str, en
     tag = reg.referrers_tag(subject)
     for _ in range(attempts):
         try:
-            current = client.get_manifest(repo, tag, reg.OCI_INDEX)
+            # Accept every manifest type: a registry answers 404 for a manifest the Accept header
+            # excludes, and a non-index under this tag must be refused, not overwritten.
+            current = client.get_manifest(repo, tag, reg.ACCEPT_ALL)
         except reg.NotFound:
             current = None
         if current is not None and current.media_type != reg.OCI_INDEX:

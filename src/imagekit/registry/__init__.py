@@ -8,9 +8,9 @@ and the Pyxis importer build on these.
 
 from __future__ import annotations
 
-from imagekit.registry.client import (OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, Manifest, NotFound,
+from imagekit.registry.client import (ACCEPT_ALL, OCI_EMPTY, OCI_INDEX, OCI_MANIFEST, Manifest, NotFound,
                                       RegistryClient, Resolved, referrers_tag, sha256_digest)
 from imagekit.registry.reference import Reference, parse
 
-__all__ = ["OCI_EMPTY", "OCI_INDEX", "OCI_MANIFEST", "Manifest", "NotFound", "Reference", "RegistryClient",
+__all__ = ["ACCEPT_ALL", "OCI_EMPTY", "OCI_INDEX", "OCI_MANIFEST", "Manifest", "NotFound", "Reference", "RegistryClient",
            "Resolved", "parse", "referrers_tag", "sha256_digest"]

@@ -410,7 +410,7 @@ class RegistryClient:
         except NotFound:
             tag = referrers_tag(digest)
             try:
-                index = self.get_manifest(repo, tag, OCI_INDEX)
+                index = self.get_manifest(repo, tag, ACCEPT_ALL)
             except NotFound:
                 return [], tag
             doc = index.json() if index.media_type == OCI_INDEX else {}
