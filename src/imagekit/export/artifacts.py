@@ -22,8 +22,11 @@ Registries with the referrers API answer the manifest PUT with
 imagekit maintains the referrers tag schema of distribution-spec 1.1 itself:
 the image index tagged ``sha256-<hex>`` of the subject lists every referrer.
 It is updated read-modify-write, keeping every other entry and field, and read
-back after the write; the spec leaves concurrent writers to the client, so a
-lost update (another pusher's write in between) is detected and redone.
+back after the write, redoing the update when another writer's index replaced
+it. The spec leaves concurrent writers to the client and distribution 2.x has
+no conditional PUT, so two pushers to one image can still lose an entry when
+the other's write lands after the read-back; pushing again restores it (and
+only what is missing is exported and uploaded).
 
 Nothing half-made becomes visible: blobs are uploaded with their digest checked
 by the registry, the manifest is written only after its blobs, and the index
