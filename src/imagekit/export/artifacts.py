@@ -47,7 +47,7 @@ from typing import Callable
 from imagekit import __version__
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.registry import client as reg
-from imagekit.registry.reference import Reference, parse
+from imagekit.registry.reference import parse
 
 ENROOT_ARTIFACT_TYPE = "application/vnd.imagekit.enroot.v1"
 ENROOT_LAYER = "application/vnd.imagekit.enroot.layer.v1.squashfs"
