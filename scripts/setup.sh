@@ -14,8 +14,9 @@ cd "$(dirname "$0")/.."
 #   shellcheck                every generated launch script is linted
 #   openssh-client            inside-out launches (ssh-keygen for per-job keys)
 #   gcc                       the check tests compile stub libraries (libnccl.so.2, ...) for stub images
+#   openssl                   the registry tests sign the tokens of a Bearer-auth registry
 PACKAGES=(docker.io debootstrap squashfs-tools squashfs-tools-ng docker-registry openmpi-bin
-          python3-mpi4py slurm-wlm munge libpmix2 libpmix-dev shellcheck openssh-client gcc)
+          python3-mpi4py slurm-wlm munge libpmix2 libpmix-dev shellcheck openssh-client gcc openssl)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 

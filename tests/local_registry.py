@@ -57,3 +57,226 @@ def running_registry(root: Path, extra_config: str = "") -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# --- helpers for the artifact, pull and importer tests -----------------------------------------
+
+def htpasswd_line(user: str, password: str) -> str:
+    """A bcrypt htpasswd entry (the only hash docker-registry accepts): ``htpasswd -B`` when
+    apache2-utils is installed, else the bcrypt package (the test extra), else crypt(3)."""
+    tool = shutil.which("htpasswd")
+    if tool:
+        out = subprocess.run([tool, "-nbB", user, password], capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+    try:
+        import bcrypt
+
+        return f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt()).decode()}"
+    except ImportError:
+        import crypt  # Python < 3.13; glibc/libxcrypt make $2b$ hashes
+
+        return f"{user}:{crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))}"
+
+
+def htpasswd_config(root: Path, users: dict[str, str]) -> str:
+    """The ``auth:`` section for a registry that takes HTTP Basic auth for ``users``."""
+    path = root / "htpasswd"
+    root.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(htpasswd_line(u, p) + "\n" for u, p in users.items()))
+    return f"auth:\n  htpasswd:\n    realm: imagekit-test\n    path: {path}\n"
+
+
+def _b64url(data: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+@contextlib.contextmanager
+def token_server(root: Path, users: dict[str, str], service: str = "imagekit-test-registry"):
+    """A Bearer token server as docker-registry's ``auth: token`` expects (RS256 JWTs whose x5c
+    certificate the registry trusts), granting ``users`` pull and push. Tokens are signed with
+    the openssl command. Yields ``(auth_config, issued)``; ``issued`` lists (user, scope)."""
+    import base64
+    import http.server
+    import json
+    import threading
+    import uuid
+
+    root.mkdir(parents=True, exist_ok=True)
+    key, cert = root / "token.key", root / "token.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "2", "-subj", "/CN=imagekit-test-token"],
+                   check=True, capture_output=True)
+    der = subprocess.run(["openssl", "x509", "-in", str(cert), "-outform", "DER"], check=True,
+                         capture_output=True).stdout
+    issued: list[tuple[str, str]] = []
+
+    def sign(claims: dict) -> str:
+        header = {"typ": "JWT", "alg": "RS256", "x5c": [base64.b64encode(der).decode()]}
+        signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
+        sig = subprocess.run(["openssl", "dgst", "-sha256", "-sign", str(key)], input=signing_input.encode(),
+                             check=True, capture_output=True).stdout
+        return f"{signing_input}.{_b64url(sig)}"
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):  # quiet
+            pass
+
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            from urllib.parse import parse_qs, urlsplit
+
+            query = parse_qs(urlsplit(self.path).query)
+            user = None
+            auth = self.headers.get("Authorization", "")
+            if auth.startswith("Basic "):
+                u, _, p = base64.b64decode(auth[6:]).decode().partition(":")
+                if users.get(u) != p:
+                    self.send_response(401)
+                    self.end_headers()
+                    return
+                user = u
+            access = []
+            for scope in query.get("scope", []):
+                kind, name, actions = scope.split(":")
+                if user is not None:  # anonymous users get a token that grants nothing
+                    access.append({"type": kind, "name": name, "actions": actions.split(",")})
+                issued.append((user or "", scope))
+            now = int(time.time())
+            token = sign({"iss": "imagekit-test-issuer", "sub": user or "", "aud": service,
+                          "exp": now + 600, "nbf": now - 10, "iat": now, "jti": uuid.uuid4().hex,
+                          "access": access})
+            body = json.dumps({"token": token}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    realm = f"http://127.0.0.1:{server.server_address[1]}/token"
+    config = (f"auth:\n  token:\n    realm: {realm}\n    service: {service}\n"
+              f"    issuer: imagekit-test-issuer\n    rootcertbundle: {cert}\n")
+    try:
+        yield config, issued
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def media_type_gate(upstream: str, allowed: set[str]):
+    """A forwarding proxy to the real registry ``upstream`` that refuses manifests whose
+    artifactType (else config mediaType) is not in ``allowed``, with the spec's answer to a
+    manifest it will not store: 400 and ``MANIFEST_INVALID``.
+
+    Protocol-level stand-in: Debian's docker-registry accepts every media type, and no registry
+    that filters them (Quay's ALLOWED_OCI_ARTIFACT_TYPES, Harbor, older ECR) can run here.
+    Everything else reaches the real registry unchanged. Yields the proxy's ``127.0.0.1:PORT``."""
+    import http.client
+    import http.server
+    import json
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def _forward(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            if self.command == "PUT" and "/manifests/" in self.path and body:
+                doc = json.loads(body)
+                kind = doc.get("artifactType") or (doc.get("config") or {}).get("mediaType")
+                if kind is not None and kind not in allowed:
+                    error = json.dumps({"errors": [{"code": "MANIFEST_INVALID", "message": "manifest invalid",
+                                                    "detail": f"artifact type {kind} is not allowed"}]}).encode()
+                    self.send_response(400)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(error)))
+                    self.end_headers()
+                    self.wfile.write(error)
+                    return
+            conn = http.client.HTTPConnection(upstream, timeout=60)
+            headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+            conn.request(self.command, self.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            self.send_response(resp.status)
+            for k, v in resp.getheaders():
+                if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+            conn.close()
+
+        do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _forward
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def push_test_image(client, repo: str, tag: str, *, payload: bytes = b"hello\n",
+                    architectures: tuple[str, ...] = ()) -> dict:
+    """Push a tiny OCI image (one layer holding ``payload``) with imagekit's registry client, no
+    engine needed. With ``architectures``, one image per architecture under an OCI index tagged
+    ``tag``. Returns {"digest", "config", "index"} of the host architecture's image (or the one)."""
+    import io
+    import json
+    import tarfile
+
+    from imagekit.registry import OCI_INDEX, OCI_MANIFEST, sha256_digest
+    from imagekit.registry.client import host_platform
+
+    def one(arch: str) -> tuple[str, str, int]:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo("payload.txt")
+            data = payload + arch.encode()
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        layer = buf.getvalue()
+        config = json.dumps({"architecture": arch, "os": "linux", "config": {"Cmd": ["/bin/sh"]},
+                             "rootfs": {"type": "layers", "diff_ids": [sha256_digest(layer)]}}).encode()
+        client.upload_blob(repo, layer, sha256_digest(layer), len(layer))
+        client.upload_blob(repo, config, sha256_digest(config), len(config))
+        manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                               "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                          "digest": sha256_digest(config), "size": len(config)},
+                               "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                                           "digest": sha256_digest(layer), "size": len(layer)}]}).encode()
+        digest, _ = client.put_manifest(repo, sha256_digest(manifest) if architectures else tag,
+                                        manifest, OCI_MANIFEST)
+        return digest, sha256_digest(config), len(manifest)
+
+    if not architectures:
+        digest, config, _ = one(host_platform()["architecture"])
+        return {"digest": digest, "config": config, "index": None}
+    entries, mine = [], None
+    for arch in architectures:
+        digest, config, size = one(arch)
+        entries.append({"mediaType": OCI_MANIFEST, "digest": digest, "size": size,
+                        "platform": {"architecture": arch, "os": "linux"}})
+        if arch == host_platform()["architecture"]:
+            mine = {"digest": digest, "config": config}
+    index = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}).encode()
+    index_digest, _ = client.put_manifest(repo, tag, index, OCI_INDEX)
+    return {**(mine or {"digest": None, "config": None}), "index": index_digest}
+
+
+def blob_path(root: Path, digest: str) -> Path:
+    """Where docker-registry's filesystem driver keeps a blob under ``running_registry(root)``."""
+    hexa = digest.split(":", 1)[1]
+    return root / "data" / "docker" / "registry" / "v2" / "blobs" / "sha256" / hexa[:2] / hexa / "data"

@@ -75,23 +75,62 @@ def export(image, to, output, preset, squash_opts, tool, via, force, no_space_ch
 @click.argument("image")
 @click.option("--to", "to", metavar="REGISTRY/REPO[:TAG]",
               help="Where to push (default: IMAGE's own name, which must start with a registry).")
+@click.option("--with", "with_", metavar="FORMATS",
+              help="Also push these exports beside the image as OCI artifacts whose subject is the "
+                   "image: enroot, sif or enroot,sif. Exports the registry already has for this image "
+                   "and preset are not made again.")
+@click.option("--preset", "presets", multiple=True, metavar="[FORMAT=]PRESET",
+              help="Export preset for --with (enroot: enroot, shared-fs, none; sif: gzip, zstd); "
+                   "FORMAT=PRESET for one format, repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def push(image, to, as_json):
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+def push(image, to, with_, presets, as_json, quiet):
     """Push an image to a registry; print its digest and the Pyxis/Enroot reference.
+
+    With --with, the image's Enroot squashfs and/or SIF go beside it as OCI
+    1.1 artifacts (subject = the image's manifest digest; on registries
+    without the referrers API, listed in the index tagged sha256-<hex>), so
+    that `imagekit pull` and the Pyxis importer fetch them instead of
+    converting. Exit codes: 3 engine, 4 registry refused, 6 digest mismatch,
+    7 credentials.
 
     \b
     Examples:
       imagekit push imagekit/debian-mpi:latest --to 127.0.0.1:5000/hpc/mpi:1.0
       srun --container-image=127.0.0.1:5000#hpc/mpi:1.0 ./app
+      imagekit push imagekit/debian-mpi:latest --to 127.0.0.1:5000/hpc/mpi:1.0 --with enroot,sif
+      imagekit push imagekit/debian-mpi:latest --to 127.0.0.1:5000/hpc/mpi:1.0 --with enroot --preset shared-fs
       imagekit push imagekit/debian-mpi:latest --to 127.0.0.1:5000/hpc/mpi:1.0 --json
     """
-    from imagekit.export.push import push_image
+    import json
 
-    result = push_image(image, to, log=None if as_json else (lambda line: click.echo(line, err=True)))
-    if as_json:
-        click.echo(result.to_json())
+    log = None if quiet else (lambda line: click.echo(line, err=True))
+    if not with_:
+        from imagekit.export.push import push_image
+
+        if presets:
+            from imagekit.errors import UsageError
+
+            raise UsageError("--preset applies to the exports of --with", "add --with enroot,sif")
+        result = push_image(image, to, log=None if as_json else log)
+        artifacts = []
     else:
-        click.echo(f"pushed   {result.reference}")
-        click.echo(f"digest   {result.digest}")
-        click.echo(f"pinned   {result.pinned}")
-        click.echo(f"pyxis    {result.pyxis}")
+        from imagekit.export import artifacts as art
+
+        formats = art.parse_formats(with_)
+        chosen = art.parse_presets(presets, formats)
+        result, artifacts = art.push_with_artifacts(image, to, formats, chosen, log=log,
+                                                    export_progress=None if quiet else _progress_printer())
+    if as_json:
+        doc = json.loads(result.to_json())
+        if with_:
+            doc["artifacts"] = [a.to_dict() for a in artifacts]
+        click.echo(json.dumps(doc, sort_keys=True))
+        return
+    click.echo(f"pushed   {result.reference}")
+    click.echo(f"digest   {result.digest}")
+    click.echo(f"pinned   {result.pinned}")
+    click.echo(f"pyxis    {result.pyxis}")
+    for a in artifacts:
+        click.echo(f"{a.format:<8} {a.digest}  ({a.preset}, {a.bytes} bytes, "
+                   f"{'already there' if a.listed_by == 'existing' else 'listed by ' + a.listed_by})")

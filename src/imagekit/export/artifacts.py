@@ -1,0 +1,413 @@
+"""Exports pushed beside their image as OCI 1.1 artifacts, and pulled back by image digest.
+
+An artifact is an OCI image manifest whose ``subject`` is the image's manifest
+digest and whose one layer is the exported file:
+
+| format | artifactType | config | layer |
+|---|---|---|---|
+| enroot | ``application/vnd.imagekit.enroot.v1`` | OCI empty ``{}`` (``application/vnd.oci.empty.v1+json``) | ``application/vnd.imagekit.enroot.layer.v1.squashfs`` |
+| sif | ``application/vnd.sylabs.sif.config.v1+json`` | ``{}`` as that type | ``application/vnd.sylabs.sif.layer.v1.sif`` |
+
+The SIF artifact is laid out the way Apptainer pushes a SIF (``oras://``: the
+config type Apptainer writes, the layer type Sylabs registered); no type exists
+for an Enroot squashfs, so imagekit defines one. The manifest's annotations (in
+:data:`ANNOTATIONS`) record the export's format, preset, tool and squashfs
+options, imagekit's version, the image's config digest (its Docker image ID)
+and the file's sha256 and size; the layer carries ``org.opencontainers.image.title``.
+The manifest is serialized canonically, so the same file on the same image is
+the same artifact digest, and pushing it again changes nothing.
+
+Registries with the referrers API answer the manifest PUT with
+``OCI-Subject``. Without it (Debian's docker-registry, CNCF distribution 2.x),
+imagekit maintains the referrers tag schema of distribution-spec 1.1 itself:
+the image index tagged ``sha256-<hex>`` of the subject lists every referrer.
+It is updated read-modify-write, keeping every other entry and field, and read
+back after the write, redoing the update when another writer's index replaced
+it. The spec leaves concurrent writers to the client and distribution 2.x has
+no conditional PUT, so two pushers to one image can still lose an entry when
+the other's write lands after the read-back; pushing again restores it (and
+only what is missing is exported and uploaded).
+
+Nothing half-made becomes visible: blobs are uploaded with their digest checked
+by the registry, the manifest is written only after its blobs, and the index
+only after the manifest. A refused manifest leaves at most blobs that no
+manifest references (invisible to clients; the registry's garbage collection
+removes them). They are not deleted by imagekit, because another push may share
+them. Pulls write to a temporary file and rename it only after the digest matched.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from imagekit import __version__
+from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
+from imagekit.registry import client as reg
+from imagekit.registry.reference import parse
+
+ENROOT_ARTIFACT_TYPE = "application/vnd.imagekit.enroot.v1"
+ENROOT_LAYER = "application/vnd.imagekit.enroot.layer.v1.squashfs"
+SIF_CONFIG = "application/vnd.sylabs.sif.config.v1+json"     # Apptainer's oras:// config type
+SIF_LAYER = "application/vnd.sylabs.sif.layer.v1.sif"         # Sylabs' registered SIF layer type
+EMPTY_CONFIG = b"{}"
+
+# Manifest annotations (copied into the referrers index entry, so they can be filtered on).
+A_FORMAT = "io.imagekit.export.format"
+A_PRESET = "io.imagekit.export.preset"
+A_TOOL = "io.imagekit.export.tool"
+A_OPTIONS = "io.imagekit.export.squash-options"
+A_VERSION = "io.imagekit.export.version"
+A_CONFIG = "io.imagekit.image.config"
+A_SHA256 = "io.imagekit.export.sha256"
+A_SIZE = "io.imagekit.export.size"
+TITLE = "org.opencontainers.image.title"
+ANNOTATIONS = {
+    A_FORMAT: "enroot or sif",
+    A_PRESET: "the export preset (enroot, shared-fs, none; gzip, zstd)",
+    A_TOOL: "the squashfs tool that wrote it (sqfstar, tar2sqfs, apptainer)",
+    A_OPTIONS: "the preset's options for that tool plus --squash-opt, space-separated",
+    A_VERSION: "the imagekit version that exported it",
+    A_CONFIG: "the image's config digest (the Docker image ID)",
+    A_SHA256: "sha256:<hex> of the file (also the layer digest)",
+    A_SIZE: "the file's size in bytes",
+}
+
+
+@dataclass(frozen=True)
+class Kind:
+    format: str
+    artifact_type: str
+    config_media_type: str
+    layer_media_type: str
+    suffix: str
+    mode: int
+
+
+KINDS = {
+    "enroot": Kind("enroot", ENROOT_ARTIFACT_TYPE, reg.OCI_EMPTY, ENROOT_LAYER, ".sqsh", 0o644),
+    "sif": Kind("sif", SIF_CONFIG, SIF_CONFIG, SIF_LAYER, ".sif", 0o755),
+}
+DEFAULT_PRESET = {"enroot": "enroot", "sif": "gzip"}
+
+
+def kind(fmt: str) -> Kind:
+    if fmt not in KINDS:
+        raise UsageError(f"unknown artifact format {fmt!r}", f"use one of: {', '.join(KINDS)}")
+    return KINDS[fmt]
+
+
+@dataclass
+class ExportedFile:
+    """One export to push, with what its annotations record."""
+
+    format: str
+    path: Path
+    preset: str
+    tool: str = ""
+    options: tuple[str, ...] = ()
+    sha256: str = ""          # sha256:<hex>; computed when empty
+    size: int = 0
+
+
+@dataclass
+class PushedArtifact:
+    format: str
+    preset: str
+    digest: str               # the artifact manifest's digest
+    artifact_type: str
+    file_sha256: str
+    bytes: int
+    listed_by: str            # "api" (OCI-Subject) or the referrers tag
+    uploaded: bool            # False when the registry already had this artifact
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class PullResult:
+    path: str
+    format: str
+    reference: str
+    subject: str              # the image manifest digest
+    artifact: str             # the artifact manifest digest
+    preset: str
+    bytes: int
+    sha256: str
+    listed_by: str
+    seconds: float = 0.0
+    annotations: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def canonical(doc: dict) -> bytes:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def squash_options(tool: str, preset: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The options the preset gives ``tool``, read from the squash module's tables when it has
+    them (a SIF written by apptainer records only the preset)."""
+    from imagekit.export import squash
+
+    tables = {"sqfstar": getattr(squash, "SQFSTAR_PRESETS", {}),
+              "tar2sqfs": getattr(squash, "TAR2SQFS_PRESETS", {})}
+    return tuple(tables.get(tool, {}).get(preset, ())) + tuple(extra)
+
+
+def annotations_for(file: ExportedFile, config_digest: str) -> dict[str, str]:
+    return {A_FORMAT: file.format, A_PRESET: file.preset, A_TOOL: file.tool,
+            A_OPTIONS: " ".join(file.options), A_VERSION: __version__, A_CONFIG: config_digest,
+            A_SHA256: file.sha256, A_SIZE: str(file.size)}
+
+
+def artifact_manifest(file: ExportedFile, subject: reg.Resolved) -> bytes:
+    k = kind(file.format)
+    doc = {
+        "schemaVersion": 2,
+        "mediaType": reg.OCI_MANIFEST,
+        "artifactType": k.artifact_type,
+        "config": {"mediaType": k.config_media_type, "digest": reg.sha256_digest(EMPTY_CONFIG),
+                   "size": len(EMPTY_CONFIG)},
+        "layers": [{"mediaType": k.layer_media_type, "digest": file.sha256, "size": file.size,
+                    "annotations": {TITLE: f"image{k.suffix}"}}],
+        "subject": subject.descriptor(),
+        "annotations": annotations_for(file, subject.config_digest),
+    }
+    if k.config_media_type == reg.OCI_EMPTY:
+        doc["config"]["data"] = "e30="   # the empty descriptor's inline data, as image-spec 1.1 shows it
+    return canonical(doc)
+
+
+def referrer_descriptor(digest: str, body: bytes) -> dict:
+    """The index entry distribution-spec 1.1 asks for: artifactType and every annotation copied."""
+    doc = json.loads(body)
+    entry = {"mediaType": doc.get("mediaType", reg.OCI_MANIFEST), "digest": digest, "size": len(body),
+             "artifactType": doc.get("artifactType") or doc["config"]["mediaType"]}
+    if doc.get("annotations"):
+        entry["annotations"] = doc["annotations"]
+    return entry
+
+
+def add_to_referrers_tag(client: reg.RegistryClient, repo: str, subject: str, entry: dict,
+                         attempts: int = 5) -> str:
+    """Append ``entry`` to the index tagged with the referrers tag of ``subject`` (kept as is
+    otherwise), unless it is there already. Returns the tag."""
+    tag = reg.referrers_tag(subject)
+    for _ in range(attempts):
+        try:
+            # Accept every manifest type: a registry answers 404 for a manifest the Accept header
+            # excludes, and a non-index under this tag must be refused, not overwritten.
+            current = client.get_manifest(repo, tag, reg.ACCEPT_ALL)
+        except reg.NotFound:
+            current = None
+        if current is not None and current.media_type != reg.OCI_INDEX:
+            raise RegistryError(f"{client.registry}/{repo}:{tag} holds a {current.media_type or 'manifest'}, "
+                                "not a referrers index; refusing to overwrite it",
+                                f"that tag belongs to the referrers schema: move the image tagged {tag}")
+        doc = current.json() if current else {"schemaVersion": 2, "mediaType": reg.OCI_INDEX, "manifests": []}
+        if any(m.get("digest") == entry["digest"] for m in doc.get("manifests") or []):
+            return tag
+        doc["manifests"] = list(doc.get("manifests") or []) + [entry]
+        client.put_manifest(repo, tag, canonical(doc), reg.OCI_INDEX)
+        # No conditional PUT in distribution 2.x: read back, and redo if another writer won.
+        check = client.get_manifest(repo, tag, reg.OCI_INDEX)
+        if any(m.get("digest") == entry["digest"] for m in check.json().get("manifests") or []):
+            return tag
+    raise RegistryError(f"{client.registry}/{repo}:{tag} kept changing while imagekit added its artifact "
+                        f"({attempts} tries)", "push again when the other pushes are done")
+
+
+def push_artifact(client: reg.RegistryClient, repo: str, subject: reg.Resolved, file: ExportedFile,
+                  log: Callable[[str], None] | None = None) -> PushedArtifact:
+    """Upload ``file`` and its manifest (subject = the image), then list it as a referrer."""
+    say = log or (lambda _msg: None)
+    if not file.sha256 or not file.size:
+        file.sha256, file.size = reg.digest_file(file.path)
+    body = artifact_manifest(file, subject)
+    digest = reg.sha256_digest(body)
+    k = kind(file.format)
+    client.ensure_access(repo, push=True)
+    client.upload_blob(repo, EMPTY_CONFIG, reg.sha256_digest(EMPTY_CONFIG), len(EMPTY_CONFIG))
+    say(f"uploading {file.format} ({file.size / (1 << 20):,.1f} MiB) to {client.registry}/{repo}")
+    state = {"next": 0}
+
+    def progress(done: int) -> None:
+        if done >= state["next"] or done == file.size:
+            state["next"] = done + max(file.size // 10, 64 << 20)
+            say(f"  {done / (1 << 20):,.1f} / {file.size / (1 << 20):,.1f} MiB")
+
+    sent = client.upload_blob(repo, file.path, file.sha256, file.size, progress=progress)
+    try:
+        _, headers = client.put_manifest(repo, digest, body, reg.OCI_MANIFEST)
+    except RegistryError as exc:
+        status, codes = getattr(exc, "status", None), getattr(exc, "codes", [])
+        # The spec's answer to a manifest a registry will not store: 400 MANIFEST_INVALID (or
+        # UNSUPPORTED), or 415 for a media type it does not know.
+        if status == 415 or (status == 400 and not any("BLOB_UNKNOWN" in c for c in codes)):
+            raise RegistryError(f"{client.registry} refused the {file.format} artifact manifest "
+                                f"(artifactType {k.artifact_type}, layer {k.layer_media_type}): "
+                                f"{exc.message}",
+                                "the registry does not accept this artifact type: allow it in the "
+                                "registry's configuration, or push the artifacts to another registry; "
+                                "nothing was listed as a referrer") from None
+        raise
+    if headers.get("OCI-Subject") == subject.digest:
+        listed_by = "api"
+    else:
+        listed_by = add_to_referrers_tag(client, repo, subject.digest, referrer_descriptor(digest, body))
+    say(f"pushed {file.format} artifact {digest} (subject {subject.digest}, listed by {listed_by})")
+    return PushedArtifact(format=file.format, preset=file.preset, digest=digest, artifact_type=k.artifact_type,
+                          file_sha256=file.sha256, bytes=file.size, listed_by=listed_by, uploaded=sent)
+
+
+def matching(entries: list[dict], fmt: str, preset: str | None = None) -> list[dict]:
+    """Referrer entries of ``fmt`` (and ``preset``), oldest first as the list gives them."""
+    k = kind(fmt)
+    found = [e for e in entries if e.get("artifactType") == k.artifact_type]
+    if fmt == "sif":
+        # A SIF pushed by another tool has no imagekit annotations; it is still a SIF of this image.
+        found = [e for e in found if (e.get("annotations") or {}).get(A_FORMAT, "sif") == "sif"]
+    if preset is not None:
+        found = [e for e in found if (e.get("annotations") or {}).get(A_PRESET) == preset]
+    return found
+
+
+def _describe(entries: list[dict]) -> str:
+    have = sorted({f"{(e.get('annotations') or {}).get(A_FORMAT, e.get('artifactType', '?'))} "
+                   f"({(e.get('annotations') or {}).get(A_PRESET, '?')})" for e in entries})
+    return ", ".join(have)
+
+
+def pull_artifact(reference: str, fmt: str, output: str | Path, *, preset: str | None = None,
+                  force: bool = False, check_space: bool = True,
+                  client: reg.RegistryClient | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> PullResult:
+    """Fetch the ``fmt`` export pushed for the image ``reference`` names and verify it.
+
+    ArtifactMissing (exit 5) when none was pushed, IntegrityError (6) when the bytes do not
+    match; either way nothing is left at ``output``."""
+    import time
+
+    from imagekit import atomic
+    from imagekit.export.output import check_free_space, interrupt_on_sigterm, prepare_target
+
+    started = time.monotonic()
+    k = kind(fmt)
+    ref = parse(reference)
+    target = prepare_target(Path(output), force)
+    client = client or reg.RegistryClient.for_reference(ref)
+    subject = client.resolve(ref)
+    entries, listed_by = client.referrers(ref.repository, subject.digest)
+    chosen = matching(entries, fmt, preset)
+    if not chosen:
+        others = f"; it has: {_describe(entries)}" if entries else ""
+        wanted = fmt + (f" (preset {preset})" if preset else "")
+        raise ArtifactMissing(
+            f"no {wanted} artifact was pushed for {ref} ({subject.digest}){others}",
+            f"make one where the image is: imagekit push IMAGE --to {ref.registry}/{ref.repository}:"
+            f"{'TAG' if ref.digest else ref.tag} --with {fmt}" + (f" --preset {fmt}={preset}" if preset else ""))
+    entry = chosen[-1]      # the newest one listed (the tag schema appends)
+    manifest = client.get_manifest(ref.repository, entry["digest"], reg.OCI_MANIFEST)
+    doc = manifest.json()
+    if (doc.get("subject") or {}).get("digest") != subject.digest:
+        raise IntegrityError(f"artifact {entry['digest']} is listed for {subject.digest} but its subject "
+                             f"is {(doc.get('subject') or {}).get('digest')}",
+                             "the referrers index is wrong: push the artifact again")
+    layers = [layer for layer in doc.get("layers") or [] if layer.get("mediaType") == k.layer_media_type]
+    if len(layers) != 1:
+        raise RegistryError(f"artifact {entry['digest']} has {len(layers)} {k.layer_media_type} layers, not 1")
+    layer = layers[0]
+    annotations = doc.get("annotations") or {}
+    recorded = annotations.get(A_SHA256)
+    if recorded and recorded != layer["digest"]:
+        raise IntegrityError(f"artifact {entry['digest']} records file {recorded} but its layer is "
+                             f"{layer['digest']}", "push the artifact again")
+    size = int(layer["size"])
+    if check_space:
+        check_free_space(target.parent, size, f"the {fmt} artifact of {ref}")
+
+    def report(done: int) -> None:
+        if progress is not None:
+            progress(done, size)
+
+    with interrupt_on_sigterm(), atomic.target(target, mode=k.mode, sync=True) as tmp:
+        with open(tmp, "wb") as fh:
+            client.download_blob(ref.repository, layer["digest"], fh, size=size, progress=report)
+    return PullResult(path=str(target), format=fmt, reference=ref.docker, subject=subject.digest,
+                      artifact=entry["digest"], preset=annotations.get(A_PRESET, ""), bytes=size,
+                      sha256=layer["digest"].split(":", 1)[1], listed_by=listed_by,
+                      seconds=round(time.monotonic() - started, 3), annotations=annotations)
+
+
+def parse_presets(values: tuple[str, ...] | list[str], formats: list[str]) -> dict[str, str]:
+    """``--preset P`` (every format) or ``--preset FORMAT=P`` (repeatable) → {format: preset}."""
+    chosen = {fmt: DEFAULT_PRESET[fmt] for fmt in formats}
+    for value in values:
+        if "=" in value:
+            fmt, _, preset = value.partition("=")
+            if fmt not in formats:
+                raise UsageError(f"--preset {value}: {fmt!r} is not among --with {','.join(formats)}",
+                                 "use FORMAT=PRESET with a format you push, or a plain PRESET")
+            chosen[fmt] = preset
+        else:
+            chosen = {fmt: value for fmt in formats}
+    return chosen
+
+
+def parse_formats(value: str) -> list[str]:
+    formats = [f.strip() for f in value.split(",") if f.strip()]
+    for fmt in formats:
+        kind(fmt)
+    if not formats:
+        raise UsageError("--with needs at least one format", "e.g. --with enroot,sif")
+    return list(dict.fromkeys(formats))
+
+
+def push_with_artifacts(image: str, to: str | None, formats: list[str], presets: dict[str, str], *,
+                        log: Callable[[str], None] | None = None,
+                        export_progress: Callable[[int, bool], None] | None = None,
+                        workdir: str | Path | None = None) -> tuple[object, list[PushedArtifact]]:
+    """Push ``image`` (docker push), then one artifact per format, exporting only what the
+    registry does not already have for this image, format and preset."""
+    from imagekit import engine
+    from imagekit.export import export_image
+    from imagekit.export.push import push_image
+
+    say = log or (lambda _msg: None)
+    pushed = push_image(image, to, log=say)
+    ref = parse(pushed.reference)
+    client = reg.RegistryClient.for_reference(ref)
+    subject = client.resolve(ref.with_digest(pushed.digest))
+    image_id = engine.inspect(image).id
+    if subject.config_digest != image_id:
+        raise IntegrityError(f"{pushed.pinned} has config {subject.config_digest}, but {image} is {image_id}",
+                             "another push replaced the tag meanwhile: push again")
+    entries, _ = client.referrers(ref.repository, subject.digest)
+    results: list[PushedArtifact] = []
+    for fmt in formats:
+        preset = presets.get(fmt, DEFAULT_PRESET[fmt])
+        existing = matching(entries, fmt, preset)
+        if existing:
+            entry = existing[-1]
+            notes = entry.get("annotations") or {}
+            say(f"{fmt} ({preset}) is already pushed for {subject.digest}: {entry['digest']}")
+            results.append(PushedArtifact(format=fmt, preset=preset, digest=entry["digest"],
+                                          artifact_type=entry.get("artifactType", ""),
+                                          file_sha256=notes.get(A_SHA256, ""), bytes=int(notes.get(A_SIZE, 0)),
+                                          listed_by="existing", uploaded=False))
+            continue
+        with tempfile.TemporaryDirectory(prefix="imagekit-artifact-", dir=workdir) as tmp:
+            out = Path(tmp) / f"image{kind(fmt).suffix}"
+            say(f"exporting {image} as {fmt} ({preset})")
+            exported = export_image(image, fmt, out, preset=preset, progress=export_progress)
+            file = ExportedFile(format=fmt, path=out, preset=preset, tool=exported.tool,
+                                options=squash_options(exported.tool, preset),
+                                sha256=f"sha256:{exported.sha256}", size=exported.bytes)
+            results.append(push_artifact(client, ref.repository, subject, file, log=say))
+    return pushed, results
