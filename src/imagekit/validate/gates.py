@@ -364,7 +364,8 @@ class _Judge:
         bound = f"{exp.bound.name}-bound: {exp.bound.why}"
         if best < exp.low:
             self.fail("band", f"{label}: {share}: best busbw {_fmt(best)} GB/s at {format_size(best_row.size)} is "
-                      f"below the band {_fmt(exp.low)} .. {_fmt(exp.high)} GB/s ({exp.algorithm}, {bound})",
+                      f"below the band {_fmt(exp.low)} .. {_fmt(exp.high)} GB/s around {_fmt(exp.expected)} "
+                      f"({exp.algorithm}, {bound})",
                       run=label, size=best_row.size, value=best, limit=exp.low)
         else:
             self.ok(f"{label}: {share}: best busbw {_fmt(best)} GB/s at {format_size(best_row.size)} within the band "
@@ -428,8 +429,8 @@ class _Judge:
         min_size = self.gates.system.bandwidth_from if self.gates.system else (1 << 20)
         for s in find_stragglers(run, min_size, self.gates.straggler_threshold):
             sizes = f"{format_size(min(s.sizes))} .. {format_size(max(s.sizes))}"
-            self.fail("straggler", f"{label}: {s.who} is the straggler: its time is {s.ratio - 1:.0%} above the "
-                      f"median process at {sizes} (threshold {self.gates.straggler_threshold:.0%})",
+            self.fail("straggler", f"{label}: {s.who} is the straggler: its time is {s.ratio - 1:.0%} above a "
+                      f"healthy process's at {sizes} (threshold {self.gates.straggler_threshold:.0%})",
                       run=label, value=s.ratio, limit=1 + self.gates.straggler_threshold)
         for line in find_spikes(run, self.gates.spike_factor):
             self.verdict.notes.append(f"{label}: {line}")

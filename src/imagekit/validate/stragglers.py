@@ -26,7 +26,7 @@ DEFAULT_SPIKE = 1.5  # an iteration 1.5 x the median iteration is a spike (analy
 class Straggler:
     who: str  # "node gpu-07" | "process 3 (rank 3 on gpu-07)"
     host: Optional[str]
-    ratio: float  # its time / the median process time, averaged over the sizes looked at
+    ratio: float  # its time / a healthy process's time (see find_stragglers), averaged over the sizes looked at
     sizes: list[int]
 
 
@@ -65,13 +65,20 @@ def find_stragglers(run: NcclTestsRun, min_size: int, threshold: float = DEFAULT
     nprocs = len(rows[0].out_of_place.iters.per_process_us)  # type: ignore[union-attr]
     if nprocs < 2:
         return []
+    hosts = process_hosts(run, nprocs)
     ratios: list[list[float]] = [[] for _ in range(nprocs)]
     for row in rows:
         it = row.out_of_place.iters  # type: ignore[union-attr]
         if len(it.per_process_us) != nprocs:
             continue
         avgs = [statistics.fmean(t[it.skipped:] or t) for t in it.per_process_us]
-        med = statistics.median(avgs)
+        # The reference is what a healthy process takes: the median process, or the median of the fastest
+        # node when a whole node is slow (with 2 nodes the overall median would sit between them).
+        per_host: dict[Optional[str], list[float]] = {}
+        for p, a in enumerate(avgs):
+            per_host.setdefault(hosts[p], []).append(a)
+        med = min([statistics.median(avgs)] + [statistics.median(v) for h, v in per_host.items()
+                                                if h is not None and len(per_host) > 1])
         if med <= 0:
             continue
         for p, a in enumerate(avgs):
@@ -80,7 +87,6 @@ def find_stragglers(run: NcclTestsRun, min_size: int, threshold: float = DEFAULT
     slow = {p for p in range(nprocs) if mean[p] > 1 + threshold}
     if not slow:
         return []
-    hosts = process_hosts(run, nprocs)
     sizes = [r.size for r in rows]
     out: list[Straggler] = []
     by_host: dict[Optional[str], list[int]] = {}
