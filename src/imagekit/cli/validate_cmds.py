@@ -40,7 +40,8 @@ _GATE_OPTIONS = [
                  help="Judge against what this system should reach, derived from its model (GPUs, NVLink/NVSwitch/"
                       "NVLS, NICs x line rate, GPUDirect RDMA): a band per size range, and the transport it needs. "
                       "`imagekit validate --list-systems` shows the catalogue."),
-    click.option("--systems-dir", "systems_dirs", multiple=True, metavar="DIR",
+    click.option("--systems-dir", "systems_dirs", multiple=True, metavar="DIR", is_eager=True,
+                 callback=lambda ctx, param, value: _set_systems_dirs(value),
                  help="A site directory of system models, searched before $IMAGEKIT_SYSTEMS_PATH and the shipped "
                       "catalogue (repeatable)."),
     click.option("--baseline", type=click.Path(dir_okay=False), metavar="FILE",
@@ -100,6 +101,17 @@ def gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective
                  baseline=load_baseline(baseline) if baseline else None,
                  system=systems.load(system) if system else None, min_runs=min_runs,
                  straggler_threshold=straggler_threshold)
+
+
+def _set_systems_dirs(dirs: "tuple[str, ...]") -> "tuple[str, ...]":
+    """Set as soon as parsed (eager), so that --list-systems given after it sees the site directories."""
+    from pathlib import Path
+
+    from imagekit.validate import system as systems
+
+    if dirs:
+        systems.extra_dirs[:] = [Path(d) for d in dirs]
+    return dirs
 
 
 def _list_systems(ctx, param, value: bool) -> None:
