@@ -108,3 +108,17 @@ def test_alltoall_across_nodes_is_bounded_by_each_gpus_share_of_the_network():
     e = _exp("dgx-h100", 2, coll="alltoall")
     # 384 GB/s per node / 8 GPUs x (16-1)/(16-8): the half of each rank's data that leaves the node
     assert e.expected == pytest.approx(384 / 8 * 15 / 8) and e.bound.name == "network"
+
+
+def test_readme_worked_example_matches_the_model():
+    """The README's step-by-step arithmetic for dgx-h100 is what the model computes."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    e = _exp("dgx-h100", 2, "Ring")
+    assert e.expected == pytest.approx(370.8) and e.bound.name == "NVLink"
+    assert (round(e.low, 1), round(e.high, 1)) == (333.7, 407.9)
+    assert "= min(370.8, 384) = 370.8 GB/s, NVLink-bound; band 333.7–407.9 GB/s" in readme
+    assert round(_exp("dgx-h100", 2).expected, 1) == 341.1 and "= 341.1 GB/s" in readme
+    assert 197.76 * 30 / 16 == pytest.approx(370.8) and "197.76 × 30/16 = 370.8" in readme
+    assert _exp("dgx-h100", 2, "NVLSTree").expected == pytest.approx(480)
