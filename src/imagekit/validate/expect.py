@@ -205,7 +205,7 @@ def expect(s: System, shape: RunShape) -> Expectation:
                            "network bandwidth (not a GPU's share of it) bounds busbw")
     if shape.nodes > 1 and s.nics_per_node:
         if s.nic_kind == "EFA":
-            assumptions.append("EFA: NCCL must use the Libfabric net plugin (aws-ofi-nccl), never NET/Socket")
+            assumptions.append("EFA: NCCL must use the Libfabric net plugin, never NET/Socket")
         else:
             assumptions.append(f"{s.nic_kind}: NCCL must use NET/IB"
                                + (" with GPUDirect RDMA (GDRDMA)" if s.gpudirect_rdma else "") + ", never NET/Socket")

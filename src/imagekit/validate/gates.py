@@ -564,7 +564,7 @@ class _Judge:
         seen = ", ".join(f"{t} ({info.counts[t]})" for t in info.transports)
         for want in expected:
             name = canonical(want) or want
-            if name == "NET:Libfabric":  # aws-ofi-nccl: "NET/Libfabric" or "NET/AWS Libfabric"
+            if name == "NET:Libfabric":  # the Libfabric net plugin: "NET/Libfabric" or "NET/AWS Libfabric"
                 name = next((t for t in info.counts if t.startswith("NET:") and "Libfabric" in t), name)
             if name not in info.counts:
                 self.fail("transport", f"expected transport {name} not used; channels via: {seen}",
