@@ -103,24 +103,53 @@ def test_workflow_consumes_imagekit_matrix_json():
     assert {r["arch"] for r in rows} == {"x86_64", "aarch64"}
 
 
-def test_validate_runs_on_the_images_arch_across_nodes_and_gates_on_ib():
+def test_validate_runs_on_the_images_arch_across_nodes_and_gates_on_ib_and_the_models_band():
     doc = yaml.safe_load(WORKFLOW.read_text())
     validate = doc["jobs"]["validate"]
     # Runners of the image's arch: an arm64 image on an x86 GPU node fails with exec format errors.
     arch_label = [label for label in validate["runs-on"] if "matrix.arch" in label]
     assert len(arch_label) == 1 and "aarch64" in arch_label[0]
     env = validate["env"]
-    # A site floor with no token default: an unset MIN_BUSBW must fail the job, not pass at 1 GB/s.
-    assert env["MIN_BUSBW"] == "${{ vars.MIN_BUSBW }}"
+    # A system model with no token default: an unset VALIDATE_SYSTEM fails the job; no hand-set floor.
+    assert env["SYSTEM"] == "${{ vars.VALIDATE_SYSTEM }}" and "MIN_BUSBW" not in env
     assert int(re.search(r"\|\| '(\d+)'", env["NODES"]).group(1)) >= 2
     script = "\n".join(_run_blocks({"jobs": {"validate": validate}}))
-    assert 'test -n "$MIN_BUSBW"' in script and 'test "$NODES" -ge 2' in script
-    assert re.search(r'srun [^\n]*-N "\$NODES"', script)
-    validate_calls = [c for c in _imagekit_calls(script) if c[0] == "validate"]
+    assert 'test -n "$SYSTEM"' in script and 'test "$NODES" -ge 2' in script
+    assert re.search(r'srun [^\n]*-N "\$NODES"', script.replace("\\\n", " "))
+    assert "NCCL_DEBUG=INFO" in script  # the transport gate needs the channel lines
+    validate_calls = [c for c in _imagekit_calls(script) if c[0] == "validate" and "--system" in c]
     assert len(validate_calls) == 1
     call = validate_calls[0]
     assert call[call.index("--expect-transport") + 1] == "IB"
-    assert call[call.index("--min-busbw") + 1] == "$MIN_BUSBW"
+    assert call[call.index("--system") + 1] == "$SYSTEM"
+    assert int(call[call.index("--min-runs") + 1]) >= 2  # a repeatable result, not one lucky run
+    assert "--min-busbw" not in call
+    assert not re.search(r"--min-busbw\s+1(\s|$)", script)
+
+
+def test_validate_jobs_system_gate_fails_a_single_node_run_and_passes_two(tmp_path):
+    """What the job runs, on generated output: 2 nodes at the band pass; the same output from one node
+    fails (no IB path to prove), as does a socket fallback."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "validate"))
+    from click.testing import CliRunner
+    from validate_gen import Spec, nccl_log, nccl_tests_output
+
+    def run(hosts: tuple, transport: str) -> int:
+        logs = []
+        for i in range(3):
+            text, _ = nccl_tests_output(Spec(style="new", hosts=hosts, check=False, peak_busbw=372 + i))
+            path = tmp_path / f"{len(hosts)}-{transport}-{i}.log"
+            path.write_text(text + nccl_log(transport, hosts=hosts, gpus=8, env_algo="Ring"))
+            logs.append(str(path))
+        res = CliRunner().invoke(main, ["validate", *logs, "--system", "dgx-h100", "--expect-transport", "IB",
+                                        "--min-runs", "3", "--json"])
+        return res.exit_code
+
+    assert run(("n1", "n2"), "GDRDMA") == 0
+    assert run(("n1",), "P2P") == 9
+    assert run(("n1", "n2"), "Socket") == 9
 
 
 def test_build_job_takes_the_site_mirror():

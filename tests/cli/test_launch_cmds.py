@@ -55,3 +55,23 @@ def test_cleanup_removes_the_jobs_containers_and_network_and_nothing_else(base_i
     finally:
         engine.remove_labelled(JOB_LABEL, other)
         engine.remove_labelled(JOB_LABEL, job)
+
+
+@pytest.mark.parametrize("peak, code", [(372, 0), (300, 1)])
+def test_validate_takes_a_system_model(capsys, peak, code):
+    """`launch … --validate --system NAME`: the job's output is judged against the model's band; the exit code
+    is the verdict's (1: ran right but slow)."""
+    from validate_gen import nccl_log
+
+    hosts = ("gpu-01", "gpu-02")
+    run_text, _ = nccl_tests_output(Spec(style="new", hosts=hosts, check=False, peak_busbw=peak))
+
+    def run(stdout) -> int:
+        stdout.write(run_text + nccl_log("GDRDMA", hosts=hosts, gpus=8, env_algo="Ring"))
+        return 0
+
+    gates = dict(min_busbw=None, max_latency_us=None, expect_transport=(), baseline=None, collective=None,
+                 small_size="1K", saturation=0.9, system="dgx-h100")
+    assert launch_cmds._run_validated(run, gates) == code
+    out = capsys.readouterr().out
+    assert "of what 2 x 8 H100 with 8 x NDR (dgx-h100) should reach" in out

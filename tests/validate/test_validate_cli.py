@@ -24,7 +24,8 @@ def _invoke(args: list, stdin: str = "") -> "tuple[int, str, str]":
 
 def test_help_shows_examples() -> None:
     code, out, _ = _invoke(["--help"])
-    assert code == 0 and "imagekit validate - --min-busbw" in out and "--expect-transport" in out
+    assert code == 0 and "imagekit validate - --system dgx-h100" in out and "--expect-transport" in out
+    assert "9 ran wrong" in out and "1 ran right but slow" in out
 
 
 def test_pass_fail_unreadable_exit_codes(tmp_path) -> None:
@@ -40,10 +41,11 @@ def test_pass_fail_unreadable_exit_codes(tmp_path) -> None:
     assert code == 2 and "cannot read" in err
 
 
-def test_truncated_exits_1(tmp_path) -> None:
+def test_truncated_is_a_run_gone_wrong_exit_9(tmp_path) -> None:
+    """A truncated run ran wrong (sanity), which scripts must tell from slow (1): exit 9."""
     text, _ = nccl_tests_output(Spec(style="classic", stop_after=10, footer=False))
     code, out, _ = _invoke(["-", "--brief"], stdin=text)
-    assert code == 1 and "TRUNCATED" in out
+    assert code == 9 and "TRUNCATED" in out and "verdict: FAIL (ran wrong)" in out
 
 
 def test_json_output() -> None:
@@ -91,7 +93,7 @@ def test_expect_transport_takes_a_net_plugin_like_a_baseline_does(tmp_path) -> N
     code, out, _ = _invoke([str(log), "--expect-transport", "NET:Libfabric"])
     assert code == 0 and "verdict: PASS" in out
     code, out, _ = _invoke([str(log), "--expect-transport", "net:Other"])
-    assert code == 1 and "NET:Other" in out
+    assert code == 9 and "NET:Other" in out  # the wrong transport: ran wrong
     code, _, err = _invoke([str(log), "--expect-transport", "Carrier-Pigeon"])
     assert code == 2 and "NET:<plugin>" in err
 
@@ -106,9 +108,9 @@ def test_image_names_the_nccl_the_run_must_have_loaded(tmp_path, mpi_image) -> N
     assert code == 0 and "the run used the image's NCCL 2.21.5" in out
     log.write_text(RUN + nccl_log("IB").replace("NCCL version 2.21.5", "NCCL version 2.23.4"))
     code, out, _ = _invoke([str(log), "--image", mpi_image])
-    assert code == 1 and f"the run loaded NCCL 2.23.4+cuda12.4, and {mpi_image} records NCCL 2.21.5" in out
+    assert code == 9 and f"the run loaded NCCL 2.23.4+cuda12.4, and {mpi_image} records NCCL 2.21.5" in out
     log.write_text(RUN)
     code, out, _ = _invoke([str(log), "--image", mpi_image])
-    assert code == 1 and "no 'NCCL version' line" in out
+    assert code == 9 and "no 'NCCL version' line" in out
     code, _, err = _invoke([str(log), "--image", str(tmp_path / "gone.sqsh")])
     assert code == 2 and "not on this host" in err

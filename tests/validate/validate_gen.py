@@ -11,7 +11,10 @@ lines follow the ``host:pid:tid [dev] NCCL INFO ...`` shape of real logs.
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import random
 import shutil
 from dataclasses import dataclass, field
 from typing import Optional
@@ -73,6 +76,15 @@ class Spec:
     footer: bool = True
     echo_command: bool = True
     oob: Optional[int] = None
+    gpu: str = "NVIDIA H100 80GB HBM3"
+    version: str = "2.17.6"  # printed by style "new"
+    # -I per-iteration timing (nccl-tests >= 2.19.2): simulated per MPI process (one GPU each)
+    per_iter: bool = False
+    iters: int = 20
+    skip: int = 0  # -K (2.19.6)
+    slow: dict = field(default_factory=dict)  # process index or host name -> time factor (a straggler)
+    spikes: dict = field(default_factory=dict)  # (size, iteration) -> (process index, time factor)
+    noise: float = 0.01  # relative jitter of each iteration
 
     @property
     def nranks(self) -> int:
@@ -97,6 +109,42 @@ class Expected:
     wrong: list = field(default_factory=list)
 
 
+def _percentile_index(n: int, pct: int) -> int:
+    return min(n - 1, (n * pct + 99) // 100 - 1)  # nccl-tests src/util.cu percentileIndex
+
+
+def iter_stats(times: list) -> dict:
+    """computeIterStats of nccl-tests (src/util.cu): sorted min/max/p50/p95/p99, mean, population stdev, cv."""
+    srt = sorted(times)
+    n = len(srt)
+    avg = sum(srt) / n
+    stdev = math.sqrt(sum((x - avg) ** 2 for x in srt) / n)
+    return {"min_us": srt[0], "max_us": srt[-1], "avg_us": avg, "p50_us": srt[n // 2],
+            "p95_us": srt[_percentile_index(n, 95)], "p99_us": srt[_percentile_index(n, 99)],
+            "stdev_us": stdev, "cv_pct": stdev / avg * 100 if avg > 0 else 0.0}
+
+
+def simulate_iterations(spec: Spec, size: int, t: float, place: str) -> dict:
+    """Per-process iteration times (us) around ``t``: one process per GPU, each iteration jittered;
+    ``spec.slow`` slows a process (index) or every process of a host; ``spec.spikes`` plants spikes."""
+    rng = random.Random(size * 2 + (place == "ip"))
+    per_process = []
+    for p in range(spec.nranks):
+        host = spec.hosts[p // spec.gpus_per_host]
+        factor = spec.slow.get(p, spec.slow.get(host, 1.0))
+        row = []
+        for i in range(spec.iters):
+            x = t * factor * (1 + rng.uniform(-spec.noise, spec.noise))
+            if place == "oop" and spec.spikes.get((size, i), (None,))[0] == p:
+                x *= spec.spikes[(size, i)][1]
+            row.append(x)
+        per_process.append(row)
+    times = [max(col) for col in zip(*per_process)]  # ReduceProcessMaxIterTimes
+    stats = iter_stats(times[spec.skip:])
+    stats.update(times_us=times, per_process=per_process, avg_us_all=sum(times) / len(times))
+    return stats
+
+
 def nccl_tests_output(spec: Spec) -> tuple[str, Expected]:
     n = spec.nranks
     fac = BUSBW_FACTOR[spec.coll](n)
@@ -107,11 +155,14 @@ def nccl_tests_output(spec: Spec) -> tuple[str, Expected]:
         lines.append(f"+ srun --mpi=pmix -N {len(spec.hosts)} ./build/{spec.coll}_perf -b {spec.minb} "
                      f"-e {spec.maxb} -f {spec.factor} -c {int(spec.check)}")
     if spec.style == "new":
-        lines.append("# nccl-tests version 2.17.6 nccl-headers=22501 nccl-library=22501")
+        lines.append(f"# nccl-tests version {spec.version} nccl-headers=22501 nccl-library=22501")
         lines.append(f"# Collective test starting: {spec.coll}_perf")
     ntl = (f"# nThread 1 nGpus 1 minBytes {spec.minb} maxBytes {spec.maxb} step: {spec.factor}(factor) "
            f"warmup iters: 5 iters: 20 agg iters: 1 validation: {int(spec.check)} graph: 0")
     lines.append(ntl + (" unalign: 0" if spec.style == "new" else ""))
+    if spec.per_iter:
+        lines.append("# Per-Iteration Report: CUDA event timing; i_* uses max over process rows"
+                     + (f"; summary skips first {spec.skip} iterations" if spec.skip else "") + " ")
     lines.append("#")
     lines.append("# Using devices")
     rank = 0
@@ -122,10 +173,10 @@ def nccl_tests_output(spec: Spec) -> tuple[str, Expected]:
                 lines.append(f"#   Rank {rank:2d} Pid {1000 + rank:6d} on {host:>10s} device {d:2d} [0x{bus:02x}] Tesla V100-SXM2-16GB")
             elif spec.style == "new":
                 lines.append(f"#  Rank {rank:2d} Group {0:2d} Pid {1000 + rank:6d} on {host:>10s} device {d:2d} "
-                             f"[{0:04x}:{bus:02x}:{0:02x}] NVIDIA H100 80GB HBM3")
+                             f"[{0:04x}:{bus:02x}:{0:02x}] {spec.gpu}")
             else:
                 lines.append(f"#  Rank {rank:2d} Group {0:2d} Pid {1000 + rank:6d} on {host:>10s} device {d:2d} "
-                             f"[0x{bus:02x}] NVIDIA H100 80GB HBM3")
+                             f"[0x{bus:02x}] {spec.gpu}")
             rank += 1
     lines.append("#")
     if spec.style == "legacy":
@@ -134,6 +185,15 @@ def nccl_tests_output(spec: Spec) -> tuple[str, Expected]:
                      f"{'busbw':>6s}  {'error':>5s}  {'time':>7s}  {'algbw':>6s}  {'busbw':>6s}  {'error':>5s}")
         lines.append(f"# {'(B)':>10s}  {'(elements)':>12s}  {'':>6s}  {'':>6s}  {'(us)':>7s}  {'(GB/s)':>6s}  "
                      f"{'(GB/s)':>6s}  {'':>5s}  {'(us)':>7s}  {'(GB/s)':>6s}  {'(GB/s)':>6s}  {'':>5s}")
+    elif spec.per_iter:  # writeResultHeader with per_iter_timing (2.19.2+)
+        lines.append(f"# {'':>10s}  {'':>12s}  {'':>8s}  {'':>6s}  {'':>6s}              out-of-place (+ per-iteration)"
+                     "                                in-place (+ per-iteration)")
+        cols = ["time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%"]
+        units = ["(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)"]
+        widths = [7, 6, 6, 6, 7, 7, 7, 7]
+        for head, first in ((cols, ("size", "count", "type", "redop", "root")), (units, ("(B)", "(elements)", "", "", ""))):
+            body = "".join(f"  {h:>{w}s}" for h, w in zip(head * 2, widths * 2))
+            lines.append(f"# {first[0]:>10s}  {first[1]:>12s}  {first[2]:>8s}  {first[3]:>6s}  {first[4]:>6s}{body} ")
     else:
         lines.append(f"# {'':>10s}  {'':>12s}  {'':>8s}  {'':>6s}  {'':>6s}           out-of-place                       in-place          ")
         tail = " " if spec.style == "new" else ""
@@ -152,18 +212,25 @@ def nccl_tests_output(spec: Spec) -> tuple[str, Expected]:
         halves = []
         for place, skew in (("oop", 1.0), ("ip", 1.015)):
             t = (spec.latency_us + size_p / (spec.peak_busbw / fac * 1e3)) * skew
+            stats = None
+            if spec.per_iter or spec.slow or spec.spikes:
+                stats = simulate_iterations(spec, size_p, t, place)
+                t = stats["avg_us_all"]
             algbw = size_p / t / 1e3
             busbw = algbw * fac
-            halves.append((t, algbw, busbw))
+            halves.append((t, algbw, busbw, stats))
         if spec.style == "legacy":
             line = f"{size_p:12d}  {count:12d}  {'float':>6s}  {redop:>6s}"
         else:
             line = f"{size_p:12d}  {count:12d}  {'float':>8s}  {redop:>6s}  {root:6d}"
-        for k, (t, algbw, busbw) in enumerate(halves):
+        for k, (t, algbw, busbw, stats) in enumerate(halves):
             wrong = spec.wrong.get(size, 0) if k == 0 else 0
             if spec.style == "new":
                 ts, ab, bb = _float_str(t, 7), _float_str(algbw, 6), _float_str(busbw, 6)
                 line += f"  {ts:>7s}  {ab:>6s}  {bb:>6s}  {wrong:6g}" if spec.check else f"  {ts:>7s}  {ab:>6s}  {bb:>6s}    N/A"
+                if spec.per_iter:  # writePerIterReport: "  %7s  %7s  %7s  %7s" of min/max/p99/cv
+                    line += "".join(f"  {_float_str(stats[key], 7):>7s}" for key in ("min_us", "max_us", "p99_us",
+                                                                                       "cv_pct"))
             else:
                 ts, ab, bb = _time_str(t), f"{algbw:6.2f}", f"{busbw:6.2f}"
                 if spec.style == "legacy":
@@ -192,10 +259,103 @@ def nccl_tests_output(spec: Spec) -> tuple[str, Expected]:
     return "\n".join(lines) + "\n", exp
 
 
+# -- nccl-tests -J JSON ---------------------------------------------------------------------------
+class _Writer:
+    """The JSON nccl-tests writes (src/util.cu): one line, doubles as %lf, NaN as "nan", bools as strings."""
+
+    def __init__(self) -> None:
+        self.out: list[str] = []
+
+    def value(self, v) -> str:
+        if isinstance(v, bool):
+            return json.dumps("true" if v else "false")
+        if isinstance(v, float):
+            return '"nan"' if v != v else f"{v:f}"
+        if isinstance(v, dict):
+            return "{" + ",".join(f"{json.dumps(k)}:{self.value(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, list):
+            return "[" + ",".join(self.value(x) for x in v) + "]"
+        if v is None:
+            return "null"
+        return json.dumps(v)
+
+
+def nccl_tests_json(spec: Spec, version: int = 3, nccl_code: int = 22703) -> tuple[str, Expected]:
+    """The -J file of the run ``spec`` describes, in JSON format ``version`` (1: nccl-tests 2.17.3-2.19.1,
+    2: 2.19.2-2.19.5, 3: 2.19.6); per-iteration objects when ``spec.per_iter`` (versions 2 and 3)."""
+    text, exp = nccl_tests_output(spec)  # the same simulated figures as the text output
+    n = spec.nranks
+    fac = BUSBW_FACTOR[spec.coll](n)
+    redop, root = REDOP[spec.coll], ROOT.get(spec.coll, -1)
+    cfg: dict = {"nthreads": 1, "ngpus": 1, "minimum_bytes": spec.minb, "maximum_bytes": spec.maxb,
+                 "step_factor": spec.factor, "warmup_iters": 5, "iterations": spec.iters, "aggregated_iterations": 1,
+                 "validation": int(spec.check), "graph": 0, "blocking_collectives": False}
+    if version >= 2:
+        cfg["per_iter_timing"] = spec.per_iter
+    if version >= 3:
+        cfg["per_iter_skip"] = spec.skip
+    cfg["parallel_init"] = False
+    devices, rank = [], 0
+    for host in spec.hosts:
+        for d in range(spec.gpus_per_host):
+            devices.append({"rank": rank, "group": 0, "pid": 1000 + rank, "hostname": host, "device": d,
+                            "device_hex": f"{0:04x}:{0x07 + 0x10 * d:02x}:{0:02x}", "device_info": spec.gpu})
+            rank += 1
+    cfg["devices"] = devices
+    results, bw_sum, count = [], 0.0, 0
+    for i, size in enumerate(spec.sizes()):
+        if spec.stop_after is not None and i >= spec.stop_after:
+            break
+        cnt = size // 4 // (n if spec.coll in ("all_gather", "reduce_scatter") else 1)
+        size_p = cnt * 4 * (n if spec.coll in ("all_gather", "reduce_scatter") else 1)
+        res: dict = {"size": size_p, "count": cnt, "type": "float", "redop": redop, "root": f"{root:6d}"}
+        for place, skew, key in (("oop", 1.0, "out_of_place"), ("ip", 1.015, "in_place")):
+            t = (spec.latency_us + size_p / (spec.peak_busbw / fac * 1e3)) * skew
+            stats = simulate_iterations(spec, size_p, t, place) if (spec.per_iter or spec.slow or spec.spikes) else None
+            if stats is not None:
+                t = stats["avg_us_all"]
+            algbw = size_p / t / 1e3
+            wrong = spec.wrong.get(size, 0) if place == "oop" else 0
+            res[key] = {"time": t, "alg_bw": algbw, "bus_bw": algbw * fac,
+                        "nwrong": float(wrong) if spec.check else None}
+            bw_sum, count = bw_sum + algbw * fac, count + 1
+            if spec.per_iter and version >= 2:
+                per: dict = {}
+                if version >= 3:
+                    per["skipped_iterations"] = spec.skip
+                per.update({k: stats[k] for k in ("min_us", "max_us", "avg_us", "p50_us", "p95_us", "p99_us",
+                                                  "stdev_us", "cv_pct")})
+                per["times_us"] = stats["times_us"]
+                if n > 1:
+                    per["per_process_max_times_us"] = stats["per_process"]
+                res[key + "_per_iter"] = per
+        res["actual_iterations"] = spec.iters
+        res["experiment_name"] = ""
+        results.append(res)
+    doc: dict = {"version": version, "start_time": "2026-07-01 12:00:00",
+                 "args": [f"./build/{spec.coll}_perf", "-b", str(spec.minb), "-e", str(spec.maxb), "-J", "out.json"]
+                 + (["-I", "1"] if spec.per_iter else []),
+                 "env": ["NCCL_DEBUG=INFO"], "nccl_version": nccl_code, "config": cfg, "results": results}
+    if spec.footer:
+        avg_key, bw_key = (("average_bus_bandwidith", "bandwidith") if version == 1 and spec.version < "2.17.9"
+                           else ("average_bus_bandwidth", "bandwidth"))
+        doc["out_of_bounds"] = {"count": spec.oob or 0, "okay": not spec.oob}
+        doc[avg_key] = {bw_key: bw_sum / max(count, 1), "okay": "unchecked"}
+        doc["errors"] = []
+        doc["end_time"] = "2026-07-01 12:01:00"
+    out = _Writer().value(doc)
+    if not spec.footer:  # the job died while writing: the file stops mid-document
+        out = out[: out.rfind("}", 0, len(out) - 3)]
+    return out, exp
+
+
 # -- NCCL_DEBUG=INFO logs -----------------------------------------------------------------------
-def nccl_log(transport: str, hosts: tuple = ("node-a", "node-b"), gpus: int = 2, gdr: bool = True) -> str:
+def nccl_log(transport: str, hosts: tuple = ("node-a", "node-b"), gpus: int = 2, gdr: bool = True,
+             algo: Optional[str] = None, env_algo: Optional[str] = None) -> str:
     """NCCL INFO lines for a ring over ``hosts`` x ``gpus`` using ``transport`` between hosts
-    (IB, GDRDMA, Socket) or inside one host (P2P, SHM)."""
+    (IB, GDRDMA, Socket) or inside one host (P2P, SHM). ``algo``: rank 0's NCCL_DEBUG_SUBSYS=TUNING
+    lines (enqueue.cc: "AllReduce: N Bytes -> Algo X proto P channel{Lo..Hi}={a..b}"); ``env_algo``: the
+    "NCCL_ALGO set by environment to X" line."""
     out = []
     pid = 4000
 
@@ -239,6 +399,14 @@ def nccl_log(transport: str, hosts: tuple = ("node-a", "node-b"), gpus: int = 2,
             r = hosts.index(h) * gpus + d
             info(h, d, f"comm 0x55d0c0a0{r:02d} rank {r} nranks {n} cudaDev {d} nvmlDev {d} busId {d + 7}000 "
                        f"commId 0x1a2b3c4d5e6f7081 - Init COMPLETE")
+    if env_algo:
+        out.insert(2, f"{h0}:{pid}:{pid} [0] NCCL INFO NCCL_ALGO set by environment to {env_algo}")
+    if algo:
+        size = 8
+        while size <= 8 << 30:
+            info(h0, 0, f"AllReduce: {size} Bytes -> Algo {algo if size >= 1 << 20 else 'Ring'} proto "
+                        f"{'Simple' if size >= 1 << 20 else 'LL'} channel{{Lo..Hi}}={{0..31}}")
+            size *= 2
     return "\n".join(out) + "\n"
 
 

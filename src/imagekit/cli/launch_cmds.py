@@ -75,9 +75,9 @@ def _run_validated(run, gate_values: dict) -> int:
 
 
 def _gate_values(kw: dict) -> dict:
-    keys = ("min_busbw", "max_latency_us", "expect_transport", "baseline", "collective", "small_size",
-            "saturation")
-    return {k: kw.pop(k) for k in keys}
+    from imagekit.cli.validate_cmds import GATE_KEYS
+
+    return {k: kw.pop(k) for k in GATE_KEYS}
 
 
 def _preflight(image: str, skip: bool, **kwargs) -> None:
@@ -139,7 +139,7 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
           -o job.sbatch -- ./app
       imagekit launch slurm --runtime docker --image REF -N 1 --ntasks-per-node 2 --submit -- ./app
       imagekit launch slurm --image ./nccl.sqsh -N 2 --gpus-per-node 8 --submit --validate \
-          --min-busbw 150 --expect-transport IB -- all_reduce_perf -b 8 -e 8G -f 2 -g 1
+          --system dgx-h100 -- all_reduce_perf -b 8 -e 8G -f 2 -g 1
     """
     from imagekit.errors import UsageError
     from imagekit.launch import common, slurm as slurm_mod
@@ -266,7 +266,7 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
       imagekit launch inside-out --image imagekit/debian-mpi:latest --nodes 3 \\
           -- python3 -m mpi4py.bench ringtest
       imagekit launch inside-out --scheduler slurm --image REF --nodes 4 -o io.sbatch -- ./app
-      imagekit launch inside-out --image REF --nodes 2 --gpus --validate --min-busbw 40 --expect-transport IB
+      imagekit launch inside-out --image REF --nodes 2 --gpus --validate --system site/cluster.yaml
     """
     from imagekit.errors import UsageError
     from imagekit.launch import common, inside_out as mod

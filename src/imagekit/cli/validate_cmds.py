@@ -36,8 +36,23 @@ _GATE_OPTIONS = [
     click.option("--expect-transport", multiple=True, metavar="NAME", callback=_transport,
                  help="Fail unless NCCL used this transport: IB, GDRDMA, Socket, P2P, SHM, NVLS, CollNet or "
                       "NET:<plugin> (needs NCCL_DEBUG=INFO lines). Repeatable."),
+    click.option("--system", metavar="NAME|FILE",
+                 help="Judge against what this system should reach, derived from its model (GPUs, NVLink/NVSwitch/"
+                      "NVLS, NICs x line rate, GPUDirect RDMA): a band per size range, and the transport it needs. "
+                      "`imagekit validate --list-systems` shows the catalogue."),
+    click.option("--systems-dir", "systems_dirs", multiple=True, metavar="DIR", is_eager=True,
+                 callback=lambda ctx, param, value: _set_systems_dirs(value),
+                 help="A site directory of system models, searched before $IMAGEKIT_SYSTEMS_PATH and the shipped "
+                      "catalogue (repeatable)."),
     click.option("--baseline", type=click.Path(dir_okay=False), metavar="FILE",
                  help="Per-system limits (YAML or JSON): min busbw per collective and size, max latency, transports."),
+    click.option("--min-runs", type=click.IntRange(1), metavar="N",
+                 help="Fail unless each collective ran at least N times (files, or nccl-tests -N cycles); the "
+                      "best busbw of the runs must agree within the tolerance."),
+    click.option("--straggler-threshold", type=click.FloatRange(0, 10, min_open=True), default=0.15,
+                 show_default=True, metavar="FRACTION",
+                 help="With -I per-process timing (-J JSON): a process or node this much slower than the median "
+                      "is a straggler."),
     click.option("--collective", metavar="NAME",
                  help="Name for nccl-tests runs whose output does not say (older nccl-tests), e.g. all_reduce."),
     click.option("--small-size", default="1K", show_default=True, metavar="BYTES",
@@ -61,45 +76,90 @@ def _image_nccl(image: str) -> str:
     return version
 
 
-def gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective, small_size, saturation):
-    """Gates from the gate options' values (UsageError for a bad --small-size)."""
+GATE_KEYS = ("min_busbw", "max_latency_us", "expect_transport", "system", "systems_dirs", "baseline", "min_runs",
+             "straggler_threshold", "collective", "small_size", "saturation")
+
+
+def gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective, small_size, saturation,
+               system=None, systems_dirs=(), min_runs=None, straggler_threshold=0.15):
+    """Gates from the gate options' values (UsageError for a bad --small-size, StackError for a bad model)."""
+    from pathlib import Path
+
     from imagekit.errors import UsageError
     from imagekit.validate import Gates, load_baseline
+    from imagekit.validate import system as systems
     from imagekit.validate.units import parse_size
 
     try:
         small = parse_size(small_size)
     except ValueError as exc:
         raise UsageError(f"--small-size: {exc}") from None
+    if systems_dirs:
+        systems.extra_dirs[:] = [Path(d) for d in systems_dirs]
     return Gates(min_busbw=min_busbw, max_latency_us=max_latency_us, expect_transport=list(expect_transport),
                  small_size=small, saturation_fraction=saturation, collective=collective,
-                 baseline=load_baseline(baseline) if baseline else None)
+                 baseline=load_baseline(baseline) if baseline else None,
+                 system=systems.load(system) if system else None, min_runs=min_runs,
+                 straggler_threshold=straggler_threshold)
+
+
+def _set_systems_dirs(dirs: "tuple[str, ...]") -> "tuple[str, ...]":
+    """Set as soon as parsed (eager), so that --list-systems given after it sees the site directories."""
+    from pathlib import Path
+
+    from imagekit.validate import system as systems
+
+    if dirs:
+        systems.extra_dirs[:] = [Path(d) for d in dirs]
+    return dirs
+
+
+def _list_systems(ctx, param, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from imagekit.validate import system as systems
+
+    for name, path in systems.available().items():
+        model = systems.load(str(path))
+        click.echo(f"{name:<16} {model.description}  [{path}]")
+    ctx.exit(0)
 
 
 @click.command("validate")
-@click.argument("source", metavar="FILE|-")
+@click.argument("sources", metavar="FILE|-...", nargs=-1, required=True)
 @gate_options
 @click.option("--image", metavar="REF|FILE",
               help="The image the run used (engine image, .sqsh or .sif): fail unless the run loaded the NCCL "
                    "its labels record.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full result and verdict as JSON.")
 @click.option("--brief", is_flag=True, help="Text output without the per-size table.")
-def validate(source: str, min_busbw: "float | None", max_latency_us: "float | None",
-             expect_transport: "tuple[str, ...]", baseline: "str | None", collective: "str | None",
-             small_size: str, saturation: float, image: "str | None", as_json: bool, brief: bool) -> None:
-    """Parse nccl-tests, OSU / mpi4py benchmark output and NCCL_DEBUG=INFO logs; apply gates.
+@click.option("--list-systems", is_flag=True, expose_value=False, is_eager=True, callback=_list_systems,
+              help="List the system models (catalogue and site directories) and exit.")
+def validate(sources: "tuple[str, ...]", image: "str | None", as_json: bool, brief: bool, **gate_values) -> None:
+    """Parse nccl-tests (text, -J JSON, -I per-iteration), OSU / mpi4py benchmark output and NCCL_DEBUG=INFO
+    logs; judge them.
 
-    Reads FILE, or stdin with '-'. Reports peak busbw and busbw per size
+    Reads each FILE, or stdin with '-'; several files are several runs (or one
+    run's stdout beside its -J JSON). Reports peak busbw and busbw per size
     (out-of-place and in-place), the saturation size, time at small sizes,
     #wrong / out-of-bounds errors, transports (IB, GDRDMA, Socket, P2P, SHM),
-    ranks, hosts and truncated runs.
+    ranks, hosts, truncated runs, stragglers and iteration spikes, and the
+    spread of repeated runs. With --system, the band the system should reach,
+    the bound that limits it and the assumptions.
 
-    Exit codes: 0 pass, 1 a gate failed (or the run is truncated, or has
-    wrong elements), 2 unreadable input (no table, corrupted table).
+    Exit codes: 0 pass; 1 ran right but slow (below the system's band, a
+    floor or a baseline, a straggler, runs that do not repeat); 9 ran wrong
+    (wrong elements, out-of-bounds values, truncated, wrong or missing
+    transport, socket fallback, another NCCL than the image's, wrong GPUs, or
+    missing data for a requested gate); 2 unreadable input or a bad option,
+    system model or baseline.
 
     \b
     Examples:
-      srun --mpi=pmix all_reduce_perf -b 8 -e 8G -f 2 | imagekit validate - --min-busbw 150
+      srun --mpi=pmix all_reduce_perf -b 8 -e 8G -f 2 -g 1 | imagekit validate - --system dgx-h100
+      imagekit validate run1.log run2.log run3.log --system dgx-a100 --min-runs 3
+      imagekit validate nccl.log result.json --system site/cluster.yaml --json
+      imagekit validate --list-systems
       imagekit validate nccl.log --expect-transport IB --expect-transport GDRDMA
       imagekit validate nccl.log --baseline site/dgx-h100.yaml --json
       imagekit validate nccl.log --image ./nccl-tests.sqsh --expect-transport IB
@@ -117,21 +177,25 @@ def validate(source: str, min_busbw: "float | None", max_latency_us: "float | No
     """
     from imagekit.errors import UsageError
     from imagekit.validate import evaluate, parse, to_json, to_text
+    from imagekit.validate.parse import merge
 
-    gates = gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective, small_size, saturation)
+    gates = gates_from(**gate_values)
     if image:
         gates.image, gates.image_nccl = image, _image_nccl(image)
-    if source == "-":
-        data = sys.stdin.buffer.read()
-        name = "<stdin>"
-    else:
-        try:
-            with open(source, "rb") as fh:
-                data = fh.read()
-        except OSError as exc:
-            raise UsageError(f"cannot read {source}: {exc.strerror}", "give a log file or '-' for stdin") from None
-        name = source
-    result = parse(data, source=name)
+    results = []
+    for source in sources:
+        if source == "-":
+            data = sys.stdin.buffer.read()
+            source = "<stdin>"
+        else:
+            try:
+                with open(source, "rb") as fh:
+                    data = fh.read()
+            except OSError as exc:
+                raise UsageError(f"cannot read {source}: {exc.strerror}", "give a log file or '-' for stdin") from None
+        results.append(parse(data, source=source))
+    result = merge(results)
+    name = result.source
     verdict = evaluate(result, gates)
     small_eff, frac = gates.effective_small_size, gates.effective_saturation
     if as_json:

@@ -29,13 +29,16 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from imagekit.errors import UsageError
 from imagekit.validate import summary
 from imagekit.validate.model import Failure, MpiBenchRun, NcclTestsRun, Result, Verdict
 from imagekit.validate.nccl_log import canonical
 from imagekit.validate.units import format_size, parse_size
+
+if TYPE_CHECKING:
+    from imagekit.validate.system import System
 
 
 @dataclass
@@ -77,6 +80,17 @@ class Gates:
     baseline: Optional[Baseline] = None
     image_nccl: Optional[str] = None  # the NCCL the image records: the run must have loaded it
     image: Optional[str] = None
+    system: Optional["System"] = None  # --system: the reference the runs are judged against
+    min_runs: Optional[int] = None  # fail unless each collective ran at least this often
+    straggler_threshold: float = 0.15
+    spike_factor: float = 1.5
+
+    @property
+    def bandwidth_gated(self) -> bool:
+        base = self.baseline
+        return self.system is not None or self.min_busbw is not None or (
+            base is not None and (base.defaults.min_busbw is not None
+                                  or any(lim.min_busbw is not None or lim.sizes for lim in base.benchmarks.values())))
 
     @property
     def effective_small_size(self) -> int:
@@ -220,6 +234,9 @@ class _Judge:
         self.verdict = Verdict(status="pass")
         self.unreadable: list[str] = []
         self.applied: set[str] = set()
+        self.model_transports: list[str] = []
+        self.result = Result()
+        self.peaks: dict[tuple, list[tuple[str, float]]] = {}  # (collective, nodes, ranks/node) -> (label, busbw)
 
     def fail(self, check: str, message: str, **kw: Any) -> None:
         self.verdict.failures.append(Failure(check, message, **kw))
@@ -281,6 +298,142 @@ class _Judge:
             self.ok(f"{label}: no wrong elements" + ("" if checked else " (data check off: #wrong N/A)"))
         for prefix, lim in self.limit_sets(label, bench_key(name) if name else None):
             self.nccl_limits(label, run, prefix, lim)
+        for err in run.errors[:3]:
+            self.verdict.notes.append(f"{label}: nccl-tests reported: {err}")
+        if self.gates.system is not None:
+            self.system_run(label, run, name)
+        else:
+            self.record_peaks(label, run, name, min_size=0)
+        self.stragglers(label, run)
+
+    # --system --------------------------------------------------------------------------------
+    def system_run(self, label: str, run: NcclTestsRun, name: Optional[str]) -> None:
+        from collections import Counter
+
+        from imagekit.validate.expect import NotModeled, RunShape, expect, expected_transports
+        from imagekit.validate.nccl_log import algorithm_for
+
+        s = self.gates.system
+        assert s is not None
+        if not name:
+            self.fail("data", f"{label}: the output does not name the collective, so no expectation can be "
+                      "derived; pass --collective NAME", run=label)
+            return
+        if not run.ranks:
+            self.fail("data", f"{label}: no rank list ('# Using devices'), so the nodes and GPUs per node are "
+                      "unknown; give the run's full output", run=label)
+            return
+        per_host = Counter(r.host for r in run.ranks)
+        nodes, rpn = len(per_host), max(per_host.values())
+        if len(set(per_host.values())) > 1:
+            self.verdict.notes.append(f"{label}: uneven ranks per node ({dict(per_host)}); judged with {rpn}")
+        for gpu in run.gpus:
+            if s.gpu_model.lower() not in gpu.lower():
+                self.fail("system", f"{label}: ran on {gpu!r}, and system {s.name} has {s.gpu_model} GPUs "
+                          f"({s.file})", run=label)
+                return
+        if rpn > s.gpus_per_node:
+            self.fail("system", f"{label}: {rpn} ranks on one node, and system {s.name} has {s.gpus_per_node} GPUs "
+                      "per node", run=label)
+            return
+        algo, algo_from = algorithm_for(self.result.transport, name)
+        try:
+            exp = expect(s, RunShape(nodes, rpn, name, algo, algo_from))
+        except NotModeled as exc:
+            self.fail("data", f"{label}: no expectation from system {s.name}: {exc}", run=label)
+            return
+        self.model_transports += [t for t in expected_transports(s, nodes) if t not in self.model_transports]
+        rows = [r for r in run.rows if r.size >= exp.bandwidth_from]
+        record = {"run": label, **exp.to_dict(), "sizes": [
+            {"size": r.size, "busbw": r.busbw(), "share": round(r.busbw() / exp.expected, 4)}
+            for r in run.rows if r.size >= (1 << 20)]}
+        self.verdict.expectations.append(record)
+        if not rows:
+            top = max(r.size for r in run.rows)
+            self.fail("data", f"{label}: the largest size is {format_size(top)}, and the band of {s.name} starts at "
+                      f"{format_size(exp.bandwidth_from)}: no data to judge; rerun up to it (e.g. -e 8G)",
+                      run=label, size=top)
+            return
+        self.applied.add("busbw")
+        best_row = max(rows, key=lambda r: r.busbw())
+        best = best_row.busbw()
+        record["best_busbw"], record["share"] = best, round(best / exp.expected, 4)
+        what = (f"{nodes} x {rpn} {s.gpu_model}" + (f" with {s.nics_per_node} x {s.nic_kind}" if nodes > 1 else "")
+                + f" ({s.name})")
+        share = f"{best / exp.expected:.0%} of what {what} should reach"
+        bound = f"{exp.bound.name}-bound: {exp.bound.why}"
+        if best < exp.low:
+            self.fail("band", f"{label}: {share}: best busbw {_fmt(best)} GB/s at {format_size(best_row.size)} is "
+                      f"below the band {_fmt(exp.low)} .. {_fmt(exp.high)} GB/s around {_fmt(exp.expected)} "
+                      f"({exp.algorithm}, {bound})",
+                      run=label, size=best_row.size, value=best, limit=exp.low)
+        else:
+            self.ok(f"{label}: {share}: best busbw {_fmt(best)} GB/s at {format_size(best_row.size)} within the band "
+                    f"{_fmt(exp.low)} .. {_fmt(exp.high)} GB/s ({exp.algorithm}, {exp.bound.name}-bound)")
+        if best > exp.high:
+            faster = [c.algorithm for c in exp.candidates if c.gbs * (1 - s.tolerance) <= best <= c.gbs * (1 + s.tolerance)]
+            self.verdict.notes.append(f"{label}: {_fmt(best)} GB/s is above the band"
+                                      + (f"; it matches {', '.join(faster)}" if faster else
+                                         f"; the model of {s.name} may undercount the system ({s.file})"))
+        self.record_peaks(label, run, name, min_size=exp.bandwidth_from, key=(name, nodes, rpn))
+
+    def record_peaks(self, label: str, run: NcclTestsRun, name: Optional[str], min_size: int,
+                     key: Optional[tuple] = None) -> None:
+        """Best busbw of each cycle (nccl-tests -N repeats the sizes) for the repeatability check."""
+        if key is None:
+            from collections import Counter
+
+            per_host = Counter(r.host for r in run.ranks)
+            key = (name or "?", len(per_host), max(per_host.values(), default=0))
+        cycles: list[list] = [[]]
+        for row in run.rows:
+            if cycles[-1] and row.size <= cycles[-1][-1].size and row.dtype == cycles[-1][-1].dtype:
+                cycles.append([])
+            cycles[-1].append(row)
+        for i, rows in enumerate(cycles):
+            big = [r.busbw() for r in rows if r.size >= min_size]
+            if big:
+                tag = label if len(cycles) == 1 else f"{label} cycle {i + 1}"
+                self.peaks.setdefault(key, []).append((tag, max(big)))
+
+    def repeatability(self) -> None:
+        tol = self.gates.system.tolerance if self.gates.system else 0.10
+        for (name, nodes, rpn), peaks in self.peaks.items():
+            if len(peaks) < 2:
+                continue
+            vals = [v for _, v in peaks]
+            hi, lo = max(vals), min(vals)
+            spread = (hi - lo) / hi if hi > 0 else 0.0
+            what = f"{name} on {nodes} node(s) x {rpn}: {len(vals)} runs, best busbw {_fmt(lo)} .. {_fmt(hi)} GB/s"
+            if spread > tol and self.gates.bandwidth_gated:
+                worst = min(peaks, key=lambda p: p[1])[0]
+                self.fail("spread", f"not repeatable: {what} (spread {spread:.0%} > {tol:.0%}; lowest: {worst})",
+                          value=spread, limit=tol)
+            elif spread > tol:
+                self.verdict.notes.append(f"not repeatable: {what} (spread {spread:.0%})")
+            else:
+                self.ok(f"repeatable: {what} (spread {spread:.0%} <= {tol:.0%})")
+        want = self.gates.min_runs
+        if want:
+            counts = {k: len(v) for k, v in self.peaks.items()}
+            if not counts:
+                self.fail("data", f"--min-runs {want}: no nccl-tests run with bandwidth figures in the input")
+            for (name, nodes, rpn), n in counts.items():
+                if n < want:
+                    self.fail("data", f"--min-runs {want}: {name} on {nodes} node(s) x {rpn} ran {n} time(s); a "
+                              "single run cannot show that the result repeats")
+
+    def stragglers(self, label: str, run: NcclTestsRun) -> None:
+        from imagekit.validate.stragglers import find_spikes, find_stragglers
+
+        min_size = self.gates.system.bandwidth_from if self.gates.system else (1 << 20)
+        for s in find_stragglers(run, min_size, self.gates.straggler_threshold):
+            sizes = f"{format_size(min(s.sizes))} .. {format_size(max(s.sizes))}"
+            self.fail("straggler", f"{label}: {s.who} is the straggler: its time is {s.ratio - 1:.0%} above a "
+                      f"healthy process's at {sizes} (threshold {self.gates.straggler_threshold:.0%})",
+                      run=label, value=s.ratio, limit=1 + self.gates.straggler_threshold)
+        for line in find_spikes(run, self.gates.spike_factor):
+            self.verdict.notes.append(f"{label}: {line}")
 
     def nccl_limits(self, label: str, run: NcclTestsRun, prefix: str, lim: Limits) -> None:
         if lim.min_busbw is not None:
@@ -396,6 +549,7 @@ class _Judge:
         expected = list(self.gates.expect_transport)
         if self.gates.baseline:
             expected += [t for t in self.gates.baseline.expect_transport if t not in expected]
+        expected += [t for t in self.model_transports if t not in expected]
         if not expected:
             return
         info = result.transport
@@ -410,6 +564,8 @@ class _Judge:
         seen = ", ".join(f"{t} ({info.counts[t]})" for t in info.transports)
         for want in expected:
             name = canonical(want) or want
+            if name == "NET:Libfabric":  # the Libfabric net plugin: "NET/Libfabric" or "NET/AWS Libfabric"
+                name = next((t for t in info.counts if t.startswith("NET:") and "Libfabric" in t), name)
             if name not in info.counts:
                 self.fail("transport", f"expected transport {name} not used; channels via: {seen}",
                           figure="transport")
@@ -430,6 +586,7 @@ def evaluate(result: Result, gates: Optional[Gates] = None) -> Verdict:
     """Judge a parsed result against the gates. Status: pass | fail | unreadable."""
     gates = gates or Gates()
     judge = _Judge(gates)
+    judge.result = result
     v = judge.verdict
     if not result.has_tables and not result.transport.info_lines:
         v.status = "unreadable"
@@ -440,6 +597,9 @@ def evaluate(result: Result, gates: Optional[Gates] = None) -> Verdict:
         judge.nccl_run(i, run)
     for i, mrun in enumerate(result.mpi):
         judge.mpi_run(i, mrun)
+    judge.repeatability()
+    if gates.system is not None and not result.nccl_tests:
+        judge.fail("data", f"--system {gates.system.name}: no nccl-tests run in {result.source} to judge")
     judge.transports(result)
     judge.nccl_of_image(result)
     base = gates.baseline

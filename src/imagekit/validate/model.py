@@ -15,6 +15,24 @@ class Measurement:
     busbw: float  # GB/s
     wrong: Optional[float]  # #wrong elements; None when printed as N/A (no data check)
     flagged: bool = False  # legacy "error" column printed with a trailing '*'
+    iters: Optional["IterStats"] = None  # -I per-iteration timing, when the run had it
+
+
+@dataclass
+class IterStats:
+    """nccl-tests -I per-iteration timing of one half of a row (times in us).
+
+    The text table carries min/max/p99/cv; the -J JSON also the average and every
+    iteration's time, overall (max over processes) and per process."""
+
+    min_us: float
+    max_us: float
+    p99_us: float
+    cv_pct: float
+    avg_us: Optional[float] = None
+    skipped: int = 0  # leading iterations the summary skips (-K)
+    times_us: list[float] = field(default_factory=list)
+    per_process_us: list[list[float]] = field(default_factory=list)  # one list per MPI process
 
 
 @dataclass
@@ -72,6 +90,10 @@ class NcclTestsRun:
     garbled: list[str] = field(default_factory=list)  # table text that could not be read
     expected_steps: Optional[int] = None
     line: int = 0  # 1-based line of the run's first header line
+    source: str = ""  # the file it was read from
+    format: str = "text"  # text | json (-J)
+    json_version: Optional[int] = None
+    errors: list[str] = field(default_factory=list)  # nccl-tests' "# error:" / JSON "errors"
 
     @property
     def hosts(self) -> list[str]:
@@ -127,6 +149,8 @@ class TransportInfo:
     hosts: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # NCCL WARN lines (first few)
     info_lines: int = 0
+    env_algorithm: Optional[str] = None  # "NCCL_ALGO set by environment to X"
+    algorithms: dict[str, int] = field(default_factory=dict)  # "all_reduce:Ring" -> tuning lines (large sizes)
 
 
 @dataclass
@@ -152,13 +176,26 @@ class Result:
 
 @dataclass
 class Failure:
-    check: str  # busbw | latency | errors | out_of_bounds | truncated | transport | image | baseline | input
+    # sanity ("ran wrong"): errors | out_of_bounds | truncated | transport | image | baseline | data | system
+    # performance ("ran right but slow"): busbw | latency | band | spread | straggler
+    # input (unreadable): input
+    check: str
     message: str
     run: Optional[str] = None
     size: Optional[int] = None
     figure: Optional[str] = None  # out-of-place / in-place / peak / ...
     value: Optional[float] = None
     limit: Optional[float] = None
+
+    @property
+    def kind(self) -> str:
+        if self.check == "input":
+            return "input"
+        return "performance" if self.check in PERFORMANCE_CHECKS else "sanity"
+
+
+PERFORMANCE_CHECKS = {"busbw", "latency", "band", "spread", "straggler"}
+EXIT_PASS, EXIT_SLOW, EXIT_UNREADABLE, EXIT_WRONG = 0, 1, 2, 9
 
 
 @dataclass
@@ -172,9 +209,23 @@ class Verdict:
     def ok(self) -> bool:
         return self.status == "pass"
 
+    expectations: list[dict] = field(default_factory=list)  # --system: what each run should reach, and why
+
+    @property
+    def outcome(self) -> str:
+        """pass | wrong (a sanity check failed: ran wrong) | slow (ran right, below a reference) | unreadable."""
+        if self.status != "fail":
+            return self.status
+        return "wrong" if any(f.kind == "sanity" for f in self.failures) else "slow"
+
     @property
     def exit_code(self) -> int:
-        return {"pass": 0, "fail": 1}.get(self.status, 2)
+        return {"pass": EXIT_PASS, "slow": EXIT_SLOW, "wrong": EXIT_WRONG}.get(self.outcome, EXIT_UNREADABLE)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["outcome"] = self.outcome
+        data["exit_code"] = self.exit_code
+        for f, out in zip(self.failures, data["failures"]):
+            out["kind"] = f.kind
+        return data

@@ -29,6 +29,15 @@ _GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled)")
 _VERSION = re.compile(r"NCCL version\s+(\S+)")
 _NRANKS = re.compile(r"\brank\s+\d+\s+nr?anks\s+(\d+)", re.IGNORECASE)
 _WARN = re.compile(r"NCCL (?:WARN|ERROR)\s+(.*)$")
+_ENV_ALGO = re.compile(r"NCCL_ALGO set by environment to\s+(\S+)")
+# NCCL_DEBUG_SUBSYS=TUNING, rank 0: "AllReduce: 8589934592 Bytes -> Algo Ring proto Simple channel{Lo..Hi}=..."
+_TUNING = re.compile(r"\b(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllToAll|SendRecv|Send|Recv):\s+"
+                     r"(\d+) Bytes -> Algo (\w+)")
+_FUNCS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
+          "Broadcast": "broadcast", "Reduce": "reduce", "AllToAll": "alltoall", "SendRecv": "sendrecv",
+          "Send": "sendrecv", "Recv": "sendrecv"}
+# Sizes from which a tuning line says which algorithm carried the bandwidth range.
+ALGO_FROM_SIZE = 64 << 20
 
 
 def classify(via: str) -> list[str]:
@@ -76,6 +85,18 @@ def canonical(name: str) -> Optional[str]:
     return None
 
 
+def algorithm_for(info: TransportInfo, collective: str) -> "tuple[Optional[str], str]":
+    """(algorithm, where it was read) for a collective's bandwidth range, or (None, "")."""
+    env = info.env_algorithm
+    if env and not env.startswith("^") and "," not in env and ":" not in env:
+        return env, f"NCCL_ALGO set by environment to {env}"
+    counts = {k.split(":", 1)[1]: n for k, n in info.algorithms.items() if k.split(":", 1)[0] == collective}
+    if counts:
+        algo = max(counts, key=lambda a: counts[a])
+        return algo, f"NCCL's tuning log chose {algo} for {collective} at sizes >= 64 MiB"
+    return None, ""
+
+
 class NcclLogParser:
     def __init__(self) -> None:
         self.info = TransportInfo()
@@ -112,6 +133,11 @@ class NcclLogParser:
             info.nccl_version = m.group(1)
         if (m := _NRANKS.search(log)):
             info.nranks = max(info.nranks or 0, int(m.group(1)))
+        if (m := _ENV_ALGO.search(log)):
+            info.env_algorithm = m.group(1).rstrip(".")
+        if (m := _TUNING.search(log)) and int(m.group(2)) >= ALGO_FROM_SIZE:
+            key = f"{_FUNCS[m.group(1)]}:{m.group(3)}"
+            info.algorithms[key] = info.algorithms.get(key, 0) + 1
         if (m := _WARN.search(log)) and len(info.warnings) < 20:
             info.warnings.append(m.group(1).strip())
 

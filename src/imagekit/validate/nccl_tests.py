@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from imagekit.validate.model import Measurement, NcclTestsRun, RankInfo, Row
+from imagekit.validate.model import IterStats, Measurement, NcclTestsRun, RankInfo, Row
 from imagekit.validate.text import Line
 
 _VERSION = re.compile(r"^#?\s*nccl-tests version\s+(\S+)")
@@ -30,6 +30,7 @@ _RANK = re.compile(
 _OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)")
 _AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S+)")
 _REDUCING = re.compile(r"Reducing maxBytes to (\d+)")
+_ERROR = re.compile(r"^#\s*error:\s*(.+)$")
 _PERF = re.compile(r"\b([a-z][a-z0-9_]*?)_perf(?:_mpi)?\b")
 
 _INT = re.compile(r"^-?\d+$")
@@ -77,10 +78,13 @@ class _Layout:
         self.root = columns.index("root") if "root" in columns else None
         self.redop = columns.index("redop") if "redop" in columns else None
         self.groups: list[tuple[int, Optional[int]]] = []  # (index of time, index of #wrong/error)
+        self.iters: list[Optional[int]] = []  # index of i_min (nccl-tests -I), per group
         for i, name in enumerate(columns):
             if name in ("time", "cputime"):
                 wrong = i + 3 if i + 3 < len(columns) and columns[i + 3] in ("#wrong", "error") else None
                 self.groups.append((i, wrong))
+                after = (wrong if wrong is not None else i + 2) + 1
+                self.iters.append(after if columns[after:after + 4] == ["i_min", "i_max", "i_p99", "i_cv%"] else None)
         self.legacy_error = "error" in columns
 
     @property
@@ -104,7 +108,7 @@ class _Layout:
                     return None
                 root = int(toks[self.root])
             halves = []
-            for t, w in self.groups[:2]:
+            for (t, w), it in zip(self.groups[:2], self.iters[:2]):
                 time_us, algbw, busbw = toks[t], toks[t + 1], toks[t + 2]
                 if not (_is_num(time_us) and _is_num(algbw) and _is_num(busbw)):
                     return None
@@ -120,7 +124,13 @@ class _Layout:
                         wrong = float(raw)
                     else:
                         return None
-                halves.append(Measurement(float(time_us), float(algbw), float(busbw), wrong, flagged))
+                stats = None
+                if it is not None:
+                    vals = toks[it:it + 4]
+                    if not all(_is_num(v) for v in vals):
+                        return None
+                    stats = IterStats(*(float(v) for v in vals))
+                halves.append(Measurement(float(time_us), float(algbw), float(busbw), wrong, flagged, stats))
         except IndexError:
             return None
         oop = halves[0] if halves else None
@@ -254,6 +264,9 @@ class NcclTestsParser:
             run = self.run or self._start("ranks", line.no)
             run.ranks.append(RankInfo(int(m.group(1)), int(m.group(2)) if m.group(2) else None, int(m.group(3)),
                                       m.group(4), int(m.group(5)), m.group(6), m.group(7).strip()))
+            return True
+        if (m := _ERROR.match(text)) and (self.run is not None or self.runs):
+            (self.run or self.runs[-1]).errors.append(m.group(1).strip())
             return True
         if (m := _REDUCING.search(text)) and self.run is not None:
             self.run.params["maxBytes"] = int(m.group(1))

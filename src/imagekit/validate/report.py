@@ -65,6 +65,8 @@ def to_json(result: Result, verdict: Verdict, small_size: int = summary.DEFAULT_
             fraction: float = summary.DEFAULT_SATURATION) -> str:
     data = {
         "status": verdict.status,
+        "outcome": verdict.outcome,
+        "exit_code": verdict.exit_code,
         "verdict": verdict.to_dict(),
         "summary": {
             "nccl_tests": [nccl_summary(r, small_size, fraction) for r in result.nccl_tests],
@@ -135,7 +137,19 @@ def to_text(result: Result, verdict: Verdict, small_size: int = summary.DEFAULT_
             out.append(f"  IB devices: {' '.join(t.ib_devices)}")
         for w in t.warnings[:3]:
             out.append(f"  NCCL WARN: {w}")
-    out.append(f"verdict: {verdict.status.upper()}")
+    for exp in verdict.expectations:
+        out.append(f"expected ({exp['run']}): {exp['expected_busbw']:g} GB/s busbw, {exp['bound']}-bound "
+                   f"({exp['algorithm']}); band {exp['band'][0]:g} .. {exp['band'][1]:g} GB/s")
+        for line in exp["ranges"]:
+            out.append(f"  size {line}")
+        for line in exp["assumptions"]:
+            out.append(f"  assumes {line}")
+        rising = [x for x in exp["sizes"] if x["size"] < exp["bandwidth_from"]][-3:]
+        if rising:
+            out.append("  rising: " + ", ".join(f"{format_size(x['size'])} {x['busbw']:g} GB/s ({x['share']:.0%})"
+                                                for x in rising))
+    why = {"wrong": " (ran wrong)", "slow": " (ran right but slow)"}.get(verdict.outcome, "")
+    out.append(f"verdict: {verdict.status.upper()}{why}")
     for f in verdict.failures:
         out.append(f"  FAIL {f.message}")
     for p in verdict.passed:

@@ -1,0 +1,284 @@
+"""System models: how a GPU system is built, from a shipped catalogue or a site's own YAML file.
+
+A model names what bounds collective bandwidth: GPUs per node, the intra-node
+fabric (NVLink through NVSwitch, with or without NVLink SHARP, or PCIe), and the
+NICs per node with their line rate. ``imagekit.validate.expect`` turns it into
+the bus bandwidth a run should reach. Systems are found by name on a search path
+like stacks: ``--systems-dir``, then ``$IMAGEKIT_SYSTEMS_PATH`` (os.pathsep-separated),
+then the shipped catalogue (``imagekit/data/systems``); or given as a path.
+
+Every error names the file, the line and the key (exit 2).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from imagekit.errors import StackError
+
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "systems"
+PATH_ENV = "IMAGEKIT_SYSTEMS_PATH"
+# Site directories given on the command line (--systems-dir), searched first.
+extra_dirs: list[Path] = []
+
+FABRICS = ("nvswitch", "nvlink", "pcie")
+# Line rate per InfiniBand generation (Gb/s, 4x port); RoCE and EFA name no rate, so they need rate_gbps.
+IB_RATES = {"EDR": 100, "HDR": 200, "NDR": 400, "XDR": 800}
+NIC_KINDS = (*IB_RATES, "RoCE", "EFA")
+# PCIe x16 bandwidth per direction that NCCL's topology model assigns (src/graph/topo.cc kvDictPciGen:
+# 120 / 240 / 480 x 100 Mbit/s per lane for 16 / 32 / 64 GT/s), in GB/s.
+PCIE_X16_GBS = {3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0}
+DEFAULT_TOLERANCE = 0.10  # nccl-tests' own -G check fails an average below 90 % of the reference
+DEFAULT_BANDWIDTH_FROM = 1 << 30  # nccl-tests #212: 256 MiB is too small to reach peak bandwidth
+
+
+@dataclass
+class System:
+    name: str
+    file: str
+    description: str = ""
+    gpus_per_node: int = 0
+    gpu_model: str = ""
+    fabric: str = "nvswitch"
+    nvlink_generation: Optional[int] = None
+    nvlink_links: Optional[int] = None
+    nvlink_link_busbw: Optional[float] = None  # GB/s per link
+    nvls: bool = False
+    nvls_busbw: Optional[float] = None  # GB/s, all_reduce with NVLink SHARP
+    pcie_generation: Optional[int] = None
+    nics_per_node: int = 0
+    nic_kind: Optional[str] = None
+    rate_gbps: Optional[float] = None
+    efficiency: float = 0.96
+    gpudirect_rdma: bool = False
+    tolerance: float = DEFAULT_TOLERANCE
+    bandwidth_from: int = DEFAULT_BANDWIDTH_FROM
+    sources: dict[str, str] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)  # dotted key -> line, for messages
+
+    @property
+    def nic_gbs(self) -> float:
+        """Bandwidth NCCL reaches per NIC, GB/s: line rate / 8 x efficiency."""
+        return (self.rate_gbps or 0.0) / 8.0 * self.efficiency
+
+    @property
+    def network_gbs(self) -> float:
+        """Per-node network bandwidth, GB/s."""
+        return self.nics_per_node * self.nic_gbs
+
+    @property
+    def intra_gbs(self) -> float:
+        """Per-GPU intra-node bandwidth without NVLS, GB/s (ring busbw bound)."""
+        if self.fabric == "pcie":
+            return PCIE_X16_GBS[self.pcie_generation or 4]
+        return (self.nvlink_links or 0) * (self.nvlink_link_busbw or 0.0)
+
+
+# -- locating ----------------------------------------------------------------------------------
+def search_path() -> list[Path]:
+    env = [Path(p) for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p]
+    return [*extra_dirs, *env, SHIPPED_DIR]
+
+
+def available() -> dict[str, Path]:
+    """Every system name on the search path; an earlier directory hides the same name further on."""
+    seen: dict[str, Path] = {}
+    for directory in search_path():
+        for path in sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml")):
+            seen.setdefault(path.stem, path)
+    return dict(sorted(seen.items()))
+
+
+def find(ref: str) -> Path:
+    path = Path(ref)
+    if path.suffix in (".yaml", ".yml") or os.sep in ref or path.is_file():
+        if not path.is_file():
+            raise StackError("system file not found", file=ref,
+                             hint=f"known systems: {', '.join(available()) or 'none'}")
+        return path
+    known = available()
+    if ref in known:
+        return known[ref]
+    close = difflib.get_close_matches(ref, list(known), n=1, cutoff=0.5)
+    raise StackError(f"unknown system {ref!r}", key="--system",
+                     hint=(f"did you mean {close[0]!r}? " if close else "")
+                     + f"known systems: {', '.join(known)} (or give a path to a .yaml file; "
+                       f"site directories: --systems-dir DIR or ${PATH_ENV})")
+
+
+def load(ref: "str | Path") -> System:
+    """A system by name (search path) or path; StackError (exit 2) naming file, line and key."""
+    from imagekit import yamlpos
+
+    path = find(str(ref))
+    data = yamlpos.load(path)
+    return from_dict(data, str(path), default_name=path.stem)
+
+
+# -- checking ------------------------------------------------------------------------------------
+_TOP = {"name", "description", "gpus", "intra_node", "network", "tolerance", "bandwidth_from", "sources"}
+_GPUS = {"per_node", "model"}
+_INTRA = {"fabric", "nvlink_generation", "nvlink_links", "nvlink_link_busbw", "nvls", "nvls_busbw",
+          "pcie_generation"}
+_NETWORK = {"nics_per_node", "kind", "rate_gbps", "efficiency", "gpudirect_rdma"}
+
+
+class _Reader:
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.lines: dict[str, int] = {}
+
+    def error(self, data: Any, key: Optional[str], context: str, message: str, hint: Optional[str] = None) -> StackError:
+        line = None
+        if key is not None and hasattr(data, "pos"):
+            line = data.pos(key)[1]
+        elif hasattr(data, "line"):
+            line = data.line
+        dotted = ".".join(p for p in (context, key) if p)
+        return StackError(message, file=self.file, line=line, key=dotted or None, hint=hint)
+
+    def mapping(self, data: Any, key: str, parent: Any, allowed: set, required: bool = True) -> dict:
+        value = data.get(key) if isinstance(data, dict) else None
+        if value is None:
+            if required:
+                raise self.error(parent, None, "", f"missing required key {key!r}",
+                                 hint=f"add `{key}:` with {', '.join(sorted(allowed))}")
+            return {}
+        if not isinstance(value, dict):
+            raise self.error(data, key, "", "expected a mapping")
+        from imagekit import schema
+
+        for k in value:
+            if k not in allowed:
+                raise schema.unknown_key(value, str(k), sorted(allowed), key)
+        return value
+
+    def get(self, data: dict, key: str, context: str, kind: type, *, required: bool = False,
+            default: Any = None, low: Optional[float] = None, high: Optional[float] = None,
+            choices: Optional[tuple] = None) -> Any:
+        if key not in data or data[key] is None:
+            if required:
+                raise self.error(data, None, context, f"missing required key {key!r}",
+                                 hint=f"add `{key}:` under `{context}:`" if context else f"add `{key}:`")
+            return default
+        value = data[key]
+        if hasattr(data, "pos"):
+            self.lines[f"{context}.{key}" if context else key] = data.pos(key)[1] or 0
+        ok = isinstance(value, kind) and not isinstance(value, bool) if kind in (int, float) else isinstance(value, kind)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if not ok:
+            names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+            raise self.error(data, key, context, f"expected {names[kind]}, got {value!r}")
+        if choices is not None and value not in choices:
+            close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+            raise self.error(data, key, context, f"invalid value {value!r}",
+                             hint=(f"did you mean {close[0]!r}? " if close else "") + f"valid: {', '.join(choices)}")
+        if low is not None and value < low or high is not None and value > high:
+            span = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
+            raise self.error(data, key, context, f"{value!r} is out of range", hint=f"give a value {span}")
+        return value
+
+
+def from_dict(data: Any, file: str = "<system>", default_name: str = "") -> System:
+    """Check a parsed model (a yamlpos PosDict keeps line numbers) and return the System."""
+    r = _Reader(file)
+    if not isinstance(data, dict):
+        raise StackError("a system model is a mapping (gpus, intra_node, network)", file=file)
+    from imagekit import schema
+
+    for k in data:
+        if k not in _TOP:
+            raise schema.unknown_key(data, str(k), sorted(_TOP), "")
+    gpus = r.mapping(data, "gpus", data, _GPUS)
+    intra = r.mapping(data, "intra_node", data, _INTRA)
+    net = r.mapping(data, "network", data, _NETWORK, required=False)
+    s = System(name=r.get(data, "name", "", str, default=default_name) or default_name, file=file,
+               description=r.get(data, "description", "", str, default=""))
+    s.gpus_per_node = r.get(gpus, "per_node", "gpus", int, required=True, low=1, high=1024)
+    s.gpu_model = r.get(gpus, "model", "gpus", str, required=True)
+    s.fabric = r.get(intra, "fabric", "intra_node", str, required=True, choices=FABRICS)
+    s.nvlink_generation = r.get(intra, "nvlink_generation", "intra_node", int, low=1, high=10)
+    s.nvlink_links = r.get(intra, "nvlink_links", "intra_node", int, low=1, high=64)
+    s.nvlink_link_busbw = r.get(intra, "nvlink_link_busbw", "intra_node", float, low=0.1, high=1000)
+    s.nvls = r.get(intra, "nvls", "intra_node", bool, default=False)
+    s.nvls_busbw = r.get(intra, "nvls_busbw", "intra_node", float, low=1, high=100000)
+    s.pcie_generation = r.get(intra, "pcie_generation", "intra_node", int, low=3, high=6)
+    if net:
+        s.nics_per_node = r.get(net, "nics_per_node", "network", int, required=True, low=0, high=128)
+        s.nic_kind = r.get(net, "kind", "network", str, required=s.nics_per_node > 0, choices=NIC_KINDS)
+        s.rate_gbps = r.get(net, "rate_gbps", "network", float, low=1, high=100000)
+        s.efficiency = r.get(net, "efficiency", "network", float, default=0.96, low=0.01, high=1.0)
+        s.gpudirect_rdma = r.get(net, "gpudirect_rdma", "network", bool, default=False)
+    s.tolerance = r.get(data, "tolerance", "", float, default=DEFAULT_TOLERANCE, low=0.01, high=0.5)
+    if data.get("bandwidth_from") is not None:
+        from imagekit.validate.units import parse_size
+
+        try:
+            s.bandwidth_from = parse_size(data["bandwidth_from"])
+        except ValueError as exc:
+            raise r.error(data, "bandwidth_from", "", str(exc)) from None
+    sources = data.get("sources") or {}
+    if not isinstance(sources, dict):
+        raise r.error(data, "sources", "", "expected a mapping of source key -> citation")
+    s.sources = {str(k): str(v) for k, v in sources.items()}
+    s.lines = r.lines
+    _contradictions(s, r, gpus, intra, net)
+    return s
+
+
+def _contradictions(s: System, r: _Reader, gpus: dict, intra: dict, net: dict) -> None:
+    """Fields that are each valid but cannot all be true of one system."""
+    nvlink_keys = [k for k in ("nvlink_generation", "nvlink_links", "nvlink_link_busbw") if intra.get(k) is not None]
+    if s.fabric == "pcie":
+        if s.nvls:
+            raise r.error(intra, "nvls", "intra_node", f"NVLS on a PCIe system: NVLink SHARP needs an NVSwitch "
+                          f"(intra_node.fabric is pcie, with {s.gpus_per_node} GPUs per node)",
+                          hint="set fabric: nvswitch, or nvls: false")
+        if nvlink_keys:
+            raise r.error(intra, nvlink_keys[0], "intra_node", "NVLink figures on a PCIe system (fabric: pcie)",
+                          hint="drop the nvlink_* keys, or set fabric: nvswitch / nvlink")
+        if s.pcie_generation is None:
+            raise r.error(intra, None, "intra_node", "missing required key 'pcie_generation' (fabric: pcie)",
+                          hint="add `pcie_generation: 4` (3, 4, 5 or 6)")
+    else:
+        for key in ("nvlink_links", "nvlink_link_busbw"):
+            if intra.get(key) is None:
+                raise r.error(intra, None, "intra_node", f"missing required key {key!r} (fabric: {s.fabric})",
+                              hint="nvlink_links: NVLinks per GPU; nvlink_link_busbw: GB/s NCCL reaches per link")
+        if s.pcie_generation is not None:
+            raise r.error(intra, "pcie_generation", "intra_node", f"pcie_generation with fabric: {s.fabric}",
+                          hint="GPUs talk over NVLink here; drop pcie_generation or set fabric: pcie")
+    if s.nvls and s.fabric != "nvswitch":
+        raise r.error(intra, "nvls", "intra_node", f"NVLS without an NVSwitch (fabric: {s.fabric})",
+                      hint="NVLink SHARP is done in the NVSwitch: set fabric: nvswitch, or nvls: false")
+    if s.nvls and s.nvls_busbw is None:
+        raise r.error(intra, "nvls", "intra_node", "nvls: true needs nvls_busbw (the all_reduce busbw NVLS reaches)",
+                      hint="add nvls_busbw: GB/s, with its source")
+    if not s.nvls and s.nvls_busbw is not None:
+        raise r.error(intra, "nvls_busbw", "intra_node", "nvls_busbw given but nvls is false",
+                      hint="set nvls: true, or drop nvls_busbw")
+    if s.fabric == "nvlink" and s.gpus_per_node > 2:
+        raise r.error(gpus, "per_node", "gpus", f"{s.gpus_per_node} GPUs on direct NVLink (fabric: nvlink) are not "
+                      "all connected to each other at full bandwidth; the model covers NVLink bridges of 2 GPUs",
+                      hint="use fabric: nvswitch for NVSwitch systems, or a baseline file")
+    if net:
+        if s.nics_per_node > 0:
+            kind = s.nic_kind or ""
+            if kind in IB_RATES:
+                if s.rate_gbps is None:
+                    s.rate_gbps = float(IB_RATES[kind])
+                elif s.rate_gbps != IB_RATES[kind]:
+                    raise r.error(net, "rate_gbps", "network", f"{kind} InfiniBand runs at {IB_RATES[kind]} Gb/s, "
+                                  f"not {s.rate_gbps:g}", hint=f"set rate_gbps: {IB_RATES[kind]}, or the kind that "
+                                  f"matches ({', '.join(f'{k} {v}' for k, v in IB_RATES.items())})")
+            elif s.rate_gbps is None:
+                raise r.error(net, None, "network", f"missing required key 'rate_gbps' (kind {kind} has no fixed rate)",
+                              hint="add rate_gbps: the NIC's line rate in Gb/s, e.g. 400")
+        elif s.gpudirect_rdma:
+            raise r.error(net, "gpudirect_rdma", "network", "GPUDirect RDMA with no NICs (nics_per_node: 0)",
+                          hint="set nics_per_node, or gpudirect_rdma: false")
