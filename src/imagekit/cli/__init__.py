@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "report": "imagekit.cli.build_cmds:report",
     "export": "imagekit.cli.export_cmds:export",
     "push": "imagekit.cli.export_cmds:push",
+    "store": "imagekit.cli.store_cmds:store",
     "launch": "imagekit.cli.launch_cmds:launch",
     "preflight": "imagekit.cli.launch_cmds:preflight",
     "validate": "imagekit.cli.validate_cmds:validate",
