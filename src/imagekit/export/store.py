@@ -87,6 +87,7 @@ HOLD_MAX_AGE = 7 * 86400.0  # a named hold (not an owner token) lapses after thi
 META = "entry.json"
 _ID_RE = re.compile(r"(?:sha256:)?([0-9a-f]{64})")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+_HOLD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+@-]*")
 _ENOSPC_TEXT = os.strerror(errno.ENOSPC)
 
 
@@ -216,6 +217,17 @@ def _no_space(exc: BaseException) -> bool:
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
     return isinstance(exc, ImagekitError) and (_ENOSPC_TEXT in str(exc) or "ENOSPC" in str(exc))
+
+
+def _need_space(directory: Path, size: int, what: str) -> None:
+    """Refuse before writing a file of known ``size`` that would not fit (no estimate, no margin
+    beyond a little metadata)."""
+    from imagekit.export.output import free_bytes, human
+
+    have = free_bytes(directory)
+    if have < size + (1 << 20):
+        raise NoSpaceError(f"not enough free space in {directory} for {what}: need {human(size)}, "
+                           f"{human(have)} free", "free some space, or write elsewhere")
 
 
 def _newest_mtime(path: Path) -> float:
@@ -354,9 +366,7 @@ class Store:
             size = source.stat().st_size
         except OSError as exc:
             raise UsageError(f"cannot read {source}: {exc.strerror}") from None
-        from imagekit.export.output import check_free_space
-
-        check_free_space(self.root / "tmp", size, f"{source.name} in the store")
+        _need_space(self.root / "tmp", size, f"{source.name} in the store")
 
         def copy(dest: Path) -> _Made:
             h = hashlib.sha256()
@@ -533,8 +543,8 @@ class Store:
         """
         data = entry.path if isinstance(entry, Entry) else Path(entry)
         name = name or owners.me()
-        if not _NAME_RE.fullmatch(name):
-            raise UsageError(f"bad hold name {name!r}", "letters, digits, '.', '_', '+', '-'")
+        if not _HOLD_RE.fullmatch(name):
+            raise UsageError(f"bad hold name {name!r}", "letters, digits, '.', '_', '+', '@', '-'")
         holds = data.parent / "holds"
         try:
             holds.mkdir(exist_ok=True)
@@ -661,8 +671,6 @@ def link_or_copy(entry: Entry, target: Path, *, force: bool = False) -> str:
     Returns "link", "copy" or "same" (already that file). Atomic like every output:
     a temporary name beside ``target``, renamed over it.
     """
-    from imagekit.export.output import check_free_space
-
     target = Path(target)
     if target.exists():
         with contextlib.suppress(OSError):
@@ -682,7 +690,7 @@ def link_or_copy(entry: Entry, target: Path, *, force: bool = False) -> str:
             if _no_space(exc):
                 raise NoSpaceError(f"no space left in {target.parent} for {target.name}") from None
             raise
-    check_free_space(target.parent, entry.bytes, f"a copy of {entry.path.name}")
+    _need_space(target.parent, entry.bytes, f"a copy of {entry.path}")
     from imagekit import atomic
 
     try:
