@@ -172,7 +172,7 @@ def test_kill9_of_a_converter_leaves_no_entry_and_the_next_run_sweeps(tmp_path):
 
 def test_a_live_foreign_lock_is_waited_for_then_broken_when_its_heartbeat_stops(tmp_path):
     st = Store.open(tmp_path)
-    st.lock_stale, st.poll = 1.0, 0.05
+    st.lock_stale, st.poll, st.poll_max = 3.0, 0.05, 0.1
     key = st.key(IMAGE, "enroot", "enroot")
     lock = tmp_path / "locks" / f"{key.slug}.lock"
     lock.write_text(foreign_token() + "\n")
@@ -182,7 +182,7 @@ def test_a_live_foreign_lock_is_waited_for_then_broken_when_its_heartbeat_stops(
     waiter.start()
     wait_for(lambda: messages, "the waiting notice")
     assert "some-other-node+4242+99" in messages[0]
-    for _ in range(30):                      # the other node's heartbeat keeps the lock live
+    for _ in range(20):                      # the other node's heartbeat keeps the lock live
         os.utime(lock)
         assert calls == [] and waiter.is_alive()
         time.sleep(0.1)
@@ -192,7 +192,7 @@ def test_a_live_foreign_lock_is_waited_for_then_broken_when_its_heartbeat_stops(
 
 def test_an_entry_published_by_another_node_ends_the_wait(tmp_path):
     st = Store.open(tmp_path / "s")
-    st.poll = 0.05
+    st.poll = st.poll_max = 0.05
     key = st.key(IMAGE, "enroot", "enroot")
     (tmp_path / "s/locks" / f"{key.slug}.lock").write_text(foreign_token() + "\n")
     got, messages = [], []

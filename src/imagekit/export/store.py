@@ -38,7 +38,7 @@ Others wait for the entry to appear. The converter touches the lock every
 ``HEARTBEAT`` seconds. A lock is broken when its owner is certainly dead (same
 host, :func:`owners.alive`), or, for another host's lock, when it has not been
 touched for ``lock_stale`` seconds (ages are measured against the file system's
-clock, read by touching a file, not against this node's). If the lock is ever
+clock where it has one, read by touching a file: NFS sets the server's time). If the lock is ever
 wrong (a paused owner, a clock jump, two breakers racing), the only cost is a
 second conversion: the atomic publication above still lets exactly one complete
 file become the entry. The lock deduplicates work; it does not guard data.
@@ -66,7 +66,6 @@ import os
 import re
 import shutil
 import socket
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -249,7 +248,8 @@ class Store:
         self.lock_stale = LOCK_STALE
         self.tmp_stale = TMP_STALE
         self.hold_max_age = HOLD_MAX_AGE
-        self.poll = 0.2          # seconds between checks while another process converts
+        self.poll = 0.2          # seconds between checks while another process converts,
+        self.poll_max = 2.0      # growing to this
 
     @classmethod
     def open(cls, root: str | Path | None = None) -> "Store":
@@ -334,6 +334,7 @@ class Store:
         self.sweep()
         lock = self.root / "locks" / f"{key.slug}.lock"
         told = None
+        delay = self.poll
         while True:
             entry = self.lookup(key)
             if entry is not None:
@@ -353,7 +354,8 @@ class Store:
             if progress is not None and holder and holder != told:
                 told = holder
                 progress(f"waiting for {holder} to finish converting {key.image_id[:19]} ({key.format})")
-            time.sleep(self.poll)
+            time.sleep(delay)
+            delay = min(delay * 1.5, self.poll_max)   # many waiting nodes: fewer stats on NFS
 
     def add_file(self, key: StoreKey, path: Path, sha256: str | None = None) -> Entry:
         """Publish a file obtained elsewhere (a pulled artifact) as ``key``'s entry, copying it.
@@ -381,7 +383,9 @@ class Store:
 
     def _create(self, key: StoreKey, make: Callable[[Path], Any], lock: Path,
                 expect: str | None) -> tuple[Entry, bool]:
-        tmp = Path(tempfile.mkdtemp(prefix=f"{key.slug}@{owners.me()}@", dir=self.root / "tmp"))
+        # mkdir, not mkdtemp (0700): the umask decides, so a group-shared store stays readable
+        tmp = self.root / "tmp" / f"{key.slug}@{owners.me()}@{os.urandom(6).hex()}"
+        tmp.mkdir(0o777)
         data = tmp / f"image{SUFFIX[key.format]}"
         try:
             with self._heartbeat(lock, tmp):
@@ -478,13 +482,16 @@ class Store:
             aside.unlink(missing_ok=True)
 
     @contextlib.contextmanager
-    def _heartbeat(self, *paths: Path) -> Iterator[None]:
-        """Touch ``paths`` every HEARTBEAT s while converting: other hosts see we are alive."""
+    def _heartbeat(self, lock: Path, tmp: Path) -> Iterator[None]:
+        """Touch our lock and temp dir every HEARTBEAT s while converting: other hosts see we live."""
+        paths = (lock, tmp)
         stop = threading.Event()
 
         def beat() -> None:
             while not stop.wait(HEARTBEAT):
                 for p in paths:
+                    if p.suffix == ".lock" and self._lock_owner(p) != owners.me():
+                        continue   # broken and taken by another: never keep their lock alive
                     with contextlib.suppress(OSError):
                         os.utime(p)
 
@@ -551,6 +558,9 @@ class Store:
             (holds / name).touch()
         except FileNotFoundError:
             raise EntryGone(f"store entry {data.parent} was evicted", "look it up again") from None
+        except PermissionError:
+            raise ImagekitError(f"cannot hold {data.parent}: permission denied",
+                                "a shared store needs group-writable directories (umask 002, setgid)") from None
         # A gc that moved the entry aside before our hold landed has put it back by now, or
         # removed it; either way the file is where we return it, or the caller must look again.
         if not data.is_file():
