@@ -34,6 +34,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     pytest.skip(f"no Docker engine: {problem}")
 
 
+@pytest.fixture(autouse=True)
+def _own_export_store(tmp_path_factory, monkeypatch):
+    """Each test gets an empty export store of its own (never the user's cache, never another
+    test's entries), also for the imagekit processes it starts."""
+    monkeypatch.setenv("IMAGEKIT_STORE", str(tmp_path_factory.mktemp("store")))
+
+
 @pytest.fixture(scope="session")
 def base_image() -> str:
     """The locally bootstrapped Debian base (``imagekit base debian:bookworm``)."""

@@ -54,14 +54,15 @@ def _sweep_by_a_new_run() -> None:
 
 
 def test_a_killed_export_leaves_nothing_after_the_next_export(mpi_image, tmp_path):
+    """The part file beside a direct output (--no-store); tests/export/test_store.py kills store exports."""
     out = tmp_path / "mpi.sqsh"
-    proc = _start("export", mpi_image, "--to", "enroot", "-o", str(out))
+    proc = _start("export", mpi_image, "--to", "enroot", "--no-store", "-o", str(out))
     part = lambda: [p for p in tmp_path.glob(".mpi.sqsh.*.part") if p.stat().st_size > 0]  # noqa: E731
     _wait_for(lambda: part() and _owned_by(proc.pid), "the export's container and growing .part")
     _kill9(proc)
     assert part(), "the kill left a partial file (the state this test is about)"
     done = subprocess.run([sys.executable, "-m", "imagekit", "export", mpi_image, "--to", "enroot",
-                           "-o", str(out)], capture_output=True, text=True)
+                           "--no-store", "-o", str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert out.is_file() and not list(tmp_path.glob(".*.part"))
     assert _owned_by(proc.pid) == []

@@ -4,6 +4,8 @@ Through here:
 
 - ``client()``: the Engine API connection (``docker`` package). The first one in a
   process sweeps what killed imagekit processes left (``owners.sweep_engine``).
+- ``image_id(ref)``: only the image's ID, over the engine's unix socket without loading
+  the ``docker`` package (the export store's hit path must stay fast).
 - ``inspect(ref)``: an image's id, labels, size, config and history, with the one
   "image not found" error (``ImageMissing``). ``image_exists``, ``image_labels`` and
   ``tag`` use the same calls. report, check, export, build and inside-out look
@@ -117,6 +119,40 @@ def inspect(ref: str) -> Image:
     config = attrs.get("Config") or {}
     return Image(ref=ref, id=attrs["Id"], labels=dict(config.get("Labels") or {}),
                  size=int(attrs.get("Size") or 0), config=config, attrs=attrs)
+
+
+def image_id(ref: str) -> str:
+    """The image's ID (``sha256:…``, its config digest); ImageMissing when absent.
+
+    Asks the engine's unix socket directly with the standard library (a few ms), because
+    importing the ``docker`` package alone costs more than an export store hit may take;
+    any other engine address (tcp, ssh, TLS) goes through :func:`inspect`.
+    """
+    import json
+    import socket
+    from urllib.parse import quote
+
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if host.startswith("unix://") and not os.environ.get("DOCKER_TLS_VERIFY"):
+        # HTTP/1.0: the engine answers with the whole body and closes (no chunking to decode).
+        request = f"GET /images/{quote(ref, safe='/:@')}/json HTTP/1.0\r\nHost: docker\r\n\r\n"
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(30)
+                sock.connect(host[len("unix://"):])
+                sock.sendall(request.encode())
+                chunks = []
+                while chunk := sock.recv(1 << 16):
+                    chunks.append(chunk)
+            head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+            status = int(head.split(b" ", 2)[1])
+        except (OSError, ValueError, IndexError):
+            status = 0   # no socket there, or not HTTP: the docker package gives the one clear error
+        if status == 404:
+            raise ImageMissing(ref)
+        if status == 200:
+            return json.loads(body)["Id"]
+    return inspect(ref).id
 
 
 def image_exists(ref: str) -> bool:

@@ -94,3 +94,27 @@ def make_image(base_image: str, docker_bin: str, tmp_path_factory):
         return tag
 
     return make
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """``small_fs(size)``: a fresh tmpfs of ``size`` (e.g. "16m") mounted under tmp_path, a real
+    small file system to fill up or to link across. Needs root (CI runs as root): fails in CI
+    when it cannot mount, skips elsewhere."""
+    mounted = []
+
+    def mount(size: str = "16m"):
+        point = tmp_path / f"small-fs-{len(mounted)}"
+        point.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(point)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            if os.environ.get("CI"):
+                pytest.fail(f"CI needs to mount a small tmpfs and cannot: {proc.stderr.strip()}", pytrace=False)
+            pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in reversed(mounted):
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)

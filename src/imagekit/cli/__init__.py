@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "export": "imagekit.cli.export_cmds:export",
     "push": "imagekit.cli.export_cmds:push",
     "pull": "imagekit.cli.pull_cmds:pull",
+    "store": "imagekit.cli.store_cmds:store",
     "launch": "imagekit.cli.launch_cmds:launch",
     "preflight": "imagekit.cli.launch_cmds:preflight",
     "validate": "imagekit.cli.validate_cmds:validate",

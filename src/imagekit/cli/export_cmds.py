@@ -43,14 +43,23 @@ def _progress_printer():
               help="SIF only: write natively, or run apptainer/singularity from PATH.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.option("--no-space-check", is_flag=True, help="Skip the free-space check.")
+@click.option("--store", "store_dir", metavar="DIR", envvar="IMAGEKIT_STORE",
+              help="Export store (default: $IMAGEKIT_STORE, else ~/.cache/imagekit/store).")
+@click.option("--no-store", is_flag=True, help="Convert straight to the output, bypassing the store.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-def export(image, to, output, preset, squash_opts, tool, via, force, no_space_check, as_json, quiet):
+def export(image, to, output, preset, squash_opts, tool, via, force, no_space_check, store_dir, no_store,
+           as_json, quiet):
     """Export a local image as an Enroot squashfs or a SIF file, streaming.
 
     The engine's flattened export is streamed into sqfstar/tar2sqfs: no
     unpacked copy of the root filesystem is written. The file appears only
     when complete; SOURCE_DATE_EPOCH makes the output reproducible.
+
+    The file is kept in the export store, keyed by image ID, format, preset
+    and options, and the output is a hard link to it (a copy on another file
+    system): exporting an unchanged image again is a lookup, and concurrent
+    exports of one image convert it once.
 
     \b
     Examples:
@@ -58,17 +67,23 @@ def export(image, to, output, preset, squash_opts, tool, via, force, no_space_ch
       srun --container-image=./mpi.sqsh --mpi=pmix ./app
       imagekit export imagekit/debian-mpi:latest --to enroot --preset shared-fs -o /lustre/img/mpi.sqsh
       imagekit export imagekit/debian-mpi:latest --to sif -o mpi.sif --json
+      imagekit export imagekit/debian-mpi:latest --to enroot --store /lustre/imagekit-store -o mpi.sqsh
+      imagekit export imagekit/debian-mpi:latest --to enroot --no-store -o mpi.sqsh
     """
     from imagekit.export import export_image
 
+    notice = None if quiet else (lambda message: click.echo(message, err=True))
     result = export_image(image, to, output, preset=preset, squash_opts=squash_opts, tool=tool,
                           via=via, force=force, check_space=not no_space_check,
-                          progress=None if quiet else _progress_printer())
+                          progress=None if quiet else _progress_printer(),
+                          store=store_dir or None, use_store=not no_store, notice=notice)
     if as_json:
         click.echo(result.to_json())
     else:
+        source = (f", store hit ({result.output_is})" if result.store_hit
+                  else f", stored ({result.output_is})" if result.store_entry else "")
         click.echo(f"{result.path}  {result.bytes} bytes  sha256:{result.sha256}  "
-                   f"{result.seconds:.1f}s ({result.tool}, {result.compression})")
+                   f"{result.seconds:.1f}s ({result.tool}, {result.compression}{source})")
 
 
 @click.command()

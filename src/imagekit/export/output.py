@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from imagekit import atomic
-from imagekit.errors import ImagekitError, UsageError
+from imagekit.errors import NoSpaceError, UsageError
 
 # Room for squashfs metadata, the SIF header/descriptor table and filesystem slack.
 SPACE_MARGIN = 64 * 1024 * 1024
@@ -40,6 +40,9 @@ class ExportResult:
     seconds: float
     tool: str = ""
     compression: str = ""
+    store_hit: bool = False       # the file came from the export store with no conversion
+    store_entry: str = ""         # the store's file ("" with --no-store)
+    output_is: str = ""           # link | copy | same (already that file), or "" with --no-store
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -63,11 +66,11 @@ def check_free_space(directory: Path, needed: int, what: str) -> None:
     have = free_bytes(directory)
     want = needed + SPACE_MARGIN
     if have < want:
-        raise ImagekitError(
+        raise NoSpaceError(
             f"not enough free space in {directory} for {what}: need about {human(want)}, "
             f"{human(have)} free",
-            "free some space, write elsewhere with -o DIR/NAME, or pass --no-space-check "
-            "if you know the output compresses well")
+            "free some space (imagekit store gc --max-size SIZE), write elsewhere (-o DIR/NAME, "
+            "--store DIR), or pass --no-space-check if you know the output compresses well")
 
 
 def prepare_target(output: Path, force: bool) -> Path:
