@@ -17,7 +17,7 @@ import pytest
 from imagekit.errors import UsageError
 from imagekit.export import squash
 from imagekit.export.squash import MIB, Preset
-from export_helpers import unsquash
+from export_helpers import assert_superblock, superblock, unsquash
 
 FILES = {
     "big/text": b"".join(b"line %d of a compressible file\n" % i for i in range(120_000)),  # ~3.7 MB
@@ -49,31 +49,6 @@ def build(p: Preset | str, out: Path, tool: str = "auto", epoch: int | None = No
     subprocess.run(squash.tool_command(name, path, spec, out), input=TAR, check=True,
                    capture_output=True)
     return name
-
-
-def superblock(path: Path) -> str:
-    return subprocess.run(["unsquashfs", "-s", str(path)], capture_output=True, text=True,
-                          check=True).stdout
-
-
-def assert_superblock(info: str, p: Preset) -> None:
-    assert f"Block size {p.block}\n" in info
-    if p.compressor == "none":
-        assert "Data is uncompressed" in info and "Fragments are uncompressed" in info
-        assert "Inodes are uncompressed" in info
-        return
-    assert f"Compression {p.compressor}\n" in info
-    if p.level is not None:
-        assert f"compression-level {p.level}\n" in info
-    else:
-        assert "compression-level" not in info          # the tool's default level
-    if p.algorithm is not None:
-        assert f"algorithm {p.algorithm}\n" in info
-    assert ("High Compression" in info) == p.hc
-    assert ("Data is uncompressed" if p.raw_data else "Data is compressed") in info
-    assert "Fragments are compressed" in info and "Inodes are compressed" in info
-    assert ("Always-use-fragments option is specified" in info) == p.tailends
-    assert ("Filesystem is exportable via NFS" in info) == p.exportable
 
 
 def assert_contents(sqsh: Path, tmp_path: Path, all_root: bool = True) -> None:
