@@ -2,8 +2,10 @@
 
 The engine flattens the image (a throwaway container + ``docker export``), the tar
 filter in :mod:`imagekit.export.tarstream` edits the stream on the way, and
-``sqfstar`` (squashfs-tools >= 4.5) or ``tar2sqfs`` (squashfs-tools-ng) builds
-the image from stdin. Nothing of the root filesystem ever lands on disk.
+``sqfstar`` or ``mksquashfs -tar`` (squashfs-tools >= 4.5) or ``tar2sqfs``
+(squashfs-tools-ng) builds the image from stdin. Nothing of the root filesystem
+ever lands on disk. :data:`PRESETS` are the compression choices, picked from
+the measurements of bench/compression.py (README "Exporting").
 """
 
 from __future__ import annotations
