@@ -37,3 +37,29 @@ def tree_listing(root: Path) -> dict[str, os.stat_result]:
             full = Path(dirpath, name)
             out[str(full.relative_to(root))] = full.lstat()
     return out
+
+
+def superblock(path: Path) -> str:
+    return subprocess.run(["unsquashfs", "-s", str(path)], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def assert_superblock(info: str, p) -> None:
+    """``unsquashfs -s`` output ``info`` shows what :class:`imagekit.export.squash.Preset` ``p`` asks."""
+    assert f"Block size {p.block}\n" in info
+    if p.compressor == "none":
+        assert "Data is uncompressed" in info and "Fragments are uncompressed" in info
+        assert "Inodes are uncompressed" in info
+        return
+    assert f"Compression {p.compressor}\n" in info
+    if p.level is not None:
+        assert f"compression-level {p.level}\n" in info
+    else:
+        assert "compression-level" not in info          # the tool's default level
+    if p.algorithm is not None:
+        assert f"algorithm {p.algorithm}\n" in info
+    assert ("High Compression" in info) == p.hc
+    assert ("Data is uncompressed" if p.raw_data else "Data is compressed") in info
+    assert "Fragments are compressed" in info and "Inodes are compressed" in info
+    assert ("Always-use-fragments option is specified" in info) == p.tailends
+    assert ("Filesystem is exportable via NFS" in info) == p.exportable

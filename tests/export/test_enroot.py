@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.export import enroot, export_image
-from export_helpers import engine_tree, tree_listing, unsquash
+from imagekit.export import enroot, export_image, squash
+from export_helpers import assert_superblock, engine_tree, superblock, tree_listing, unsquash
 
 # ---------------------------------------------------------------- unit: config files
 
@@ -68,7 +68,7 @@ def _expected_mode(info: tarfile.TarInfo) -> int:
 @pytest.fixture(scope="module")
 def odd_sqsh(odd_image, tmp_path_factory):
     out = tmp_path_factory.mktemp("enroot") / "odd.sqsh"
-    result = export_image(odd_image, "enroot", out)
+    result = export_image(odd_image, "enroot", out, preset=squash.DEFAULT_PRESET)
     return out, result
 
 
@@ -156,13 +156,29 @@ def test_rc_runs_entrypoint_cmd_and_args(odd_tree):
 
 
 @pytest.mark.engine
-def test_squashfs_superblock_matches_enroot_default(odd_sqsh):
-    info = subprocess.run(["unsquashfs", "-s", str(odd_sqsh[0])], capture_output=True, text=True,
-                          check=True).stdout
-    assert "Compression lzo" in info
-    assert "Data is uncompressed" in info and "Xattrs are not stored" in info
+def test_default_preset_superblock(odd_sqsh):
+    info = superblock(odd_sqsh[0])
+    assert_superblock(info, squash.PRESETS[squash.DEFAULT_PRESET])
+    assert "Xattrs are not stored" in info
     assert odd_sqsh[1].sha256 == hashlib.sha256(odd_sqsh[0].read_bytes()).hexdigest()
-    assert odd_sqsh[1].bytes == odd_sqsh[0].stat().st_size and odd_sqsh[1].tool == "sqfstar"
+    assert odd_sqsh[1].bytes == odd_sqsh[0].stat().st_size
+    assert odd_sqsh[1].compression == squash.DEFAULT_PRESET
+
+
+@pytest.mark.engine
+def test_enroot_preset_is_enroots_own_options(odd_image, odd_tree, tmp_path):
+    """-comp lzo -noD as Enroot's mksquashfs on a directory: raw data, no tail-end packing,
+    an NFS export table; the same tree as the default preset."""
+    res = export_image(odd_image, "enroot", tmp_path / "e.sqsh", preset="enroot")
+    info = superblock(Path(res.path))
+    assert "Compression lzo\n" in info and "Data is uncompressed" in info
+    assert "Always-use-fragments option is not specified" in info
+    assert "Filesystem is exportable via NFS" in info and "Xattrs are not stored" in info
+    assert res.tool == "sqfstar" and res.compression == "enroot"
+    tree = unsquash(Path(res.path), tmp_path / "tree")
+    got, want = tree_listing(tree), tree_listing(odd_tree)
+    assert {n: (s.st_mode, s.st_size) for n, s in got.items() if not n.startswith("dev/")} == \
+        {n: (s.st_mode, s.st_size) for n, s in want.items() if not n.startswith("dev/")}
 
 
 @pytest.mark.engine

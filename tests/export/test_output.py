@@ -53,7 +53,7 @@ def test_free_space_refusal_before_any_write(odd_image, tmp_path, monkeypatch):
 
 @pytest.mark.engine
 def test_failing_squashfs_tool_leaves_nothing(odd_image, tmp_path):
-    with pytest.raises(ImagekitError, match="sqfstar"):
+    with pytest.raises(ImagekitError, match="sqfstar|mksquashfs"):
         export_image(odd_image, "enroot", tmp_path / "x.sqsh", squash_opts=["-b", "3K"])
     assert list(tmp_path.iterdir()) == []
 
@@ -97,3 +97,6 @@ def test_cli_export_json(odd_image, tmp_path):
     doc = json.loads(res.stdout)
     assert doc["path"] == str(tmp_path / "c.sqsh") and doc["bytes"] == os.path.getsize(doc["path"])
     assert len(doc["sha256"]) == 64 and doc["seconds"] > 0 and doc["format"] == "enroot"
+    from imagekit.export import squash
+
+    assert doc["compression"] == squash.DEFAULT_PRESET       # the CLI's default preset

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 from imagekit.errors import UsageError
 from imagekit.export.output import ExportResult
+from imagekit.export import squash
 
 if TYPE_CHECKING:
     from imagekit.export.store import Store
@@ -28,8 +29,9 @@ def default_output(image: str, to: str) -> Path:
     return Path.cwd() / f"{stem}{SUFFIX[to]}"
 
 
-# The preset an export gets when none is named (the store keys entries by it).
-DEFAULT_PRESET = {"enroot": "enroot", "sif": "gzip"}
+# The preset an export gets when none is named (the store keys entries by it); the enroot
+# default follows from bench/compression.py (README "Compression presets").
+DEFAULT_PRESET = {"enroot": squash.DEFAULT_PRESET, "sif": "gzip"}
 
 
 def export_image(image: str, to: str, output: str | Path | None = None, *,

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import __version__
+from imagekit import __version__, export
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.registry import client as reg
 from imagekit.registry.reference import parse
@@ -91,7 +91,6 @@ KINDS = {
     "enroot": Kind("enroot", ENROOT_ARTIFACT_TYPE, reg.OCI_EMPTY, ENROOT_LAYER, ".sqsh", 0o644),
     "sif": Kind("sif", SIF_CONFIG, SIF_CONFIG, SIF_LAYER, ".sif", 0o755),
 }
-DEFAULT_PRESET = {"enroot": "enroot", "sif": "gzip"}
 
 
 def kind(fmt: str) -> Kind:
@@ -151,13 +150,14 @@ def canonical(doc: dict) -> bytes:
 
 
 def squash_options(tool: str, preset: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The options the preset gives ``tool``, read from the squash module's tables when it has
-    them (a SIF written by apptainer records only the preset)."""
+    """The options the preset gives ``tool`` (a SIF written by apptainer records only the preset)."""
     from imagekit.export import squash
 
-    tables = {"sqfstar": getattr(squash, "SQFSTAR_PRESETS", {}),
-              "tar2sqfs": getattr(squash, "TAR2SQFS_PRESETS", {})}
-    return tuple(tables.get(tool, {}).get(preset, ())) + tuple(extra)
+    known = squash.PRESETS.get(preset)
+    if known is None or tool not in ("sqfstar", "mksquashfs", "tar2sqfs"):
+        return tuple(extra)
+    args = known.tar2sqfs_args() if tool == "tar2sqfs" else known.mksquashfs_args()
+    return tuple(args) + tuple(extra)
 
 
 def annotations_for(file: ExportedFile, config_digest: str) -> dict[str, str]:
@@ -347,7 +347,7 @@ def pull_artifact(reference: str, fmt: str, output: str | Path, *, preset: str |
 
 def parse_presets(values: tuple[str, ...] | list[str], formats: list[str]) -> dict[str, str]:
     """``--preset P`` (every format) or ``--preset FORMAT=P`` (repeatable) → {format: preset}."""
-    chosen = {fmt: DEFAULT_PRESET[fmt] for fmt in formats}
+    chosen = {fmt: export.DEFAULT_PRESET[fmt] for fmt in formats}
     for value in values:
         if "=" in value:
             fmt, _, preset = value.partition("=")
@@ -391,7 +391,7 @@ def push_with_artifacts(image: str, to: str | None, formats: list[str], presets:
     entries, _ = client.referrers(ref.repository, subject.digest)
     results: list[PushedArtifact] = []
     for fmt in formats:
-        preset = presets.get(fmt, DEFAULT_PRESET[fmt])
+        preset = presets.get(fmt, export.DEFAULT_PRESET[fmt])
         existing = matching(entries, fmt, preset)
         if existing:
             entry = existing[-1]

@@ -36,13 +36,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from imagekit import quoting
 from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space,
                                     interrupt_on_sigterm, prepare_target, sha256_file)
 from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, Member, dir_entry,
                                        file_entry, missing_dirs)
+
+if TYPE_CHECKING:
+    from imagekit.export import squash
 
 RC_LOCAL = ("# This file is sourced by /etc/rc when the container starts.\n"
             "# It can be used to manipulate the entrypoint or the command of the container.\n")
@@ -185,19 +188,28 @@ def extra_entries(config: dict[str, Any], mtime: int, image: str = "image"):
     return build
 
 
-def export(image: str, output: Path, *, preset: str = "enroot", squash_opts: tuple[str, ...] = (),
+def export(image: str, output: Path, *, preset: "str | squash.Preset | None" = None,
+           squash_opts: tuple[str, ...] = (),
            tool: str = "auto", force: bool = False, check_space: bool = True,
            progress: Callable[[int, bool], None] | None = None) -> ExportResult:
-    """Write ``image`` as an Enroot/Pyxis squashfs at ``output`` (atomically)."""
+    """Write ``image`` as an Enroot/Pyxis squashfs at ``output`` (atomically).
+
+    ``preset``: a name from :data:`squash.PRESETS` (default :data:`squash.DEFAULT_PRESET`) or a
+    :class:`squash.Preset` (the compression bench tries unnamed ones)."""
     from imagekit.export import squash
 
+    if isinstance(preset, squash.Preset):
+        chosen, label = preset, preset.label()
+    else:
+        label = preset or squash.DEFAULT_PRESET
+        chosen = squash.preset(label)
     target = prepare_target(output, force)
     info = squash.image_inspect(image)
     if check_space:
         # The uncompressed image size bounds the output (the enroot preset stores data raw).
         check_free_space(target.parent, int(info.get("Size") or 0), f"{image} as squashfs")
     epoch = squash.source_date_epoch()
-    spec = squash.SquashSpec(preset=preset, extra_args=squash_opts, tool=tool, all_root=True,
+    spec = squash.SquashSpec(preset=chosen, extra_args=squash_opts, tool=tool, all_root=True,
                              xattrs=False, epoch=epoch)
     config = info.get("Config") or {}
     check_config(config, image)
@@ -209,4 +221,4 @@ def export(image: str, output: Path, *, preset: str = "enroot", squash_opts: tup
         meter.done()
     return ExportResult(path=str(target), format="enroot", image=image,
                         bytes=target.stat().st_size, sha256=sha256_file(target), seconds=0.0,
-                        tool=used, compression=preset)
+                        tool=used, compression=label)

@@ -2,18 +2,21 @@
 
 The engine flattens the image (a throwaway container + ``docker export``), the tar
 filter in :mod:`imagekit.export.tarstream` edits the stream on the way, and
-``sqfstar`` (squashfs-tools >= 4.5) or ``tar2sqfs`` (squashfs-tools-ng) builds
-the image from stdin. Nothing of the root filesystem ever lands on disk.
+``sqfstar`` or ``mksquashfs -tar`` (squashfs-tools >= 4.5) or ``tar2sqfs``
+(squashfs-tools-ng) builds the image from stdin. Nothing of the root filesystem
+ever lands on disk. :data:`PRESETS` are the compression choices, picked from
+the measurements of bench/compression.py (README "Exporting").
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,37 +24,154 @@ from imagekit.errors import EngineError, ImagekitError, UsageError
 from imagekit.procs import stop
 from imagekit.export import tarstream
 
-# Compression presets, as options for each tool. sqfstar takes mksquashfs options.
-SQFSTAR_PRESETS: dict[str, list[str]] = {
-    # Enroot's default ENROOT_SQUASH_OPTIONS: lzo metadata, data left uncompressed.
-    "enroot": ["-comp", "lzo", "-noD"],
-    # Many nodes start the same image from Lustre/GPFS: 1 MiB blocks match the
-    # file system's stripe size and cut metadata round trips; zstd decompresses
-    # fast while keeping the file small. sqfstar 4.5.1 rejects every -X
-    # compressor option (a parsing bug), so it gets zstd's default level and
-    # "auto" prefers tar2sqfs, which takes level 3, for this preset.
-    "shared-fs": ["-comp", "zstd", "-b", "1M"],
-    "none": ["-noI", "-noD", "-noF", "-noX"],
-    "gzip": ["-comp", "gzip"],                      # Apptainer's SIF default
-    "zstd": ["-comp", "zstd"],
+# squashfs-tools cannot read a tar stream before 4.5: `mksquashfs - OUT -tar` and sqfstar
+# both arrived then and write identical bytes for identical options. sqfstar (4.5.1 to 4.7)
+# takes the value of any -X compressor option for the output file name, so presets with a
+# level or an algorithm go through `mksquashfs -tar`; tar2sqfs (squashfs-tools-ng) is the
+# fallback where squashfs-tools is too old.
+TOOLS = ("sqfstar", "mksquashfs", "tar2sqfs")
+INSTALL_HINT = "apt-get install squashfs-tools (>= 4.5) or squashfs-tools-ng (tar2sqfs)"
+KIB = 1 << 10
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A squashfs compression choice, written once and translated for each tool."""
+
+    compressor: str                  # gzip, lzo, lz4, zstd, xz; "none" stores everything raw
+    block: int = 128 * KIB           # data block (and fragment) size
+    level: int | None = None         # -Xcompression-level (gzip, zstd, lzo1x_999); None: tool's
+    algorithm: str | None = None     # lzo variant (-Xalgorithm); None: lzo1x_999
+    hc: bool = False                 # lz4 high compression
+    raw_data: bool = False           # -noD: data blocks stored uncompressed (Enroot's default)
+    tailends: bool = True            # pack the tail of files > block into fragments
+    exportable: bool = False         # NFS export table (mksquashfs's default for a directory)
+    summary: str = field(default="", compare=False)
+
+    @property
+    def compressor_options(self) -> bool:
+        """Whether the preset needs -X options (which sqfstar cannot parse)."""
+        return self.level is not None or self.algorithm is not None or self.hc
+
+    def label(self) -> str:
+        """Short description, e.g. ``zstd-3 1M`` or ``lzo(lzo1x_999) 128K raw data``."""
+        if self.compressor == "none":
+            return "uncompressed"
+        name = self.compressor
+        if self.algorithm:
+            name += f"({self.algorithm})"
+        if self.level is not None:
+            name += f"-{self.level}"
+        if self.hc:
+            name += "hc"
+        size = f"{self.block // MIB}M" if self.block % MIB == 0 else f"{self.block // KIB}K"
+        return f"{name} {size}" + (" raw data" if self.raw_data else "")
+
+    def mksquashfs_args(self) -> list[str]:
+        """Options for mksquashfs/sqfstar (-X ones only where needed)."""
+        if self.compressor == "none":
+            args = ["-noI", "-noD", "-noF", "-noX"]
+        else:
+            args = ["-comp", self.compressor]
+            if self.level is not None:
+                args += ["-Xcompression-level", str(self.level)]
+            if self.algorithm is not None:
+                args += ["-Xalgorithm", self.algorithm]
+            if self.hc:
+                args.append("-Xhc")
+            if self.raw_data:
+                args.append("-noD")
+        if self.block != 128 * KIB:
+            args += ["-b", str(self.block)]
+        # Reading tar, both tools pack tail ends and write no export table unless told.
+        if not self.tailends:
+            args.append("-no-tailends")
+        if self.exportable:
+            args.append("-exports")
+        return args
+
+    def tar2sqfs_args(self) -> list[str]:
+        """Options for tar2sqfs, which always compresses data (``raw_data`` is approximated)."""
+        if self.compressor == "none":
+            raise UsageError("tar2sqfs cannot write an uncompressed image",
+                             "install squashfs-tools >= 4.5, or pick a compressed preset")
+        extra = []
+        if self.level is not None:
+            extra.append(f"level={self.level}")
+        if self.algorithm is not None:
+            extra.append(f"algorithm={self.algorithm}")
+        if self.hc:
+            extra.append("hc")
+        args = ["-c", self.compressor, "-b", str(self.block)]
+        if extra:   # the defaults (zstd 15, gzip 9, lzo1x_999 8) are squashfs-tools' too
+            args += ["-X", ",".join(extra)]
+        if not self.tailends:
+            args.append("--no-tail-packing")
+        if self.exportable:
+            args.append("--exportable")
+        return args
+
+
+# The presets a site picks by name (README "Exporting" has the measurements behind them).
+PRESETS: dict[str, Preset] = {
+    # Enroot's default ENROOT_SQUASH_OPTIONS exactly: `mksquashfs DIR OUT -all-root -comp lzo
+    # -noD`, so lzo1x_999 level 8 on metadata and fragments, raw data, and mksquashfs's
+    # directory defaults (no tail-end packing, an NFS export table).
+    "enroot": Preset("lzo", raw_data=True, tailends=False, exportable=True,
+                     summary="Enroot's own options (lzo1x_999 metadata and fragments, raw data)"),
+    "none": Preset("none", summary="nothing compressed"),
+    "gzip": Preset("gzip", summary="gzip-9, 128 KiB blocks: Apptainer's SIF default"),
+    "zstd": Preset("zstd", summary="zstd-15, 128 KiB blocks: Apptainer's -comp zstd"),
+    # The default (bench/compression.py): a third of the enroot preset's CPU, two thirds of its
+    # size, and 128 KiB blocks, which squashfuse and the kernel read faster than 1 MiB ones.
+    "fast": Preset("zstd", level=3, summary="zstd-3, 128 KiB blocks: the default"),
+    # Pyxis's caching importer uses zstd with 1 MiB blocks; matching a parallel file system's
+    # stripe size cuts metadata round trips when many nodes read one file, and unsquashfs
+    # (enroot create) reads big blocks fastest.
+    "shared-fs": Preset("zstd", block=1 * MIB, level=3,
+                        summary="zstd-3, 1 MiB blocks: many nodes reading one file"),
+    # For registries and slow links: 10% smaller than shared-fs, 15x its export CPU.
+    "small": Preset("zstd", block=1 * MIB, level=19, summary="zstd-19, 1 MiB blocks: smallest"),
 }
-TAR2SQFS_PRESETS: dict[str, list[str]] = {
-    # tar2sqfs cannot leave data uncompressed; lzo is the closest to Enroot's default.
-    "enroot": ["-c", "lzo"],
-    "shared-fs": ["-c", "zstd", "-X", "level=3", "-b", "1048576"],
-    "gzip": ["-c", "gzip"],
-    "zstd": ["-c", "zstd", "-X", "level=3"],
-}
-TOOLS = ("sqfstar", "tar2sqfs")
-PREFER_TAR2SQFS = frozenset({"shared-fs"})   # presets that need a compression level
-INSTALL_HINT = "apt-get install squashfs-tools (sqfstar) or squashfs-tools-ng (tar2sqfs)"
+
+# The default of `imagekit export --to enroot` and of the export store (set from the bench).
+DEFAULT_PRESET = "fast"
+DEFAULT_STORE_PRESET = DEFAULT_PRESET
+
+
+def preset(name: str) -> Preset:
+    """The preset called ``name``; UsageError listing the valid ones otherwise."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UsageError(f"unknown compression preset {name!r}",
+                         f"use one of: {', '.join(PRESETS)}") from None
+
+
+def processors() -> int:
+    """CPUs this process may run on (a Slurm job's cgroup, not the whole node)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+@functools.lru_cache(maxsize=None)
+def _reads_tar(path: str) -> bool:
+    """Whether this mksquashfs has -tar (squashfs-tools >= 4.5)."""
+    try:
+        proc = subprocess.run([path, "-help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "\n-tar" in proc.stdout + proc.stderr
 
 
 @dataclass
 class SquashSpec:
     """How to turn the stream into squashfs."""
 
-    preset: str = "enroot"
+    preset: str | Preset = "enroot"
     extra_args: tuple[str, ...] = ()
     tool: str = "auto"
     all_root: bool = True
@@ -59,27 +179,52 @@ class SquashSpec:
     epoch: int | None = None          # SOURCE_DATE_EPOCH
     offset: int = 0                   # bytes before the squashfs (SIF writes in place)
 
+    def resolved(self) -> Preset:
+        return self.preset if isinstance(self.preset, Preset) else preset(self.preset)
 
-def pick_tool(tool: str = "auto", preset: str | None = None) -> tuple[str, str]:
-    """(name, path) of the squashfs tool to use."""
+
+def pick_tool(tool: str = "auto", preset_: str | Preset | None = None) -> tuple[str, str]:
+    """(name, path) of the squashfs tool to use for ``preset_``.
+
+    sqfstar first when it can express the preset (its output equals `mksquashfs -tar`'s),
+    then `mksquashfs -tar`, then tar2sqfs.
+    """
     if tool not in ("auto", *TOOLS):
         raise UsageError(f"unknown squashfs tool {tool!r}", f"use one of: auto, {', '.join(TOOLS)}")
-    order = TOOLS[::-1] if preset in PREFER_TAR2SQFS else TOOLS
-    for name in (order if tool == "auto" else (tool,)):
+    chosen = PRESETS.get(preset_, None) if isinstance(preset_, str) else preset_
+    if tool != "auto":
+        path = shutil.which(tool)
+        if path is None:
+            raise ImagekitError(f"no squashfs tool found ({tool})", INSTALL_HINT)
+        if tool == "mksquashfs" and not _reads_tar(path):
+            raise ImagekitError(f"{path} cannot read a tar stream (-tar needs squashfs-tools >= 4.5)",
+                                INSTALL_HINT)
+        if tool == "sqfstar" and chosen is not None and chosen.compressor_options:
+            raise UsageError(f"sqfstar cannot take the compressor options of this preset "
+                             f"({chosen.label()}): it misreads -X options",
+                             "use --tool mksquashfs (the same squashfs-tools), or auto")
+        return tool, path
+    for name in TOOLS:
+        if name == "sqfstar" and chosen is not None and chosen.compressor_options:
+            continue
         path = shutil.which(name)
-        if path:
-            return name, path
-    raise ImagekitError(f"no squashfs tool found ({'sqfstar or tar2sqfs' if tool == 'auto' else tool})",
-                        INSTALL_HINT)
+        if path is None or (name == "mksquashfs" and not _reads_tar(path)):
+            continue
+        if name == "tar2sqfs" and chosen is not None and chosen.compressor == "none":
+            continue
+        return name, path
+    raise ImagekitError("no squashfs tool that reads a tar stream was found "
+                        "(sqfstar, mksquashfs -tar or tar2sqfs)", INSTALL_HINT)
 
 
 def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]:
-    if name == "sqfstar":
-        if spec.preset not in SQFSTAR_PRESETS:
-            raise UsageError(f"unknown compression preset {spec.preset!r}",
-                             f"use one of: {', '.join(SQFSTAR_PRESETS)}")
-        cmd = [path, *SQFSTAR_PRESETS[spec.preset], "-force", "-quiet", "-no-progress",
-               "-exit-on-error", "-root-mode", "0755"]
+    chosen = spec.resolved()
+    if name in ("sqfstar", "mksquashfs"):
+        head = [path] if name == "sqfstar" else [path, "-", str(out), "-tar", "-noappend"]
+        cmd = [*head, *chosen.mksquashfs_args(), "-processors", str(processors()),
+               "-quiet", "-no-progress", "-exit-on-error", "-root-mode", "0755"]
+        if name == "sqfstar":
+            cmd.append("-force")
         if spec.all_root:
             cmd.append("-all-root")
         if not spec.xattrs:
@@ -88,13 +233,11 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
             cmd += ["-mkfs-time", str(spec.epoch), "-all-time", str(spec.epoch)]
         if spec.offset:
             cmd += ["-offset", str(spec.offset)]
-        return cmd + list(spec.extra_args) + [str(out)]
-    if spec.preset not in TAR2SQFS_PRESETS:
-        raise UsageError(f"preset {spec.preset!r} is not available with tar2sqfs",
-                         f"use one of: {', '.join(TAR2SQFS_PRESETS)}, or install squashfs-tools")
+        cmd += list(spec.extra_args)
+        return cmd + [str(out)] if name == "sqfstar" else cmd
     if spec.offset:
         raise UsageError("tar2sqfs cannot write at an offset", "internal: write to a file first")
-    cmd = [path, *TAR2SQFS_PRESETS[spec.preset], "--force", "--quiet"]
+    cmd = [path, *chosen.tar2sqfs_args(), "--num-jobs", str(processors()), "--force", "--quiet"]
     if not spec.xattrs:
         cmd.append("--no-xattr")
     if spec.epoch is not None:
@@ -124,7 +267,7 @@ def stream_to_squashfs(image: str, out: Path, spec: SquashSpec, *,
     """Run the pipeline into ``out``; returns the tool name used. Cleans up on any exit."""
     from imagekit import engine
 
-    name, path = pick_tool(spec.tool, None if spec.offset else spec.preset)
+    name, path = pick_tool(spec.tool, spec.resolved())
     cmd = tool_command(name, path, spec, out)
     if name == "tar2sqfs" and spec.all_root:
         inner = adjust
@@ -141,8 +284,9 @@ def stream_to_squashfs(image: str, out: Path, spec: SquashSpec, *,
             tempfile.NamedTemporaryFile(prefix="imagekit-export-", suffix=".err") as exp_err, \
             tempfile.NamedTemporaryFile(prefix="imagekit-squash-", suffix=".err") as sq_err:
         try:
+            # Unbuffered: the one buffer is the reader below (the filter splices past it).
             exporter = subprocess.Popen([docker, "export", container], stdout=subprocess.PIPE,
-                                        stderr=exp_err)
+                                        stderr=exp_err, bufsize=0)
             procs.append(exporter)
             # sqfstar refuses SOURCE_DATE_EPOCH next to explicit times; the times are explicit.
             tool_env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}

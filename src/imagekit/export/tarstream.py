@@ -11,12 +11,17 @@ patched, with the header checksum recomputed.
 
 from __future__ import annotations
 
+import errno
+import io
+import os
+import stat
 import tarfile
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterable
 
 BLOCK = 512
 CHUNK = 1 << 20
+SPLICE_MIN = 64 << 10   # smaller members are cheaper to copy than to flush and splice
 ZERO_BLOCK = bytes(BLOCK)
 
 REGULAR = (b"0", b"\0", b"7")
@@ -117,6 +122,7 @@ class _Reader:
         self.src = src
         self.on_bytes = on_bytes
         self.total = 0
+        self._splice_ok: bool | None = None
 
     def exact(self, n: int) -> bytes:
         buf = bytearray()
@@ -131,6 +137,16 @@ class _Reader:
     def copy(self, n: int, dst: BinaryIO | None) -> None:
         """Copy (or skip, when ``dst`` is None) ``n`` bytes plus block padding."""
         remaining = n + (-n % BLOCK)
+        if dst is not None and remaining >= SPLICE_MIN and self.splice_to(dst):
+            # What is already buffered goes through Python, the rest pipe to pipe in the kernel.
+            chunk = self.src.read1(remaining)
+            if not chunk:
+                raise TarFormatError("tar stream ended inside a member")
+            remaining -= len(chunk)
+            self._count(len(chunk))
+            dst.write(chunk)
+            dst.flush()
+            remaining = self._splice(remaining, dst.fileno())
         while remaining:
             chunk = self.src.read(min(CHUNK, remaining))
             if not chunk:
@@ -139,6 +155,40 @@ class _Reader:
             self._count(len(chunk))
             if dst is not None:
                 dst.write(chunk)
+
+    def splice_to(self, dst: BinaryIO) -> bool:
+        """Whether file data may bypass Python: both ends are pipes and Linux has splice(2)."""
+        if self._splice_ok is None:
+            self._splice_ok = False
+            # Only one buffer may sit over the fd, or bytes in a lower one would be skipped.
+            if (hasattr(os, "splice") and isinstance(self.src, io.BufferedReader)
+                    and isinstance(self.src.raw, io.FileIO)):
+                try:
+                    self._splice_ok = (stat.S_ISFIFO(os.fstat(self.src.fileno()).st_mode)
+                                       and stat.S_ISFIFO(os.fstat(dst.fileno()).st_mode))
+                except (OSError, ValueError, io.UnsupportedOperation):
+                    pass
+        return self._splice_ok
+
+    def _splice(self, remaining: int, out_fd: int) -> int:
+        """Move ``remaining`` bytes from the source pipe to ``out_fd``; returns what is left
+        when splice(2) is refused (the caller copies that)."""
+        in_fd = self.src.fileno()
+        while remaining:
+            try:
+                moved = os.splice(in_fd, out_fd, min(remaining, CHUNK))
+            except OSError as exc:
+                if exc.errno in (errno.EINVAL, errno.ENOSYS):
+                    self._splice_ok = False
+                    return remaining
+                if exc.errno == errno.EPIPE:
+                    raise BrokenPipeError(exc.errno, exc.strerror) from None
+                raise
+            if moved == 0:
+                raise TarFormatError("tar stream ended inside a member")
+            remaining -= moved
+            self._count(moved)
+        return 0
 
     def _count(self, n: int) -> None:
         self.total += n

@@ -1,0 +1,87 @@
+"""The tar filter between real pipes: file data spliced in the kernel equals the copied bytes."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import tarfile
+
+from imagekit.export import enroot, tarstream
+
+
+def _tar() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for i, size in enumerate([0, 100, tarstream.SPLICE_MIN - 1, tarstream.SPLICE_MIN,
+                                  3 * tarstream.CHUNK + 17, 5000, 2 * tarstream.CHUNK]):
+            info = tarfile.TarInfo(f"d/f{i}")
+            info.size, info.mode = size, 0o600
+            tar.addfile(info, io.BytesIO(os.urandom(size)))
+        info = tarfile.TarInfo("dev/null")                       # dropped by the filter
+        info.size = 200_000
+        tar.addfile(info, io.BytesIO(bytes(200_000)))
+    return buf.getvalue()
+
+
+def _through_pipes(data: bytes, tmp_path) -> tuple[bytes, int]:
+    """filter_tar reading a pipe (like docker export's) and writing a pipe (like sqfstar's)."""
+    src_file = tmp_path / "in.tar"
+    src_file.write_bytes(data)
+    out_file = tmp_path / "out.tar"
+    counted = []
+    with open(out_file, "wb") as out:
+        src = subprocess.Popen(["cat", str(src_file)], stdout=subprocess.PIPE, bufsize=0)
+        dst = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=out)
+        reader = io.BufferedReader(src.stdout, buffer_size=1 << 20)
+        tarstream.filter_tar(reader, dst.stdin, keep=enroot.keep, adjust=enroot.fixperms,
+                             on_bytes=counted.append)
+        dst.stdin.close()
+        assert dst.wait() == 0 and src.wait() == 0
+    return out_file.read_bytes(), sum(counted)
+
+
+def test_spliced_output_equals_copied_output(tmp_path, monkeypatch):
+    spliced = []
+    real_splice = os.splice
+
+    def counting_splice(*args, **kwargs):
+        moved = real_splice(*args, **kwargs)
+        spliced.append(moved)
+        return moved
+
+    monkeypatch.setattr(os, "splice", counting_splice)
+    data = _tar()
+    copied, copy_counted = io.BytesIO(), []
+    tarstream.filter_tar(io.BytesIO(data), copied, keep=enroot.keep, adjust=enroot.fixperms,
+                         on_bytes=copy_counted.append)
+    piped, counted = _through_pipes(data, tmp_path)
+    assert sum(spliced) > 4 * tarstream.CHUNK                    # the big members bypassed Python
+    assert piped == copied.getvalue()
+    assert counted == sum(copy_counted) > 5 * tarstream.CHUNK     # progress counts spliced bytes
+    with tarfile.open(fileobj=io.BytesIO(piped)) as tar:
+        members = {m.name: m for m in tar}
+        assert "dev/null" not in members
+        big = tar.extractfile(members["d/f4"]).read()
+    original = tarfile.open(fileobj=io.BytesIO(data))
+    assert big == original.extractfile("d/f4").read()
+    assert members["d/f4"].mode == 0o600
+
+
+def test_splice_is_used_between_pipes_only(tmp_path):
+    r, w = os.pipe()
+    try:
+        with open(r, "rb", buffering=0, closefd=False) as raw:
+            reader = tarstream._Reader(io.BufferedReader(raw), None)
+            with open(w, "wb", closefd=False) as pipe_out:
+                assert reader.splice_to(pipe_out) is bool(hasattr(os, "splice"))
+            reader2 = tarstream._Reader(io.BufferedReader(raw), None)
+            with open(tmp_path / "f", "wb") as file_out:
+                assert reader2.splice_to(file_out) is False
+            # Two buffers over one fd: splicing would skip the bytes in the lower one.
+            doubled = tarstream._Reader(io.BufferedReader(io.BufferedReader(raw)), None)
+            with open(w, "wb", closefd=False) as pipe_out:
+                assert doubled.splice_to(pipe_out) is False
+    finally:
+        os.close(r)
+        os.close(w)
