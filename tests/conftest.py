@@ -88,7 +88,10 @@ def site_mirror():
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
     """A real local registry (``127.0.0.1:PORT``), one per test module."""
-    from local_registry import running_registry
+    from local_registry import RegistryNotRunning, running_registry
 
-    with running_registry(tmp_path_factory.mktemp("registry")) as addr:
-        yield addr
+    try:
+        with running_registry(tmp_path_factory.mktemp("registry")) as addr:
+            yield addr
+    except RegistryNotRunning as exc:
+        pytest.fail(str(exc))

@@ -1,6 +1,6 @@
 """A real local registry for tests: Debian's docker-registry (CNCF distribution) on 127.0.0.1.
 
-It has no referrers API, which is the case imagekit's artifact push must fall back from.
+Used by the tests' ``registry`` fixture and by bench/. It has no referrers API, which is the case imagekit's artifact push must fall back from.
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-import pytest
+
+
+class RegistryNotRunning(RuntimeError):
+    pass
 
 
 def free_port() -> int:
@@ -32,7 +35,7 @@ def running_registry(root: Path, extra_config: str = "") -> Iterator[str]:
     """
     binary = shutil.which("docker-registry")
     if binary is None:
-        pytest.fail("docker-registry is not installed (apt-get install docker-registry)")
+        raise RegistryNotRunning("docker-registry is not installed (apt-get install docker-registry)")
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     config = root / "config.yml"
@@ -51,7 +54,7 @@ def running_registry(root: Path, extra_config: str = "") -> Iterator[str]:
                 break  # 401 from an auth-enabled registry: it is up
             except OSError:
                 if proc.poll() is not None:
-                    pytest.fail(f"docker-registry exited: {proc.stderr.read().decode()[-500:]}")
+                    raise RegistryNotRunning(f"docker-registry exited: {proc.stderr.read().decode()[-500:]}")
                 time.sleep(0.1)
         yield addr
     finally:

@@ -39,7 +39,7 @@ import subprocess
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from imagekit.errors import EngineError
 
@@ -86,6 +86,15 @@ def docker_cli() -> str:
     if found is None:
         raise EngineError("no docker client found", SETUP_HINT)
     return found
+
+
+def available() -> bool:
+    """True when a Docker engine answers (without raising): callers that can do without one."""
+    try:
+        client()
+        return True
+    except EngineError:
+        return False
 
 
 # --- images -----------------------------------------------------------------------------------
@@ -166,6 +175,19 @@ def image_exists(ref: str) -> bool:
 def image_labels(ref: str) -> dict[str, str]:
     """The image's labels; ImageMissing naming the image when it is not there."""
     return inspect(ref).labels
+
+
+def pull(ref: str, log: Callable[[str], None] | None = None) -> str:
+    """``docker pull ref`` (the engine's own registry settings and credentials); returns the image ID."""
+    docker = docker_cli()
+    proc = subprocess.run([docker, "pull", "--quiet", ref], capture_output=True, text=True)
+    if proc.returncode != 0:
+        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EngineError(f"docker pull {ref} failed: {detail}",
+                          "check the reference and the engine's access to the registry")
+    if log is not None:
+        log(f"pulled {ref}")
+    return inspect(ref).id
 
 
 def tag(image: str, name: str) -> None:

@@ -1,0 +1,153 @@
+"""The Pyxis importer, driven exactly as Pyxis 0.24.0 drives it (importer.c, importers/README.md).
+
+Pyxis is a SPANK plugin inside slurmstepd and cannot run here. What it does around the
+importer is small and fixed, and :func:`pyxis_get` / :func:`pyxis_release` do exactly that:
+fork and exec the executable with ``get URI`` or ``release``, stdin on /dev/null, stdout a
+pipe of which Pyxis keeps the first line (the squashfs path), stderr into a log that it
+prints only on failure, the environment of Enroot plus ``PYXIS_RUNTIME_PATH``,
+``PYXIS_VERSION`` and ``SLURM_JOB_ID``/``SLURM_STEP_ID``/``SLURM_JOB_UID``; a non-zero exit
+is a failure; ``release`` follows twice (after ``enroot create`` and at task cleanup). The
+registry, the Docker engine and the store are real.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.engine
+
+EXE = Path(sys.executable).parent / "imagekit-pyxis-importer"
+
+
+@dataclass
+class Call:
+    rc: int
+    path: str          # the first line of stdout, as Pyxis reads it
+    log: str           # stderr
+
+
+def _env(store: Path, runtime: Path, step: int, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PYXIS_"))}
+    env.update(IMAGEKIT_STORE=str(store), PYXIS_RUNTIME_PATH=str(runtime), PYXIS_VERSION="0.24.0",
+               SLURM_JOB_ID="4242", SLURM_STEP_ID=str(step), SLURM_JOB_UID=str(os.getuid()),
+               SLURM_JOB_GID=str(os.getgid()), **extra)
+    return env
+
+
+def _run(args: list[str], env: dict[str, str]) -> Call:
+    if not EXE.is_file():
+        pytest.fail(f"{EXE} is missing: reinstall imagekit (pip install -e .) so its console scripts exist")
+    proc = subprocess.run([str(EXE), *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          env=env, close_fds=True, timeout=600)
+    first = proc.stdout.split("\n", 1)[0]
+    return Call(proc.returncode, first, proc.stderr)
+
+
+def pyxis_get(uri: str, env: dict[str, str]) -> Call:
+    return _run(["get", uri], env)
+
+
+def pyxis_release(env: dict[str, str]) -> Call:
+    return _run(["release"], env)
+
+
+def _is_squashfs(path: str) -> bool:
+    return subprocess.run(["unsquashfs", "-s", path], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def pushed(odd_image, registry):
+    """The odd image in the real registry, by tag; returns (docker://… URI, image ID)."""
+    from imagekit import engine
+    from imagekit.export.push import push_image
+
+    push_image(odd_image, f"{registry}/imagekit-test/importer:1")
+    return f"docker://{registry}#imagekit-test/importer:1", engine.inspect(odd_image).id
+
+
+def _holds(store: Path) -> list[Path]:
+    return sorted(store.glob("entries/sha256/*/*/*/holds/*"))
+
+
+def test_four_concurrent_gets_convert_once_then_hits_convert_nothing(pushed, tmp_path):
+    uri, image_id = pushed
+    store, runtime = tmp_path / "store", tmp_path / "run"
+    envs = [_env(store, runtime, step) for step in range(4)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        calls = list(pool.map(lambda e: pyxis_get(uri, e), envs))
+    assert [c.rc for c in calls] == [0] * 4, [c.log for c in calls]
+    paths = {c.path for c in calls}
+    assert len(paths) == 1, paths
+    path = paths.pop()
+    assert os.path.isabs(path) and _is_squashfs(path)
+    assert image_id.split(":")[1] in path
+    logs = "".join(c.log for c in calls)
+    assert logs.count("converted and stored") == 1, logs
+    assert len(_holds(store)) == 4
+
+    again = pyxis_get(uri, _env(store, runtime, 9))
+    assert again.rc == 0 and again.path == path
+    assert "store hit" in again.log and "convert" not in again.log
+
+    # release after `enroot create` and again at cleanup: both succeed, the holds go, the entry stays
+    for env in [*envs, _env(store, runtime, 9)]:
+        assert pyxis_release(env).rc == 0
+        assert pyxis_release(env).rc == 0
+    assert _holds(store) == []
+    assert Path(path).is_file()
+
+
+def test_held_path_survives_gc_until_release(pushed, tmp_path):
+    """With use_squashfuse Pyxis starts from the returned path until task cleanup."""
+    from imagekit.export.store import Store
+
+    uri, _ = pushed
+    store, runtime = tmp_path / "store", tmp_path / "run"
+    env = _env(store, runtime, 0)
+    call = pyxis_get(uri, env)
+    assert call.rc == 0, call.log
+    assert Store.open(store).gc(0) == []
+    assert _is_squashfs(call.path)
+    assert pyxis_release(env).rc == 0
+    assert [e.path for e in Store.open(store).gc(0)] == [Path(call.path)]
+    assert not Path(call.path).exists()
+    assert pyxis_release(env).rc == 0
+
+
+def test_dockerd_uri_is_served_from_the_local_engine(odd_image, tmp_path):
+    env = _env(tmp_path / "store", tmp_path / "run", 0)
+    call = pyxis_get(f"dockerd://{odd_image}", env)
+    assert call.rc == 0, call.log
+    assert _is_squashfs(call.path)
+    listing = subprocess.run(["unsquashfs", "-cat", call.path, "etc/rc"], capture_output=True, text=True)
+    assert "exec " in listing.stdout
+
+
+def test_unknown_tag_fails_with_the_registry_exit_code_and_no_path(registry, tmp_path):
+    env = _env(tmp_path / "store", tmp_path / "run", 0)
+    call = pyxis_get(f"docker://{registry}#imagekit-test/nothing:here", env)
+    assert call.rc == 4, call.log
+    assert call.path == ""
+    assert "imagekit-test/nothing" in call.log
+
+
+@pytest.mark.parametrize("args, rc", [(["get"], 2), (["fetch", "x"], 2), (["release", "extra"], 2)])
+def test_bad_usage_exits_2(args, rc, tmp_path):
+    call = _run(args, _env(tmp_path / "store", tmp_path / "run", 0))
+    assert call.rc == rc and call.path == "" and "usage:" in call.log
+
+
+def test_outside_a_job_step_get_refuses_with_the_fix(pushed, tmp_path):
+    uri, _ = pushed
+    env = _env(tmp_path / "store", tmp_path / "run", 0)
+    del env["SLURM_JOB_ID"]
+    call = pyxis_get(uri, env)
+    assert call.rc == 2 and call.path == ""
+    assert "SLURM_JOB_ID" in call.log
