@@ -151,3 +151,40 @@ def test_outside_a_job_step_get_refuses_with_the_fix(pushed, tmp_path):
     call = pyxis_get(uri, env)
     assert call.rc == 2 and call.path == ""
     assert "SLURM_JOB_ID" in call.log
+
+
+def test_a_pushed_artifact_is_pulled_into_the_store_not_converted(odd_image, registry, tmp_path):
+    """CI pushed the .sqsh beside the image: the node pulls it (verified), converts nothing."""
+    from imagekit.export.artifacts import push_with_artifacts
+
+    push_with_artifacts(odd_image, f"{registry}/imagekit-test/importer-art:1", ["enroot"],
+                        {"enroot": "fast"}, workdir=tmp_path)
+    store = tmp_path / "store"
+    envs = [_env(store, tmp_path / "run", step) for step in range(2)]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        calls = list(pool.map(lambda e: pyxis_get(f"docker://{registry}#imagekit-test/importer-art:1", e),
+                              envs))
+    assert [c.rc for c in calls] == [0, 0], [c.log for c in calls]
+    logs = "".join(c.log for c in calls)
+    assert "converted" not in logs
+    assert logs.count("pulling the pushed enroot artifact") == 1, logs
+    assert "/fast-" in calls[0].path and _is_squashfs(calls[0].path)
+
+
+def test_wrong_credentials_exit_7_and_never_show_the_password(odd_image, tmp_path):
+    """Enroot's credentials file (netrc) is what the importer reads, as ``enroot import`` does."""
+    from local_registry import htpasswd_config, running_registry
+
+    secret = "s3cret-Pa55"
+    root = tmp_path / "auth-registry"
+    with running_registry(root, extra_config=htpasswd_config(root, {"alice": "right-one"})) as addr:
+        config = tmp_path / "enroot"
+        config.mkdir()
+        (config / ".credentials").write_text(f"machine 127.0.0.1 login alice password {secret}\n")
+        (config / ".credentials").chmod(0o600)
+        env = _env(tmp_path / "store", tmp_path / "run", 0, ENROOT_CONFIG_PATH=str(config),
+                   DOCKER_CONFIG=str(tmp_path / "docker"))
+        call = pyxis_get(f"docker://{addr}#imagekit-test/private:1", env)
+    assert call.rc == 7, call.log
+    assert call.path == ""
+    assert secret not in call.log and "alice" in call.log

@@ -91,7 +91,7 @@ def get(uri: str, env: Mapping[str, str] | None = None) -> Path:
         return entry.path
     entry, made = _fill(store, source)
     store.hold(entry, name)
-    log(("converted and stored" if made else "stored by another process") + f": {entry.path}")
+    log(("stored" if made else "stored by another process") + f": {entry.path}")
     return entry.path
 
 
@@ -112,7 +112,7 @@ class Source:
     def __init__(self, image_id: str, manifest_digest: str | None, pull_artifact, convert) -> None:
         self.image_id = image_id
         self.manifest_digest = manifest_digest
-        self.pull_artifact: Callable[[object, str | None], object] | None = pull_artifact
+        self.pull_artifact: Callable[[object], tuple] | None = pull_artifact
         self.convert: Callable[[Path, str], None] = convert
 
 
@@ -131,7 +131,7 @@ def _engine_source(image: str) -> Source:
 
     if not image:
         raise UsageError("dockerd:// names no image", "e.g. dockerd://imagekit/debian-mpi:latest")
-    image_id = engine.inspect(image).id
+    image_id = engine.image_id(image)
 
     def convert(tmp: Path, preset: str) -> None:
         enroot.export(image_id, tmp, preset=preset, force=True)
@@ -146,10 +146,22 @@ def _registry_source(uri: str, env: Mapping[str, str]) -> Source:
     client = registry.RegistryClient.for_reference(ref, env=dict(env))
     resolved = client.resolve(ref)
 
-    def pull_artifact(store, preset: str | None):
+    def pull_artifact(store):
         from imagekit.export import artifacts
 
-        return artifacts.pull_into_store(client, resolved, "enroot", store, preset=preset, progress=log)
+        listed, _ = client.referrers(ref.repository, resolved.digest)
+        chosen = artifacts.matching(listed, "enroot")
+        if not chosen:
+            raise ArtifactMissing(f"no enroot artifact was pushed for {resolved.digest}")
+        preset = (chosen[-1].get("annotations") or {}).get(artifacts.A_PRESET) or "enroot"
+        key = store.key(resolved.config_digest, "enroot", preset)
+
+        def download(tmp: Path) -> None:
+            log(f"pulling the pushed enroot artifact ({preset}) of {resolved.digest[:19]}…")
+            artifacts.pull_artifact(resolved.reference.docker, "enroot", tmp, preset=preset,
+                                    force=True, client=client)
+
+        return store.get_or_create(key, download, progress=log)
 
     def convert(tmp: Path, preset: str) -> None:
         _convert_from_registry(resolved.reference, resolved.config_digest, tmp, preset, env)
@@ -189,12 +201,16 @@ def _fill(store, source: Source):
     preset = _default_preset()
     if source.pull_artifact is not None:
         try:
-            entry = source.pull_artifact(store, None)
-            return entry, True
+            return source.pull_artifact(store)
         except ArtifactMissing as exc:
-            log(f"no pushed artifact ({exc.message}); converting")
+            log(f"{exc.message}; converting")
     key = store.key(source.image_id, "enroot", preset)
-    return store.get_or_create(key, lambda tmp: source.convert(tmp, preset), progress=log)
+
+    def convert(tmp: Path) -> None:
+        source.convert(tmp, preset)
+        log("converted and stored")
+
+    return store.get_or_create(key, convert, progress=log)
 
 
 def main(argv: list[str] | None = None) -> int:
