@@ -34,6 +34,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     pytest.skip(f"no Docker engine: {problem}")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_export_store(tmp_path_factory):
+    """Session-scoped fixtures that export (built before any per-test store) use a store of the
+    session's own, never the user's cache, whose entries older code may have written."""
+    old = os.environ.get("IMAGEKIT_STORE")
+    os.environ["IMAGEKIT_STORE"] = str(tmp_path_factory.mktemp("session-store"))
+    yield
+    if old is None:
+        os.environ.pop("IMAGEKIT_STORE", None)
+    else:
+        os.environ["IMAGEKIT_STORE"] = old
+
+
 @pytest.fixture(autouse=True)
 def _own_export_store(tmp_path_factory, monkeypatch):
     """Each test gets an empty export store of its own (never the user's cache, never another
