@@ -23,15 +23,7 @@ import pytest
 
 
 # -- nccl-tests -------------------------------------------------------------------------------
-BUSBW_FACTOR = {  # nccl-tests' getBw: busbw = algbw * factor(nranks)
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "sendrecv": lambda n: 1.0,
-}
+from imagekit.validate.expect import BUSBW_FACTOR  # noqa: E402 - nccl-tests' getBw factors
 REDOP = {"all_reduce": "sum", "reduce_scatter": "sum", "reduce": "sum", "all_gather": "none",
          "alltoall": "none", "broadcast": "none", "sendrecv": "sum"}
 ROOT = {"broadcast": 0, "reduce": 0}
