@@ -1,6 +1,8 @@
 """A real local registry for tests: Debian's docker-registry (CNCF distribution) on 127.0.0.1.
 
-Used by the tests' ``registry`` fixture and by bench/. It has no referrers API, which is the case imagekit's artifact push must fall back from.
+Used by the tests' ``registry`` fixture and by bench/. It has no referrers API, which is the case
+imagekit's artifact push must fall back from; :func:`referrers_api` puts the spec's API in front
+of it, and :func:`media_type_gate` a registry that refuses a media type.
 """
 
 from __future__ import annotations
@@ -169,18 +171,16 @@ def token_server(root: Path, users: dict[str, str], service: str = "imagekit-tes
         server.server_close()
 
 
-@contextlib.contextmanager
-def media_type_gate(upstream: str, allowed: set[str]):
-    """A forwarding proxy to the real registry ``upstream`` that refuses manifests whose
-    artifactType (else config mediaType) is not in ``allowed``, with the spec's answer to a
-    manifest it will not store: 400 and ``MANIFEST_INVALID``.
+Reply = tuple[int, dict[str, str], bytes]
 
-    Protocol-level stand-in: Debian's docker-registry accepts every media type, and no registry
-    that filters them (Quay's ALLOWED_OCI_ARTIFACT_TYPES, Harbor, older ECR) can run here.
-    Everything else reaches the real registry unchanged. Yields the proxy's ``127.0.0.1:PORT``."""
+
+@contextlib.contextmanager
+def _forwarding_proxy(upstream: str, answer=None, extra_headers=None) -> Iterator[str]:
+    """An HTTP proxy to the real registry ``upstream`` on 127.0.0.1: ``answer(method, path, body)``
+    may reply itself (a Reply) instead of forwarding; ``extra_headers(method, path, body, status)``
+    adds headers to a forwarded reply. Yields the proxy's ``127.0.0.1:PORT``."""
     import http.client
     import http.server
-    import json
     import threading
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -189,35 +189,33 @@ def media_type_gate(upstream: str, allowed: set[str]):
         def log_message(self, *args):
             pass
 
+        def _reply(self, status: int, headers: dict[str, str], data: bytes) -> None:
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
         def _forward(self):
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
-            if self.command == "PUT" and "/manifests/" in self.path and body:
-                doc = json.loads(body)
-                kind = doc.get("artifactType") or (doc.get("config") or {}).get("mediaType")
-                if kind is not None and kind not in allowed:
-                    error = json.dumps({"errors": [{"code": "MANIFEST_INVALID", "message": "manifest invalid",
-                                                    "detail": f"artifact type {kind} is not allowed"}]}).encode()
-                    self.send_response(400)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(error)))
-                    self.end_headers()
-                    self.wfile.write(error)
-                    return
+            mine = answer(self.command, self.path, body) if answer else None
+            if mine is not None:
+                self._reply(*mine)
+                return
             conn = http.client.HTTPConnection(upstream, timeout=60)
             headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
             conn.request(self.command, self.path, body=body, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
-            self.send_response(resp.status)
-            for k, v in resp.getheaders():
-                if k.lower() not in ("transfer-encoding", "connection", "content-length"):
-                    self.send_header(k, v)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(data)
+            out = {k: v for k, v in resp.getheaders()
+                   if k.lower() not in ("transfer-encoding", "connection", "content-length")}
+            if extra_headers:
+                out.update(extra_headers(self.command, self.path, body, resp.status))
             conn.close()
+            self._reply(resp.status, out, data)
 
         do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _forward
 
@@ -229,6 +227,94 @@ def media_type_gate(upstream: str, allowed: set[str]):
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def media_type_gate(upstream: str, allowed: set[str]) -> Iterator[str]:
+    """A proxy to the real registry ``upstream`` that refuses manifests whose artifactType (else
+    config mediaType) is not in ``allowed``, with the spec's answer to a manifest it will not
+    store: 400 and ``MANIFEST_INVALID``.
+
+    Protocol-level stand-in: Debian's docker-registry accepts every media type, and no registry
+    that filters them (Quay's ALLOWED_OCI_ARTIFACT_TYPES, Harbor, older ECR) can run here.
+    Everything else reaches the real registry unchanged."""
+    import json
+
+    def answer(method: str, path: str, body: bytes | None) -> Reply | None:
+        if method == "PUT" and "/manifests/" in path and body:
+            doc = json.loads(body)
+            kind = doc.get("artifactType") or (doc.get("config") or {}).get("mediaType")
+            if kind is not None and kind not in allowed:
+                error = {"errors": [{"code": "MANIFEST_INVALID", "message": "manifest invalid",
+                                     "detail": f"artifact type {kind} is not allowed"}]}
+                return 400, {"Content-Type": "application/json"}, json.dumps(error).encode()
+        return None
+
+    with _forwarding_proxy(upstream, answer=answer) as addr:
+        yield addr
+
+
+@contextlib.contextmanager
+def referrers_api(upstream: str) -> Iterator[tuple[str, dict]]:
+    """A proxy that gives the real registry ``upstream`` the OCI distribution spec 1.1 referrers
+    API, as the spec words it ("Pushing Manifests with Subject", "Listing Referrers"):
+
+    - a manifest PUT with a ``subject`` that the registry stores (201) is answered with the
+      ``OCI-Subject: <subject digest>`` header, and its descriptor (mediaType, digest, size,
+      artifactType = its artifactType else its config's mediaType, annotations) is listed;
+    - ``GET /v2/<name>/referrers/<digest>`` answers 200 with an OCI image index of those
+      descriptors (an empty one for a digest with none), filtered by ``?artifactType=`` with
+      ``OCI-Filters-Applied: artifactType``.
+
+    Protocol-level stand-in: Debian's docker-registry (distribution 2.8) has no referrers API and
+    no registry that has one (distribution 3, zot, Harbor) can run here. Storage, tags and blobs
+    are the real registry's. Yields the proxy's address and the listed descriptors, keyed by
+    (repository, subject digest), so a test can see what the API holds."""
+    import hashlib
+    import json
+    import re
+    import threading
+    from urllib.parse import parse_qs
+
+    listed: dict[tuple[str, str], list[dict]] = {}
+    lock = threading.Lock()
+    index_type = "application/vnd.oci.image.index.v1+json"
+
+    def answer(method: str, path: str, body: bytes | None) -> Reply | None:
+        m = re.fullmatch(r"/v2/(.+)/referrers/(sha256:[0-9a-f]{64})(?:\?(.*))?", path)
+        if method != "GET" or not m:
+            return None
+        wanted = parse_qs(m.group(3) or "").get("artifactType", [None])[0]
+        with lock:
+            found = list(listed.get((m.group(1), m.group(2)), []))
+        headers = {"Content-Type": index_type}
+        if wanted:
+            found = [d for d in found if d.get("artifactType") == wanted]
+            headers["OCI-Filters-Applied"] = "artifactType"
+        index = {"schemaVersion": 2, "mediaType": index_type, "manifests": found}
+        return 200, headers, json.dumps(index).encode()
+
+    def extra_headers(method: str, path: str, body: bytes | None, status: int) -> dict[str, str]:
+        m = re.fullmatch(r"/v2/(.+)/manifests/[^/]+", path)
+        if method != "PUT" or not m or status != 201 or not body:
+            return {}
+        doc = json.loads(body)
+        subject = (doc.get("subject") or {}).get("digest")
+        if not subject:
+            return {}
+        descriptor = {"mediaType": doc.get("mediaType"), "size": len(body),
+                      "digest": "sha256:" + hashlib.sha256(body).hexdigest(),
+                      "artifactType": doc.get("artifactType") or (doc.get("config") or {}).get("mediaType")}
+        if doc.get("annotations"):
+            descriptor["annotations"] = doc["annotations"]
+        with lock:
+            entries = listed.setdefault((m.group(1), subject), [])
+            if descriptor["digest"] not in [d["digest"] for d in entries]:
+                entries.append(descriptor)
+        return {"OCI-Subject": subject}
+
+    with _forwarding_proxy(upstream, answer=answer, extra_headers=extra_headers) as addr:
+        yield addr, listed
 
 
 def push_test_image(client, repo: str, tag: str, *, payload: bytes = b"hello\n",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from click.testing import CliRunner
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError
 from imagekit.export import artifacts as art
 from imagekit.registry import OCI_INDEX, OCI_MANIFEST, RegistryClient, parse, referrers_tag, sha256_digest
-from local_registry import blob_path, media_type_gate, push_test_image, running_registry
+from local_registry import blob_path, media_type_gate, push_test_image, referrers_api, running_registry
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +182,37 @@ def test_a_corrupt_blob_is_exit_6_and_leaves_nothing(server, env, tmp_path):
     assert list(out.parent.iterdir()) == []         # no output, no .part file
     with pytest.raises(IntegrityError):
         art.pull_artifact(f"{addr}#t/corrupt:1", "enroot", out)
+
+
+def test_a_registry_with_the_referrers_api_lists_them_itself(server, env, tmp_path):
+    """Where the registry answers OCI-Subject, the artifacts are listed by its referrers API and no
+    fallback tag is written; pull (and so the importer) finds them through the API. The API is a
+    stand-in (local_registry.referrers_api) in front of the real registry: see its docstring."""
+    addr, _ = server
+    with referrers_api(addr) as (api, listed):
+        client, subject = image(api, "t/api", env)
+        sqsh = exported(tmp_path, "enroot", "fast", b"hsqs" + b"\0api" * 4000)
+        sif = exported(tmp_path, "sif", "gzip", b"SIF_MAGIC" + b"\2api" * 4000)
+        pushed = [art.push_artifact(client, "t/api", subject, f) for f in (sqsh, sif)]
+        assert [p.listed_by for p in pushed] == ["api", "api"]
+        assert [d["digest"] for d in listed[("t/api", subject.digest)]] == [p.digest for p in pushed]
+        with pytest.raises(urllib.error.HTTPError) as no_tag:
+            raw(addr, f"/v2/t/api/manifests/{referrers_tag(subject.digest)}", OCI_INDEX)
+        assert no_tag.value.code == 404, "the fallback tag is written only without the API"
+
+        entries, source = client.referrers("t/api", subject.digest, art.SIF_CONFIG)
+        assert source == "api" and [e["digest"] for e in entries] == [pushed[1].digest]
+        for file in (sqsh, sif):
+            out = tmp_path / f"api{art.kind(file.format).suffix}"
+            result = art.pull_artifact(f"docker://{api}#t/api:1", file.format, out)
+            assert out.read_bytes() == file.path.read_bytes() and result.subject == subject.digest
+
+        again = art.push_artifact(client, "t/api", subject, sqsh)
+        assert again.digest == pushed[0].digest and again.listed_by == "api"
+        assert len(listed[("t/api", subject.digest)]) == 2
+    # Straight to the registry (no API, no fallback tag), there is nothing to find.
+    with pytest.raises(ArtifactMissing):
+        art.pull_artifact(f"docker://{addr}#t/api:1", "enroot", tmp_path / "none.sqsh")
 
 
 def test_a_registry_that_refuses_the_media_type_is_exit_4_and_nothing_is_listed(server, env, tmp_path):
