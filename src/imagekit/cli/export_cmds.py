@@ -98,8 +98,8 @@ def export(image, to, output, preset, squash_opts, tool, via, force, no_space_ch
                    "image: enroot, sif or enroot,sif. Exports the registry already has for this image "
                    "and preset are not made again.")
 @click.option("--preset", "presets", multiple=True, metavar="[FORMAT=]PRESET",
-              help="Export preset for --with (enroot: enroot, shared-fs, none; sif: gzip, zstd); "
-                   "FORMAT=PRESET for one format, repeatable.")
+              help="Export preset for --with (enroot: fast (default), enroot, shared-fs, small, "
+                   "none; sif: gzip, zstd); FORMAT=PRESET for one format, repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def push(image, to, with_, presets, as_json, quiet):

@@ -47,8 +47,8 @@ def export_image(image: str, to: str, output: str | Path | None = None, *,
                  notice: Callable[[str], None] | None = None) -> ExportResult:
     """Export local image ``image`` as ``to`` ("enroot" or "sif") to ``output``.
 
-    ``preset``: enroot → enroot|shared-fs|none (default enroot);
-    sif → gzip|zstd (default gzip). ``squash_opts`` are appended to the squashfs
+    ``preset``: a name in squash.PRESETS for enroot (default ``fast``), gzip|zstd for
+    sif (default gzip). ``squash_opts`` are appended to the squashfs
     tool's options. ``via="apptainer"`` (SIF only) uses apptainer/singularity
     from PATH. ``progress(bytes_so_far, finished)`` is called while streaming.
 
