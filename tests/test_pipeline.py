@@ -38,3 +38,22 @@ checks:
     assert result.exit_code == 1
     assert "FAIL stack.impossible" in result.output and "nothing exported" in result.output
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_build_export_goes_through_the_named_store_or_none(mpi_image, tmp_path):
+    """`build --export` takes --store/--no-store like `imagekit export`: the second build of an
+    unchanged image is a store hit, and --no-store converts without making an entry."""
+    store, out = tmp_path / "store", tmp_path / "out"
+
+    def build(*extra: str) -> dict:
+        result = CliRunner().invoke(main, ["build", "debian-mpi", "--no-check", "--export", "enroot",
+                                           "-o", str(out), "--json", *extra])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)[0]["exports"][0]
+
+    first = build("--store", str(store))
+    assert first["store_entry"].startswith(str(store)) and not first["store_hit"]
+    assert build("--store", str(store))["store_hit"]
+    direct = build("--no-store")
+    assert direct["store_entry"] == "" and not direct["store_hit"]
+    assert (out / "debian-mpi.sqsh").stat().st_size == direct["bytes"]

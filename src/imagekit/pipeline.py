@@ -12,10 +12,15 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
               tags: tuple = (), no_cache: bool = False, ca_bundle: str | None = "auto",
               log_dir: str = "build/logs", run_checks: bool = False, cache_from: tuple = (),
               inline_cache: bool = False, exports: list[str] = (), mirror: str | None = None,
-              output_dir: str = "out", progress: Callable[[str], None] | None = None,
+              output_dir: str = "out", store: str | None = None, use_store: bool = True,
+              progress: Callable[[str], None] | None = None,
               export_progress: Callable[[], Callable[[int, bool], None]] | None = None,
               log: Callable[[str], None] = lambda _m: None) -> list[dict]:
-    """Build every variant of ``ref`` (or one), then check and export each as asked."""
+    """Build every variant of ``ref`` (or one), then check and export each as asked.
+
+    Exports go through the export store (``store``: a directory, None for the default)
+    unless ``use_store`` is false, as ``imagekit export`` does.
+    """
     from imagekit import build as build_mod
     from imagekit import stack as stack_mod
 
@@ -65,7 +70,8 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
                 out = Path(output_dir) / f"{stack.name}.{suffix}"
                 log(f"exporting {image} -> {out}")
                 entry["exports"].append(_as_dict(export_image(
-                    image, fmt, str(out), force=True, progress=export_progress() if export_progress else None)))
+                    image, fmt, str(out), force=True, store=store, use_store=use_store,
+                    progress=export_progress() if export_progress else None)))
         results.append(entry)
     return results
 

@@ -57,11 +57,15 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool, components
 @click.option("--export", "exports", default="", metavar="enroot,sif",
               help="after building and checking, export to these formats")
 @click.option("-o", "--output-dir", default="out", show_default=True, help="where exports go")
+@click.option("--store", "store_dir", metavar="DIR", envvar="IMAGEKIT_STORE",
+              help="export store for --export (default: $IMAGEKIT_STORE, else ~/.cache/imagekit/store)")
+@click.option("--no-store", is_flag=True, help="with --export, convert straight to the outputs")
 @MIRROR
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
 def build(stack: str, variant: str | None, target: str, single_stage: bool, tags: tuple, no_cache: bool,
           ca_bundle: str, log_dir: str, cache_from: tuple, inline_cache: bool, run_checks: bool | None,
-          exports: str, output_dir: str, mirror: str | None, as_json: bool) -> None:
+          exports: str, output_dir: str, store_dir: str | None, no_store: bool, mirror: str | None,
+          as_json: bool) -> None:
     """Render a stack and build its image with BuildKit.
 
     A stack with a matrix builds every variant (or --variant NAME), sharing
@@ -72,6 +76,7 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
     Example:
       imagekit build debian-mpi
       imagekit build debian-mpi --export enroot,sif -o out/
+      imagekit build debian-mpi --export enroot --store /lustre/imagekit-store -o out/
       imagekit build stacks/nccl-tests.yaml --variant nccl-tests-cu124-x86_64 --tag site/nccl:1
       imagekit build debian-cuda --mirror /site/mirror      # upstream tarballs from a local mirror
     """
@@ -81,9 +86,10 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
     formats = [f for f in exports.split(",") if f]
     results = pipeline.build_all(
         stack, variant=variant, target=target, single_stage=single_stage, tags=tags, no_cache=no_cache,
-        ca_bundle=ca_bundle, log_dir=log_dir, cache_from=cache_from, inline_cache=inline_cache, run_checks=bool(formats) if run_checks is None else run_checks,
-        exports=formats, output_dir=output_dir, mirror=mirror, progress=_progress, export_progress=_progress_printer,
-        log=lambda m: click.echo(m, err=True))
+        ca_bundle=ca_bundle, log_dir=log_dir, cache_from=cache_from, inline_cache=inline_cache,
+        run_checks=bool(formats) if run_checks is None else run_checks, exports=formats,
+        output_dir=output_dir, store=store_dir or None, use_store=not no_store, mirror=mirror,
+        progress=_progress, export_progress=_progress_printer, log=lambda m: click.echo(m, err=True))
     if as_json:
         click.echo(json.dumps(results, indent=2))
     else:
