@@ -1,17 +1,31 @@
 #!/usr/bin/env python3
-"""Benchmark: `imagekit export --to enroot` vs Enroot's own dockerd:// method.
+"""Benchmark: `imagekit export --to enroot` vs `enroot import dockerd://`.
 
-Baseline (what `enroot import dockerd://IMAGE` does): docker create, docker
-export | tar -x into a directory (dev/* and .dockerenv excluded), then
-`mksquashfs dir out.sqsh -all-root -comp lzo -noD`. Measured on the same
-image(s): wall time, CPU time of child processes (rusage), and peak extra disk
-on the file system of the work/output area (statvfs sampled every 50 ms;
-the output file itself is included, so the ideal is "peak == output size").
+Rows, run side by side (interleaved, `--runs` times each; the median is shown):
+
+- `enroot import dockerd://IMAGE` itself, when an `enroot` is found (`--enroot`,
+  else PATH). It is the baseline of the ratios. Enroot is not packaged for
+  Debian; build the bash part from its source tree (v4.1.2) with
+  `make FORCE_GLIBC=1 DEPS= UTILS= install prefix=/opt/enroot` (the C
+  utilities are not used by a dockerd:// import).
+- Enroot's method re-done by hand: docker create, docker export | tar -x into a
+  directory (dev/* and .dockerenv excluded), chmod, then `mksquashfs dir
+  out.sqsh -all-root -comp lzo -noD` (no fixperms pass over every file, no
+  config step, no bash): a lower bound for Enroot's design.
+- `imagekit export --to enroot --preset enroot` (Enroot's exact squash options)
+  and with the default preset.
+
+Measured on the same image(s): wall time, CPU time of child processes
+(rusage), and peak extra disk on the file system of the work/output area
+(statvfs sampled every 50 ms; the output file itself is included, so the ideal
+is "peak == output size").
 
 Images: imagekit/debian-mpi:latest when present, else the base image; and a
->= 1 GB image made here (base + incompressible and compressible files).
+>= 1 GB one: --big-image, else imagekit/debian-cuda:devel when present (1.1 GB,
+`imagekit build debian-cuda --target devel`), else one made here (base +
+incompressible and compressible files, --big-gb).
 
-    python bench/export.py [--image IMAGE] [--big-gb 1.0] [--workdir /var/tmp]
+    python bench/export.py [--image IMAGE] [--big-image IMAGE] [--runs 5] [--workdir /var/tmp] [--enroot PATH]
 """
 
 from __future__ import annotations
@@ -20,6 +34,7 @@ import argparse
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,6 +44,7 @@ from pathlib import Path
 
 DOCKER = "/usr/bin/docker"
 BIG_TAG = "imagekit-bench/export-big:latest"
+REAL_BIG = "imagekit/debian-cuda:devel"
 
 
 def used_bytes(path: Path) -> int:
@@ -87,9 +103,27 @@ def enroot_method(image: str, work: Path, out: Path) -> None:
         shutil.rmtree(rootfs, ignore_errors=True)
 
 
-def imagekit_method(image: str, work: Path, out: Path) -> None:
-    subprocess.run([sys.executable, "-m", "imagekit", "export", image, "--to", "enroot", "-o", str(out),
-                    "--force", "-q"], check=True, stdout=subprocess.DEVNULL)
+def enroot_import(enroot: str):
+    def run(image: str, work: Path, out: Path) -> None:
+        # Enroot's own temporary rootfs goes to ENROOT_TEMP_PATH: the same disk as ours.
+        env = dict(os.environ, ENROOT_TEMP_PATH=str(work), TMPDIR=str(work))
+        subprocess.run([enroot, "import", "-o", str(out), f"dockerd://{image}"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    return run
+
+
+def imagekit_method(preset: str | None):
+    def run(image: str, work: Path, out: Path) -> None:
+        argv = [sys.executable, "-m", "imagekit", "export", image, "--to", "enroot", "-o", str(out),
+                "--force", "--no-store", "-q"]
+        if preset:
+            argv += ["--preset", preset]
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    return run
+
+
+def median_of(runs: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
 def measure(fn, image: str, work: Path, out: Path) -> dict:
@@ -135,12 +169,16 @@ def image_size(image: str) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--image", help="image to export (default: imagekit/debian-mpi:latest or the base)")
+    ap.add_argument("--runs", type=int, default=3, help="paired runs per method and image (median shown)")
+    ap.add_argument("--big-image", help="the >= 1 GB image (default: imagekit/debian-cuda:devel, else made here)")
     ap.add_argument("--big-gb", type=float, default=1.0)
     ap.add_argument("--workdir", default="/var/tmp")
     ap.add_argument("--skip-big", action="store_true")
+    ap.add_argument("--enroot", default=shutil.which("enroot"), help="enroot executable (default: PATH)")
     args = ap.parse_args()
 
     from imagekit import base_image, engine
+    from imagekit.export import squash
 
     images = []
     if args.image:
@@ -149,38 +187,47 @@ def main() -> int:
         images.append("imagekit/debian-mpi:latest")
     else:
         images.append(base_image.ensure("debian:bookworm", log=lambda *_: None))
-    if not args.skip_big:
+    if not args.skip_big and (args.big_image or engine.image_exists(REAL_BIG)):
+        images.append(args.big_image or REAL_BIG)
+    elif not args.skip_big:
         if not engine.image_exists(BIG_TAG):
             print(f"building {BIG_TAG} (~{args.big_gb} GB)...", file=sys.stderr)
             make_big_image(base_image.ensure("debian:bookworm", log=lambda *_: None), args.big_gb)
         images.append(BIG_TAG)
 
+    methods = []
+    if args.enroot:
+        methods.append(("enroot import dockerd://", enroot_import(args.enroot)))
+    else:
+        print("no enroot found (--enroot): the baseline is the method re-done by hand", file=sys.stderr)
+    methods += [("enroot's method by hand", enroot_method),
+                ("imagekit --preset enroot", imagekit_method("enroot")),
+                (f"imagekit (default: {squash.DEFAULT_PRESET})", imagekit_method(None))]
+
     work = Path(tempfile.mkdtemp(prefix="imagekit-bench-", dir=args.workdir))
-    rows = []
+    results: dict[tuple[str, str], list[dict]] = {}
     try:
         for image in images:
-            for label, fn in (("enroot (tar -x + mksquashfs)", enroot_method),
-                              ("imagekit export --to enroot", imagekit_method)):
-                r = measure(fn, image, work, work / "out.sqsh")
-                rows.append((image, label, r))
-                print(f"  {image}: {label}: {r['wall']:.1f}s", file=sys.stderr)
+            for i in range(args.runs):
+                for label, fn in methods:   # interleaved, so drift hits every method alike
+                    r = measure(fn, image, work, work / "out.sqsh")
+                    results.setdefault((image, label), []).append(r)
+                    print(f"  {image} run {i + 1}: {label}: {r['wall']:.1f}s", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     mib = 1 << 20
-    print(f"\n{'image':34} {'method':30} {'size MiB':>9} {'wall s':>7} {'cpu s':>7} "
-          f"{'peak extra MiB':>15} {'out MiB':>8}")
-    for image, label, r in rows:
-        print(f"{image:34} {label:30} {image_size(image) / mib:9.0f} {r['wall']:7.1f} {r['cpu']:7.1f} "
-              f"{r['peak_extra'] / mib:15.0f} {r['out'] / mib:8.0f}")
-    print()
+    print(f"\nmedian of {args.runs} paired runs, {os.cpu_count()} CPUs\n")
+    print("| image | method | wall s | CPU s | wall ratio | CPU ratio | peak extra MiB | out MiB |")
+    print("|---|---|---|---|---|---|---|---|")
     for image in images:
-        base = next(r for i, l, r in rows if i == image and l.startswith("enroot"))
-        ours = next(r for i, l, r in rows if i == image and l.startswith("imagekit"))
-        print(f"{image}: speedup wall {base['wall'] / ours['wall']:.2f}x, cpu "
-              f"{base['cpu'] / max(ours['cpu'], 1e-9):.2f}x; peak extra disk "
-              f"{ours['peak_extra'] / mib:.0f} MiB vs {base['peak_extra'] / mib:.0f} MiB "
-              f"(output {ours['out'] / mib:.0f} MiB, ratio {ours['peak_extra'] / ours['out']:.2f})")
+        base = median_of(results[(image, methods[0][0])])
+        for label, _ in methods:
+            r = median_of(results[(image, label)])
+            print(f"| {image} ({image_size(image) / mib:.0f} MiB) | {label} | {r['wall']:.1f} | "
+                  f"{r['cpu']:.1f} | {base['wall'] / r['wall']:.2f}x | {base['cpu'] / max(r['cpu'], 1e-9):.2f}x | "
+                  f"{r['peak_extra'] / mib:.0f} | {r['out'] / mib:.0f} |")
+    print(f"\nratios: the baseline row's time over the row's (higher is faster), baseline: {methods[0][0]}")
     return 0
 
 
