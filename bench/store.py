@@ -79,7 +79,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     cli, lib = statistics.median(cli_hits), statistics.median(lib_hits)
-    print(f"image {image} ({doc['bytes'] / (1 << 20):.0f} MiB as .sqsh, enroot preset)")
+    print(f"image {image} ({doc['bytes'] / (1 << 20):.0f} MiB as .sqsh, preset {doc['compression']})")
     print(f"{'first export (conversion)':42} {first:8.3f} s")
     print(f"{'re-export, imagekit export process':42} {cli:8.3f} s  median of {args.runs} "
           f"(min {min(cli_hits):.3f}, max {max(cli_hits):.3f}); {first / cli:.0f}x faster")
