@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from imagekit import engine, owners
+from polling import wait_for
 
 pytestmark = pytest.mark.engine
 
@@ -33,15 +33,6 @@ def _start(*args: str) -> subprocess.Popen:
                             stderr=subprocess.DEVNULL, start_new_session=True)
 
 
-def _wait_for(condition, what: str, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"never saw {what}")
-
-
 def _kill9(proc: subprocess.Popen) -> None:
     """SIGKILL to the whole session: imagekit and the tools it started, as a killed job step would."""
     os.killpg(proc.pid, signal.SIGKILL)
@@ -58,7 +49,7 @@ def test_a_killed_export_leaves_nothing_after_the_next_export(mpi_image, tmp_pat
     out = tmp_path / "mpi.sqsh"
     proc = _start("export", mpi_image, "--to", "enroot", "--no-store", "-o", str(out))
     part = lambda: [p for p in tmp_path.glob(".mpi.sqsh.*.part") if p.stat().st_size > 0]  # noqa: E731
-    _wait_for(lambda: part() and _owned_by(proc.pid), "the export's container and growing .part")
+    wait_for(lambda: part() and _owned_by(proc.pid), "the export's container and growing .part")
     _kill9(proc)
     assert part(), "the kill left a partial file (the state this test is about)"
     done = subprocess.run([sys.executable, "-m", "imagekit", "export", mpi_image, "--to", "enroot",
@@ -72,8 +63,8 @@ def test_a_killed_check_and_launch_leave_nothing_after_the_next_run(mpi_image):
     check = _start("check", mpi_image)
     launch = _start("launch", "inside-out", "--image", mpi_image, "--nodes", "2", "--no-preflight",
                     "--", "sleep", "300")
-    _wait_for(lambda: _owned_by(check.pid), "the check's container")
-    _wait_for(lambda: len(_owned_by(launch.pid)) >= 3, "the launch's network and 2 containers")
+    wait_for(lambda: _owned_by(check.pid), "the check's container")
+    wait_for(lambda: len(_owned_by(launch.pid)) >= 3, "the launch's network and 2 containers")
     _kill9(check)
     _kill9(launch)
     assert _owned_by(check.pid) and _owned_by(launch.pid), "SIGKILL cleans nothing by itself"
@@ -85,7 +76,7 @@ def test_a_live_runs_containers_are_never_swept(mpi_image):
     live = _start("launch", "inside-out", "--image", mpi_image, "--nodes", "2", "--no-preflight",
                   "--", "sleep", "300")
     try:
-        _wait_for(lambda: len(_owned_by(live.pid)) >= 3, "the live launch's network and containers")
+        wait_for(lambda: len(_owned_by(live.pid)) >= 3, "the live launch's network and containers")
         before = sorted(_owned_by(live.pid))
         _sweep_by_a_new_run()
         assert sorted(_owned_by(live.pid)) == before

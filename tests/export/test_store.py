@@ -20,6 +20,7 @@ from imagekit import owners
 from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
 from imagekit.export import store as store_mod
 from imagekit.export.store import EntryGone, Store, find, link_or_copy, parse_size
+from polling import wait_for
 
 IMAGE = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32
@@ -47,15 +48,6 @@ def dead_token() -> str:
 
 def foreign_token() -> str:
     return "some-other-node+4242+99"
-
-
-def wait_for(condition, what: str, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"never saw {what}")
 
 
 # --- keys, layout, lookups ------------------------------------------------------------------------
