@@ -8,8 +8,16 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from needs import need  # noqa: E402
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 @functools.lru_cache(maxsize=1)
@@ -108,3 +116,65 @@ def registry(tmp_path_factory):
             yield addr
     except RegistryNotRunning as exc:
         pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """The real single-node cluster of ``scripts/cluster.py``: munge, slurmctld and slurmd with
+    Pyxis (``scripts/setup-cluster.sh`` installs Enroot, Pyxis and Apptainer). Stopped by its pid
+    files after the session; a run killed before that is cleaned up by the next ``up``."""
+    sys.path.insert(0, str(SCRIPTS))
+    import cluster as cluster_mod
+
+    need(cluster_mod.missing())
+    c = cluster_mod.Cluster().up()
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+class TestUser:
+    """The unprivileged job user ``scripts/setup-cluster.sh`` adds: runs commands as that user."""
+
+    def __init__(self, name: str) -> None:
+        import pwd
+
+        entry = pwd.getpwnam(name)
+        self.name, self.uid, self.gid, self.home = name, entry.pw_uid, entry.pw_gid, entry.pw_dir
+
+    def argv(self, argv: list[str], env: dict[str, str] | None = None) -> list[str]:
+        """``argv`` run as the user, with ``env``'s SLURM_CONF (and the names given) carried over."""
+        extra = [f"{k}={v}" for k, v in (env or {}).items()]
+        return ["runuser", "-u", self.name, "--", "env", f"HOME={self.home}", *extra, *argv]
+
+    def run(self, argv: list[str], env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
+        kw.setdefault("stdout", subprocess.PIPE)
+        kw.setdefault("stderr", subprocess.STDOUT)
+        kw.setdefault("text", True)
+        return subprocess.run(self.argv(argv, env), cwd=kw.pop("cwd", "/tmp"), **kw)
+
+
+@pytest.fixture(scope="session")
+def test_user() -> TestUser:
+    import pwd
+
+    name = os.environ.get("IMAGEKIT_TEST_USER", "imagekit-user")
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        need(f"the unprivileged test user {name!r} does not exist (bash scripts/setup-cluster.sh)")
+    return TestUser(name)
+
+
+@pytest.fixture
+def user_dir(tmp_path_factory, test_user) -> Path:
+    """A directory the test user may read and write (pytest's own tmp_path is root's, mode 700)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="imagekit-test-", dir="/var/tmp"))
+    os.chown(path, test_user.uid, test_user.gid)
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -10,23 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from slurm_local import LocalSlurm, missing  # noqa: E402
+from needs import need
 
 DOCKER = "/usr/bin/docker"
-
-
-def _need(problem: str | None) -> None:
-    if problem is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"CI needs this and it is missing: {problem}", pytrace=False)
-    pytest.skip(problem)
 
 
 def _exists(tag: str) -> bool:
@@ -62,7 +51,7 @@ def no_mpi_image(mpi_image: str) -> str:
 @pytest.fixture(scope="session")
 def shellcheck():
     """``shellcheck(path_or_text, shell='bash')`` asserts the script is clean."""
-    _need(None if shutil.which("shellcheck") else "shellcheck is not installed (apt-get install shellcheck)")
+    need(None if shutil.which("shellcheck") else "shellcheck is not installed (apt-get install shellcheck)")
 
     def check(script, shell: str = "bash") -> None:
         if isinstance(script, Path):
@@ -77,9 +66,6 @@ def shellcheck():
 
 
 @pytest.fixture(scope="session")
-def local_slurm(tmp_path_factory):
-    """Debian's Slurm on localhost (munged, slurmctld, slurmd -N localhost); stopped after the session."""
-    _need(missing())
-    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm")).start()
-    yield cluster
-    cluster.stop()
+def local_slurm(cluster):
+    """The session's real cluster (tests/conftest.py ``cluster``): Debian's Slurm with Pyxis."""
+    return cluster
