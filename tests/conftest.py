@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,19 @@ def mpi_image(base_image) -> str:
     return result.tags[0]
 
 
+@pytest.fixture(scope="session")
+def cuda_images(base_image, site_mirror) -> tuple[str, str]:
+    """The offline CUDA stack's (runtime, devel) tags, built for real from the site mirror: the
+    source builds are long on a cold cache, then fully cached."""
+    from imagekit import build, stack
+
+    cuda = stack.load("debian-cuda", mirror=str(site_mirror))
+    logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
+    runtime = build.build(cuda, log_dir=logs)
+    devel = build.build(cuda, target="devel", log_dir=logs)
+    return runtime.tags[0], devel.tags[0]
+
+
 @pytest.fixture
 def write_stack(tmp_path):
     """Write a small stack file made by the test; returns its path."""
@@ -116,6 +130,23 @@ def registry(tmp_path_factory):
             yield addr
     except RegistryNotRunning as exc:
         pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def shellcheck():
+    """``shellcheck(path_or_text, shell='bash')`` asserts the script is clean."""
+    need(None if shutil.which("shellcheck") else "shellcheck is not installed (apt-get install shellcheck)")
+
+    def check(script, shell: str = "bash") -> None:
+        if isinstance(script, Path):
+            proc = subprocess.run(["shellcheck", "-s", shell, str(script)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        else:
+            proc = subprocess.run(["shellcheck", "-s", shell, "-"], input=script, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        assert proc.returncode == 0, proc.stdout
+
+    return check
 
 
 @pytest.fixture(scope="session")

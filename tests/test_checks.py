@@ -32,6 +32,7 @@ EVERY_KIND = [
     checks.library("a.library", "libz.so.1", needs="gpu"),
     checks.python_import("a.python_import", "torch.distributed"),
     checks.ldd_closure("a.ldd_closure", ["/usr/local/ucx", "/opt/x"], target="devel"),
+    checks.login_env("a.login_env", [0, 65534]),
 ]
 
 # The library-closure check exactly as images built before the ldd_closure kind carry it in their
@@ -73,7 +74,7 @@ def local(tmp_path, monkeypatch):
 
 def test_every_kind_is_covered_here():
     assert {c.kind for c in EVERY_KIND} == set(checks.KINDS)
-    assert checks.KINDS == ("run", "file", "absent", "library", "python_import", "ldd_closure")
+    assert checks.KINDS == ("run", "file", "absent", "library", "python_import", "ldd_closure", "login_env")
 
 
 @pytest.mark.parametrize("check", EVERY_KIND, ids=[c.id for c in EVERY_KIND])

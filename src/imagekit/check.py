@@ -31,6 +31,8 @@ NO_SECRETS = [
     checks_mod.absent("image.no_build_secrets", "/run/secrets/* /root/.docker/config.json /root/.pip/pip.conf",
                       "no build secrets or registry credentials in the image"),
 ]
+# Asked of every image: Enroot and Pyxis start commands through a login shell, as root and as users.
+LOGIN_ENV = checks_mod.login_env("image.login_env", [0, 65534])
 
 
 @dataclass
@@ -76,7 +78,7 @@ def stack_checks(stack, target: str = "runtime") -> list[checks_mod.Check]:
         out += component.checks()
     prefixes = elf_prefixes(stack)
     generic = [checks_mod.ldd_closure("image.ldd_closure", prefixes)] if prefixes else []
-    return [c for c in out + list(stack.checks) + generic + NO_SECRETS
+    return [c for c in out + list(stack.checks) + generic + NO_SECRETS + [LOGIN_ENV]
             if c.target is None or c.target == target]
 
 

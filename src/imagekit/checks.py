@@ -38,6 +38,7 @@ _GLOB = re.compile(r"/[A-Za-z0-9_./*?\[\]+@%:,=-]*")
 _SONAME = re.compile(r"[A-Za-z0-9_.+-]+")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _PREFIX = re.compile(r"/[A-Za-z0-9_./+@:,=-]*")
+_UID = re.compile(r"[0-9]+")
 
 _KIND_CLASSES: dict[str, type[Check]] = {}
 
@@ -185,6 +186,7 @@ class Check:
     library = _by_kind("library")
     python_import = _by_kind("python_import")
     ldd_closure = _by_kind("ldd_closure")
+    login_env = _by_kind("login_env")
     expect = None  # only Run has one
 
     # -- helpers ------------------------------------------------------------------------------
@@ -409,6 +411,98 @@ class LddClosure(Check, kind="ldd_closure"):
                      f"no ELF file under {under}, so nothing was checked:\n{_show(cmd)}")
 
 
+# Set by the runtime or by the shell itself, whatever the image declares.
+_LOGIN_OWN = ("HOSTNAME", "HOME", "PWD", "OLDPWD", "SHLVL", "_")
+_LOGIN_SCRIPT = r"""
+env_file=/etc/environment
+saved=
+if [ -e "$env_file" ]; then saved=$(mktemp) && cp -p "$env_file" "$saved"; fi
+restore() { if [ -n "$saved" ]; then cp -p "$saved" "$env_file"; rm -f "$saved"; else rm -f "$env_file"; fi; }
+trap restore EXIT
+# What Enroot's import writes: the image's Env, one NAME=VALUE a line.
+printf '%s\n' "$@" > "$env_file"
+shells=/bin/sh
+if [ -x /bin/bash ]; then shells="$shells /bin/bash"; fi
+for uid in UIDS; do
+  for shell in $shells; do
+    # As enroot-switchroot starts it: only the environment file's variables, then a login shell.
+    if [ "$uid" = 0 ]; then
+      out=$(env -i "$@" HOME=/root "$shell" -l -c 'env -0 | base64 -w0' </dev/null)
+    elif command -v setpriv >/dev/null 2>&1; then
+      out=$(env -i "$@" HOME=/ setpriv --reuid="$uid" --regid="$uid" --clear-groups \
+            "$shell" -l -c 'env -0 | base64 -w0' </dev/null)
+    else
+      out=NOSETPRIV
+    fi
+    echo "$uid $shell ${out:--}"
+  done
+done
+"""
+
+
+@dataclass(frozen=True)
+class LoginEnv(Check, kind="login_env"):
+    """The image's declared environment survives a login shell, for root and for each of ``uids``.
+
+    Enroot and Pyxis start every command through a login shell, which runs the base's
+    /etc/profile (Debian's resets PATH); ``docker run`` starts none, so nothing else would show
+    it. The check writes /etc/environment as Enroot's import does, starts ``sh -l`` (and
+    ``bash -l``) with that environment alone, as ``enroot-switchroot`` does, and compares
+    every declared variable; /etc/environment is put back afterwards."""
+
+    uids: tuple[str, ...] = ("0",)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "uids", tuple(str(u) for u in _as_tuple(self.uids))
+                           if isinstance(self.uids, (list, tuple)) else self.uids)
+        super().__post_init__()
+
+    def validate(self) -> None:
+        self._words("uids", self.uids, _UID, "a numeric user id")
+
+    def sentence(self) -> str:
+        return (f"a login shell (Enroot, Pyxis) keeps the image's environment, as uid {', '.join(self.uids)}")
+
+    @property
+    def value(self) -> str:
+        return " ".join(self.uids)
+
+    @classmethod
+    def fields_from(cls, value: Any) -> dict[str, Any]:
+        return {"uids": value.split(" ") if isinstance(value, str) else value}
+
+    def verify(self, host: Host) -> None:
+        import base64
+
+        raw = host.run("base64 -w0 /proc/1/environ")
+        _fail_unless(raw.rc == 0, f"cannot read the container's environment:\n{_show(raw)}")
+        declared = {}
+        for entry in base64.b64decode(raw.stdout.strip()).decode(errors="replace").split("\0"):
+            name, sep, value = entry.partition("=")
+            # A newline cannot be carried by Enroot's /etc/environment (imagekit export refuses it).
+            if sep and quoting.ENV_NAME.fullmatch(name) and "\n" not in value and name not in _LOGIN_OWN:
+                declared[name] = value
+        entries = [f"{k}={v}" for k, v in declared.items()]
+        script = _LOGIN_SCRIPT.replace("UIDS", " ".join(self.uids))
+        cmd = host.run("sh -c %s sh" + " %s" * len(entries), script, *entries)
+        _fail_unless(cmd.rc == 0, f"could not start login shells:\n{_show(cmd)}")
+        lost = []
+        for line in cmd.stdout.splitlines():
+            uid, shell, out = (line.split(" ", 2) + ["", ""])[:3]
+            if out == "NOSETPRIV":
+                continue  # no setpriv in the image: only root's shells are checked
+            seen = dict(e.partition("=")[::2] for e in
+                        base64.b64decode(out if out != "-" else "").decode(errors="replace").split("\0") if "=" in e)
+            who = f"`{shell.rsplit('/', 1)[-1]} -l` as uid {uid}"
+            for name, value in declared.items():
+                if seen.get(name) != value:
+                    got = "unsets it" if name not in seen else f"sees {quoting.shown(seen[name])}"
+                    lost.append(f"{name}: {who} {got}; the image declares {quoting.shown(value)}")
+        _fail_unless(not lost, "a login shell (as Enroot and Pyxis start every command) loses the image's "
+                     "environment:\n  " + "\n  ".join(lost) + "\nfix: build the image with imagekit, or "
+                     "export it with `imagekit export --to enroot`: both add /etc/profile.d/zz-imagekit-environment.sh")
+
+
 def _as_tuple(words: Any) -> Any:
     # Lists arrive from callers and JSON; a frozen check holds a tuple (hashable, and equal after a round trip).
     return tuple(words) if isinstance(words, list) else words
@@ -447,3 +541,7 @@ def python_import(id: str, module: str, **kw: Any) -> PythonImport:
 
 def ldd_closure(id: str, prefixes: list[str], **kw: Any) -> LddClosure:
     return LddClosure(id=id, prefixes=tuple(prefixes), **kw)
+
+
+def login_env(id: str, uids: list[int | str], **kw: Any) -> LoginEnv:
+    return LoginEnv(id=id, uids=tuple(str(u) for u in uids), **kw)

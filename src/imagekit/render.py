@@ -54,6 +54,7 @@ def populate(devel, runtime, stack, *, single_stage: bool = False) -> None:
     devel += _blocks.apt_cache_setup()
     for component in stack.components.values():
         devel += component.devel()
+    devel += _blocks.login_environment()
     labels = image_facts.recipe_labels(stack)
     devel += label(metadata=_quoted({**labels, image_facts.TARGET: "devel"}))
     if single_stage:
@@ -63,6 +64,7 @@ def populate(devel, runtime, stack, *, single_stage: bool = False) -> None:
         runtime += _blocks.runtime_slim()
     for component in stack.components.values():
         runtime += component.runtime()
+    runtime += _blocks.login_environment()
     runtime += label(metadata=_quoted({**labels, image_facts.TARGET: "runtime"}))
 
 

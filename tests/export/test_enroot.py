@@ -45,8 +45,8 @@ def test_rc_labels_fstab_environment_formats():
 def test_missing_workdir_and_etc_are_added():
     build = enroot.extra_entries({"WorkingDir": "/new/dir"}, mtime=5)
     names = [info.name for info, _ in build({"bin", "new"})]
-    assert names[:2] == ["etc", "new/dir"]
-    assert names[2:] == list(enroot.CONFIG_FILES)
+    assert names[:3] == ["etc", "etc/profile.d", "new/dir"]
+    assert names[3:] == list(enroot.CONFIG_FILES)
 
 
 # ---------------------------------------------------------------- engine: the real pipeline

@@ -8,12 +8,9 @@ never a skip.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
-from needs import need
 
 DOCKER = "/usr/bin/docker"
 
@@ -46,23 +43,6 @@ def no_mpi_image(mpi_image: str) -> str:
         return tag
     return _build(tag, f"FROM {mpi_image}\nRUN rm -f /usr/bin/mpirun /usr/bin/mpiexec /usr/bin/orted "
                        "/usr/bin/orterun /usr/bin/mpirun.openmpi /usr/bin/mpiexec.openmpi\n")
-
-
-@pytest.fixture(scope="session")
-def shellcheck():
-    """``shellcheck(path_or_text, shell='bash')`` asserts the script is clean."""
-    need(None if shutil.which("shellcheck") else "shellcheck is not installed (apt-get install shellcheck)")
-
-    def check(script, shell: str = "bash") -> None:
-        if isinstance(script, Path):
-            proc = subprocess.run(["shellcheck", "-s", shell, str(script)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
-        else:
-            proc = subprocess.run(["shellcheck", "-s", shell, "-"], input=script, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
-        assert proc.returncode == 0, proc.stdout
-
-    return check
 
 
 @pytest.fixture(scope="session")

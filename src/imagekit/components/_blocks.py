@@ -8,6 +8,8 @@ without mounts, and clean up after themselves instead.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import hpccm.config
 from hpccm.common import container_type
 from hpccm.primitives import comment, copy, environment, shell
@@ -89,6 +91,36 @@ def runtime_slim() -> list:
     return [shell(commands=["mkdir -p /etc/dpkg/dpkg.cfg.d",
                             "printf '%s\\n' " + " ".join(f"'{r}'" for r in rules)
                             + " > /etc/dpkg/dpkg.cfg.d/01imagekit-slim"])]
+
+
+def write_file(path: str, text: str, mode: int = 0o644) -> list[str]:
+    """Shell commands that write ``text`` to ``path`` in the image: the recipe carries the file
+    (one quoted argument a line), so a build needs no context directory for it."""
+    lines = " ".join(quoting.sh_arg(line) for line in text.splitlines())
+    return [f"mkdir -p {quoting.sh_arg(path.rsplit('/', 1)[0] or '/')}",
+            f"printf '%s\\n' {lines} > {quoting.sh_arg(path)}",
+            f"chmod {mode:o} {quoting.sh_arg(path)}"]
+
+
+def login_environment() -> list:
+    """The profile script that keeps the image's ENV under Enroot's and Pyxis's login shell
+    (see :mod:`imagekit.login_env`); the last step of a stage, so changing it rebuilds one layer."""
+    from imagekit import login_env
+
+    return [comment("The image's environment in login shells (Enroot, Pyxis): imagekit.login_env", reformat=False),
+            shell(commands=write_file("/" + login_env.PATH, login_env.script()))]
+
+
+MPI_PROBE = "/usr/local/bin/imagekit-mpi-ring"
+MPI_PROBE_SOURCE = Path(__file__).resolve().parents[1] / "data" / "mpi-ring.c"
+
+
+def mpi_probe(mpicc: str) -> list:
+    """Build ``imagekit-mpi-ring`` (a GPU-less MPI wiring probe, data/mpi-ring.c) with the stack's MPI."""
+    src = "/var/tmp/imagekit-mpi-ring.c"
+    return [comment(f"{MPI_PROBE}: checks a launch's MPI wiring without a GPU", reformat=False),
+            shell(commands=[*write_file(src, MPI_PROBE_SOURCE.read_text())[1:2],
+                            f"{mpicc} -O2 -o {MPI_PROBE} {src}", f"rm -f {src}"])]
 
 
 def pip_run(commands: list[str], note: str | None = None, env: dict[str, str] | None = None) -> list:

@@ -20,6 +20,10 @@ one made by ``enroot import dockerd://IMAGE``:
   runs it as ``$SHELL /etc/rc ARGS...``;
 - ``/etc/rc.local``: two comment lines (Pyxis overwrites it with
   ``exec "$@"`` when it must not run the entrypoint);
+- not Enroot's: ``/etc/profile.d/zz-imagekit-environment.sh``
+  (:mod:`imagekit.login_env`), so that the image's Env survives Enroot's login
+  shell on bases whose ``/etc/profile`` resets ``PATH`` (Debian). imagekit's
+  own images already carry it; any other image gets it here;
 - mksquashfs options ``-all-root`` and ``$ENROOT_SQUASH_OPTIONS`` (default
   ``-comp lzo -noD``); with ``SOURCE_DATE_EPOCH`` set, ``-mkfs-time`` and
   ``-all-time`` are that value. Extended attributes are not kept (Enroot's
@@ -38,7 +42,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from imagekit import quoting
+from imagekit import login_env, quoting
 from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space,
                                     interrupt_on_sigterm, prepare_target, sha256_file)
 from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, Member, dir_entry,
@@ -49,7 +53,7 @@ if TYPE_CHECKING:
 
 RC_LOCAL = ("# This file is sourced by /etc/rc when the container starts.\n"
             "# It can be used to manipulate the entrypoint or the command of the container.\n")
-CONFIG_FILES = ("etc/environment", "etc/fstab", "etc/rc", "etc/rc.local")
+CONFIG_FILES = ("etc/environment", "etc/fstab", "etc/rc", "etc/rc.local", login_env.PATH)
 # Enroot 4.x (common::fixperms: find -maxdepth 15); Enroot 3.x used 5.
 FIXPERMS_DEPTH = 15
 
@@ -140,13 +144,15 @@ def rc_file(config: dict[str, Any]) -> str:
 
 
 def config_files(config: dict[str, Any], image: str = "image") -> dict[str, str]:
-    """The four files Enroot writes into the root filesystem, by path (no leading /)."""
+    """The four files Enroot writes into the root filesystem and the login-environment script,
+    by path (no leading /)."""
     check_config(config, image)
     return {
         "etc/environment": environment_file(config),
         "etc/fstab": fstab_file(config),
         "etc/rc": rc_file(config),
         "etc/rc.local": RC_LOCAL,
+        login_env.PATH: login_env.script(),
     }
 
 
@@ -178,7 +184,7 @@ def extra_entries(config: dict[str, Any], mtime: int, image: str = "image"):
     def build(seen: set[str]):
         out = []
         needed: list[str] = []
-        for d in missing_dirs("etc", seen) + missing_dirs(workdir, seen):
+        for d in (missing_dirs(str(Path(login_env.PATH).parent), seen) + missing_dirs(workdir, seen)):
             if d not in needed:
                 needed.append(d)
         out += [dir_entry(d, mtime=mtime) for d in needed]

@@ -77,7 +77,7 @@ from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageEr
 
 # Bump a format's number whenever imagekit writes that format differently: entries
 # made by older code are then neither served nor overwritten, and age out by LRU.
-FORMAT_VERSION: dict[str, int] = {"enroot": 2, "sif": 2}
+FORMAT_VERSION: dict[str, int] = {"enroot": 3, "sif": 2}
 SUFFIX = {"enroot": ".sqsh", "sif": ".sif"}
 HEARTBEAT = 10.0            # seconds between a converter's touches of its lock and temp dir
 LOCK_STALE = 120.0          # another host's lock untouched this long is broken
