@@ -2,7 +2,7 @@
 
 Each broken copy is the real image with one thing removed or added (``docker
 commit`` keeps its labels, so the checks travel with it); every check kind
-(run, file, absent, library, python_import, ldd_closure) is shown catching a breakage.
+(run, file, absent, library, python_import, ldd_closure, login_env) is shown catching a breakage.
 """
 
 import json
@@ -59,6 +59,9 @@ BREAKAGES = {
                     {"image.no_build_secrets"}),
     # Open MPI's UCX components (under the closure's prefix /usr/lib/x86_64-linux-gnu/openmpi) link it.
     "no-libucp": ("rm -f /usr/lib/x86_64-linux-gnu/libucp.so.0* && ldconfig", {"image.ldd_closure", "ucx.libucp"}),
+    # Debian's /etc/profile then resets PATH in Enroot's login shell (a user's loses /usr/sbin).
+    "no-login-env-script": ("rm -f /etc/profile.d/zz-imagekit-environment.sh", {"image.login_env"}),
+    "no-mpi-ring": ("rm -f /usr/local/bin/imagekit-mpi-ring", {"openmpi.ring"}),
 }
 
 

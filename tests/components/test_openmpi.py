@@ -44,7 +44,8 @@ def test_upstream_without_the_pmix_component_passes_no_pmix_flag(tmp_path):
     text = render_text(tmp_path, CUDA + "components:\n  openmpi: {version: '4.1.7', ucx: false}\n")
     flags = configure_line(text).split()
     assert not any(f.startswith("--with-pmix") for f in flags)
-    assert "--without-slurm" in flags and "--without-cuda" in flags
+    # Slurm support is on by default: Open MPI 4.x needs it to recognise srun direct launch.
+    assert "--with-slurm" in flags and "--without-cuda" in flags
     assert not any(f.startswith("--with-ucx") for f in flags)
     runtime = stage(text, "runtime")
     assert "COPY --from=devel /usr/local/openmpi /usr/local/openmpi" in runtime
@@ -90,12 +91,12 @@ def test_distro_openmpi_packages_and_home(tmp_path):
 
 def test_checks_follow_the_options(tmp_path):
     ids = {c.id: c for c in load_text(tmp_path, UPSTREAM).get("openmpi").checks()}
-    assert set(ids) == {"openmpi.version", "openmpi.runs", "openmpi.pml_ucx", "openmpi.pmix_external",
-                        "openmpi.cuda", "openmpi.slurm"}
+    assert set(ids) == {"openmpi.version", "openmpi.runs", "openmpi.ring", "openmpi.pml_ucx",
+                        "openmpi.pmix_external", "openmpi.cuda", "openmpi.slurm", "openmpi.srun_direct_launch"}
     assert re.search(ids["openmpi.version"].expect, "mpirun (Open MPI) 4.1.7")
     assert re.search(ids["openmpi.pmix_external"].expect, "MCA pmix: ext3x (MCA v2.1.0)")
-    plain = load_text(tmp_path, CUDA + "components:\n  openmpi: {version: '4.1.7', ucx: false}\n").get("openmpi")
-    assert {c.id for c in plain.checks()} == {"openmpi.version", "openmpi.runs"}
+    plain = load_text(tmp_path, CUDA + "components:\n  openmpi: {version: '4.1.7', ucx: false, slurm: false}\n")
+    assert {c.id for c in plain.get("openmpi").checks()} == {"openmpi.version", "openmpi.runs", "openmpi.ring"}
 
 
 def test_upstream_with_ucx_asks_for_pml_ucx_and_never_falls_back_silently(tmp_path):

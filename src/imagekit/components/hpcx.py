@@ -124,9 +124,12 @@ class Hpcx(Component):
                           directory=self.url_fields()["label"], build=install, prefix=PREFIX,
                           runtime=[PREFIX])] + self._ldconfig()
 
+    def devel(self) -> list:
+        return super().devel() + _blocks.mpi_probe(f"{self.home}/bin/mpicc")
+
     def runtime(self) -> list:
         return _blocks.apt_install(["libnuma1", "openssh-client"], "HPC-X runtime libraries") + \
-            super().runtime() + self._ldconfig()
+            super().runtime() + self._ldconfig() + _blocks.copy_from_devel(_blocks.MPI_PROBE)
 
     def environment(self) -> dict[str, str]:
         ompi = self.home

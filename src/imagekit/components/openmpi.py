@@ -34,7 +34,11 @@ class Openmpi(Component):
         "ucx": Option(bool, True, "use the ucx component (pml ucx)"),
         "pmix": Option(bool, False, "use the pmix component as external PMIx (for srun --mpi=pmix)"),
         "cuda": Option(bool, False, "CUDA-aware build (needs the cuda component)"),
-        "slurm": Option(bool, False, "build Slurm support (--with-slurm) for mpirun inside allocations"),
+        # Open MPI 4.x recognises `srun --mpi=pmix` direct launch through its Slurm schizo component:
+        # built --without-slurm, every rank stops in MPI_Init ("OMPI was not built with SLURM support").
+        # The support needs no Slurm library, so it is on unless a site turns it off.
+        "slurm": Option(bool, True, "Slurm support (--with-slurm): srun direct launch (4.x) and mpirun "
+                                    "inside allocations; needs no Slurm library"),
     }
     distro_packages = ("libopenmpi3", "openmpi-bin")
     distro_devel_packages = ("build-essential", "libopenmpi-dev")
@@ -116,12 +120,20 @@ class Openmpi(Component):
             generic_autotools(**src, directory=f"openmpi-{self.version}", prefix=PREFIX, ldconfig=True,
                               configure_opts=self.configure_opts())]
 
+    @property
+    def mpicc(self) -> str:
+        return f"{PREFIX}/bin/mpicc" if self.source == "upstream" else "mpicc"
+
+    def devel(self) -> list:
+        return super().devel() + _blocks.mpi_probe(self.mpicc)
+
     def runtime(self) -> list:
+        probe = _blocks.copy_from_devel(_blocks.MPI_PROBE)
         if self.source == "distro":
-            return super().runtime()
+            return super().runtime() + probe
         # mpirun starts remote daemons over ssh in inside-out launches.
         return _blocks.apt_install([*runtime_packages(self.stack.base.distro), "openssh-client"],
-                                   "Open MPI runtime libraries") + super().runtime()
+                                   "Open MPI runtime libraries") + super().runtime() + probe
 
     def environment(self) -> dict[str, str]:
         if self.source != "upstream":
@@ -141,6 +153,9 @@ class Openmpi(Component):
             checks.run("openmpi.runs", "mpirun starts 2 local ranks",
                        "mpirun --allow-run-as-root --oversubscribe -np 2 echo rank-ok",
                        expect=r"rank-ok\s+rank-ok"),
+            checks.run("openmpi.ring", f"2 ranks pass a 1 MiB message round a ring and allreduce ({_blocks.MPI_PROBE})",
+                       f"mpirun --allow-run-as-root --oversubscribe -np 2 {_blocks.MPI_PROBE}",
+                       expect=r"2 ranks, ring of 1048576 bytes and allreduce passed"),
         ]
         if self.enabled("ucx"):
             out.append(checks.run("openmpi.pml_ucx", "ompi_info lists the ucx pml", "ompi_info",
@@ -160,4 +175,8 @@ class Openmpi(Component):
         if self.enabled("slurm"):
             out.append(checks.run("openmpi.slurm", "OpenMPI has Slurm support", "ompi_info",
                                   expect=r"MCA ras: slurm"))
+            if self.major < 5:
+                out.append(checks.run("openmpi.srun_direct_launch",
+                                      "Open MPI 4.x recognises srun direct launch (schizo slurm)",
+                                      "ompi_info", expect=r"MCA schizo: slurm"))
         return out
