@@ -129,6 +129,51 @@ def test_an_image_its_sqsh_and_its_sif_give_the_same_facts(tmp_path, base_image)
     assert json.loads(labels[image_facts.CHECKS]) == from_engine.checks
 
 
+def test_env_entries_parse_as_enroot_and_docker_read_them():
+    """Config.Env entries and /etc/environment lines: the first '=' splits, a later entry wins
+    (Enroot's hook keeps the last line's value), lines without '=' are not variables."""
+    lines = ["A=1", "B=x=y z", "", "# a comment=no", "junk", "A=2", "EMPTY="]
+    assert image_facts.parse_env(lines) == {"A": "2", "B": "x=y z", "EMPTY": ""}
+
+
+def test_recorded_env_travels_with_the_facts():
+    facts = image_facts.from_labels({}, ref="img", env={"NVIDIA_VISIBLE_DEVICES": "all"})
+    assert facts.env == {"NVIDIA_VISIBLE_DEVICES": "all"}
+    unread = image_facts.from_labels(None, ref="img", reason="not here")
+    assert unread.env is None and unread.reason == "not here"
+    assert image_facts.read("./nowhere.sif").env is None    # not on this host: unknown, not empty
+
+
+def test_a_squashfs_without_labels_still_gives_its_env(tmp_path):
+    """`enroot import` of an image without labels: no /etc/rc comments, but /etc/environment counts."""
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "environment").write_text("PATH=/usr/bin\nNVIDIA_VISIBLE_DEVICES=all\n")
+    out = tmp_path / "plain.sqsh"
+    subprocess.run(["mksquashfs", str(root), str(out), "-quiet", "-no-progress"], check=True,
+                   stdout=subprocess.DEVNULL)
+    facts = image_facts.read(str(out))
+    assert facts.labels is None and "records no labels" in facts.reason
+    assert facts.env == {"PATH": "/usr/bin", "NVIDIA_VISIBLE_DEVICES": "all"}
+
+
+@pytest.mark.engine
+def test_the_env_reads_the_same_from_an_image_its_sqsh_and_its_sif(tmp_path, base_image):
+    """Config.Env from the engine, Enroot's /etc/environment in the .sqsh, the OCI config in the .sif,
+    each made by `imagekit export`; and an image without the variable reads as not setting it."""
+    import gpu_image
+
+    tag = gpu_image.build(base_image)
+    from_engine = image_facts.read(tag)
+    assert from_engine.env is not None and from_engine.env.items() >= gpu_image.ENV.items()
+    assert from_engine.labels is not None and not from_engine.known     # unlabelled: env read all the same
+    for fmt, name in (("enroot", "gpu.sqsh"), ("sif", "gpu.sif")):
+        from_file = image_facts.read(str(gpu_image.export(tag, fmt, tmp_path / name)))
+        assert from_file.env == from_engine.env, fmt
+    plain = image_facts.read(base_image)
+    assert plain.env is not None and "NVIDIA_VISIBLE_DEVICES" not in plain.env
+
+
 def test_the_readme_documents_every_label_written(tmp_path):
     """Sites read the labels themselves: every key the writer produces has a row in the README's table."""
     import re

@@ -6,6 +6,10 @@ one typed :class:`ImageFacts`, from an engine image, an exported Enroot
 ``.sqsh`` or a ``.sif``. Sites that read the labels themselves find the schema
 in the README ("Image labels"); its version is ``io.imagekit.schema``.
 
+The image's environment (``Config.Env``) is read in the same pass, from the same
+places: a runtime acts on some of it before the container starts (Enroot's GPU
+hook reads ``NVIDIA_VISIBLE_DEVICES``), so preflight needs it beside the labels.
+
 Schema history:
 
 - 1 (no ``io.imagekit.schema`` label): stack, version, arch, components,
@@ -132,7 +136,10 @@ class Benchmark:
 
 @dataclass
 class ImageFacts:
-    """What an image's labels say; ``labels`` is None when they could not be read (``reason`` says why)."""
+    """What an image's labels say; ``labels`` is None when they could not be read (``reason`` says why).
+
+    ``env`` is the image's environment (NAME -> value); None when it could not be read.
+    """
 
     ref: str = ""
     labels: dict[str, str] | None = None
@@ -148,6 +155,7 @@ class ImageFacts:
     checks: list[dict] | None = None
     benchmark: Benchmark | None = None
     base_components: list[str] = field(default_factory=list)
+    env: dict[str, str] | None = None
 
     @property
     def known(self) -> bool:
@@ -183,10 +191,12 @@ class ImageFacts:
                 "roles": {r: {"component": v.component, "version": v.version} for r, v in self.roles.items()}}
 
 
-def from_labels(labels: dict[str, str] | None, *, ref: str = "", reason: str = "") -> ImageFacts:
-    """Parse labels of any schema this imagekit knows; older schemas are read as the current one."""
+def from_labels(labels: dict[str, str] | None, *, ref: str = "", reason: str = "",
+                env: dict[str, str] | None = None) -> ImageFacts:
+    """Parse labels of any schema this imagekit knows; older schemas are read as the current one.
+    ``env`` is the image's environment, read beside the labels (None: not read)."""
     if labels is None:
-        return ImageFacts(ref=ref, reason=reason)
+        return ImageFacts(ref=ref, reason=reason, env=env)
     schema = _schema(labels, ref)
     names = [n.strip() for n in labels.get(COMPONENTS, "").split(",") if n.strip()]
     for key in labels:  # a component whose name the list lost still counts
@@ -204,7 +214,7 @@ def from_labels(labels: dict[str, str] | None, *, ref: str = "", reason: str = "
         ref=ref, labels=dict(labels), reason=reason, schema=schema, stack=labels.get(STACK),
         target=labels.get(TARGET), arch=labels.get(ARCH), imagekit_version=labels.get(VERSION),
         recipe_sha256=labels.get(RECIPE_SHA256), components=components,
-        base_components=[c for c in labels.get(BASE_COMPONENTS, "").split(",") if c])
+        base_components=[c for c in labels.get(BASE_COMPONENTS, "").split(",") if c], env=env)
     if schema >= 2:
         facts.roles = {}
         for key, name in labels.items():
@@ -302,18 +312,32 @@ def read(ref: str) -> ImageFacts:
     if not is_file_image(ref):
         from imagekit import engine
 
-        return from_labels(engine.image_labels(ref), ref=ref)
+        image = engine.inspect(ref)
+        return from_labels(image.labels, ref=ref, env=parse_env(image.config.get("Env") or []))
     path = Path(ref)
     if not path.is_file():
         # Often right: the path may exist only on the compute nodes (a shared job directory).
         return ImageFacts(ref=ref, reason=f"{ref} is a file image that is not on this host; its labels were not read")
     try:
-        labels = _sif_labels(path) if _is_sif(path) else _squashfs_labels(path)
+        labels, env = _sif_facts(path) if _is_sif(path) else _squashfs_facts(path)
     except (OSError, ValueError) as exc:
         return ImageFacts(ref=ref, reason=f"cannot read the labels of {ref}: {exc}")
     if labels is None:
-        return ImageFacts(ref=ref, reason=f"{ref} records no labels")
-    return from_labels(labels, ref=ref)
+        return ImageFacts(ref=ref, reason=f"{ref} records no labels", env=env)
+    return from_labels(labels, ref=ref, env=env)
+
+
+def parse_env(entries: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` entries (``Config.Env``, or Enroot's ``/etc/environment`` lines) as a mapping.
+
+    A later entry wins, as in Enroot (its hook reads the file bottom-up, first value kept) and
+    Docker; lines without ``=`` (blank, comments) are skipped, as Enroot's parser does."""
+    env: dict[str, str] = {}
+    for entry in entries:
+        name, sep, value = entry.partition("=")
+        if sep and name and not name.startswith("#"):
+            env[name.strip()] = value
+    return env
 
 
 def read_or_reason(ref: str) -> ImageFacts:
@@ -330,23 +354,28 @@ def _is_sif(path: Path) -> bool:
     return b"SIF_MAGIC" in head
 
 
-def _sif_labels(path: Path) -> dict[str, str] | None:
-    """From the OCI config object imagekit writes, else the partition's .singularity.d/labels.json."""
+def _sif_facts(path: Path) -> tuple[dict[str, str] | None, dict[str, str] | None]:
+    """Labels and environment from the OCI config object (imagekit's and Apptainer's SIFs); without
+    one (older Singularity), labels from the partition's .singularity.d/labels.json and no environment
+    (its env scripts are shell, not data)."""
     from imagekit.export import sif
 
     info = sif.read_sif(path)
     for d in info.descriptors:
         if d.name == sif.OCI_CONFIG_NAME:
             config = json.loads(info.read(d))
-            labels = (config.get("config") or config).get("Labels")
-            return dict(labels) if labels else None
+            config = config.get("config") or config
+            labels = config.get("Labels")
+            return (dict(labels) if labels else None), parse_env(config.get("Env") or [])
     part = info.primary_partition()
     text = _unsquashfs_cat(path, ".singularity.d/labels.json", offset=part.offset)
-    return json.loads(text) if text and text.strip() != "null" else None
+    return (json.loads(text) if text and text.strip() != "null" else None), None
 
 
-def _squashfs_labels(path: Path) -> dict[str, str] | None:
-    """Enroot keeps labels as ``# key value`` comments at the top of /etc/rc (newlines became spaces)."""
+def _squashfs_facts(path: Path) -> tuple[dict[str, str] | None, dict[str, str]]:
+    """Enroot keeps labels as ``# key value`` comments at the top of /etc/rc (newlines became spaces)
+    and the environment in /etc/environment, one ``NAME=VALUE`` a line; a squashfs without that
+    file gives Enroot, and so us, no variables."""
     text = _unsquashfs_cat(path, "etc/rc")
     labels = {}
     for line in (text or "").splitlines():
@@ -354,7 +383,8 @@ def _squashfs_labels(path: Path) -> dict[str, str] | None:
             break
         key, _, value = line[2:].partition(" ")
         labels[key] = value
-    return labels or None
+    env = parse_env((_unsquashfs_cat(path, "etc/environment") or "").splitlines())
+    return labels or None, env
 
 
 def _unsquashfs_cat(path: Path, member: str, offset: int = 0) -> str | None:

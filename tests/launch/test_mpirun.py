@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -82,6 +83,60 @@ def test_image_without_mpi_is_refused_before_launch(no_sshd_image, tmp_path):
     res = CliRunner().invoke(main, ["launch", "mpirun", "--image", no_sshd_image, "--hosts", "localhost:2",
                                     "--", "hostname"])
     assert res.exit_code == 1 and "has no MPI" in res.output and "--no-preflight" in res.output
+
+
+SHOW_NVD = 'echo "rank $OMPI_COMM_WORLD_RANK sees NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"'
+
+
+def _need(tool: str, fix: str) -> None:
+    """Fail in CI (CI set), skip elsewhere: the same rule as the engine marker's."""
+    if shutil.which(tool) is None:
+        message = f"`{tool}` is not installed ({fix})"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs this and it is missing: {message}", pytrace=False)
+        pytest.skip(message)
+
+
+def test_on_this_host_knows_its_names():
+    import socket
+
+    assert mpirun.on_this_host([("localhost", 2)]) and mpirun.on_this_host([("n1", 1), (socket.gethostname(), 1)])
+    assert not mpirun.on_this_host([("n1", 4), ("n2", 4)])
+
+
+@pytest.mark.engine
+def test_enroot_ranks_of_a_gpu_image_start_on_this_gpu_less_host(base_image, tmp_path):
+    """Real Enroot (its 98-nvidia.sh hook included) on this host: ranks without --gpus get
+    NVIDIA_VISIBLE_DEVICES=void and start; with --gpus and no GPU runtime here, preflight refuses
+    with the fix, and the hook really fails the start when told to go on anyway."""
+    import gpu_image
+
+    _need("enroot", "bash scripts/setup-cluster.sh installs Enroot 4.1.2")
+    _need("mpirun", "apt-get install openmpi-bin")
+    sqsh = gpu_image.export(gpu_image.build(base_image), "enroot", tmp_path / "gpu.sqsh")
+
+    def launch(*args: str, hosts: str = "localhost:2") -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "imagekit", "launch", "mpirun", "--runtime", "enroot",
+                               "--image", str(sqsh), "--hosts", hosts, *args, "--", "sh", "-c", SHOW_NVD],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=180)
+
+    cpu = launch()
+    assert cpu.returncode == 0, cpu.stdout
+    for rank in (0, 1):
+        assert f"rank {rank} sees NVIDIA_VISIBLE_DEVICES=void" in cpu.stdout, cpu.stdout
+    if gpu_image.host_has_gpu_runtime():
+        gpus = launch("--gpus")
+        assert gpus.returncode == 0 and "NVIDIA_VISIBLE_DEVICES=all" in gpus.stdout, gpus.stdout
+        return
+    refused = launch("--gpus")
+    assert refused.returncode == 1, refused.stdout
+    assert "preflight refused: GPU runtime" in refused.stdout
+    assert "enroot start --env NVIDIA_VISIBLE_DEVICES=void" in refused.stdout
+    # One rank: a failed start of the node's container keeps its other ranks waiting a while.
+    forced = launch("--gpus", "--no-preflight", hosts="localhost:1")
+    assert forced.returncode != 0 and "Command not found: nvidia-container-cli" in forced.stdout, forced.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu.sqsh"]     # no job directory left behind
 
 
 SHM_PINGPONG = """

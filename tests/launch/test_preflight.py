@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
 from click.testing import CliRunner
 
+from imagekit import image_facts
 from imagekit.cli import main
+from imagekit.errors import ImagekitError
 from imagekit.launch import preflight as pf
+from imagekit.launch.gpu_env import GpuLaunch
 
 LABELS = {
     "io.imagekit.stack": "debian-mpi", "io.imagekit.components": "pmix,openmpi,ucx,rdma-core,cuda",
@@ -18,7 +22,11 @@ LABELS = {
     "io.imagekit.component.rdma-core.version": "44.0", "io.imagekit.component.cuda.version": "12.4.1",
 }
 HOST = dict(shm_bytes=16 << 30, memlock=None, infiniband=True, driver="550.54.15",
+            nvidia_container_cli="/usr/bin/nvidia-container-cli",
             srun_mpi=["pmix", "none", "pmi2", "pmix_v4"], mpirun_version="4.1.4")
+# A login or CI node: no driver, no nvidia-container-cli.
+GPU_LESS = {**HOST, "driver": None, "nvidia_container_cli": None}
+CUDA_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 
 
 def by_name(checks):
@@ -71,6 +79,79 @@ def test_file_images_say_not_checked():
     assert c["image MPI"].status == "not checked" and not pf.failed(checks)
 
 
+def gpu_check(image_env, host=GPU_LESS, ref="img", **launch):
+    img = image_facts.from_labels({}, ref=ref, env=image_env)
+    return pf.check_gpu_runtime(img, pf.HostFacts(**host), GpuLaunch(**launch))
+
+
+# What Enroot/Pyxis do with the image's NVIDIA_VISIBLE_DEVICES on a host without the GPU runtime.
+@pytest.mark.parametrize("env,host,launch,status,words", [
+    # The image asks: a warning where this may be a login node, a failure where the containers start here.
+    (CUDA_ENV, GPU_LESS, {}, "warn", ["NVIDIA_VISIBLE_DEVICES=all", "Command not found: nvidia-container-cli",
+                                      "login node"]),
+    (CUDA_ENV, GPU_LESS, {"runtime": "pyxis", "launcher": "slurm"}, "warn", ["login node"]),
+    (CUDA_ENV, GPU_LESS, {"runtime": "enroot", "here": True, "launcher": "mpirun"}, "fail", ["98-nvidia.sh"]),
+    ({"NVIDIA_VISIBLE_DEVICES": "none"}, GPU_LESS, {}, "warn", ["driver libraries without devices"]),
+    (CUDA_ENV, {**HOST, "nvidia_container_cli": None}, {}, "warn", ["no nvidia-container-cli", "Command not found"]),
+    (CUDA_ENV, {**HOST, "driver": None}, {}, "warn", ["no NVIDIA driver", "driver error"]),
+    # The launcher's value wins over the image's, as in Enroot's hook.
+    (CUDA_ENV, GPU_LESS, {"env": {"NVIDIA_VISIBLE_DEVICES": "void"}, "here": True}, "ok", ["the launch sets"]),
+    ({"NVIDIA_VISIBLE_DEVICES": "void"}, GPU_LESS, {"env": {"NVIDIA_VISIBLE_DEVICES": "all"}, "here": True},
+     "fail", ["the launch sets NVIDIA_VISIBLE_DEVICES=all"]),
+    # Nothing to inject, or a host that can.
+    ({}, GPU_LESS, {}, "ok", ["does not set NVIDIA_VISIBLE_DEVICES"]),
+    ({"NVIDIA_VISIBLE_DEVICES": ""}, GPU_LESS, {"here": True}, "ok", ["no GPU runtime needed"]),
+    ({"NVIDIA_VISIBLE_DEVICES": "void"}, GPU_LESS, {"here": True}, "ok", ["=void"]),
+    (CUDA_ENV, HOST, {"runtime": "enroot", "here": True}, "ok", ["driver 550.54.15"]),
+    (None, GPU_LESS, {}, "not checked", ["not read"]),
+    (None, HOST, {}, "ok", ["nvidia-container-cli"]),
+    # Docker and Apptainer inject GPUs only when asked; Docker's --gpus fails without the toolkit.
+    (CUDA_ENV, GPU_LESS, {"runtime": "docker", "here": True}, "ok", ["only with --gpus"]),
+    (CUDA_ENV, GPU_LESS, {"runtime": "docker", "gpus": True, "here": True}, "fail", ["--gpus all"]),
+    (CUDA_ENV, GPU_LESS, {"runtime": "docker", "gpus": True}, "warn", ["login node"]),
+    (CUDA_ENV, GPU_LESS, {"runtime": "apptainer", "gpus": True, "here": True}, "ok", ["start without GPUs"]),
+    (CUDA_ENV, GPU_LESS, {"runtime": "apptainer"}, "ok", ["only with --nv"]),
+])
+def test_gpu_runtime_check(env, host, launch, status, words):
+    c = gpu_check(env, host, **launch)
+    assert c.status == status, c
+    for word in words:
+        assert word in c.detail, (word, c)
+    if status in ("warn", "fail"):
+        assert c.fix, c
+
+
+def test_gpu_runtime_fix_names_the_launchers_own_flags():
+    """The fix is the exact command line for the runtime the user starts the image with."""
+    slurm = gpu_check(CUDA_ENV, runtime="pyxis", launcher="slurm").fix
+    assert "`export NVIDIA_VISIBLE_DEVICES=void` and `srun --container-env=NVIDIA_VISIBLE_DEVICES" in slurm
+    assert "without --gpus-per-node" in slurm and "enroot start" not in slurm
+    mpirun = gpu_check(CUDA_ENV, runtime="enroot", here=True, launcher="mpirun").fix
+    assert "`enroot start --env NVIDIA_VISIBLE_DEVICES=void" in mpirun and "without --gpus" in mpirun
+    plain = gpu_check(CUDA_ENV, ref="./cuda.sqsh").fix           # a .sqsh may go to Pyxis or Enroot
+    assert "--container-env=NVIDIA_VISIBLE_DEVICES" in plain and "--env NVIDIA_VISIBLE_DEVICES=void" in plain
+    assert gpu_check(CUDA_ENV, ref="./cuda.sif").status == "ok"  # a .sif is Apptainer's: --nv only
+
+
+def test_gpu_runtime_joins_every_run_and_a_refusal_names_the_fix():
+    img = image_facts.from_labels({}, ref="./cuda.sqsh", env=CUDA_ENV)
+    checks = pf.run("./cuda.sqsh", facts=img, host=pf.HostFacts(**GPU_LESS))
+    assert by_name(checks)["GPU runtime"].status == "warn" and not pf.failed(checks)
+    with pytest.raises(ImagekitError, match="preflight refused: GPU runtime") as err:
+        pf.enforce("./cuda.sqsh", log=lambda _m: None, facts=img, host=pf.HostFacts(**GPU_LESS),
+                   gpu=GpuLaunch(runtime="enroot", here=True, launcher="mpirun"))
+    assert "--env NVIDIA_VISIBLE_DEVICES=void" in err.value.hint and "--no-preflight" in err.value.hint
+
+
+def test_probe_knows_this_hosts_gpu_runtime():
+    import shutil
+
+    host = pf.HostFacts.probe()
+    assert host.nvidia_container_cli == shutil.which("nvidia-container-cli", path=os.environ.get("PATH", "")
+                                                      + ":/usr/sbin:/sbin")
+    assert host.driver == pf._driver_version()
+
+
 def test_srun_mpi_list_formats():
     text = "MPI plugin types are...\n\tpmix\n\tnone\n\tcray_shasta\n\tpmi2\nspecific pmix plugin versions available: pmix_v4\n"
     assert pf.parse_srun_mpi_list(text) == ["pmix", "none", "cray_shasta", "pmi2", "pmix_v4"]
@@ -116,3 +197,32 @@ def test_probe_finds_mpi_in_a_throwaway_container_and_leaves_none(mpi_image, bas
     assert found["mpirun"].endswith("/mpirun") and "Open MPI" in found["mpi_version"] and found["sshd"] == "yes"
     assert pf.probe_image(base_image) == {"mpirun": ""}
     assert mine() == before
+
+
+@pytest.mark.engine
+def test_preflight_on_this_host_says_a_gpu_image_needs_void(base_image, tmp_path):
+    """`imagekit preflight` on the image, its .sqsh and its .sif (made by `imagekit export`): on a host
+    without a GPU runtime (this one, and CI's) a warning with the fix; exit 0, as compute nodes may have GPUs."""
+    import gpu_image
+
+    tag = gpu_image.build(base_image)
+    sqsh = gpu_image.export(tag, "enroot", tmp_path / "gpu.sqsh")
+    sif = gpu_image.export(tag, "sif", tmp_path / "gpu.sif")
+    gpu_less = not gpu_image.host_has_gpu_runtime()
+    for ref in (tag, str(sqsh)):
+        res = CliRunner().invoke(main, ["preflight", "--image", ref])
+        assert res.exit_code == 0, res.output
+        line = next(l for l in res.output.splitlines() if "GPU runtime" in l)
+        if gpu_less:
+            assert line.split()[0] == "WARN" and "NVIDIA_VISIBLE_DEVICES=all" in line, res.output
+            assert "fix: on hosts without GPUs start it with NVIDIA_VISIBLE_DEVICES=void" in res.output
+            assert "srun --container-env=NVIDIA_VISIBLE_DEVICES" in res.output
+            assert "enroot start --env NVIDIA_VISIBLE_DEVICES=void" in res.output
+        else:
+            assert line.split()[0] == "OK", res.output
+    res = CliRunner().invoke(main, ["preflight", "--image", str(sif), "--json"])
+    gpu = {c["name"]: c for c in json.loads(res.output)["checks"]}["GPU runtime"]
+    assert gpu["status"] == "ok" and "--nv" in gpu["detail"]
+    res = CliRunner().invoke(main, ["preflight", "--image", base_image, "--json"])
+    gpu = {c["name"]: c for c in json.loads(res.output)["checks"]}["GPU runtime"]
+    assert gpu["status"] == "ok", gpu

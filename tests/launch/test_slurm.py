@@ -184,3 +184,56 @@ def test_submit_validate_waits_for_the_job_and_gates_its_output(local_slurm, mpi
 def test_validate_needs_submit():
     res = CliRunner().invoke(main, ["launch", "slurm", "--image", "x.sqsh", "-N", "1", "--validate", "--", "true"])
     assert res.exit_code == 2 and "needs --submit" in res.output
+
+
+def _dry_run(image, *args):
+    res = CliRunner().invoke(main, ["launch", "slurm", "--image", image, "-N", "2", *args, "--", "./app"])
+    assert res.exit_code == 0, res.output
+    return res
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("runtime", slurm.RUNTIMES)
+def test_a_cpu_only_job_of_a_gpu_image_gets_void(runtime, base_image, shellcheck):
+    """No --gpus-per-node with an image that sets NVIDIA_VISIBLE_DEVICES=all: the containers get
+    `void` (Pyxis through --container-env, Enroot --env, Docker -e), so GPU-less nodes start them."""
+    import gpu_image
+
+    res = _dry_run(gpu_image.build(base_image), "--runtime", runtime)
+    script = res.stdout
+    shellcheck(script)
+    if runtime == "apptainer":  # GPUs only with --nv, which a CPU-only job does not pass
+        assert "NVIDIA_VISIBLE_DEVICES" not in script
+        return
+    assert "export NVIDIA_VISIBLE_DEVICES=void" in script
+    assert "the containers get NVIDIA_VISIBLE_DEVICES=void" in res.stderr
+    if runtime == "pyxis":
+        assert "--container-env=NVIDIA_VISIBLE_DEVICES" in srun_line(script)
+    else:
+        body = rank_wrapper(script)
+        shellcheck(body)
+        flag = "--env" if runtime == "enroot" else "-e"
+        assert f"forward+=({flag} NVIDIA_VISIBLE_DEVICES)" in body
+
+
+@pytest.mark.engine
+def test_void_only_where_no_gpus_are_asked_for_and_the_user_did_not_say(base_image):
+    import gpu_image
+
+    tag = gpu_image.build(base_image)
+    for args in (["--gpus-per-node", "2"], ["--srun-arg=--gres=gpu:1"],
+                 ["--env", "NVIDIA_VISIBLE_DEVICES=0"]):
+        assert "NVIDIA_VISIBLE_DEVICES=void" not in _dry_run(tag, *args).stdout, args
+    assert "export NVIDIA_VISIBLE_DEVICES=0" in _dry_run(tag, "--env", "NVIDIA_VISIBLE_DEVICES=0").stdout
+    assert "NVIDIA_VISIBLE_DEVICES" not in _dry_run(base_image).output     # asks for no GPUs: no noise
+    # Not read (--no-preflight reads nothing): void is harmless where nothing reads it, so set.
+    assert "export NVIDIA_VISIBLE_DEVICES=void" in _dry_run(base_image, "--no-preflight").stdout
+
+
+def test_an_image_not_on_this_host_gets_void_in_a_cpu_only_job():
+    """A .sqsh only the compute nodes see: its environment is unknown here, and void costs nothing."""
+    res = _dry_run("./only-on-the-nodes.sqsh")
+    assert "export NVIDIA_VISIBLE_DEVICES=void" in res.stdout
+    assert "--container-env=NVIDIA_VISIBLE_DEVICES" in srun_line(res.stdout)
+    assert "was not read here" in res.stderr
+    assert "NVIDIA_VISIBLE_DEVICES" not in _dry_run("./only-on-the-nodes.sqsh", "--gpus-per-node", "8").stdout

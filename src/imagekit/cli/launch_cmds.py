@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from imagekit.image_facts import ImageFacts
 
 CMD_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -80,6 +84,21 @@ def _gate_values(kw: dict) -> dict:
     return {k: kw.pop(k) for k in GATE_KEYS}
 
 
+def _cpu_only_env(env: dict[str, str], facts: ImageFacts | None, runtime: str) -> dict[str, str]:
+    """The containers' environment for a job without GPUs: NVIDIA_VISIBLE_DEVICES=void where a CUDA
+    image would otherwise make Enroot/Pyxis (or Docker's NVIDIA runtime) look for a driver; said once."""
+    from imagekit.launch import gpu_env
+
+    image_env = facts.env if facts is not None else None
+    out = gpu_env.cpu_only_env(env, image_env, runtime)
+    if out is not env:
+        why = (f"the image sets {gpu_env.VAR}={image_env.get(gpu_env.VAR)}" if image_env is not None
+               else "the image's environment was not read here")
+        _log(f"imagekit: no GPUs asked for and {why}: the containers get {gpu_env.VAR}={gpu_env.NO_GPU} "
+             f"(--env {gpu_env.VAR}=VALUE overrides)")
+    return out
+
+
 def _preflight(image: str, skip: bool, **kwargs) -> None:
     if skip:
         return
@@ -107,7 +126,8 @@ def launch() -> None:
 @click.option("--image", required=True, help="Registry image (Pyxis/Enroot URI), ./x.sqsh or ./x.sif path.")
 @click.option("--nodes", "-N", type=int, required=True)
 @click.option("--gpus-per-node", type=int, default=0, show_default=True,
-              help="GPUs per node; one task per GPU unless --ntasks-per-node.")
+              help="GPUs per node; one task per GPU unless --ntasks-per-node. 0: a CPU-only job, whose "
+                   "containers get NVIDIA_VISIBLE_DEVICES=void if the image asks for GPUs.")
 @click.option("--ntasks-per-node", type=int, default=None, help="Tasks per node (CPU-only default 1).")
 @click.option("--cpus-per-task", type=int, default=None)
 @click.option("--partition", "-p", default=None)
@@ -143,6 +163,7 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
     """
     from imagekit.errors import UsageError
     from imagekit.launch import common, slurm as slurm_mod
+    from imagekit.launch.gpu_env import GpuLaunch
 
     gate_values = _gate_values(gates)
     if validate and dry_run:
@@ -151,16 +172,24 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
     cmd, bench_env = _job_command(validate, facts, command)
     if bench_env.get("NCCL_DEBUG"):
         nccl_debug = True
+    job_env = common.parse_env(env)
+    # Anything naming GPUs among srun's own arguments (--gres=gpu:N, --gpus…, a gpu partition) keeps the
+    # GPU runtime: in doubt, GPUs the user may have asked for are not hidden.
+    wants_gpus = bool(gpus_per_node) or any("gpu" in a.lower() for a in srun_args)
+    if not wants_gpus:
+        job_env = _cpu_only_env(job_env, facts, runtime)
     job = slurm_mod.SlurmJob(image=image, nodes=nodes, command=cmd, runtime=runtime,
                              gpus_per_node=gpus_per_node, ntasks_per_node=ntasks_per_node,
                              cpus_per_task=cpus_per_task, partition=partition, time=time_, account=account,
-                             job_name=job_name, mounts=common.parse_mounts(mounts), env=common.parse_env(env),
+                             job_name=job_name, mounts=common.parse_mounts(mounts), env=job_env,
                              workdir=workdir, nccl_debug=nccl_debug, mount_home=mount_home,
                              container_name=container_name, srun_args=list(srun_args))
     if not dry_run:
         common.require_tool("sbatch", "run on a Slurm login node, or write the script with --dry-run -o FILE")
-    # The Slurm plugin check only applies where the script will be submitted from.
-    _preflight(image, no_preflight, facts=facts, scheduler=None if dry_run else "slurm", launcher="slurm")
+    # The Slurm plugin check only applies where the script will be submitted from; the containers
+    # start on the compute nodes, not on this (login) node.
+    _preflight(image, no_preflight, facts=facts, scheduler=None if dry_run else "slurm", launcher="slurm",
+               gpu=GpuLaunch(runtime=runtime, env=job.env, gpus=wants_gpus, here=False, launcher="slurm"))
     if dry_run:
         if output:
             slurm_mod.write(job, output)
@@ -191,7 +220,9 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
 @click.option("--image", required=True, help="Engine image (docker), .sif (apptainer) or .sqsh (enroot).")
 @click.option("--hosts", "-H", required=True, help="HOST[:SLOTS],... or an Open MPI hostfile path.")
 @click.option("--np", "np_", type=int, default=None, help="Ranks (default: sum of slots).")
-@click.option("--gpus", is_flag=True, help="Give each rank the host's GPUs (--gpus all / --nv).")
+@click.option("--gpus", is_flag=True, help="Give each rank the host's GPUs (--gpus all / --nv / Enroot's GPU "
+                                           "hook); without it ranks get NVIDIA_VISIBLE_DEVICES=void if the "
+                                           "image asks for GPUs.")
 @click.option("--workdir", default=None, help="Working directory inside the container.")
 @click.option("--mpirun-arg", "mpirun_args", multiple=True, help="Extra mpirun argument (repeatable).")
 @click.option("--output-dir", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -213,12 +244,16 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
           --max-latency-us 500
     """
     from imagekit.launch import common, mpirun as mod
+    from imagekit.launch.gpu_env import GpuLaunch
 
     gate_values = _gate_values(gates)
     facts = _facts(image, (validate and not command) or not no_preflight)
     cmd, bench_env = _job_command(validate, facts, command)
+    job_env = {**common.parse_env(env), **bench_env}
+    if not gpus:
+        job_env = _cpu_only_env(job_env, facts, runtime)
     job = mod.MpirunJob(runtime=runtime, image=image, hosts=mod.parse_hosts(hosts), command=cmd,
-                        np=np_, mounts=common.parse_mounts(mounts), env={**common.parse_env(env), **bench_env},
+                        np=np_, mounts=common.parse_mounts(mounts), env=job_env,
                         gpus=gpus, workdir=workdir, mpirun_args=list(mpirun_args))
     if dry_run:
         click.echo("# run.sh\n" + mod.render_run(job) + "\n# rank.sh\n" + mod.render_wrapper(job), nl=False)
@@ -229,7 +264,9 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
         return
     common.require_tool("mpirun", "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
                                   "or use `imagekit launch inside-out`")
-    _preflight(image, no_preflight, facts=facts, launcher="mpirun", probe=runtime == "docker")
+    _preflight(image, no_preflight, facts=facts, launcher="mpirun", probe=runtime == "docker",
+               gpu=GpuLaunch(runtime=runtime, env=job.env, gpus=gpus, here=mod.on_this_host(job.hosts),
+                             launcher="mpirun"))
     if validate:
         sys.exit(_run_validated(lambda out: mod.execute(job, log=_log, stdout=out), gate_values))
     sys.exit(mod.execute(job, log=_log))
@@ -270,6 +307,7 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
     """
     from imagekit.errors import UsageError
     from imagekit.launch import common, inside_out as mod
+    from imagekit.launch.gpu_env import GpuLaunch
 
     gate_values = _gate_values(gates)
     if validate and scheduler != "local":
@@ -293,7 +331,8 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
 
             click.echo(slurm_mod.submit(path))
         return
-    _preflight(image, no_preflight, facts=facts, launcher="inside-out")
+    _preflight(image, no_preflight, facts=facts, launcher="inside-out",
+               gpu=GpuLaunch(runtime=runtime, env=job.env, gpus=gpus, here=True, launcher="inside-out"))
     timings: dict = {}
     if validate:
         rc = _run_validated(lambda out: mod.execute(job, log=_log, stdout=out, timings=timings), gate_values)
@@ -356,7 +395,7 @@ def cleanup(job_id) -> None:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--image", required=True, help="Engine image, or a .sqsh/.sif path (labels not readable).")
+@click.option("--image", required=True, help="Engine image, or a .sqsh/.sif path.")
 @click.option("--scheduler", default=None, metavar="slurm", help="Also check Slurm's PMIx plugin.")
 @click.option("--launcher", default=None, metavar="slurm|mpirun|inside-out|mpijob",
               help="Add the launcher's checks (host mpirun, sshd).")
@@ -368,8 +407,11 @@ def preflight(image, scheduler, launcher, ssh_dir, as_json) -> None:
 
     \b
     Checks: Slurm pmix plugin vs image PMIx, image MPI, /dev/shm, memlock,
-    /dev/infiniband (OFED images), NVIDIA driver vs image CUDA, host mpirun vs
-    image Open MPI, ssh key permissions. Exit 1 when a check fails.
+    /dev/infiniband (OFED images), NVIDIA driver vs image CUDA, GPU runtime
+    (an image with NVIDIA_VISIBLE_DEVICES set on a host without
+    nvidia-container-cli and driver: a warning with the fix, as this host may
+    be a login node), host mpirun vs image Open MPI, ssh key permissions.
+    Exit 1 when a check fails.
     \b
     Examples:
       imagekit preflight --image imagekit/debian-mpi:latest --scheduler slurm
@@ -382,7 +424,10 @@ def preflight(image, scheduler, launcher, ssh_dir, as_json) -> None:
         raise UsageError(f"unknown scheduler {scheduler!r}", "use --scheduler slurm, or leave it out")
     if launcher not in (None, *mod.LAUNCHERS):
         raise UsageError(f"unknown launcher {launcher!r}", f"use one of: {', '.join(mod.LAUNCHERS)}")
-    checks = mod.run(image, scheduler=scheduler, launcher=launcher, ssh_key_dir=ssh_dir)
+    from imagekit.launch.gpu_env import GpuLaunch
+
+    checks = mod.run(image, scheduler=scheduler, launcher=launcher, ssh_key_dir=ssh_dir,
+                     gpu=GpuLaunch(launcher=launcher))
     if as_json:
         click.echo(json.dumps({"image": image, "ok": not mod.failed(checks), "checks": mod.as_json(checks)},
                               indent=2))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -48,6 +49,14 @@ def parse_hosts(text: str) -> list[tuple[str, int]]:
             raise UsageError(f"bad host entry {item!r}", "write HOST[:SLOTS],HOST[:SLOTS] or a hostfile path")
         out.append((host, check_count("slots", int(slots or 1))))
     return out
+
+
+def on_this_host(hosts: list[tuple[str, int]]) -> bool:
+    """True when mpirun starts ranks on this machine (so a runtime missing here fails the job)."""
+    # No getfqdn(): its reverse DNS lookup can hang for seconds where DNS is broken.
+    name = socket.gethostname()
+    here = {"localhost", "127.0.0.1", "::1", name, name.split(".")[0]}
+    return any(host in here for host, _ in hosts)
 
 
 @dataclass

@@ -7,7 +7,8 @@ so every check is a pure function that tests can drive with recorded facts.
 Checks ask for roles ("the image's MPI", "its RDMA stack"), never for component
 names. File images (``.sqsh``/``.sif``) are read through the same facts; when
 their labels cannot be read, the image-side checks say "not checked" instead of
-guessing.
+guessing. The GPU runtime check reads the image's environment the same way
+(``NVIDIA_VISIBLE_DEVICES``: see :mod:`imagekit.launch.gpu_env`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pathlib import Path
 from imagekit import image_facts
 from imagekit.errors import EngineError, ImagekitError
 from imagekit.image_facts import ImageFacts, is_file_image
+from imagekit.launch import gpu_env
+from imagekit.launch.gpu_env import GpuLaunch
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "not checked"
 SHM_MIN = 1 << 30  # NCCL and shared-memory BTLs want far more than Docker's 64 MiB default
@@ -48,6 +51,7 @@ class HostFacts:
     memlock: int | None = None          # None = unlimited
     infiniband: bool = False
     driver: str | None = None           # NVIDIA kernel driver version, None when absent
+    nvidia_container_cli: str | None = None   # its path; Enroot's GPU hook and Docker --gpus run it
     srun_mpi: list[str] | None = None   # `srun --mpi=list` entries; None when srun is missing
     mpirun_version: str | None = None   # host `mpirun --version` (Open MPI), None when missing
     srun_error: str | None = None       # why `srun --mpi=list` failed, when it did
@@ -64,6 +68,9 @@ class HostFacts:
         facts.memlock = None if soft == resource.RLIM_INFINITY else soft
         facts.infiniband = Path("/dev/infiniband").is_dir()
         facts.driver = _driver_version()
+        # Enroot's 98-nvidia.sh appends /usr/sbin:/sbin to PATH before looking for it.
+        facts.nvidia_container_cli = shutil.which("nvidia-container-cli",
+                                                  path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
         if want_srun and shutil.which("srun"):
             facts.srun_mpi, facts.srun_error = _srun_mpi_list()
         if want_mpirun and shutil.which("mpirun"):
@@ -273,6 +280,62 @@ def check_driver(img: ImageFacts, host: HostFacts) -> Check:
     return Check("GPU driver", OK, f"driver {host.driver} runs CUDA {cuda}")
 
 
+def check_gpu_runtime(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None = None) -> Check:
+    """Will the containers start here? An image asking for GPUs (``NVIDIA_VISIBLE_DEVICES``) makes
+    Enroot/Pyxis run nvidia-container-cli before the container starts, and that fails on a host
+    without it or without a driver; Docker and Apptainer inject GPUs only when asked (--gpus/--nv).
+    A failure is certain only where the containers start on this host (``launch.here``); elsewhere
+    (a Slurm login node) the nodes that run them may have what this host lacks, hence a warning."""
+    name = "GPU runtime"
+    launch = launch or GpuLaunch()
+    runtime = launch.runtime or _runtime_of(img.ref)
+    bad = FAIL if launch.here else WARN
+    elsewhere = "" if launch.here else "; fine if the nodes that run it have GPUs (this may be a login node)"
+    if runtime == "apptainer":
+        # --nv without a driver only warns; without --nv nothing reads the variable.
+        no_driver = "" if host.driver else "; this host has no NVIDIA driver, so --nv finds none here"
+        if not launch.gpus:
+            return Check(name, OK, f"Apptainer gives containers GPUs only with --nv, whatever {gpu_env.VAR} "
+                         f"says{no_driver}")
+        return Check(name, OK, f"apptainer --nv: driver {host.driver}" if host.driver else
+                     "apptainer --nv: this host has no NVIDIA driver; the containers start without GPUs")
+    missing = [what for what, have in (("nvidia-container-cli", host.nvidia_container_cli),
+                                       ("NVIDIA driver", host.driver)) if not have]
+    if not missing:
+        return Check(name, OK, f"{host.nvidia_container_cli} and driver {host.driver}")
+    lacks = "this host has " + " and ".join(f"no {m}" for m in missing)
+    if runtime == "docker":
+        if not launch.gpus:
+            return Check(name, OK, f"Docker gives containers GPUs only with --gpus, whatever {gpu_env.VAR} says")
+        return Check(name, bad, f"`docker run --gpus all` needs the NVIDIA container toolkit and driver, and "
+                     f"{lacks}{elsewhere}",
+                     "leave out --gpus on hosts without GPUs, or run on GPU nodes with the NVIDIA driver "
+                     "and the NVIDIA container toolkit")
+    # Enroot, Pyxis, or not known (an engine image may go to either Docker or Pyxis).
+    if gpu_env.VAR in launch.env:  # the launcher's value wins over the image's, as in Enroot's hook
+        value, source = launch.env[gpu_env.VAR], "the launch sets"
+    elif img.env is not None:
+        value, source = img.env.get(gpu_env.VAR), "the image sets"
+    else:
+        return Check(name, SKIP, f"the image's environment was not read ({img.reason or 'it records none'}); "
+                     f"{lacks}, so an image that sets {gpu_env.VAR} would not start here under Enroot/Pyxis")
+    if not gpu_env.asks_for_gpus(value):
+        said = f"{source} {gpu_env.VAR}={value}" if value else f"the image does not set {gpu_env.VAR}"
+        return Check(name, OK, f"{said}: no GPU runtime needed ({lacks})")
+    stops = ("'Command not found: nvidia-container-cli'" if host.nvidia_container_cli is None
+             else "nvidia-container-cli's driver error")
+    none = " (driver libraries without devices)" if value == "none" else ""
+    return Check(name, bad, f"{source} {gpu_env.VAR}={value}{none} and {lacks}: Enroot's 98-nvidia.sh hook "
+                 f"(Pyxis too) stops the start with {stops}{elsewhere}",
+                 gpu_env.fixes(runtime, launch.launcher))
+
+
+def _runtime_of(ref: str) -> str | None:
+    """The runtime a ``.sif`` implies (Apptainer); None for the rest: a squashfs goes to Enroot or
+    Pyxis, an engine image to Docker or Pyxis, and the fix names each."""
+    return "apptainer" if ref.endswith(".sif") else None
+
+
 def check_sshd(img: ImageFacts) -> Check:
     if not img.known:
         return Check("image sshd", SKIP, "no component labels; the launcher checks /usr/sbin/sshd when workers start")
@@ -328,11 +391,12 @@ LAUNCHERS = ("slurm", "mpirun", "inside-out", "mpijob")
 def run(image: str, *, scheduler: str | None = None, launcher: str | None = None,
         ssh_key_dir: Path | None = None, host: HostFacts | None = None,
         labels: dict[str, str] | None = None, facts: ImageFacts | None = None,
-        probe: bool = False) -> list[Check]:
+        probe: bool = False, gpu: GpuLaunch | None = None) -> list[Check]:
     """All checks that apply to ``image`` launched with ``launcher`` (and ``scheduler``).
 
     The image's facts are read here unless the caller already has them (``facts``, or raw ``labels``).
     ``probe`` runs one short container of an unlabelled engine image to find its MPI.
+    ``gpu`` says how the launcher starts the containers (runtime, GPUs, environment, on this host?).
     """
     if facts is not None:
         img = facts
@@ -354,7 +418,8 @@ def run(image: str, *, scheduler: str | None = None, launcher: str | None = None
         checks.append(check_slurm_pmix(img, host))
     if launcher == "mpirun":
         checks.append(check_host_mpirun(img, host))
-    checks += [check_shm(host), check_memlock(img, host), check_infiniband(img, host), check_driver(img, host)]
+    checks += [check_shm(host), check_memlock(img, host), check_infiniband(img, host), check_driver(img, host),
+               check_gpu_runtime(img, host, gpu)]
     if launcher == "inside-out":
         checks.append(check_sshd(img))
         if ssh_key_dir is not None:
