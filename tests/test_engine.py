@@ -9,6 +9,7 @@ import pytest
 
 from imagekit import engine, owners
 from imagekit.errors import EngineError
+from slow_engine import SlowEngine
 
 pytestmark = pytest.mark.engine
 
@@ -84,7 +85,7 @@ def test_a_throwaway_that_cannot_be_created_is_an_engine_error():
 
 def test_run_once_gives_exit_code_and_output_and_leaves_nothing(small_image):
     mine = lambda: [c.id for c in engine.client().containers.list(  # noqa: E731
-        all=True, filters={"label": f"{owners.LABEL}={owners.me()}"})]
+        all=True, filters={"label": f"{owners.LABEL}={owners.me()}"}, sparse=True)]
     before = mine()
     done = engine.run_once(small_image, ["/bin/sh", "-c", "echo out; echo err >&2; exit 3"])
     assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
@@ -111,8 +112,11 @@ def test_remove_labelled_removes_containers_and_networks_with_that_value_and_not
         kept = {container(**{key: "b"}), container(**{key: "ab"}), unlabelled, network(**{key: "b"})}
 
         def present():
-            return ({c.id for c in client.containers.list(all=True)}
-                    | {n.id for n in client.networks.list()}) & (gone | kept)
+            # Only this process's (its owner label), and of those only this test's: the engine may hold
+            # other runs' containers, some being removed meanwhile (sparse: no inspect that fails for them).
+            mine = {"label": f"{owners.LABEL}={owners.me()}"}
+            return ({c.id for c in client.containers.list(all=True, filters=mine, sparse=True)}
+                    | {n.id for n in client.networks.list(filters=mine)}) & (gone | kept)
 
         assert present() == gone | kept
         assert engine.remove_labelled(key, "a") == 3
@@ -125,3 +129,21 @@ def test_remove_labelled_removes_containers_and_networks_with_that_value_and_not
             subprocess.run([engine.docker_cli(), "rm", "-f", obj.id], capture_output=True)
         for obj in networks:
             subprocess.run([engine.docker_cli(), "network", "rm", obj.id], capture_output=True)
+
+
+def test_remove_labelled_with_a_timeout_ends_and_names_what_a_stuck_engine_left(small_image, monkeypatch):
+    """A launcher's Ctrl-C must end however slow the engine: the engine here never answers a removal."""
+    client = engine.client()
+    key = f"io.imagekit.test.{uuid.uuid4().hex[:8]}"
+    made = [client.containers.create(small_image, labels={key: "a", **owners.labels()}) for _ in range(2)]
+    try:
+        with SlowEngine() as slow, monkeypatch.context() as env:
+            slow.hold_deletes()
+            env.setenv("DOCKER_HOST", slow.docker_host)
+            with pytest.raises(engine.Unfinished) as err:
+                engine.remove_labelled(key, "a", timeout=3)
+        assert slow.deletes.is_set()
+        assert sorted(err.value.pending) == sorted(f"container {c.name}" for c in made)
+        assert err.value.unlisted == ["networks"] and f"{key}=a within 3 s" in err.value.message
+    finally:
+        assert engine.remove_labelled(key, "a") == 2    # the real engine, unhurried

@@ -15,7 +15,9 @@ Through here:
   ends. check execs its checks in one, export streams one out, and preflight's probe
   is ``run_once(image, argv)``, one command in one.
 - ``remove_labelled(label, value)``: removes the containers and networks a command
-  labelled (inside-out and mpirun jobs, ``imagekit launch cleanup``).
+  labelled (inside-out and mpirun jobs, ``imagekit launch cleanup``); with ``timeout=``
+  it ends in bounded time and names what is left (``Unfinished``), for a launcher's
+  Ctrl-C. ``bounded_client(seconds)`` is a client whose calls give up after that long.
 - ``docker_cli()``: the CLI's path. Debian's ``/usr/bin/docker`` has BuildKit built
   in; ``/usr/local/bin/docker`` on some machines lacks the buildx plugin and refuses
   BuildKit builds, so the CLI is resolved explicitly.
@@ -25,8 +27,8 @@ where output streams through a pipe or a script runs it: BuildKit builds (build)
 ``docker import`` (base_image), ``docker export`` (export.squash), ``docker tag`` and
 ``docker push`` (export.push), testinfra's docker backend (check), ``docker exec`` in
 the workers (launch.inside_out) and the ``docker run`` lines of mpirun's rank scripts.
-``launch.inside_out`` also starts its network and workers and watches them with
-``client()`` itself.
+``launch.inside_out`` also starts its network and workers and watches them itself,
+with a ``bounded_client``.
 """
 
 from __future__ import annotations
@@ -36,12 +38,16 @@ import functools
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from imagekit.errors import EngineError
+
+if TYPE_CHECKING:
+    import docker
 
 SETUP_HINT = "run `bash scripts/setup-engine.sh` (installs Debian's docker.io and starts dockerd)"
 NOT_FOUND_HINT = "build it with `imagekit build STACK`, or `docker pull`/`docker load` it"
@@ -249,25 +255,87 @@ def run_once(image: str, argv: Sequence[str], *, timeout: float | None = None) -
 
 # --- what a command created ---------------------------------------------------------------------
 
-def remove_labelled(label: str, value: str | None = None) -> int:
+class Unfinished(EngineError):
+    """The engine did not finish removing what a command labelled. ``pending``: what it listed and
+    did not confirm removed ("container NAME", "network NAME"); ``unlisted``: the kinds
+    ("containers", "networks") whose list never came back, so any of them may be left too."""
+
+    def __init__(self, message: str, pending: list[str], unlisted: list[str]) -> None:
+        super().__init__(message)
+        self.pending, self.unlisted = pending, unlisted
+
+
+def bounded_client(seconds: float) -> docker.DockerClient:
+    """A ``docker.DockerClient`` whose every call gives up after ``seconds``; no ping, no sweep.
+
+    ``client()`` lets a call take 600 s, which builds and pushes need; a cleanup that must end
+    when the engine is overloaded needs its own limit. EngineError when no engine answers in time.
+    """
+    import docker
+
+    try:
+        return docker.from_env(timeout=seconds)   # asks the engine's API version: bounded too
+    except Exception as exc:  # docker raises several unrelated types here
+        raise EngineError(f"no Docker engine answers within {seconds:g} s ({_short(exc)})", SETUP_HINT) from None
+
+
+def remove_labelled(label: str, value: str | None = None, *, timeout: float | None = None) -> int:
     """Remove every container, then every network, whose ``label`` is ``value`` (any value when
-    None); returns how many went. Ones already gone, or still in use, are skipped."""
+    None); returns how many went. Ones already gone, or still in use, are skipped.
+
+    With ``timeout``, the whole removal takes at most about that many seconds (each engine call
+    gets what is left). Unfinished, naming what may be left, when the engine does not answer in
+    time or at all.
+    """
+    import docker.errors
+    import requests.exceptions
+
     flt = {"label": label if value is None else f"{label}={value}"}
-    c = client()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    c = client() if timeout is None else None
+    pending: list[str] = []
+    unlisted = ["containers", "networks"]
     removed = 0
-    # sparse: the list itself, without inspecting each container, which fails for one removed meanwhile.
-    for container in c.containers.list(all=True, filters=flt, sparse=True):
-        try:
-            container.remove(force=True, v=True)
-            removed += 1
-        except Exception:  # noqa: BLE001 - already gone (--rm, a concurrent cleanup)
-            pass
-    for network in c.networks.list(filters=flt):
-        try:
-            network.remove()
-            removed += 1
-        except Exception:  # noqa: BLE001 - gone, or a container of someone else still uses it
-            pass
+
+    def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{timeout:g} s spent")
+            c.api.timeout = left    # read by docker for each request
+        return fn(*args, **kwargs)
+
+    try:
+        if c is None:
+            c = bounded_client(timeout)
+        # sparse: the list itself, without inspecting each container, which fails for one removed meanwhile.
+        containers = call(c.containers.list, all=True, filters=flt, sparse=True)
+        unlisted.remove("containers")
+        names = [f"container {(x.attrs.get('Names') or [x.id])[0].lstrip('/')}" for x in containers]
+        pending += names
+        for container, what in zip(containers, names):
+            try:
+                call(container.remove, force=True, v=True)
+                removed += 1
+            except docker.errors.APIError:  # already gone (--rm, a concurrent cleanup)
+                pass
+            pending.remove(what)
+        networks = call(c.networks.list, filters=flt)
+        unlisted.remove("networks")
+        pending += [f"network {n.name}" for n in networks]
+        for network in networks:
+            try:
+                call(network.remove)
+                removed += 1
+            except docker.errors.APIError:  # gone, or a container of someone else still uses it
+                pass
+            pending.remove(f"network {network.name}")
+    except (EngineError, docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        # A timeout and a vanished engine alike: the caller says what is left and how it goes.
+        timed_out = isinstance(exc, (requests.exceptions.Timeout, TimeoutError))
+        why = f" within {timeout:g} s" if timed_out and timeout is not None else f" ({_short(exc)})"
+        raise Unfinished(f"the engine did not finish removing what carries {flt['label']}{why}",
+                         pending, unlisted) from None
     return removed
 
 

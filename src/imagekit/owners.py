@@ -36,6 +36,13 @@ def me() -> str:
     return f"{socket.gethostname()}+{os.getpid()}+{_start_time(os.getpid()) or 0}"
 
 
+def of(pid: int) -> str | None:
+    """What ``me()`` is in the running process ``pid`` of this host (None when there is none): a
+    parent's handle on exactly what its child owns."""
+    start = _start_time(pid)
+    return None if start is None else f"{socket.gethostname()}+{pid}+{start}"
+
+
 def alive(owner: str) -> bool:
     """False only when the owner certainly is gone: same host, and no process with that pid and start."""
     try:

@@ -49,8 +49,9 @@ def test_cleanup_removes_the_jobs_containers_and_network_and_nothing_else(base_i
     try:
         result = CliRunner().invoke(main, ["launch", "cleanup", "--job", job])
         assert result.exit_code == 0 and "removed 3 object(s)" in result.output
-        left = {c.id for c in client.containers.list(all=True, filters={"label": JOB_LABEL}, sparse=True)}
-        left_nets = {n.id for n in client.networks.list(filters={"label": JOB_LABEL})}
+        mine = {"label": f"{owners.LABEL}={owners.me()}"}    # not other runs' jobs on the same engine
+        left = {c.id for c in client.containers.list(all=True, filters=mine, sparse=True)}
+        left_nets = {n.id for n in client.networks.list(filters=mine)}
         assert {c.id for c in made} & left == {made[2].id} and {n.id for n in nets} & left_nets == {nets[1].id}
     finally:
         engine.remove_labelled(JOB_LABEL, other)

@@ -12,6 +12,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from imagekit import owners
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.export import export_image, output
 
@@ -67,6 +68,7 @@ def test_sigterm_mid_stream_leaves_no_partial_file(base_image, tmp_path, fmt):
     proc = subprocess.Popen([sys.executable, "-m", "imagekit", "export", base_image, "--to", fmt,
                              "--no-store", "-o", str(out), "--preset", "none" if fmt == "enroot" else "gzip"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    owner = owners.of(proc.pid)     # the owner label value its container carries
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:        # wait until the temp file is growing
         parts = [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
@@ -80,11 +82,10 @@ def test_sigterm_mid_stream_leaves_no_partial_file(base_image, tmp_path, fmt):
     proc.wait(timeout=60)
     assert proc.returncode != 0
     assert list(tmp_path.iterdir()) == []
-    # this export's own container (its owner label names the pid): other runs may share the engine
-    owners_left = subprocess.run(["/usr/bin/docker", "ps", "-a", "--filter", "name=imagekit-export-",
-                                  "--format", '{{.Label "io.imagekit.owner"}}'],
-                                 capture_output=True, text=True).stdout.split()
-    assert [o for o in owners_left if f"+{proc.pid}+" in o] == [], "export container left behind"
+    # this export's own container only: other runs may share the engine
+    left = subprocess.run(["/usr/bin/docker", "ps", "-aq", "--filter", f"label={owners.LABEL}={owner}"],
+                          capture_output=True, text=True).stdout.split()
+    assert left == [], "export container left behind"
 
 
 @pytest.mark.engine

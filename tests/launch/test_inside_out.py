@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import pytest
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.launch import inside_out, preflight
 from imagekit.launch.common import JOB_LABEL
+from polling import wait_for
+from slow_engine import SlowEngine
 
 DOCKER = "/usr/bin/docker"
 
@@ -30,6 +33,57 @@ def key_dirs(job_id: str) -> list[Path]:
     import tempfile
 
     return list(Path(tempfile.gettempdir()).glob(f"imagekit-{job_id}-*"))
+
+
+class Launched:
+    """``imagekit launch inside-out`` in a child process, its output read by a thread, so that
+    every wait on it has a ceiling even when the CLI (or the engine under it) hangs."""
+
+    def __init__(self, image: str, *args: str, docker_host: str | None = None) -> None:
+        env = dict(os.environ, **({"DOCKER_HOST": docker_host} if docker_host else {}))
+        self.proc = subprocess.Popen([sys.executable, "-m", "imagekit", "launch", "inside-out", "--image", image,
+                                      "--nodes", "2", "--no-preflight", *args, "--", "sleep", "300"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines: list[str] = []
+        self.job_id: str | None = None
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if self.job_id is None and line.startswith("imagekit: job "):
+                self.job_id = line.split("job ")[1].split(":")[0]
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_running(self) -> str:
+        """Until the job's command runs in its first worker; the job id."""
+        wait_for(lambda: any("mpirun -np" in l for l in self.lines) or self.proc.poll() is not None,
+                 "the launch reaching mpirun", seconds=240)
+        assert self.job_id and self.proc.poll() is None, self.output
+        wait_for(lambda: subprocess.run([DOCKER, "exec", f"imagekit-{self.job_id}-0", "pgrep", "-x", "sleep"],
+                                        capture_output=True).returncode == 0, "the job's command running")
+        return self.job_id
+
+    def wait(self, seconds: float = 240) -> int:
+        """Its exit code; a generous ceiling, never a timing: a CLI that hangs fails the test."""
+        rc = self.proc.wait(timeout=seconds)
+        self._reader.join(timeout=30)
+        return rc
+
+    def reap(self) -> None:
+        """However the test went: the CLI stopped, and its job removed here if the CLI did not remove it,
+        so that nothing of it is left for the next test."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=60)
+        if self.job_id:
+            inside_out.remove_job(self.job_id)
+            for d in key_dirs(self.job_id):
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def test_bad_input():
@@ -129,25 +183,64 @@ def test_killing_a_worker_fails_clearly_and_cleans_up(mpi_image):
 
 
 @pytest.mark.engine
-def test_ctrl_c_removes_everything(mpi_image, tmp_path):
+def test_ctrl_c_removes_everything(mpi_image):
     """SIGINT (and SIGTERM) to the CLI mid-run: containers, network and keys are gone afterwards."""
     for sig in (signal.SIGINT, signal.SIGTERM):
-        proc = subprocess.Popen([sys.executable, "-m", "imagekit", "launch", "inside-out", "--image", mpi_image,
-                                 "--nodes", "2", "--no-preflight", "--", "sleep", "120"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        job_id = None
-        for line in proc.stdout:
-            if "imagekit: job" in line and job_id is None:
-                job_id = line.split("job ")[1].split(":")[0]
-            if "mpirun -np" in line:
-                break
-        assert job_id
-        time.sleep(1.0)
-        proc.send_signal(sig)
-        proc.communicate(timeout=60)
-        assert proc.returncode != 0
-        assert leftovers(job_id) == ([], []), sig
-        assert key_dirs(job_id) == []
+        launched = Launched(mpi_image)
+        try:
+            job_id = launched.wait_running()
+            launched.proc.send_signal(sig)
+            assert launched.wait() != 0, launched.output
+            assert leftovers(job_id) == ([], []), (sig, launched.output)
+            assert key_dirs(job_id) == []
+        finally:
+            launched.reap()
+
+
+@pytest.mark.engine
+def test_a_second_signal_during_a_slow_cleanup_does_not_stop_it(mpi_image):
+    """Ctrl-C, then SIGTERM while the engine (slowed down) is still removing the job: the cleanup goes on
+    to the end, and nothing of the job is left."""
+    with SlowEngine() as slow:
+        # A cleanup timeout far beyond what the slowed engine needs: the second signal is what is tested.
+        launched = Launched(mpi_image, "--cleanup-timeout", "300", docker_host=slow.docker_host)
+        try:
+            job_id = launched.wait_running()
+            slow.slow(2.0)
+            launched.proc.send_signal(signal.SIGINT)
+            assert slow.deletes.wait(timeout=240), "the cleanup never asked the engine to remove anything"
+            launched.proc.send_signal(signal.SIGTERM)
+            assert launched.wait(seconds=420) != 0, launched.output
+            assert "imagekit: error:" not in launched.output, launched.output
+            assert leftovers(job_id) == ([], []), launched.output
+            assert key_dirs(job_id) == []
+        finally:
+            launched.reap()
+
+
+@pytest.mark.engine
+def test_an_engine_that_never_removes_ends_the_cleanup_and_the_next_command_sweeps(mpi_image):
+    """The engine never answers the removal: the CLI still exits (non-zero) after --cleanup-timeout,
+    names what it left and how that goes, and the next imagekit command removes it."""
+    with SlowEngine() as slow:
+        launched = Launched(mpi_image, "--cleanup-timeout", "5", docker_host=slow.docker_host)
+        try:
+            job_id = launched.wait_running()
+            slow.hold_deletes()
+            launched.proc.send_signal(signal.SIGTERM)
+            assert launched.wait() != 0, launched.output
+            out = launched.output
+            assert f"imagekit: error: job {job_id}: the engine did not finish removing" in out, out
+            for name in (f"container imagekit-{job_id}-0", f"container imagekit-{job_id}-1",
+                         f"network imagekit-{job_id}"):
+                assert name in out, out
+            assert f"imagekit launch cleanup --job {job_id}" in out and "next imagekit command" in out, out
+            assert key_dirs(job_id) == []
+            assert leftovers(job_id) != ([], []), "the engine removed them after all: not the case under test"
+            subprocess.run([sys.executable, "-c", "from imagekit import engine; engine.client()"], check=True)
+            assert leftovers(job_id) == ([], [])
+        finally:
+            launched.reap()
 
 
 @pytest.mark.engine
@@ -188,12 +281,13 @@ def test_inside_out_over_real_slurm(local_slurm, mpi_image, tmp_path):
     script = tmp_path / "io.sbatch"
     script.write_text(inside_out.render_sbatch(job))
     out = tmp_path / "io.out"
-    proc = subprocess.run(["sbatch", "--wait", "-D", str(tmp_path), "-o", str(out), str(script)],
-                          env=local_slurm.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.run(["sbatch", "--parsable", "--wait", "-D", str(tmp_path), "-o", str(out), str(script)],
+                          env=local_slurm.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           timeout=240)
     text = out.read_text() if out.exists() else ""
-    assert proc.returncode == 0, proc.stdout + text
+    assert proc.returncode == 0, proc.stdout + proc.stderr + text
     assert "I am process 0 of 2" in text and "I am process 1 of 2" in text, text
     assert not list(tmp_path.glob(".imagekit-*"))    # keys removed
-    assert subprocess.run([DOCKER, "ps", "-aq", "--filter", f"label={JOB_LABEL}"],
-                          stdout=subprocess.PIPE, text=True).stdout.split() == []
+    # The script labels its workers with its own Slurm job id: only this job's are looked for.
+    slurm_job = proc.stdout.strip().split(";")[0]
+    assert leftovers(f"imagekit-{slurm_job}") == ([], [])

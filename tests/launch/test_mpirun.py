@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,7 +74,9 @@ def test_two_ranks_in_two_containers_have_distinct_ranks(mpi_image, tmp_path):
     assert proc.returncode == 0, proc.stdout
     assert "rank 0 of 2" in proc.stdout and "rank 1 of 2" in proc.stdout, proc.stdout
     assert list(tmp_path.iterdir()) == []                    # the job directory is removed afterwards
-    left = subprocess.run(["/usr/bin/docker", "ps", "-aq", "--filter", "label=io.imagekit.job"],
+    # Only this job's containers: other runs may share the engine. The CLI prints the job id.
+    job_id = re.search(r"^imagekit: job (\S+):", proc.stdout, re.M).group(1)
+    left = subprocess.run(["/usr/bin/docker", "ps", "-aq", "--filter", f"label=io.imagekit.job={job_id}"],
                           stdout=subprocess.PIPE, text=True).stdout.split()
     assert left == []
 

@@ -137,12 +137,14 @@ def test_docker_ranks_under_real_slurm_see_distinct_ranks(local_slurm, mpi_image
                                command=["python3", "-c", code]), script)
     shellcheck(script)
     out = tmp_path / "job.out"
-    proc = subprocess.run(["sbatch", "--wait", "-o", str(out), str(script)], env=local_slurm.env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+    proc = subprocess.run(["sbatch", "--parsable", "--wait", "-o", str(out), str(script)], env=local_slurm.env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=180)
     text = out.read_text() if out.exists() else ""
-    assert proc.returncode == 0, proc.stdout + text
+    assert proc.returncode == 0, proc.stdout + proc.stderr + text
     assert "rank 0 of 2" in text and "rank 1 of 2" in text, text
-    left = subprocess.run(["/usr/bin/docker", "ps", "-aq", "--filter", "label=io.imagekit.job"],
+    # Only this job's containers (the script labels them imagekit-$SLURM_JOB_ID): others may share the engine.
+    flt = f"label=io.imagekit.job=imagekit-{proc.stdout.strip().split(';')[0]}"
+    left = subprocess.run(["/usr/bin/docker", "ps", "-aq", "--filter", flt],
                           stdout=subprocess.PIPE, text=True).stdout.split()
     assert left == []
 

@@ -284,6 +284,9 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
 @click.option("--shm-size", default="1g", show_default=True)
 @click.option("--gpus", is_flag=True, help="Give workers all GPUs (docker --gpus all).")
 @click.option("--ready-timeout", type=float, default=60.0, show_default=True, help="Seconds to wait for sshd.")
+@click.option("--cleanup-timeout", type=float, default=60.0, show_default=True,
+              help="Seconds the engine gets to remove the job's containers on exit or Ctrl-C; what it has "
+                   "not removed by then is named, and the next imagekit command removes it.")
 @click.option("--partition", "-p", default=None, help="Slurm partition (--scheduler slurm).")
 @click.option("--time", "-t", "time_", default=None, help="Slurm time limit (--scheduler slurm).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -294,8 +297,8 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
 @_common
 @_command_arg
 def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_size, gpus, ready_timeout,
-               partition, time_, output, submit, as_json, env, mounts, no_preflight, command, validate,
-               **gates) -> None:
+               cleanup_timeout, partition, time_, output, submit, as_json, env, mounts, no_preflight, command,
+               validate, **gates) -> None:
     """N sshd worker containers on a private network; mpirun runs in the first.
 
     \b
@@ -317,8 +320,8 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
     job = mod.InsideOutJob(image=image, nodes=nodes, command=cmd, runtime=runtime,
                            scheduler=scheduler, slots=slots, env={**common.parse_env(env), **bench_env},
                            mounts=common.parse_mounts(mounts), iface=iface, mpirun_args=list(mpirun_args),
-                           shm_size=shm_size, gpus=gpus, ready_timeout=ready_timeout, partition=partition,
-                           time=time_)
+                           shm_size=shm_size, gpus=gpus, ready_timeout=ready_timeout,
+                           cleanup_timeout=cleanup_timeout, partition=partition, time=time_)
     if scheduler == "slurm":
         text = mod.render_sbatch(job)
         if not submit and not output:

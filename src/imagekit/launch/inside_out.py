@@ -8,8 +8,11 @@ network under Slurm). The launcher pins the job's host key in known_hosts
 instead of turning host-key checking off.
 
 Everything is labelled ``io.imagekit.job=<id>`` and removed on exit, failure,
-Ctrl-C or SIGTERM (``finally`` + signal handlers); leftovers from a killed
-launcher can be found with ``docker ps -a --filter label=io.imagekit.job``.
+Ctrl-C or SIGTERM (``finally`` + signal handlers), within ``cleanup_timeout``
+seconds however slow the engine is: what it did not remove by then is named,
+and carries the launcher's owner label, so the next imagekit command sweeps it
+(``imagekit launch cleanup --job ID`` removes it at once). Leftovers from a
+killed launcher can be found with ``docker ps -a --filter label=io.imagekit.job``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagekit import __version__, procs, quoting
-from imagekit.errors import EngineError, ImagekitError
+from imagekit.errors import EngineError, ImagekitError, UsageError
 from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_job, check_token, new_job_id,
                                     quote, write_atomic)
 from imagekit.launch.signals import interruptible, shielded
@@ -36,6 +39,9 @@ SCHEDULERS = ("local", "slurm")
 PORT = 2222
 MOUNT = "/run/imagekit"
 EXIT_NO_SSHD, EXIT_NO_MPI = 97, 98
+# Each engine call of the launcher (start, status, logs) gives up after this long: a busy engine
+# answers well within it, and the docker package's own 600 s would hold a Ctrl-C that long.
+CALL_TIMEOUT = 120.0
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 START_SH = f"""\
@@ -115,6 +121,7 @@ class InsideOutJob:
     shm_size: str = "1g"
     gpus: bool = False
     ready_timeout: float = 60.0
+    cleanup_timeout: float = 60.0
     partition: str | None = None
     time: str | None = None
     job_name: str = "imagekit-io"
@@ -128,6 +135,9 @@ class InsideOutJob:
         check_job(command=self.command, image=self.image, env=self.env, job_id=self.job_id,
                   args=self.mpirun_args, args_name="--mpirun-arg")
         check_token("--shm-size", self.shm_size)
+        if not self.cleanup_timeout > 0:
+            raise UsageError(f"--cleanup-timeout must be > 0, not {self.cleanup_timeout}",
+                             "give the seconds the engine may take to remove the job's containers")
         if self.iface is not None:
             check_token("--iface", self.iface)
         from imagekit.launch.slurm import check_sbatch
@@ -196,7 +206,8 @@ class _Launch:
         from imagekit import engine
 
         self.job, self.log = job, log
-        self.client = engine.client()
+        engine.client()  # the one clear error when no engine answers; sweeps what killed runs left
+        self.client = engine.bounded_client(CALL_TIMEOUT)
         self.docker = engine.docker_cli()
         self.network = f"imagekit-{job.job_id}"
         self.names = [f"imagekit-{job.job_id}-{i}" for i in range(job.nodes)]
@@ -237,9 +248,9 @@ class _Launch:
                 cap_add=["SYS_PTRACE"],
                 ulimits=[Ulimit(name="memlock", soft=ml, hard=ml)], **extra)
 
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(job.nodes, 8))
         try:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=min(job.nodes, 8)) as pool:
-                list(pool.map(run_one, range(job.nodes)))
+            list(pool.map(run_one, range(job.nodes)))
         except docker.errors.ImageNotFound:  # removed since the check above
             raise engine.ImageMissing(job.image) from None
         except docker.errors.APIError as exc:
@@ -247,6 +258,10 @@ class _Launch:
             if "/bin/sh" in msg:
                 raise ImagekitError(f"image {job.image!r} has no /bin/sh", "inside-out needs a shell in the image") from None
             raise EngineError(f"starting the workers failed: {msg}", "check `docker info` and the image") from None
+        finally:
+            # Interrupted: start no more workers, but let the ones being created finish (each call is
+            # bounded), so that the cleanup's list finds them all.
+            pool.shutdown(wait=True, cancel_futures=True)
         self.timings["containers_up"] = time.monotonic() - t0
 
     def wait_ready(self) -> None:
@@ -271,8 +286,16 @@ class _Launch:
         self.timings["sshd_ready"] = time.monotonic() - t0
 
     def _states(self) -> dict[str, tuple[str, int]]:
+        import docker.errors
+        import requests.exceptions
+
         out = {}
-        for c in self.client.containers.list(all=True, filters={"label": f"{JOB_LABEL}={self.job.job_id}"}):
+        try:
+            listed = self.client.containers.list(all=True, filters={"label": f"{JOB_LABEL}={self.job.job_id}"})
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise EngineError(f"the engine did not list job {self.job.job_id}'s containers: {exc}",
+                              "check `docker info`; the engine may be overloaded") from None
+        for c in listed:
             out[c.name] = (c.status, int(c.attrs.get("State", {}).get("ExitCode", 0)))
         return out
 
@@ -315,7 +338,10 @@ class _Launch:
         def watch() -> None:
             lost_at = None
             while not stop.wait(0.5):
-                states = self._states()
+                try:
+                    states = self._states()
+                except EngineError:  # a slow engine: ask again; the job itself is still running
+                    continue
                 gone = [n for n in self.names if states.get(n, ("removed", -1))[0] != "running"]
                 if gone and not lost:
                     lost.extend(gone)
@@ -330,7 +356,8 @@ class _Launch:
             rc = proc.wait()
         finally:
             stop.set()
-            watcher.join()
+            # It only reads, and is a daemon: one stuck in a slow engine call must not hold up cleanup.
+            watcher.join(timeout=1.0)
             procs.stop(proc, grace=0)
         self.timings["mpirun"] = time.monotonic() - t0
         if not lost:
@@ -347,18 +374,38 @@ class _Launch:
         return rc
 
     def cleanup(self) -> None:
+        """Remove the job's containers, network and keys; EngineError naming what is left when the
+        engine has not removed them within the job's cleanup_timeout."""
+        from imagekit import engine, owners
+
+        job = self.job
         with shielded():
-            remove_job(self.job.job_id)
-            if self.job_dir is not None:
-                shutil.rmtree(self.job_dir, ignore_errors=True)
-                self.job_dir = None
+            try:
+                remove_job(job.job_id, timeout=job.cleanup_timeout)
+            except engine.Unfinished as exc:
+                left = list(exc.pending)
+                if "containers" in exc.unlisted:
+                    left += [f"container {n}" for n in self.names]
+                if "networks" in exc.unlisted:
+                    left.append(f"network {self.network}")
+                raise EngineError(
+                    f"job {job.job_id}: {exc.message}; it may have left {', '.join(left) or 'nothing'}",
+                    f"they carry {JOB_LABEL}={job.job_id} and {owners.LABEL}={owners.me()}: once this "
+                    f"process has exited, the next imagekit command that talks to the engine removes them, "
+                    f"or run `imagekit launch cleanup --job {job.job_id}`; raise --cleanup-timeout "
+                    f"for a slow engine") from None
+            finally:
+                if self.job_dir is not None:
+                    shutil.rmtree(self.job_dir, ignore_errors=True)
+                    self.job_dir = None
 
 
-def remove_job(job_id: str) -> int:
-    """Remove every container and network labelled with ``job_id``; returns how many objects went."""
+def remove_job(job_id: str, timeout: float | None = None) -> int:
+    """Remove every container and network labelled with ``job_id``; returns how many objects went.
+    With ``timeout``, within about that many seconds, or engine.Unfinished naming what is left."""
     from imagekit import engine
 
-    return engine.remove_labelled(JOB_LABEL, job_id)
+    return engine.remove_labelled(JOB_LABEL, job_id, timeout=timeout)
 
 
 def execute(job: InsideOutJob, *, log=None, stdout=None, stderr=None, timings: dict | None = None) -> int:
@@ -367,21 +414,33 @@ def execute(job: InsideOutJob, *, log=None, stdout=None, stderr=None, timings: d
         raise ImagekitError("execute() runs local Docker jobs", "use render_sbatch() for --scheduler slurm")
     log = log or (lambda msg: print(msg, file=sys.stderr))
     launch = _Launch(job, log)
-    try:
-        with interruptible():
+    # The cleanup runs inside interruptible(): a signal during the unwinding is ignored there, where
+    # outside it SIGTERM's default action would kill the launcher before it removed anything.
+    with interruptible():
+        ran = False
+        try:
             log(f"imagekit: job {job.job_id}: starting {job.nodes} worker(s) from {job.image}")
             launch.start()
             launch.wait_ready()
             log(f"imagekit: workers up in {launch.timings['containers_up']:.1f} s, sshd ready in "
                 f"{launch.timings['sshd_ready']:.1f} s; mpirun -np {job.nodes * job.slots}")
-            return launch.run_mpi(stdout=stdout, stderr=stderr)
-    except KeyboardInterrupt:
-        log(f"imagekit: job {job.job_id} interrupted; removing its containers")
-        raise
-    finally:
-        launch.cleanup()
-        if timings is not None:
-            timings.update(launch.timings)
+            rc = launch.run_mpi(stdout=stdout, stderr=stderr)
+            ran = True
+            return rc
+        except KeyboardInterrupt:
+            log(f"imagekit: job {job.job_id} interrupted; removing its containers "
+                f"(at most {job.cleanup_timeout:g} s)")
+            raise
+        finally:
+            if timings is not None:
+                timings.update(launch.timings)
+            try:
+                launch.cleanup()
+            except EngineError as exc:
+                if ran:
+                    raise
+                # The job's own failure (or the interrupt) is what propagates; what is left is said here.
+                log(f"imagekit: error: {exc}")
 
 
 # --- the same over Slurm: srun starts the workers, the first node launches ---------------------
