@@ -47,7 +47,8 @@ def test_scripts_pass_shellcheck(runtime, tmp_path, shellcheck):
     shellcheck(run_sh)
     shellcheck(tmp_path / "rank.sh")
     text = run_sh.read_text()
-    assert "mpirun -np 4 --host a:2,b:2 \"$here/rank.sh\" ./app 'x y'" in text
+    # The job's variables reach ranks on the other hosts too (-x).
+    assert "mpirun -np 4 --host a:2,b:2 -x IMAGEKIT_JOB_ID -x FOO \"$here/rank.sh\" ./app 'x y'" in text
     assert "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in text
     rank = (tmp_path / "rank.sh").read_text()
     if runtime == "docker":

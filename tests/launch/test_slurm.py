@@ -22,9 +22,10 @@ PYXIS_FLAGS = {"--container-image", "--container-mounts", "--container-workdir",
                "--container-remap-root", "--no-container-remap-root", "--container-entrypoint",
                "--no-container-entrypoint", "--container-entrypoint-log", "--container-writable",
                "--container-readonly", "--container-env"}
-# `apptainer exec` options (apptainer.org docs, CLI reference) and `enroot start` options (NVIDIA/enroot doc/cmd/start.md).
+# `apptainer exec` options (apptainer.org docs, CLI reference) and enroot's (NVIDIA/enroot doc/cmd/: start.md
+# --env --mount --rw --root --conf --rc; create.md --name; exec.md --env; remove.md --force/-f).
 APPTAINER_FLAGS = {"--nv", "--bind", "--pwd", "--env", "--cleanenv", "--contain"}
-ENROOT_FLAGS = {"--env", "--mount", "--rw", "--root", "--conf", "--rc"}
+ENROOT_FLAGS = {"--env", "--mount", "--rw", "--root", "--conf", "--rc", "--name", "--force"}
 
 
 def job(**kw) -> slurm.SlurmJob:
@@ -75,23 +76,28 @@ def test_nccl_debug_is_opt_in_and_cpu_only_takes_ntasks():
 
 @pytest.mark.parametrize("runtime,flags", [("apptainer", APPTAINER_FLAGS), ("enroot", ENROOT_FLAGS)])
 def test_apptainer_and_enroot_scripts_use_documented_flags(runtime, flags, shellcheck):
-    """Apptainer/Enroot cannot run here: the wrapper's runtime line is checked against their documented options."""
+    """The wrapper's runtime lines use only options the runtimes document (they also run for real:
+    tests/launch/test_enroot_runtime.py and tests/export/test_runtimes.py)."""
     script = slurm.render(job(runtime=runtime, image="./img.sif" if runtime == "apptainer" else "./img.sqsh",
                               mounts=parse_mounts(["/data:/data:ro"]), workdir="/work"))
     shellcheck(script)
     assert srun_line(script)[:2] == ["srun", "--mpi=pmix"]
     body = rank_wrapper(script)
     shellcheck(body)
-    exec_line = next(l for l in body.splitlines() if l.startswith("exec "))
-    assert exec_line.startswith(f"exec {runtime} {'exec' if runtime == 'apptainer' else 'start'} ")
-    used = set(re.findall(r"(--[a-z][a-z-]*)", body.split("done < <(compgen -e)")[-1]))
+    code = "\n".join(l for l in body.splitlines() if not l.lstrip().startswith("#"))
+    runtime_lines = re.findall(rf"(?:^|[\s(])({runtime} (?:exec|create|start|list|remove)\b[^\n]*)", code, re.M)
+    assert runtime_lines, body
+    used = {f for l in runtime_lines for f in re.findall(r"\s(--[a-z][a-z-]*)", l)}
     assert used <= flags, used - flags
     assert "PMIX_SERVER_TMPDIR" in body          # Slurm's PMIx rendezvous must be visible in the container
     if runtime == "apptainer":
+        assert runtime_lines == ['apptainer exec "${binds[@]}" "${extra[@]}" "$image" "$@"']
         assert "--nv" in body and "--bind /data:/data:ro" in body and "--pwd /work" in body
     else:  # enroot fstab fields are colon-separated: src:dst:type:options
         assert "--mount '/data:/data:none:x-create=auto,rbind,ro'" in body
         assert 'forward+=(--env "$name")' in body
+        # One container per node: created and started by local rank 0, every rank runs in it.
+        assert {l.split()[1] for l in runtime_lines} == {"create", "start", "exec", "list", "remove"}
 
 
 @pytest.mark.parametrize("kw,msg", [

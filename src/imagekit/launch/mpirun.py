@@ -119,7 +119,9 @@ def render_run(job: MpirunJob, docker: str = "docker") -> str:
         "  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
         "fi",
         "rc=0",
-        f"mpirun -np {job.ranks} --host {q(hosts)}"
+        # -x: Open MPI passes the exports to ranks on other hosts only when named.
+        f"mpirun -np {job.ranks} --host {q(hosts)} -x IMAGEKIT_JOB_ID"
+        + "".join(f" -x {k}" for k in job.env)
         + (" " + quote(job.mpirun_args) if job.mpirun_args else "")
         + f' "$here/rank.sh" {quote(job.command)} || rc=$?',
         'exit "$rc"',

@@ -17,17 +17,23 @@ that can still talk to that process manager:
   it; every large message then fails over with "Read -1, expected N, errno = 1"
   at about half the bandwidth (measured by bench/launch.py).
 
-Apptainer shares host namespaces and environment by default; Enroot shares
-namespaces but takes environment variables with ``--env NAME``.
+Apptainer shares host namespaces and environment by default. Enroot takes
+environment variables with ``--env NAME``, and runs one container per node, as
+Pyxis does (``data/enroot-node.sh``): ranks of a node share its user and mount
+namespace, so shared-memory single copy (CMA) works between them.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from imagekit import quoting
 from imagekit.launch.common import (JOB_LABEL, MPI_ENV_PREFIXES, SLURM_ENV_PREFIXES, Mount, check_line,
                                     check_token)
 
 RUNTIMES = ("docker", "apptainer", "enroot")
+# The enroot runtime's node container (one per node, every rank inside it): a bash part of its own.
+ENROOT_NODE = Path(__file__).resolve().parents[1] / "data" / "enroot-node.sh"
 # Slurm's GPU binding must reach the rank too.
 EXTRA_ENV_NAMES = ("CUDA_VISIBLE_DEVICES",)
 
@@ -114,6 +120,7 @@ def render(runtime: str, image: str, *, job_id: str, mounts: list[Mount] = (),
         binds = "".join(f"binds+=(--mount {quoting.sh(fstab(m.src, m.dst, m.readonly))})\n"
                         for m in (m.check_fstab("enroot") for m in mounts))
         body = (
+            f'job="${{IMAGEKIT_JOB_ID:-{job_id}}}"\n' +
             _forward_loop("--env") + _extra_env("--env", list(env_names)) +
             f"binds=(--mount {quoting.sh(fstab('/tmp', '/tmp'))})\n"
             'if [ -n "${PMIX_SERVER_TMPDIR:-}" ]; then\n'
@@ -122,7 +129,7 @@ def render(runtime: str, image: str, *, job_id: str, mounts: list[Mount] = (),
             # enroot has no workdir flag: the rank's command runs through sh -c cd.
             ("# shellcheck disable=SC2016 # expanded by the container's sh, not here\n"
              f'set -- sh -c \'cd "$0" && exec "$@"\' {q(workdir)} "$@"\n' if workdir else "") +
-            'exec enroot start "${forward[@]}" "${binds[@]}" "$image" "$@"\n'
+            ENROOT_NODE.read_text()
         )
     else:  # pragma: no cover - callers validate the runtime first
         raise ValueError(runtime)
