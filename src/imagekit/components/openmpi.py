@@ -18,6 +18,10 @@ from imagekit.components.pmix import DEVEL_PACKAGES, runtime_packages
 from imagekit.schema import Option
 
 PREFIX = "/usr/local/openmpi"
+# Open MPI's UCX components look for Mellanox devices and verbs transports only: on a host without a
+# fabric (a CI runner, a CPU test node) pml ucx then refuses to start. These let it use shared memory
+# and TCP; a site's fabric settings replace them.
+NO_FABRIC_ENV = "OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any OMPI_MCA_opal_warn_on_missing_libcuda=0"
 
 
 class Openmpi(Component):
@@ -153,8 +157,10 @@ class Openmpi(Component):
             checks.run("openmpi.runs", "mpirun starts 2 local ranks",
                        "mpirun --allow-run-as-root --oversubscribe -np 2 echo rank-ok",
                        expect=r"rank-ok\s+rank-ok"),
+            # UCX on any device and transport: the checking host may have no fabric, and pml ucx
+            # otherwise looks for mlx* devices only (and this image asks for pml ucx outright).
             checks.run("openmpi.ring", f"2 ranks pass a 1 MiB message round a ring and allreduce ({_blocks.MPI_PROBE})",
-                       f"mpirun --allow-run-as-root --oversubscribe -np 2 {_blocks.MPI_PROBE}",
+                       f"{NO_FABRIC_ENV} mpirun --allow-run-as-root --oversubscribe -np 2 {_blocks.MPI_PROBE}",
                        expect=r"2 ranks, ring of 1048576 bytes and allreduce passed"),
         ]
         if self.enabled("ucx"):

@@ -7,6 +7,11 @@ configured with the same two, so the run-time linker loads one copy of each.
 ``PMIX_MCA_gds=hash`` avoids the shared-memory dstore, which fails between a
 container's PMIx and the host Slurm's (apptainer/singularity#5195,
 open-mpi/ompi#7516); a job can override it.
+
+Slurm's pmix plugin tells its clients ``PMIX_SECURITY_MODE=munge,native``, which
+Enroot's Slurm hook passes on as ``PMIX_MCA_psec``: a PMIx built without munge
+stops every rank at the first module it lacks ("Framework: psec Component:
+munge"). The upstream build is configured ``--with-munge``, as Debian's is.
 """
 
 from __future__ import annotations
@@ -51,17 +56,17 @@ class Pmix(Component):
         (artifact,) = self.artifacts()
         src = sources.block_source(self.stack, artifact)
         # flex: tarballs made from a git tag (not upstream's release tarballs) lack the generated lexer.
-        return _blocks.build_tools(self.stack, [*DEVEL_PACKAGES, "flex"],
-                                   "PMIx build tools and hwloc/libevent headers") + [
+        return _blocks.build_tools(self.stack, [*DEVEL_PACKAGES, "flex", "libmunge-dev"],
+                                   "PMIx build tools and hwloc/libevent/munge headers") + [
             generic_autotools(**src, directory=f"pmix-{self.version}", prefix=PREFIX, ldconfig=True,
-                              configure_opts=["--with-hwloc", "--with-libevent", "--disable-static",
+                              configure_opts=["--with-hwloc", "--with-libevent", "--with-munge", "--disable-static",
                                               "--disable-man-pages"])]
 
     def runtime(self) -> list:
         if self.source == "distro":
             return super().runtime()
-        return _blocks.apt_install(runtime_packages(self.stack.base.distro), "PMIx runtime libraries") + \
-            super().runtime()
+        return _blocks.apt_install([*runtime_packages(self.stack.base.distro), "libmunge2"],
+                                   "PMIx runtime libraries") + super().runtime()
 
     def environment(self) -> dict[str, str]:
         return {"PMIX_MCA_gds": "hash"}
@@ -75,4 +80,6 @@ class Pmix(Component):
             checks.library("pmix.lib", "libpmix.so.2"),
             checks.run("pmix.version", f"pmix_info reports PMIx {self.version}", info,
                        expect=rf"PMIX: {re.escape(self.version)}"),
+            checks.run("pmix.psec_munge", "PMIx authenticates with munge, as Slurm's pmix plugin asks", info,
+                       expect=r"MCA psec: munge"),
         ]
