@@ -23,6 +23,7 @@ Standard library only: it runs with the distro's python3 and is imported by the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -184,7 +185,8 @@ class Cluster:
                 (self.dir / "munged.pid").write_text(f"{pid}\n")
         env = self.env
         # Detached (no -D): the daemons write their pid files and outlive this process until down().
-        for argv, log in ((["slurmctld", "-i", "-f", str(self.conf)], self.dir / "slurmctld.log"),
+        # -c: no jobs carried over from an earlier run, whose processes are gone with its slurmd.
+        for argv, log in ((["slurmctld", "-c", "-i", "-f", str(self.conf)], self.dir / "slurmctld.log"),
                           (["slurmd", "-N", "localhost", "-f", str(self.conf)], self.dir / "slurmd.log")):
             proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             if proc.returncode != 0:
@@ -216,6 +218,35 @@ class Cluster:
 
     def running(self) -> dict[str, int | None]:
         return {name: _pid(self.dir / f"{name}.pid") for name in ("slurmctld", "slurmd")}
+
+    # Several test sessions (or a session and a bench) on one machine share the one cluster: each
+    # holds it while it runs, and the last to let go stops it.
+    def hold(self, **up_args) -> "Cluster":
+        with self._locked():
+            if not (self._holders() and all(self.running().values())):
+                self.up(**up_args)
+            (self.dir / "holders").mkdir(parents=True, exist_ok=True)
+            (self.dir / "holders" / str(os.getpid())).write_text(f"{os.getpid()}\n")
+        return self
+
+    def release(self) -> list[str]:
+        with self._locked():
+            (self.dir / "holders" / str(os.getpid())).unlink(missing_ok=True)
+            return [] if self._holders() else self.down()
+
+    def _holders(self) -> list[Path]:
+        """Holders whose process still runs (a killed session's file is ignored)."""
+        holders = self.dir / "holders"
+        return [p for p in (holders.glob("*") if holders.is_dir() else []) if _pid(p) is not None]
+
+    @contextlib.contextmanager
+    def _locked(self):
+        import fcntl
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / "lock", "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            yield
 
 
 def main(argv: list[str] | None = None) -> int:

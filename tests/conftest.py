@@ -152,17 +152,18 @@ def shellcheck():
 @pytest.fixture(scope="session")
 def cluster():
     """The real single-node cluster of ``scripts/cluster.py``: munge, slurmctld and slurmd with
-    Pyxis (``scripts/setup-cluster.sh`` installs Enroot, Pyxis and Apptainer). Stopped by its pid
-    files after the session; a run killed before that is cleaned up by the next ``up``."""
+    Pyxis (``scripts/setup-cluster.sh`` installs Enroot, Pyxis and Apptainer). Held while the
+    session runs and stopped by its pid files by the last holder; a run killed before that is
+    cleaned up by the next ``up``."""
     sys.path.insert(0, str(SCRIPTS))
     import cluster as cluster_mod
 
     need(cluster_mod.missing())
-    c = cluster_mod.Cluster().up()
+    c = cluster_mod.Cluster().hold()
     try:
         yield c
     finally:
-        c.down()
+        c.release()
 
 
 class TestUser:
