@@ -70,6 +70,12 @@ def test_image_side_problems():
     assert by_name(pf.run("img", labels=cuda13, host=pf.HostFacts(**HOST)))["GPU driver"].status == "fail"
     nopmix = {**LABELS, "io.imagekit.component.openmpi.pmix": "false"}
     assert by_name(pf.run("i", scheduler="slurm", labels=nopmix, host=pf.HostFacts(**HOST)))["slurm pmix"].status == "warn"
+    # debian-cuda before imagekit turned Slurm support on: srun direct launch fails in MPI_Init.
+    noslurm = {**LABELS, "io.imagekit.component.openmpi.slurm": "false"}
+    c = by_name(pf.run("i", scheduler="slurm", labels=noslurm, host=pf.HostFacts(**HOST)))["slurm pmix"]
+    assert c.status == "fail" and "without-slurm" in c.detail and "slurm: true" in c.fix
+    five = {**noslurm, "io.imagekit.component.openmpi.version": "5.0.7", "io.imagekit.component.pmix.version": "4.2.2"}
+    assert by_name(pf.run("i", scheduler="slurm", labels=five, host=pf.HostFacts(**HOST)))["slurm pmix"].status == "ok"
 
 
 def test_file_images_say_not_checked():

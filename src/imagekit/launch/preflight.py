@@ -214,6 +214,12 @@ def check_slurm_pmix(img: ImageFacts, host: HostFacts) -> Check:
     if mpi is not None and mpi.fact("pmix") == "false":
         return Check(name, WARN, f"the image's MPI ({mpi.name}) was built without PMIx support",
                      f"rebuild with {mpi.name} pmix: true, or use `srun --mpi=pmi2`")
+    mpi_version = img.role_version("mpi")
+    if mpi is not None and mpi.name == "openmpi" and mpi.fact("slurm") == "false" and _major(mpi_version) == 4:
+        # Open MPI 4.x recognises srun direct launch through its Slurm support only.
+        return Check(name, FAIL, f"the image's Open MPI {mpi_version} was built --without-slurm: under srun every "
+                     "rank stops in MPI_Init ('OMPI was not built with SLURM support')",
+                     "rebuild with openmpi `slurm: true` (the default), or start ranks with mpirun inside the job")
     if not img_pmix:
         return Check(name, WARN, "the image records no PMIx version",
                      "add a pmix component to the stack so Slurm and the image can be matched")
