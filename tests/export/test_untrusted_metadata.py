@@ -251,3 +251,22 @@ def test_unrepresentable_volume_refused_before_anything_is_written(make_image, t
     with pytest.raises(quoting.UnsafeValue, match=r"image imagekit-test/hostile-volume:1: Volume"):
         export_image(image, "enroot", tmp_path / "x.sqsh")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("volume,symlinks,refused", [
+    ("/data", {"data"}, True),
+    ("/a/b/c", {"a"}, True),            # a parent: mount(2) follows it as well
+    ("/a/b/c", {"a/b"}, True),
+    ("/a/b/c", {"a/b/c"}, True),
+    ("/a/bc", {"a/b"}, False),          # a sibling's name is no prefix
+    ("/data", {"opt/data"}, False),
+    ("/data/", {"data"}, True),
+])
+def test_a_volume_through_a_symlink_is_refused(volume, symlinks, refused):
+    """F9 (tests/export/test_untrusted_metadata_runtimes.py shows Enroot following it on the host)."""
+    config = {"Volumes": {volume: {}}}
+    if refused:
+        with pytest.raises(quoting.UnsafeValue, match="a symlink in the image"):
+            enroot.volume_through_symlink(config, symlinks, "img:1")
+    else:
+        enroot.volume_through_symlink(config, symlinks, "img:1")

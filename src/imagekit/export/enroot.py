@@ -46,7 +46,7 @@ from imagekit import login_env, quoting
 from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space,
                                     interrupt_on_sigterm, prepare_target, sha256_file)
 from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, Member, dir_entry,
-                                       file_entry, missing_dirs)
+                                       file_entry, missing_dirs, normalise)
 
 if TYPE_CHECKING:
     from imagekit.export import squash
@@ -176,12 +176,31 @@ def fixperms(member: Member) -> None:
     member.mode = mode
 
 
-def extra_entries(config: dict[str, Any], mtime: int, image: str = "image"):
-    """Callback for :func:`filter_tar`: WORKDIR and /etc if missing, then the config files."""
+def volume_through_symlink(config: dict[str, Any], symlinks: set[str], image: str = "image") -> None:
+    """Refuse a Volume whose path, or a parent of it, is a symlink in the image. Enroot's fstab line
+    binds ``${ENROOT_ROOTFS}/VOLUME``: enroot-mount resolves only the target inside the root and hands
+    the source to mount(2), which follows the image's symlink on the host, so an image could bind any
+    host path into its container. (WorkingDir is only used inside the container, where a symlink
+    resolves within the root.)"""
+    for volume in sorted((config.get("Volumes") or {}).keys()):
+        parts = normalise(volume).split("/")
+        for i in range(1, len(parts) + 1):
+            through = "/".join(parts[:i])
+            if through in symlinks:
+                raise quoting.UnsafeValue(f"image {image}", "Volume", volume,
+                                          f"goes through /{through}, a symlink in the image",
+                                          "Enroot would bind the host path the symlink names into the container; "
+                                          "rebuild the image with a real directory there or without the VOLUME")
+
+
+def extra_entries(config: dict[str, Any], mtime: int, image: str = "image", symlinks: set[str] | None = None):
+    """Callback for :func:`filter_tar`: WORKDIR and /etc if missing, then the config files.
+    ``symlinks``: the image's symlinks, as the filter met them (:func:`volume_through_symlink`)."""
     files = config_files(config, image)
     workdir = config.get("WorkingDir") or "/"
 
     def build(seen: set[str]):
+        volume_through_symlink(config, symlinks or set(), image)
         out = []
         needed: list[str] = []
         for d in (missing_dirs(str(Path(login_env.PATH).parent), seen) + missing_dirs(workdir, seen)):
@@ -222,8 +241,16 @@ def export(image: str, output: Path, *, preset: "str | squash.Preset | None" = N
     mtime = epoch if epoch is not None else int(time.time())
     meter = Progress(progress)
     with interrupt_on_sigterm(), atomic_output(target) as tmp:
-        used = squash.stream_to_squashfs(image, tmp, spec, keep=keep, adjust=fixperms,
-                                         extra=extra_entries(config, mtime, image), on_bytes=meter.add)
+        symlinks: set[str] = set()
+
+        def keep_noting_symlinks(member: Member) -> bool:
+            kept = keep(member)
+            if kept and member.type == SYMLINK:
+                symlinks.add(member.name)
+            return kept
+
+        used = squash.stream_to_squashfs(image, tmp, spec, keep=keep_noting_symlinks, adjust=fixperms,
+                                         extra=extra_entries(config, mtime, image, symlinks), on_bytes=meter.add)
         meter.done()
     return ExportResult(path=str(target), format="enroot", image=image,
                         bytes=target.stat().st_size, sha256=sha256_file(target), seconds=0.0,

@@ -1,0 +1,126 @@
+"""Untrusted image metadata under the real Enroot and Pyxis: labels, Env and Volumes.
+
+tests/export/test_untrusted_metadata.py runs the exported config files the way Enroot runs them,
+in a chroot, for many generated values; here the reproducers run through the real thing, built
+from source by scripts/setup-cluster.sh: `enroot create` + `enroot start` and `srun
+--container-image` (Pyxis), as root and as the unprivileged user, with a host directory mounted
+at /mnt that an injected command would write to.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from hostile import REPRODUCER
+
+from imagekit import quoting
+from imagekit.export import export_image
+
+pytestmark = [pytest.mark.engine, pytest.mark.slurm]
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory root and the unprivileged user may both read (exports) and write (the proof mount)."""
+    path = Path(tempfile.mkdtemp(prefix="imagekit-hostile-", dir="/var/tmp"))
+    os.chmod(path, 0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def exported(image: str, directory: Path, name: str) -> Path:
+    out = Path(export_image(image, "enroot", directory / name).path)
+    os.chmod(out, 0o644)
+    return out
+
+
+def as_who(user, argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    if user is None:
+        return subprocess.run(argv, env={**os.environ, **(env or {})}, capture_output=True, text=True, cwd="/tmp",
+                              timeout=300)
+    return user.run(argv, env=env, timeout=300, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("as_user", [False, True], ids=["root", "user"])
+def test_a_label_with_a_newline_runs_nothing_under_pyxis_or_enroot(cluster, test_user, make_image, shared_dir,
+                                                                   as_user):
+    """The label `note harmless⏎echo INJECTED >> /mnt/proof`: started by Pyxis (with and without the
+    entrypoint) and by enroot start, with a host directory at /mnt, nothing is written there."""
+    user = test_user if as_user else None
+    image = make_image("imagekit-test/hostile-label:1", Labels={"note": REPRODUCER})
+    sqsh = exported(image, shared_dir, "label.sqsh")
+    proof = shared_dir / "proof"
+    proof.mkdir(mode=0o777)
+    os.chmod(proof, 0o777)
+    env = {"SLURM_CONF": str(cluster.conf)}
+    for extra in ([], ["--no-container-entrypoint"]):
+        started = as_who(user, ["srun", f"--container-image={sqsh}", f"--container-mounts={proof}:/mnt", *extra,
+                                "/bin/echo", "started"], env)
+        assert started.returncode == 0 and started.stdout == "started\n", started.stdout + started.stderr
+    name = f"imagekit-test-{uuid.uuid4().hex[:8]}"
+    assert as_who(user, ["enroot", "create", "--name", name, str(sqsh)]).returncode == 0
+    try:
+        started = as_who(user, ["enroot", "start", "--mount", f"{proof}:/mnt", name, "/bin/echo", "started"])
+        assert started.returncode == 0 and started.stdout == "started\n", started.stdout + started.stderr
+    finally:
+        as_who(user, ["enroot", "remove", "--force", name])
+    assert list(proof.iterdir()) == [], "the label's second line ran as a command"
+
+
+def test_hostile_entrypoint_cmd_env_and_workdir_reach_the_process_as_words(make_image, shared_dir):
+    """Quotes, $(), backticks, ; and a newline in Entrypoint/Cmd, Env and WorkingDir: enroot start runs
+    exactly the image's words, in its WORKDIR, with Env as Enroot reads it ($(...) stays text)."""
+    payload = "it's \"$(touch /canary)\" `touch /canary`; touch /canary && x\nnext"
+    show = 'printf "[%s]" "$@"; printf "|%s|%s|" "$NOTE" "$PWD"; if [ -e /canary ]; then echo CANARY; fi'
+    image = make_image("imagekit-test/hostile-config:1", Entrypoint=["/bin/sh", "-c", show, "sh"],
+                       Cmd=[payload, "-rf", "#"], Env=["PATH=/usr/bin:/bin", "NOTE=$(touch /canary) `x`; y"],
+                       WorkingDir="/work $(x) `y`")
+    sqsh = exported(image, shared_dir, "config.sqsh")
+    name = f"imagekit-test-{uuid.uuid4().hex[:8]}"
+    assert subprocess.run(["enroot", "create", "--name", name, str(sqsh)], capture_output=True).returncode == 0
+    try:
+        run = subprocess.run(["enroot", "start", "--rw", name], capture_output=True, text=True, cwd="/tmp")
+        assert run.returncode == 0, run.stderr
+        assert run.stdout == f"[{payload}][-rf][#]|$(touch /canary) `x`; y|/work $(x) `y`|", run.stdout
+    finally:
+        subprocess.run(["enroot", "remove", "--force", name], capture_output=True)
+
+
+def test_a_volume_through_an_image_symlink_is_refused(base_image, shared_dir, docker_bin):
+    """F9: `/data -> /a/host/dir` in the image and `VOLUME /data`. Enroot binds `${ENROOT_ROOTFS}/data`,
+    and mount(2) follows the image's symlink on the host: `enroot import`'s own file shows the host
+    directory inside the container. imagekit refuses to export the image, naming the Volume."""
+    secret = shared_dir / "host-secret"
+    secret.mkdir()
+    (secret / "SECRET").write_text("host-only file\n")
+    tag = "imagekit-test/volume-symlink:1"
+    proc = subprocess.run([docker_bin, "build", "-q", "-t", tag, "-"], text=True, capture_output=True,
+                          input=f"FROM {base_image}\nRUN ln -s {secret} /data\nVOLUME /data\n",
+                          env={**os.environ, "DOCKER_BUILDKIT": "1"})
+    assert proc.returncode == 0, proc.stderr
+    # The hazard, through Enroot's own converter.
+    theirs = shared_dir / "theirs.sqsh"
+    imported = subprocess.run(["enroot", "import", "-o", str(theirs), f"dockerd://{tag}"], capture_output=True,
+                              text=True, cwd="/tmp")
+    assert imported.returncode == 0, imported.stderr
+    name = f"imagekit-test-{uuid.uuid4().hex[:8]}"
+    assert subprocess.run(["enroot", "create", "--name", name, str(theirs)], capture_output=True).returncode == 0
+    try:
+        leak = subprocess.run(["enroot", "start", name, "cat", "/data/SECRET"], capture_output=True, text=True,
+                              cwd="/tmp")
+        assert leak.stdout == "host-only file\n", leak.stdout + leak.stderr
+    finally:
+        subprocess.run(["enroot", "remove", "--force", name], capture_output=True)
+    # imagekit's export: refused before anything is written.
+    ours = shared_dir / "ours"
+    ours.mkdir()
+    with pytest.raises(quoting.UnsafeValue, match=r"Volume '/data' goes through /data, a symlink in the image") as err:
+        export_image(tag, "enroot", ours / "x.sqsh")
+    assert "host path" in err.value.hint
+    assert list(ours.iterdir()) == []
