@@ -17,6 +17,7 @@ and so are held to a few safe characters.
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, NoReturn
@@ -453,8 +454,7 @@ class LoginEnv(Check, kind="login_env"):
     uids: tuple[str, ...] = ("0",)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "uids", tuple(str(u) for u in _as_tuple(self.uids))
-                           if isinstance(self.uids, (list, tuple)) else self.uids)
+        object.__setattr__(self, "uids", _as_tuple(self.uids))
         super().__post_init__()
 
     def validate(self) -> None:
@@ -472,8 +472,6 @@ class LoginEnv(Check, kind="login_env"):
         return {"uids": value.split(" ") if isinstance(value, str) else value}
 
     def verify(self, host: Host) -> None:
-        import base64
-
         raw = host.run("base64 -w0 /proc/1/environ")
         _fail_unless(raw.rc == 0, f"cannot read the container's environment:\n{_show(raw)}")
         declared = {}
