@@ -102,7 +102,7 @@ def test_a_part_file_of_a_dead_owner_is_swept_and_a_live_ones_kept(tmp_path):
     final = tmp_path / "out.txt"
     dead = subprocess.Popen(["true"])
     dead.wait()
-    gone = tmp_path / f".out.txt.{owners.me().rsplit('+', 2)[0]}+{dead.pid}+1.abc.part"
+    gone = tmp_path / f".out.txt.{owners.where()}+{dead.pid}+1.abc.part"
     gone.write_text("half")
     live = tmp_path / f".out.txt.{owners.me()}.xyz.part"
     live.write_text("being written")

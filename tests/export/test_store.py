@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -40,10 +39,10 @@ def refuse(path: Path) -> None:
 
 
 def dead_token() -> str:
-    """The owner token of a process that has exited (this host)."""
+    """The owner token of a process that has exited (this PID namespace of this host)."""
     proc = subprocess.Popen(["true"])
     proc.wait()
-    return f"{socket.gethostname()}+{proc.pid}+1"
+    return f"{owners.where()}+{proc.pid}+1"
 
 
 def foreign_token() -> str:
