@@ -13,12 +13,24 @@ from pathlib import Path
 from typing import Iterator
 
 
+def current_umask() -> int:
+    """This process's umask, read without changing it (another thread may be creating files)."""
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1], 8) for line in fh if line.startswith("Umask:"))
+    old = os.umask(0o022)   # Linux < 4.7 has no Umask: line
+    os.umask(old)
+    return old
+
+
 @contextlib.contextmanager
 def target(path: str | os.PathLike, mode: int = 0o644, sync: bool = False) -> Iterator[Path]:
     """Yield a temporary path (``.NAME.<owner>.*.part``) beside ``path``; rename it over ``path`` on success.
 
-    ``sync`` flushes the data to disk before the rename (large exports on shared filesystems).
-    Any exception, KeyboardInterrupt included, removes the temporary file.
+    The file gets ``mode`` less the umask, as ``open(2)`` would give it: a user with umask 077
+    keeps their outputs to themselves. ``sync`` flushes the data to disk before the rename
+    (large exports on shared filesystems). Any exception, KeyboardInterrupt included, removes
+    the temporary file.
     """
     from imagekit import owners
 
@@ -33,7 +45,7 @@ def target(path: str | os.PathLike, mode: int = 0o644, sync: bool = False) -> It
         if sync:
             with open(tmp_path, "rb+") as fh:
                 os.fsync(fh.fileno())
-        os.chmod(tmp_path, mode)
+        os.chmod(tmp_path, mode & ~current_umask())
         os.replace(tmp_path, final)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
