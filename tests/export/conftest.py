@@ -118,3 +118,7 @@ def small_fs(tmp_path):
     yield mount
     for point in reversed(mounted):
         subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+# Other users for the multi-user store and importer tests (numeric uids, Debian's python3): users.py
+from users import other_python, shared_dir  # noqa: E402,F401

@@ -1,4 +1,4 @@
-"""``imagekit store ls|gc``: look into and trim the export store (imagekit.export.store)."""
+"""``imagekit store init|ls|gc``: set up, look into and trim the export store (imagekit.export.store)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,40 @@ def store(ctx: click.Context, store_dir: str | None) -> None:
       imagekit store ls
       imagekit store --store /lustre/imagekit-store ls --json
       imagekit store gc --max-size 50G
+      imagekit store --store /lustre/imagekit-store init --shared --group imagekit-ci
     """
     ctx.obj = store_dir or None
+
+
+@store.command("init")
+@click.option("--shared", is_flag=True,
+              help="A store that GROUP publishes into and every job reads (else: a private store).")
+@click.option("--group", "group_name", metavar="GROUP",
+              help="With --shared: the publishers' group (CI and the people who may publish; never all users).")
+@click.option("--readers", type=click.Choice(["all", "group"]), default="all", show_default=True,
+              help="With --shared: who may read and hold entries.")
+@click.pass_obj
+def init(store_dir: str | None, shared: bool, group_name: str | None, readers: str) -> None:
+    """Create the store (or fix an existing one's modes), as the account that will own it.
+
+    A shared store is owned by this account (root or CI), writable by GROUP only, and
+    readable by every job; users outside GROUP convert into stores of their own, so
+    they can never change what another user's job starts. Entries are not touched:
+    those not from a publisher are not served (imagekit store ls shows them).
+
+    \b
+    Examples:
+      sudo imagekit store --store /lustre/imagekit-store init --shared --group imagekit-ci
+      imagekit store init                      # the default private store, ~/.cache/imagekit/store
+    """
+    from imagekit.export.store.setup import init_store
+
+    if group_name and not shared:
+        raise click.UsageError("--group goes with --shared")
+    if shared and not group_name:
+        raise click.UsageError("--shared needs --group GROUP (the publishers' group)")
+    root = init_store(store_dir, group_name if shared else None, readers_all=readers == "all")
+    click.echo(f"{'shared' if shared else 'private'} export store ready: {root}")
 
 
 @store.command("ls")
@@ -48,17 +80,33 @@ def ls(store_dir: str | None, as_json: bool) -> None:
 
     st = Store.open(store_dir)
     entries = sorted(st.entries(), key=lambda e: e.last_used, reverse=True)
+    held = st.holds.live_by_slug()
+    untrusted = {e.path: _untrusted(st, e) for e in entries}
     if as_json:
-        click.echo(json.dumps([dict(e.to_dict(), held=st.held(e)) for e in entries], sort_keys=True))
+        click.echo(json.dumps([dict(e.to_dict(), held=held.get(st.slug(e), []),
+                                    untrusted=untrusted[e.path]) for e in entries], sort_keys=True))
         return
     now = time.time()
     click.echo(f"{'image':19}  {'format':6}  {'preset':9}  {'size':>9}  {'used':>5}  path")
     for e in entries:
-        held = "  (held)" if st.held(e) else ""
+        notes = ("  (held)" if held.get(st.slug(e)) else "") + \
+            (f"  (NOT SERVED: {untrusted[e.path]})" if untrusted[e.path] else "")
         click.echo(f"{e.image_id[:19]}  {e.format:6}  {e.preset:9}  {human(e.bytes):>9}  "
-                   f"{_age(max(0.0, now - e.last_used)):>5}  {e.path}{held}")
+                   f"{_age(max(0.0, now - e.last_used)):>5}  {e.path}{notes}")
     click.echo(f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, "
                f"{human(sum(e.bytes for e in entries))} in {st.root}", err=True)
+
+
+def _untrusted(st, entry) -> str:
+    """Why hits would refuse ``entry`` for who may have written it ("" when they would not); the
+    bytes are checked on a hit, not here (ls reads no file)."""
+    from imagekit.export.store import UntrustedEntry
+
+    try:
+        st.trust.check_entry(entry.dir, [entry.path, entry.dir / "entry.json"])
+    except UntrustedEntry as exc:
+        return exc.message
+    return ""
 
 
 @store.command("gc")
@@ -95,8 +143,11 @@ def gc(store_dir: str | None, max_size: str | None, as_json: bool) -> None:
                                "freed": sum(e.bytes for e in evicted), "total": total,
                                "max_size": limit, "entries": len(kept),
                                "held": [e.to_dict() for e in held],
+                               "refused": [{"path": str(p), "why": why} for p, why in st.refused],
                                "swept": [str(p) for p in swept]}, sort_keys=True))
         return
+    for path, why in st.refused:
+        click.echo(f"cannot evict {path}: {why} (run gc as the store's owner or a publisher)", err=True)
     for e in evicted:
         click.echo(f"evicted  {e.image_id[:19]}  {e.format}  {e.preset}  {human(e.bytes)}")
     click.echo(f"{len(evicted)} evicted ({human(sum(e.bytes for e in evicted))}), {len(kept)} kept "

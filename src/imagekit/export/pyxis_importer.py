@@ -101,9 +101,7 @@ def release(env: Mapping[str, str] | None = None) -> None:
 
     env = os.environ if env is None else env
     name = hold_name(env)
-    store = store_mod.Store.open()
-    for hold in (store.root / "entries").glob(f"sha256/*/*/*/holds/{name}"):
-        hold.unlink(missing_ok=True)
+    store_mod.Store.open().release(None, name)
 
 
 class Source:

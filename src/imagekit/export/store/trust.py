@@ -1,0 +1,199 @@
+"""Who may have written a store's entries, checked on every hit.
+
+The store does not sign anything: the file system says who can write what, and this
+module checks that nobody outside the store's **publishers** could have written (or
+replaced, or renamed into place) the entry a hit serves. The publishers of a store are
+
+- root, and the owner of the store's root directory (its *anchor*: the user, for a
+  private store; root or a CI account for a shared one);
+- when ``entries/`` is group-writable, the members of its group (a shared store:
+  ``imagekit store init --shared --group GROUP`` sets that up);
+- the reader itself (nobody needs protecting from their own files).
+
+The checks, like OpenSSH's StrictModes:
+
+- the store root: a directory writable by its owner alone (a group- or world-writable
+  root would let anyone swap ``entries/`` for their own), and every directory above it
+  owned by root, the anchor or the reader, never writable by others unless it is sticky
+  (``/tmp``, ``/var/tmp``) or group-writable by the publishers' group;
+- an entry: its directories from ``entries/`` down, its file and its entry.json are real
+  (no symbolic link), owned by a publisher, never world-writable, and group-writable only
+  by the publishers' group.
+
+A failure names the path, its owner and mode, and what would be valid.
+"""
+
+from __future__ import annotations
+
+import functools
+import grp
+import os
+import pwd
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from imagekit.errors import ImagekitError, UsageError
+
+
+class UntrustedStore(UsageError):
+    """The store's root, or a directory above it, can be changed by someone who is not a publisher."""
+
+
+class UntrustedEntry(ImagekitError):
+    """An entry that someone outside the store's publishers could have written."""
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+@functools.lru_cache(maxsize=256)
+def member(uid: int, gid: int) -> bool:
+    """Is ``uid`` in group ``gid`` (as its primary group, or listed in the group)?"""
+    try:
+        user = pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    if user.pw_gid == gid:
+        return True
+    try:
+        return user.pw_name in grp.getgrgid(gid).gr_mem
+    except KeyError:
+        return False
+
+
+@functools.lru_cache(maxsize=256)
+def private_group(gid: int, uid: int) -> bool:
+    """Is ``gid`` the user private group of ``uid`` (named after it, its primary group, no listed
+    members)? Group-write by such a group is the owner's own: RHEL gives users umask 002 with one."""
+    try:
+        user, group = pwd.getpwuid(uid), grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return user.pw_gid == gid and group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
+
+
+def describe(st: os.stat_result) -> str:
+    return f"owner {_user(st.st_uid)}, group {_group(st.st_gid)}, mode {stat.S_IMODE(st.st_mode):04o}"
+
+
+@dataclass(frozen=True)
+class Trust:
+    """The publishers of one store, and the checks against them."""
+
+    root: Path
+    owner: int                 # the root directory's owner: the anchor
+    group: int | None          # the publishers' group (entries/ group-writable), None for one user
+    me: int                    # the effective uid of this process
+
+    @classmethod
+    def of(cls, root: Path) -> "Trust":
+        """Check ``root`` and the directories above it; UntrustedStore says what is wrong."""
+        st = os.lstat(root)
+        me = os.geteuid()
+        if not stat.S_ISDIR(st.st_mode):
+            raise UntrustedStore(f"export store {root} is not a directory",
+                                 "point --store or IMAGEKIT_STORE at a directory")
+        if st.st_mode & 0o002 or st.st_mode & 0o020 and not private_group(st.st_gid, st.st_uid):
+            who = "everyone" if st.st_mode & 0o002 else f"group {_group(st.st_gid)}"
+            raise UntrustedStore(
+                f"export store {root} is writable by {who} ({describe(st)}): anyone there could replace "
+                "its entries with their own",
+                f"a private store: chmod go-w {root}; a store shared by a group of publishers: "
+                f"imagekit store --store {root} init --shared --group GROUP (as its owner)")
+        group = None
+        try:
+            entries = os.lstat(root / "entries")
+            if stat.S_ISDIR(entries.st_mode) and entries.st_mode & 0o020 and \
+                    not private_group(entries.st_gid, entries.st_uid):
+                group = entries.st_gid
+        except FileNotFoundError:
+            pass
+        trust = cls(root, st.st_uid, group, me)
+        trust._check_ancestors()
+        return trust
+
+    # --- who ----------------------------------------------------------------------------------
+
+    def trusted_uid(self, uid: int) -> bool:
+        return uid in (0, self.me, self.owner) or (self.group is not None and member(uid, self.group))
+
+    def can_publish(self) -> bool:
+        """May this process publish here (so that other readers will trust what it writes)?
+
+        In a shared store only root and members of the publishers' group (the owner too: a
+        non-member's chmod would clear the setgid bit, and the directories it makes would
+        fall out of the group, locking the other publishers out)."""
+        if self.me == 0:
+            return True
+        if self.group is None:
+            return self.me == self.owner
+        return self.group == os.getegid() or self.group in os.getgroups()
+
+    def publishers(self) -> str:
+        who = "root" if self.owner == 0 else f"root and {_user(self.owner)}"
+        return who + (f", and group {_group(self.group)}" if self.group is not None else "")
+
+    # --- checks -------------------------------------------------------------------------------
+
+    def _check_ancestors(self) -> None:
+        for parent in self.root.parents:
+            st = os.lstat(parent)
+            problem = self._writers(st, above=True)
+            if problem:
+                raise UntrustedStore(
+                    f"{parent}, above the export store {self.root}, {problem} ({describe(st)}): they "
+                    "could replace the store with their own",
+                    f"make it writable only by root or {_user(self.owner)} (chmod go-w {parent}), "
+                    "or put the store elsewhere")
+
+    def _writers(self, st: os.stat_result, *, above: bool = False) -> str | None:
+        """Who outside the publishers can change this inode (None: nobody)."""
+        if stat.S_ISLNK(st.st_mode):
+            return "is a symbolic link"
+        if not self.trusted_uid(st.st_uid):
+            return f"belongs to {_user(st.st_uid)}, who is not a publisher"
+        if st.st_mode & 0o002 and not (above and st.st_mode & stat.S_ISVTX):
+            return "is writable by everyone"
+        if st.st_mode & 0o020 and st.st_gid != self.group and not private_group(st.st_gid, st.st_uid) \
+                and not (above and st.st_mode & stat.S_ISVTX):
+            return f"is writable by group {_group(st.st_gid)}, which is not the publishers' group"
+        return None
+
+    def check_entry(self, directory: Path, files: list[Path]) -> None:
+        """UntrustedEntry unless only publishers could have made ``directory`` and ``files`` what they are."""
+        try:
+            rel = directory.relative_to(self.root)
+        except ValueError:
+            raise UntrustedEntry(f"{directory} is not inside the export store {self.root}") from None
+        chain = [self.root / Path(*rel.parts[:i]) for i in range(1, len(rel.parts) + 1)]
+        for path in chain + files:
+            try:
+                st = os.lstat(path)
+            except OSError as exc:
+                raise UntrustedEntry(f"cannot check {path}: {exc.strerror}") from None
+            want_dir = path in chain
+            if stat.S_ISLNK(st.st_mode):
+                raise UntrustedEntry(f"store entry {directory}: {path} is a symbolic link",
+                                     "a store holds no links: remove it (imagekit store gc)")
+            if not (stat.S_ISDIR(st.st_mode) if want_dir else stat.S_ISREG(st.st_mode)):
+                raise UntrustedEntry(f"store entry {directory}: {path} is not a "
+                                     + ("directory" if want_dir else "regular file"))
+            problem = self._writers(st)
+            if problem:
+                raise UntrustedEntry(
+                    f"store entry {directory}: {path} {problem} ({describe(st)}); the publishers of "
+                    f"{self.root} are {self.publishers()}",
+                    "only publishers may write a store that others start containers from: remove it "
+                    "(imagekit store gc), and publish as a member of the store's group")
