@@ -14,6 +14,10 @@ Docker's ``$DOCKER_CONFIG/config.json`` (default ``~/.docker/config.json``) is t
 fallback: ``credHelpers``/``credsStore`` through their ``docker-credential-NAME get``
 protocol, then ``auths``' base64 ``user:password``.
 
+These two are the only sources: ``~/.netrc`` is not one (the client turns requests'
+``trust_env`` off). Which credential goes to which origin (the registry, its token
+server) is decided in :mod:`imagekit.registry.client`.
+
 A :class:`Credential` never shows its password: not in ``repr``, errors or logs.
 """
 
@@ -195,10 +199,11 @@ def from_docker(registry: str, env: dict[str, str] | None = None) -> Credential 
 
 def lookup(registry: str, user: str | None, hosts: list[str] | None = None,
            env: dict[str, str] | None = None) -> Credential | None:
-    """Credentials to send to ``hosts`` (default: the registry) for ``registry``, or None.
-
-    ``hosts`` lists where the credentials go first: a token server's host, then the
-    registry (Enroot's curl looks the token server up; NGC documents both entries).
+    """Credentials for ``registry``, or None: Enroot's entry for the first of ``hosts``
+    (default: the registry) that has one with login ``user``, else the registry's entry, else
+    Docker's config.json for the registry (whose user must be ``user`` when one is given).
+    The client calls it with the registry alone; a token server's own entry is looked up
+    with :func:`from_enroot`.
     """
     cred = from_enroot(hosts or [registry], user, env)
     if cred is None and hosts and registry not in hosts:
