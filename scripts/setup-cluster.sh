@@ -91,6 +91,10 @@ if ! built "$ENROOT" || ! command -v enroot >/dev/null; then
 fi
 # Enroot's Slurm hook brings PMIx into the container (srun --mpi=pmix under Pyxis).
 as_root ln -sf $PREFIX/share/enroot/hooks.d/50-slurm-pmi.sh /etc/enroot/hooks.d/50-slurm-pmi.sh
+# What Enroot's `make setcap` (its enroot+caps package) does: an unprivileged `enroot import` converts
+# layer whiteouts with these capabilities; imagekit's Pyxis importer falls back to it as the job user.
+as_root setcap cap_sys_admin+pe $PREFIX/bin/enroot-mksquashovlfs
+as_root setcap cap_sys_admin,cap_mknod+pe $PREFIX/bin/enroot-aufs2ovlfs
 # Site configuration as Pyxis documents it for shared nodes: per-user runtime and data directories
 # that exist without a login session (srun tasks have no XDG_RUNTIME_DIR).
 as_root tee /etc/enroot/enroot.conf.d/50-imagekit-cluster.conf >/dev/null <<'EOF'
