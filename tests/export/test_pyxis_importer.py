@@ -1,13 +1,6 @@
-"""The Pyxis importer, driven exactly as Pyxis 0.24.0 drives it (importer.c, importers/README.md).
-
-Pyxis is a SPANK plugin inside slurmstepd and cannot run here. What it does around the
-importer is small and fixed, and :func:`pyxis_get` / :func:`pyxis_release` do exactly that:
-fork and exec the executable with ``get URI`` or ``release``, stdin on /dev/null, stdout a
-pipe of which Pyxis keeps the first line (the squashfs path), stderr into a log that it
-prints only on failure, the environment of Enroot plus ``PYXIS_RUNTIME_PATH``,
-``PYXIS_VERSION`` and ``SLURM_JOB_ID``/``SLURM_STEP_ID``/``SLURM_JOB_UID``; a non-zero exit
-is a failure; ``release`` follows twice (after ``enroot create`` and at task cleanup). The
-registry, the Docker engine and the store are real.
+"""The Pyxis importer, driven exactly as Pyxis 0.24.0 drives it (tests/export/pyxis_calls.py): the
+registry, the Docker engine and the store are real. The trust model's tests (who may publish what
+a job starts) are in test_pyxis_importer_trust.py; under the real Pyxis in test_pyxis_cluster.py.
 """
 
 from __future__ import annotations
@@ -15,51 +8,15 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pyxis_calls import is_squashfs as _is_squashfs
+from pyxis_calls import job_env as _env
+from pyxis_calls import pyxis_get, pyxis_release
+from pyxis_calls import run as _run
 
 pytestmark = pytest.mark.engine
-
-EXE = Path(sys.executable).parent / "imagekit-pyxis-importer"
-
-
-@dataclass
-class Call:
-    rc: int
-    path: str          # the first line of stdout, as Pyxis reads it
-    log: str           # stderr
-
-
-def _env(store: Path, runtime: Path, step: int, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PYXIS_"))}
-    env.update(IMAGEKIT_STORE=str(store), PYXIS_RUNTIME_PATH=str(runtime), PYXIS_VERSION="0.24.0",
-               SLURM_JOB_ID="4242", SLURM_STEP_ID=str(step), SLURM_JOB_UID=str(os.getuid()),
-               SLURM_JOB_GID=str(os.getgid()), **extra)
-    return env
-
-
-def _run(args: list[str], env: dict[str, str]) -> Call:
-    if not EXE.is_file():
-        pytest.fail(f"{EXE} is missing: reinstall imagekit (pip install -e .) so its console scripts exist")
-    proc = subprocess.run([str(EXE), *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          env=env, close_fds=True, timeout=600)
-    first = proc.stdout.split("\n", 1)[0]
-    return Call(proc.returncode, first, proc.stderr)
-
-
-def pyxis_get(uri: str, env: dict[str, str]) -> Call:
-    return _run(["get", uri], env)
-
-
-def pyxis_release(env: dict[str, str]) -> Call:
-    return _run(["release"], env)
-
-
-def _is_squashfs(path: str) -> bool:
-    return subprocess.run(["unsquashfs", "-s", path], capture_output=True).returncode == 0
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +117,8 @@ def test_a_pushed_artifact_is_pulled_into_the_store_not_converted(odd_image, reg
     push_with_artifacts(odd_image, f"{registry}/imagekit-test/importer-art:1", ["enroot"],
                         {"enroot": "fast"}, workdir=tmp_path)
     store = tmp_path / "store"
-    envs = [_env(store, tmp_path / "run", step) for step in range(2)]
+    envs = [_env(store, tmp_path / "run", step, IMAGEKIT_TRUSTED_ARTIFACTS=f"{registry}/imagekit-test/*")
+            for step in range(2)]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         calls = list(pool.map(lambda e: pyxis_get(f"docker://{registry}#imagekit-test/importer-art:1", e),
                               envs))

@@ -313,21 +313,7 @@ def pull_artifact(reference: str, fmt: str, output: str | Path, *, preset: str |
             f"make one where the image is: imagekit push IMAGE --to {ref.registry}/{ref.repository}:"
             f"{'TAG' if ref.digest else ref.tag} --with {fmt}" + (f" --preset {fmt}={preset}" if preset else ""))
     entry = chosen[-1]      # the newest one listed (the tag schema appends)
-    manifest = client.get_manifest(ref.repository, entry["digest"], reg.OCI_MANIFEST)
-    doc = manifest.json()
-    if (doc.get("subject") or {}).get("digest") != subject.digest:
-        raise IntegrityError(f"artifact {entry['digest']} is listed for {subject.digest} but its subject "
-                             f"is {(doc.get('subject') or {}).get('digest')}",
-                             "the referrers index is wrong: push the artifact again")
-    layers = [layer for layer in doc.get("layers") or [] if layer.get("mediaType") == k.layer_media_type]
-    if len(layers) != 1:
-        raise RegistryError(f"artifact {entry['digest']} has {len(layers)} {k.layer_media_type} layers, not 1")
-    layer = layers[0]
-    annotations = doc.get("annotations") or {}
-    recorded = annotations.get(A_SHA256)
-    if recorded and recorded != layer["digest"]:
-        raise IntegrityError(f"artifact {entry['digest']} records file {recorded} but its layer is "
-                             f"{layer['digest']}", "push the artifact again")
+    layer, annotations = checked_layer(client, ref.repository, subject, entry, fmt)
     size = int(layer["size"])
     if check_space:
         check_free_space(target.parent, size, f"the {fmt} artifact of {ref}")
@@ -343,6 +329,46 @@ def pull_artifact(reference: str, fmt: str, output: str | Path, *, preset: str |
                       artifact=entry["digest"], preset=annotations.get(A_PRESET, ""), bytes=size,
                       sha256=layer["digest"].split(":", 1)[1], listed_by=listed_by,
                       seconds=round(time.monotonic() - started, 3), annotations=annotations)
+
+
+def checked_layer(client: reg.RegistryClient, repository: str, subject: reg.Resolved, entry: dict,
+                  fmt: str) -> tuple[dict, dict]:
+    """The artifact manifest ``entry`` (a referrers entry) names, checked against ``subject``:
+    its own subject, one layer of the format's media type, and, where it records them, the
+    file's digest and the image's config digest. Returns (layer descriptor, annotations);
+    IntegrityError or RegistryError say what is wrong."""
+    k = kind(fmt)
+    manifest = client.get_manifest(repository, entry["digest"], reg.OCI_MANIFEST)
+    try:
+        doc = manifest.json()
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise IntegrityError(f"artifact {entry['digest']} is not a JSON manifest", "push the artifact again")
+    if (doc.get("subject") or {}).get("digest") != subject.digest:
+        raise IntegrityError(f"artifact {entry['digest']} is listed for {subject.digest} but its subject "
+                             f"is {(doc.get('subject') or {}).get('digest')}",
+                             "the referrers index is wrong: push the artifact again")
+    layers = [layer for layer in doc.get("layers") or []
+              if isinstance(layer, dict) and layer.get("mediaType") == k.layer_media_type]
+    if len(layers) != 1:
+        raise RegistryError(f"artifact {entry['digest']} has {len(layers)} {k.layer_media_type} layers, not 1")
+    layer = layers[0]
+    if not isinstance(layer.get("digest"), str) or not isinstance(layer.get("size"), int) or layer["size"] < 0:
+        raise IntegrityError(f"artifact {entry['digest']}: its layer has no valid digest and size")
+    annotations = doc.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        raise IntegrityError(f"artifact {entry['digest']}: its annotations are not an object")
+    recorded = annotations.get(A_SHA256)
+    if recorded and recorded != layer["digest"]:
+        raise IntegrityError(f"artifact {entry['digest']} records file {recorded} but its layer is "
+                             f"{layer['digest']}", "push the artifact again")
+    config = annotations.get(A_CONFIG)
+    if config and config != subject.config_digest:
+        raise IntegrityError(f"artifact {entry['digest']} is an export of image {config}, but "
+                             f"{subject.digest} has config {subject.config_digest}",
+                             "it was pushed beside the wrong image: push the right one again")
+    return layer, annotations
 
 
 def parse_presets(values: tuple[str, ...] | list[str], formats: list[str]) -> dict[str, str]:

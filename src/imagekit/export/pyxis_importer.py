@@ -12,15 +12,22 @@ Pyxis >= 0.21 runs the executable named by ``importer=`` in plugstack.conf inste
   Pyxis starts straight from the squashfs (``use_squashfuse``) only at cleanup, and the path
   ``get`` returned must stay valid until then.
 
-What ``get`` does, cheapest first, so that a node never converts what any node (or CI)
-converted before:
+Where it looks, and what it trusts (README "The export store: who may publish"):
 
 1. resolve the URI to the image's manifest digest and config digest (the image ID);
-2. an Enroot export of that image in the store (:mod:`imagekit.export.store`) → use it;
-3. else an export artifact pushed beside the image (``imagekit push --with enroot``) →
-   pull it into the store, verified;
+2. the site's shared store (``IMAGEKIT_SHARED_STORE``, published only by its publishers),
+   then the user's own store (``IMAGEKIT_STORE``, else ``~/.cache/imagekit/store``): an
+   Enroot export of that image, of a plain reference (never a ``--squash-opt`` variant),
+   written only by the store's publishers and holding the bytes they recorded → use it;
+3. else an export artifact pushed beside the image, only from a repository the site
+   trusts (``IMAGEKIT_TRUSTED_ARTIFACTS``), checked as an Enroot export of this image →
+   pull it into a store under its own key;
 4. else convert it once under the store's lock: the Docker engine when one answers,
    else ``enroot import``. N nodes of one job on a shared store convert once.
+
+Steps 3 and 4 write into the shared store when this user is one of its publishers, else
+into the user's own store: a user outside the publishers never changes what another
+user's job starts.
 
 The returned path is the store entry itself, with a hold named for this host, user, job
 and step, so ``imagekit store gc`` cannot evict it from under a running container;
@@ -36,12 +43,16 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from imagekit.errors import ArtifactMissing, ImagekitError, UsageError
 
+if TYPE_CHECKING:
+    from imagekit.export.store import Entry, Store
+
 PROG = "imagekit-pyxis-importer"
 USAGE = f"usage: {PROG} get IMAGE_URI | {PROG} release"
+SHARED_ENV = "IMAGEKIT_SHARED_STORE"
 _NUMBER = re.compile(r"[0-9]+")
 
 
@@ -71,47 +82,91 @@ def _default_preset() -> str:
     return squash.DEFAULT_STORE_PRESET
 
 
-def get(uri: str, env: Mapping[str, str] | None = None) -> Path:
-    """Serve ``uri`` as a held store entry; returns its path. See the module docstring."""
+def stores(env: Mapping[str, str]) -> tuple["Store | None", "Store"]:
+    """(the site's shared store or None, the user's own store). A shared store that is missing,
+    or that someone outside its publishers could change, is skipped with a warning: the job
+    still runs, from the user's own store."""
     from imagekit.export import store as store_mod
 
-    env = os.environ if env is None else env
-    name = hold_name(env)
-    store = store_mod.Store.open()
-    source = _source(uri, env)
-    log(f"{uri}: image {source.image_id[:19]}…" +
-        (f" (manifest {source.manifest_digest[:19]}…)" if source.manifest_digest else ""))
-    for entry in store_mod.find(store, source.image_id, "enroot"):
+    shared = None
+    if env.get(SHARED_ENV):
+        try:
+            shared = store_mod.Store.open(env[SHARED_ENV], create=False)
+        except ImagekitError as exc:
+            log(f"warning: not using the shared store: {exc}")
+    own = store_mod.Store.open(env.get("IMAGEKIT_STORE") or None)
+    if shared is not None and own.root == shared.root:
+        return None, own
+    return shared, own
+
+
+def _serve(store: "Store", image_id: str, name: str) -> "Entry | None":
+    """A verified, held entry of ``image_id`` in ``store`` for a plain reference, or None."""
+    from imagekit.export import store as store_mod
+
+    for entry in store.servable(image_id, "enroot"):
+        if store.verified(entry) is None:
+            continue
         try:
             store.hold(entry, name)
         except store_mod.EntryGone:
             continue
+        except store_mod.HoldRefused as exc:
+            log(f"warning: not using {store.root}: {exc}")
+            return None
         store.touch(entry)
-        log(f"store hit: {entry.path} ({entry.preset})")
-        return entry.path
-    entry, made = _fill(store, source)
-    store.hold(entry, name)
+        log(f"store hit: {entry.path} ({entry.preset}" +
+            (", from a pushed artifact" if store_mod.ARTIFACT_OPTION in entry.options else "") + ", verified)")
+        return entry
+    return None
+
+
+def get(uri: str, env: Mapping[str, str] | None = None) -> Path:
+    """Serve ``uri`` as a held store entry; returns its path. See the module docstring."""
+    env = os.environ if env is None else env
+    name = hold_name(env)
+    shared, own = stores(env)
+    source = _source(uri, env)
+    log(f"{uri}: image {source.image_id[:19]}…" +
+        (f" (manifest {source.manifest_digest[:19]}…)" if source.manifest_digest else ""))
+    for store in (shared, own):
+        if store is not None:
+            entry = _serve(store, source.image_id, name)
+            if entry is not None:
+                return entry.path
+    target = shared if shared is not None and shared.trust.can_publish() else own
+    entry, made = _fill(target, source, env)
+    target.hold(entry, name)
     log(("stored" if made else "stored by another process") + f": {entry.path}")
     return entry.path
 
 
 def release(env: Mapping[str, str] | None = None) -> None:
-    """Drop this job step's hold on this node. Twice, or with nothing held, is fine."""
-    from imagekit.export import store as store_mod
-
+    """Drop this job step's holds on this node, in both stores. Twice, or with nothing held, is fine."""
     env = os.environ if env is None else env
     name = hold_name(env)
-    store_mod.Store.open().release(None, name)
+    shared, own = stores(env)
+    for store in (shared, own):
+        if store is not None:
+            store.release(None, name)
+
+
+Converter = Callable[[Path, str], None]
 
 
 class Source:
-    """Where an image comes from: its ID, and how to fetch or convert it."""
+    """Where an image comes from: its ID, and how to fetch or convert it.
 
-    def __init__(self, image_id: str, manifest_digest: str | None, pull_artifact, convert) -> None:
+    ``converter()`` is asked only on a miss (a warm hit never probes for a Docker engine) and
+    returns the key options that say which converter makes the entry, and the converter."""
+
+    def __init__(self, image_id: str, manifest_digest: str | None,
+                 pull_artifact: "Callable[[Store], tuple[Entry, bool]] | None",
+                 converter: Callable[[], tuple[tuple[str, ...], Converter]]) -> None:
         self.image_id = image_id
         self.manifest_digest = manifest_digest
-        self.pull_artifact: Callable[[object], tuple] | None = pull_artifact
-        self.convert: Callable[[Path, str], None] = convert
+        self.pull_artifact = pull_artifact
+        self.converter = converter
 
 
 def _source(uri: str, env: Mapping[str, str]) -> Source:
@@ -134,7 +189,7 @@ def _engine_source(image: str) -> Source:
     def convert(tmp: Path, preset: str) -> None:
         enroot.export(image_id, tmp, preset=preset, force=True)
 
-    return Source(image_id, None, None, convert)
+    return Source(image_id, None, None, lambda: ((), convert))
 
 
 def _registry_source(uri: str, env: Mapping[str, str]) -> Source:
@@ -144,39 +199,74 @@ def _registry_source(uri: str, env: Mapping[str, str]) -> Source:
     client = registry.RegistryClient.for_reference(ref, env=dict(env))
     resolved = client.resolve(ref)
 
-    def pull_artifact(store):
-        from imagekit.export import artifacts
+    def pull_artifact(store: "Store") -> "tuple[Entry, bool]":
+        return _pull_artifact(store, client, resolved, env)
 
-        listed, _ = client.referrers(ref.repository, resolved.digest)
-        chosen = artifacts.matching(listed, "enroot")
-        if not chosen:
-            raise ArtifactMissing(f"no enroot artifact was pushed for {resolved.digest}")
-        preset = (chosen[-1].get("annotations") or {}).get(artifacts.A_PRESET) or "enroot"
-        key = store.key(resolved.config_digest, "enroot", preset)
+    def converter() -> tuple[tuple[str, ...], Converter]:
+        from imagekit import engine
 
-        def download(tmp: Path) -> None:
-            log(f"pulling the pushed enroot artifact ({preset}) of {resolved.digest[:19]}…")
-            artifacts.pull_artifact(resolved.reference.docker, "enroot", tmp, preset=preset,
-                                    force=True, client=client)
+        if engine.available():
+            return (), lambda tmp, preset: _convert_with_engine(resolved.reference, resolved.config_digest,
+                                                                tmp, preset)
+        # Its own key: `enroot import` writes Enroot's layout from an unpacked tree, not the bytes
+        # `imagekit export` writes, so a local export never finds it (a Pyxis job may: same files).
+        return ("tool=enroot-import",), lambda tmp, preset: _convert_with_enroot(resolved.reference, tmp,
+                                                                                 preset, env)
 
-        return store.get_or_create(key, download, progress=log)
-
-    def convert(tmp: Path, preset: str) -> None:
-        _convert_from_registry(resolved.reference, resolved.config_digest, tmp, preset, env)
-
-    return Source(resolved.config_digest, resolved.digest, pull_artifact, convert)
+    return Source(resolved.config_digest, resolved.digest, pull_artifact, converter)
 
 
-def _convert_from_registry(ref, image_id: str, tmp: Path, preset: str, env: Mapping[str, str]) -> None:
-    """Docker engine if one answers (pull by digest, export), else ``enroot import``."""
+def _pull_artifact(store: "Store", client, resolved, env: Mapping[str, str]) -> "tuple[Entry, bool]":
+    """An enroot artifact of the image from a trusted repository, checked, into ``store``."""
+    from imagekit.errors import IntegrityError, RegistryError
+    from imagekit.export import artifact_trust, artifacts
+    from imagekit.export.store import ARTIFACT_OPTION
+
+    ref = resolved.reference
+    if artifact_trust.trusted(ref.registry, ref.repository, env) is None:
+        raise ArtifactMissing(f"artifacts of {ref.registry}/{ref.repository} are not used: the repository "
+                              f"is not in {artifact_trust.ENV}")
+    listed, _ = client.referrers(ref.repository, resolved.digest)
+    candidates = artifact_trust.enroot_candidates(listed, resolved.config_digest, lambda m: log(f"warning: {m}"))
+    if not candidates:
+        raise ArtifactMissing(f"no usable enroot artifact was pushed for {resolved.digest}")
+    for candidate in candidates:
+        try:
+            key = store.key(resolved.config_digest, "enroot", candidate.preset, (ARTIFACT_OPTION,))
+        except UsageError as exc:
+            log(f"warning: skipping the enroot artifact {candidate.digest}: {exc.message}")
+            continue
+
+        def download(tmp: Path, candidate=candidate) -> None:
+            layer, _ = artifacts.checked_layer(client, ref.repository, resolved, candidate.entry, "enroot")
+            log(f"pulling the pushed enroot artifact ({candidate.preset}) of {resolved.digest[:19]}…")
+            with open(tmp, "xb") as fh:
+                client.download_blob(ref.repository, layer["digest"], fh, size=int(layer["size"]))
+            artifact_trust.check_squashfs(tmp)
+
+        try:
+            return store.get_or_create(key, download, progress=log, extra={
+                "artifact": candidate.digest, "registry": ref.registry, "repository": ref.repository,
+                "subject": resolved.digest})
+        except (IntegrityError, RegistryError) as exc:
+            log(f"warning: not using the enroot artifact {candidate.digest}: {exc.message}")
+    raise ArtifactMissing(f"no pushed enroot artifact of {resolved.digest} passed the checks")
+
+
+def _convert_with_engine(ref, image_id: str, tmp: Path, preset: str) -> None:
     from imagekit import engine
-    from imagekit.export import enroot, squash
+    from imagekit.export import enroot
 
-    if engine.available():
-        log(f"pulling {ref.docker} into the Docker engine")
-        engine.pull(ref.docker)
-        enroot.export(image_id, tmp, preset=preset, force=True)
-        return
+    log(f"pulling {ref.docker} into the Docker engine")
+    engine.pull(ref.docker)
+    enroot.export(image_id, tmp, preset=preset, force=True)
+
+
+def _convert_with_enroot(ref, tmp: Path, preset: str, env: Mapping[str, str]) -> None:
+    """``enroot import`` of the digest-pinned reference, with the preset's squashfs options."""
+    from imagekit.export import squash
+    from imagekit.registry.client import plain_http_default
+
     binary = shutil.which("enroot", path=env.get("PATH"))
     if binary is None:
         raise ArtifactMissing(
@@ -185,34 +275,40 @@ def _convert_from_registry(ref, image_id: str, tmp: Path, preset: str, env: Mapp
             f"push one from CI: imagekit push IMAGE --to {ref.registry}/{ref.repository}:{ref.tag} "
             "--with enroot")
     log(f"converting with {binary} import")
-    options = " ".join(squash.SQFSTAR_PRESETS[preset])
+    # Enroot runs `mksquashfs DIR OUT -all-root ... $ENROOT_SQUASH_OPTIONS`.
+    child = {**env, "ENROOT_SQUASH_OPTIONS": " ".join(squash.preset(preset).mksquashfs_args())}
+    if plain_http_default(ref.registry, dict(env)):
+        child["ENROOT_ALLOW_HTTP"] = "y"   # what imagekit's own client does for this registry
     proc = subprocess.run([binary, "import", "--output", str(tmp), f"docker://{ref.pyxis}"],
-                          stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
-                          env={**env, "ENROOT_SQUASH_OPTIONS": options})
+                          stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr, env=child)
     if proc.returncode != 0:
         raise ImagekitError(f"enroot import docker://{ref.pyxis} failed (exit {proc.returncode})",
                             "see enroot's messages above")
 
 
-def _fill(store, source: Source):
-    """Put the image in the store once: a pushed artifact if any, else a conversion."""
+def _fill(store: "Store", source: Source, env: Mapping[str, str]) -> "tuple[Entry, bool]":
+    """Put the image in ``store`` once: a trusted pushed artifact if any, else a conversion."""
     preset = _default_preset()
     if source.pull_artifact is not None:
         try:
             return source.pull_artifact(store)
         except ArtifactMissing as exc:
             log(f"{exc.message}; converting")
-    key = store.key(source.image_id, "enroot", preset)
+    options, converter = source.converter()
+    key = store.key(source.image_id, "enroot", preset, options)
 
     def convert(tmp: Path) -> None:
-        source.convert(tmp, preset)
+        converter(tmp, preset)
         log("converted and stored")
 
     return store.get_or_create(key, convert, progress=log)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from imagekit.export.store import notices
+
     argv = sys.argv[1:] if argv is None else argv
+    notices.sink = lambda message: log(f"warning: {message}")
     try:
         if argv[:1] == ["get"] and len(argv) == 2:
             path = get(argv[1])
@@ -230,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         log("interrupted")
         return 130
+    except Exception as exc:  # noqa: BLE001 - Pyxis shows stderr: one line, never a traceback
+        log(f"error: {type(exc).__name__}: {exc} (a bug in {PROG}: please report it)")
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover
