@@ -416,12 +416,14 @@ def test_f16_store_entries_and_direct_outputs_honour_umask_077(tmp_path):
     try:
         st = Store.open(tmp_path / "s")
         entry, _ = st.get_or_create(st.key(IMAGE, "enroot", "fast"), lambda p: p.write_bytes(b"private"))
+        sif, _ = st.get_or_create(st.key(IMAGE, "sif", "gzip"),
+                                  lambda p: (p.write_bytes(b"SIF"), p.chmod(0o755)))   # ./x.sif runs it
         out = tmp_path / "direct.sqsh"
         with atomic.target(out, mode=0o644) as part:
             part.write_bytes(b"private")
     finally:
         os.umask(old)
-    assert entry.path.stat().st_mode & 0o777 == 0o400
+    assert entry.path.stat().st_mode & 0o777 == 0o400 and sif.path.stat().st_mode & 0o777 == 0o500
     assert entry.dir.stat().st_mode & 0o777 == 0o700 and (tmp_path / "s").stat().st_mode & 0o777 == 0o700
     assert out.stat().st_mode & 0o777 == 0o600
 

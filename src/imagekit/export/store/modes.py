@@ -75,16 +75,21 @@ class Modes:
             except FileNotFoundError:
                 raise OSError(errno.ENOENT, "a parent was removed meanwhile", str(directory)) from None
 
+    def file_mode(self, current: int) -> int:
+        """:attr:`file`, plus the execute bits ``current`` has where :attr:`file` lets read (a SIF
+        stays executable, ``./x.sif`` runs it)."""
+        return self.file | (current & 0o111 & (self.file >> 2))
+
     def fix_file(self, fd_or_path: int | Path) -> None:
         """A finished file: read-only, readable as the store's readers need, in the publishers' group."""
         if isinstance(fd_or_path, int):
             if self.group is not None:
                 with contextlib.suppress(PermissionError):
                     os.fchown(fd_or_path, -1, self.group)
-            os.fchmod(fd_or_path, self.file)
+            os.fchmod(fd_or_path, self.file_mode(os.fstat(fd_or_path).st_mode))
             return
         # A path only for a file this process wrote in its own 0700-born temporary directory.
         if self.group is not None:
             with contextlib.suppress(PermissionError):
                 os.chown(fd_or_path, -1, self.group)
-        os.chmod(fd_or_path, self.file)
+        os.chmod(fd_or_path, self.file_mode(os.stat(fd_or_path).st_mode))
