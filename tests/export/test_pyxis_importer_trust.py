@@ -206,8 +206,8 @@ def test_two_users_read_the_sites_store_and_convert_only_into_their_own(pushed_o
     assert published.rc == 0 and str(shared) in published.path, published.log
     importer = [str(py.python), "-m", "imagekit.export.pyxis_importer"]
 
-    def job(uid: int, step: int, target: str, **extra: str):
-        env = py.env(HOME=str(home_for(uid, shared_dir)), IMAGEKIT_SHARED_STORE=str(shared),
+    def job(uid: int, step: int, target: str, home: str | None = None, **extra: str):
+        env = py.env(HOME=home or str(home_for(uid, shared_dir)), IMAGEKIT_SHARED_STORE=str(shared),
                      SLURM_JOB_ID="77", SLURM_STEP_ID=str(step), SLURM_JOB_UID=str(uid), **NO_ENGINE, **extra)
         return env, pyxis_get(target, env, setpriv(uid, importer))
 
@@ -220,6 +220,10 @@ def test_two_users_read_the_sites_store_and_convert_only_into_their_own(pushed_o
         assert pyxis_release(env, setpriv(uid, importer)).rc == 0
         assert pyxis_release(env, setpriv(uid, importer)).rc == 0
         assert not any(p.stat().st_uid == uid for p in (shared / "holds").iterdir())
+
+    # A node where Bob's home is not writable (no store of his own): the shared store still serves him.
+    _, readonly_home = job(BOB, 9, uri, home="/")
+    assert readonly_home.rc == 0 and readonly_home.path == published.path, readonly_home.log
 
     # An image the site has not published: Alice converts into her own store; Bob never gets hers.
     from imagekit.export.push import push_image

@@ -140,6 +140,9 @@ def test_f2_an_entry_a_non_publisher_owns_is_not_served(other_python, shared_dir
     assert bob.stdout.strip() == "NOTHING", bob.stdout
     assert f"belongs to {ALICE}, who is not a publisher" in bob.stderr
     assert "Traceback" not in bob.stderr
+    listed = CliRunner().invoke(main, ["store", "--store", str(store), "ls", "--json"])
+    (shown,) = json.loads(listed.stdout)
+    assert f"belongs to {ALICE}, who is not a publisher" in shown["untrusted"]
 
 
 def test_f2_every_hit_checks_the_bytes_against_the_recorded_digest(tmp_path):
@@ -233,6 +236,10 @@ def test_f6_publishers_with_any_umask_and_readers_share_one_store(other_python, 
     for uid in (ALICE, BOB):
         assert run_as(py, uid, "from imagekit.export.store import Store; import sys; "
                       "Store.open(sys.argv[1]).release(None, 'job-1')", str(store), base=shared_dir).returncode == 0
+    gc = run_as(py, ALICE, "from imagekit.cli import main; main()", "store", "--store", str(store), "gc",
+                "--max-size", "0", base=shared_dir)
+    assert gc.returncode == 0 and "Traceback" not in gc.stderr, gc.stderr
+    assert gc.stderr.count("cannot evict") == 2 and "Permission denied" in gc.stderr, gc.stderr
     gc = run_as(py, user, "from imagekit.cli import main; main()", "store", "--store", str(store), "gc",
                 "--max-size", "0", base=shared_dir, gid=group)
     assert gc.returncode == 0 and "2 evicted" in gc.stdout, gc.stdout + gc.stderr

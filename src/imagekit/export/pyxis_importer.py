@@ -82,7 +82,27 @@ def _default_preset() -> str:
     return squash.DEFAULT_STORE_PRESET
 
 
-def stores(env: Mapping[str, str]) -> tuple["Store | None", "Store"]:
+class OwnStore:
+    """The user's own store, opened when first needed: a node whose home the user cannot write
+    still serves hits from the shared store, and says why only when it must convert."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.root = env.get("IMAGEKIT_STORE") or None
+        self._store: "Store | None" = None
+        self.problem: ImagekitError | None = None
+
+    def get(self) -> "Store | None":
+        from imagekit.export import store as store_mod
+
+        if self._store is None and self.problem is None:
+            try:
+                self._store = store_mod.Store.open(self.root)
+            except ImagekitError as exc:
+                self.problem = exc
+        return self._store
+
+
+def stores(env: Mapping[str, str]) -> tuple["Store | None", OwnStore]:
     """(the site's shared store or None, the user's own store). A shared store that is missing,
     or that someone outside its publishers could change, is skipped with a warning: the job
     still runs, from the user's own store."""
@@ -94,9 +114,11 @@ def stores(env: Mapping[str, str]) -> tuple["Store | None", "Store"]:
             shared = store_mod.Store.open(env[SHARED_ENV], create=False)
         except ImagekitError as exc:
             log(f"warning: not using the shared store: {exc}")
-    own = store_mod.Store.open(env.get("IMAGEKIT_STORE") or None)
-    if shared is not None and own.root == shared.root:
-        return None, own
+    own = OwnStore(env)
+    if shared is None:
+        own.get()
+        if own.problem is not None:
+            raise own.problem
     return shared, own
 
 
@@ -129,12 +151,19 @@ def get(uri: str, env: Mapping[str, str] | None = None) -> Path:
     source = _source(uri, env)
     log(f"{uri}: image {source.image_id[:19]}…" +
         (f" (manifest {source.manifest_digest[:19]}…)" if source.manifest_digest else ""))
-    for store in (shared, own):
-        if store is not None:
-            entry = _serve(store, source.image_id, name)
-            if entry is not None:
-                return entry.path
-    target = shared if shared is not None and shared.trust.can_publish() else own
+    if shared is not None:
+        entry = _serve(shared, source.image_id, name)
+        if entry is not None:
+            return entry.path
+    mine = own.get()
+    if mine is not None and (shared is None or mine.root != shared.root):
+        entry = _serve(mine, source.image_id, name)
+        if entry is not None:
+            return entry.path
+    target = shared if shared is not None and shared.trust.can_publish() else mine
+    if target is None:
+        assert own.problem is not None
+        raise own.problem
     entry, made = _fill(target, source, env)
     target.hold(entry, name)
     log(("stored" if made else "stored by another process") + f": {entry.path}")
@@ -146,7 +175,7 @@ def release(env: Mapping[str, str] | None = None) -> None:
     env = os.environ if env is None else env
     name = hold_name(env)
     shared, own = stores(env)
-    for store in (shared, own):
+    for store in (shared, own.get()):
         if store is not None:
             store.release(None, name)
 

@@ -19,6 +19,7 @@ directory's mtime and these.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit import owners
-from imagekit.errors import ImagekitError, UsageError
+from imagekit.errors import ImagekitError, NoSpaceError, UsageError
 from imagekit.export.store.locks import Clock, is_token
 
 HOLD_MAX_AGE = 7 * 86400.0  # a named hold (not an owner token) lapses after this long
@@ -87,6 +88,11 @@ class Holds:
                               f"uid {os.geteuid()}",
                               "a store that others read needs a holds/ directory they may write: "
                               f"imagekit store --store {self.dir.parent} init --shared --group GROUP") from None
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise NoSpaceError(f"no space left in {self.dir} to hold {slug}",
+                                   "free space (imagekit store gc --max-size SIZE)") from None
+            raise
         raise HoldRefused(f"cannot hold {slug} in {self.dir}: every name tried is taken by someone else")
 
     def release(self, name: str, slug: str | None = None) -> int:
