@@ -109,6 +109,67 @@ def base_labels(distro: str, suite: str, mirror: str, components: list[str]) -> 
             VERSION: __version__}
 
 
+# -- the .sqsh form: labels as comments at the top of Enroot's /etc/rc -------------------------
+#
+# Enroot's import writes each label as one comment line, ``# KEY VALUE`` (src/docker.sh), then a
+# blank line, before the script; imagekit's export writes the same (sorted), and reads them back
+# from a .sqsh here. Only "\n" ends a line, for the shell and for this reader: str.splitlines()
+# would also break a line at U+2028/U+2029/U+0085, VT, FF or FS/GS/RS, which would lose every
+# later label or let one label's value forge another. What one such line cannot carry (a line
+# break in a value, whitespace in a key) is refused when the file is written, never changed.
+
+_RC_KEY_BAD = re.compile(r"[\s\x00-\x1f\x7f]")
+
+
+def check_rc_label(key: str, value: str, where: str = "image") -> None:
+    """Refuse a label that would not read back as itself from a ``# KEY VALUE`` line."""
+    from imagekit import quoting
+
+    quoting.valid_text(key, where, "label name")
+    hint = ("Enroot's .sqsh keeps each label as one `# NAME VALUE` comment line at the top of /etc/rc; "
+            "rebuild the image without that label (a label a base image set is replaced by a LABEL "
+            "of the same name)")
+    m = _RC_KEY_BAD.search(key)
+    if not key or m:
+        raise quoting.UnsafeValue(where, "label name", key,
+                                  "is empty" if not key else
+                                  f"contains {m.group()!r}: in /etc/rc a label's name ends at its line's first space",
+                                  hint)
+    field = f"label {quoting.shown(key)}"
+    quoting.valid_text(value, where, field)
+    for what, text in (("label name", key), (field, value)):
+        try:  # read back as UTF-8: bytes that are not (argv's surrogate escapes) would come back changed
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise quoting.UnsafeValue(where, what, text, "is not UTF-8 text", hint) from None
+    for ch in ("\n", "\r"):
+        if ch in value:
+            raise quoting.UnsafeValue(where, field, value,
+                                      f"contains {ch!r}, which would end its comment line in /etc/rc "
+                                      "(Enroot makes it a space; imagekit refuses rather than change the value)",
+                                      hint)
+
+
+def rc_label_lines(labels: dict[str, str], where: str = "image") -> str:
+    """The top of /etc/rc for ``labels``: ``# KEY VALUE`` a line, sorted, then a blank line."""
+    for key, value in labels.items():
+        check_rc_label(key, value, where)
+    head = "".join(f"# {key} {value}\n" for key, value in sorted(labels.items()))
+    return head + "\n" if head else ""
+
+
+def rc_labels(text: str) -> dict[str, str]:
+    """The labels at the top of an /etc/rc, Enroot's or imagekit's: every line up to the first that
+    is not a ``# `` comment, the key up to the line's first space."""
+    labels: dict[str, str] = {}
+    for line in text.split("\n"):
+        if not line.startswith("# "):
+            break
+        key, _, value = line[2:].partition(" ")
+        labels[key] = value
+    return labels
+
+
 # -- reading ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -364,26 +425,33 @@ def _sif_facts(path: Path) -> tuple[dict[str, str] | None, dict[str, str] | None
     for d in info.descriptors:
         if d.name == sif.OCI_CONFIG_NAME:
             config = json.loads(info.read(d))
-            config = config.get("config") or config
-            labels = config.get("Labels")
-            return (dict(labels) if labels else None), parse_env(config.get("Env") or [])
+            if isinstance(config, dict) and isinstance(config.get("config"), dict):
+                config = config["config"]
+            if not isinstance(config, dict):
+                raise ValueError("its OCI config is not a JSON object")
+            return _label_map(config.get("Labels")), parse_env(config.get("Env") or [])
     part = info.primary_partition()
     text = _unsquashfs_cat(path, ".singularity.d/labels.json", offset=part.offset)
-    return (json.loads(text) if text and text.strip() != "null" else None), None
+    return _label_map(json.loads(text) if text else None), None
+
+
+def _label_map(raw: Any) -> dict[str, str] | None:
+    """Labels from JSON (a SIF's OCI config or labels.json): a mapping of text to text, or none."""
+    if not raw:
+        return None
+    if not (isinstance(raw, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items())):
+        raise ValueError("its labels are not a mapping of names to text")
+    return dict(raw)
 
 
 def _squashfs_facts(path: Path) -> tuple[dict[str, str] | None, dict[str, str]]:
-    """Enroot keeps labels as ``# key value`` comments at the top of /etc/rc (newlines became spaces)
+    """Enroot keeps labels as ``# key value`` comments at the top of /etc/rc (:func:`rc_labels`)
     and the environment in /etc/environment, one ``NAME=VALUE`` a line; a squashfs without that
     file gives Enroot, and so us, no variables."""
-    text = _unsquashfs_cat(path, "etc/rc")
-    labels = {}
-    for line in (text or "").splitlines():
-        if not line.startswith("# "):
-            break
-        key, _, value = line[2:].partition(" ")
-        labels[key] = value
-    env = parse_env((_unsquashfs_cat(path, "etc/environment") or "").splitlines())
+    labels = rc_labels(_unsquashfs_cat(path, "etc/rc") or "")
+    # Enroot reads /etc/environment with awk and sed: only "\n" ends a line (str.splitlines would
+    # also split a value at U+2028, a form feed, ..., and make up variables Enroot never sets).
+    env = parse_env((_unsquashfs_cat(path, "etc/environment") or "").split("\n"))
     return labels or None, env
 
 

@@ -22,12 +22,14 @@ from hypothesis import strategies as st
 
 from export_helpers import unsquash
 from hostile import CANARY_VAR, REPRODUCER, nul_free_lists, nul_free_words, word_lists, words
-from imagekit import quoting
+from imagekit import image_facts, quoting
 from imagekit.export import enroot, export_image, sif, singularity_d
 
 PROPERTY = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 PRINT_WORDS = ["/bin/sh", "-c", 'printf "%s\\0" "$PWD" "$@"', "sh"]
+# Every character str.splitlines() ends a line at but sh does not (issue 22, F10).
+SEPARATORS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +65,13 @@ def _strings(obj) -> list[str]:
     return [t for item in obj for t in _strings(item)]
 
 
+def _unreadable_label(item: tuple[str, str]) -> bool:
+    """A label one `# KEY VALUE` line cannot carry: refused at export (F10), never changed."""
+    key, value = item
+    return (not key or bool(re.search(r"[\s\x00-\x1f\x7f]", key)) or "\n" in value or "\r" in value
+            or bool(re.search("[\udc80-\udcff]", key + value)))
+
+
 def _workdir(word: str) -> str:
     return "/" + word.replace("/", "_").replace("\x00", "")[:100] if word.strip(".") else "/"
 
@@ -84,11 +93,12 @@ def test_enroot_rc_runs_no_injected_command(sandbox, tmp_path, labels, ep, cmd, 
     except quoting.UnsafeValue as exc:
         assert exc.where == "image hostile:1" and "\n" not in exc.message
         assert any("\x00" in t for t in _strings(config)) or any(quoting.CONTROL.search(v) for v in env) \
-            or quoting.CONTROL.search(config["WorkingDir"])
+            or quoting.CONTROL.search(config["WorkingDir"]) or any(map(_unreadable_label, labels.items()))
         return
     rc = files["etc/rc"]
     _parses(rc, tmp_path)
     assert len(re.findall(r"^# ", rc, re.M)) == len(labels)
+    assert image_facts.rc_labels(rc) == labels   # F10: every label reads back as itself
     assert files["etc/environment"].count("\n") == len(env)
     for name, text in files.items():
         (sandbox / name).write_bytes(quoting.encode(text))
@@ -126,10 +136,21 @@ def test_enroot_fstab_has_one_mount_per_volume(volumes):
     ("Volumes", {"/x${HOME}": {}}, r"Volume"),
     ("WorkingDir", "/w\nd", r"WorkingDir .* control character"),
     ("Cmd", ["a\x00b"], r"Cmd\[0\] .* NUL byte"),
+    # F19: /etc/rc's `exec -a NAME` (bash, busybox) would take it; dash refuses `exec --`
+    ("Entrypoint", ["-a", "FAKE", "/bin/sh"], r"Entrypoint\[0\] '-a' starts with '-', which /etc/rc's `exec`"),
+    ("Cmd", ["-c", "true"], r"Cmd\[0\] '-c' starts with '-'"),
+    ("Labels", {"note": "a\nb"}, r"label 'note' 'a\\nb' contains '\\n'"),
 ])
 def test_unrepresentable_values_are_refused_naming_image_field_and_value(field, value, message):
     with pytest.raises(quoting.UnsafeValue, match=rf"^image site/img:1: {message}"):
         enroot.config_files({field: value}, "site/img:1")
+
+
+def test_a_dash_word_after_the_first_reaches_the_process():
+    """Only the first executed word is exec's: a later one is an argument (the property test runs them)."""
+    rc = enroot.config_files({"Entrypoint": ["/bin/echo", "-a"], "Cmd": ["-x"]}, "site/img:1")["etc/rc"]
+    assert "exec '/bin/echo' '-a' '-x'" in rc
+    assert enroot.config_files({"Cmd": ["/bin/echo", "-n"]}, "site/img:1")
 
 
 # ---------------------------------------------------------------- SIF: property tests
@@ -204,15 +225,28 @@ def _run_rc_like_enroot(tree: Path, proof_dir: Path, *args: str) -> subprocess.C
 
 
 @pytest.mark.engine
-def test_reproducer_label_newline_runs_nothing(make_image, tmp_path):
-    """Issue 11's reproducer: a label `note harmless⏎echo INJECTED >> /mnt/proof`, exported with
-    `imagekit export --to enroot`; /etc/rc started as Enroot starts it (also what Pyxis runs under
-    --no-container-entrypoint: rc.local is `exec "$@"`) writes nothing through the mount."""
+def test_reproducer_label_newline_is_refused_and_writes_nothing(make_image, tmp_path):
+    """Issue 11's reproducer, a label `note harmless⏎echo INJECTED >> /mnt/proof`: Enroot's import
+    makes the newline a space, so the label would read back changed (issue 22, F10); the export
+    refuses it, naming the image and the label, before anything is written."""
     image = make_image("imagekit-test/hostile-label:1", Labels={"note": REPRODUCER})
+    with pytest.raises(quoting.UnsafeValue, match=r"^image imagekit-test/hostile-label:1: label 'note' .* "
+                                                  r"contains '\\n', which would end its comment line"):
+        export_image(image, "enroot", tmp_path / "x.sqsh")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.engine
+def test_a_label_with_unicode_line_separators_runs_nothing_and_reads_back(make_image, tmp_path):
+    """The same payload behind each character str.splitlines() breaks at and sh does not (F10): one
+    comment line in /etc/rc, started as Enroot starts it (also what Pyxis runs under
+    --no-container-entrypoint: rc.local is `exec "$@"`) it writes nothing through the mount, and the
+    labels read back from the .sqsh exactly."""
+    labels = {f"note{i}": f"harmless{sep}echo INJECTED >> /mnt/proof" for i, sep in enumerate(SEPARATORS)}
+    image = make_image("imagekit-test/hostile-label-separators:1", Labels=labels)
     out = export_image(image, "enroot", tmp_path / "x.sqsh")
+    assert image_facts.read(out.path).labels == labels
     tree = unsquash(Path(out.path), tmp_path / "root")
-    rc = (tree / "etc/rc").read_text()
-    assert rc.splitlines()[0] == "# note note harmless echo INJECTED >> /mnt/proof"
     proof = tmp_path / "host-mnt"
     proof.mkdir()
     started = _run_rc_like_enroot(tree, proof, "/bin/echo", "started")
@@ -220,7 +254,7 @@ def test_reproducer_label_newline_runs_nothing(make_image, tmp_path):
     assert started.stdout == "started\n"
     (tree / "etc/rc.local").write_text('exec "$@"\n')  # Pyxis with --no-container-entrypoint
     assert _run_rc_like_enroot(tree, proof, "/bin/true").returncode == 0
-    assert not (proof / "proof").exists(), "the label's second line ran as a command"
+    assert not (proof / "proof").exists(), "a label's second line ran as a command"
 
 
 @pytest.mark.engine
@@ -230,8 +264,10 @@ def test_hostile_image_exports_run_exactly_its_words(make_image, tmp_path):
     payload = "it's \"$(touch /canary)\" `touch /canary`; touch /canary && x\nnext"
     image = make_image("imagekit-test/hostile-config:1", Entrypoint=["/usr/bin/printf", "%s\\0"],
                        Cmd=[payload, "-rf", "#"], Env=["PATH=/usr/bin:/bin", "NOTE=$(touch /canary) 'q' \\"],
-                       WorkingDir="/work $(x) `y`", Labels={"a\nb": REPRODUCER})
-    sqsh = unsquash(Path(export_image(image, "enroot", tmp_path / "x.sqsh").path), tmp_path / "e")
+                       WorkingDir="/work $(x) `y`", Labels={"a.b": REPRODUCER.replace("\n", "\u2028")})
+    exported = export_image(image, "enroot", tmp_path / "x.sqsh")
+    assert image_facts.read(exported.path).labels["a.b"] == REPRODUCER.replace("\n", "\u2028")
+    sqsh = unsquash(Path(exported.path), tmp_path / "e")
     environment = dict(line.split("=", 1) for line in (sqsh / "etc/environment").read_text().splitlines())
     assert environment["NOTE"] == "$(touch /canary) 'q' \\"
     assert _chroot(sqsh, ["/bin/sh", "/etc/rc"], environment).split(b"\0")[:-1] == \

@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 from hostile import REPRODUCER
 
-from imagekit import quoting
+from imagekit import image_facts, quoting
 from imagekit.export import export_image
 
 pytestmark = [pytest.mark.engine, pytest.mark.slurm]
+# Every character str.splitlines() ends a line at but sh does not (issue 22, F10).
+SEPARATORS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 
 
 @pytest.fixture
@@ -48,13 +50,21 @@ def as_who(user, argv: list[str], env: dict[str, str] | None = None) -> subproce
 
 
 @pytest.mark.parametrize("as_user", [False, True], ids=["root", "user"])
-def test_a_label_with_a_newline_runs_nothing_under_pyxis_or_enroot(cluster, test_user, make_image, shared_dir,
-                                                                   as_user):
-    """The label `note harmless⏎echo INJECTED >> /mnt/proof`: started by Pyxis (with and without the
-    entrypoint) and by enroot start, with a host directory at /mnt, nothing is written there."""
+def test_a_label_with_line_separators_runs_nothing_under_pyxis_or_enroot(cluster, test_user, make_image, shared_dir,
+                                                                         as_user):
+    """Issue 11's label `note harmless⏎echo INJECTED >> /mnt/proof` is refused at export now (it would
+    read back changed, issue 22 F10); the same payload behind each character str.splitlines() breaks
+    at and sh does not (U+2028, U+2029, U+0085, VT, FF, FS, GS, RS), started by Pyxis (with and without
+    the entrypoint) and by enroot start with a host directory at /mnt, writes nothing there, and the
+    labels read back from the .sqsh exactly."""
     user = test_user if as_user else None
-    image = make_image("imagekit-test/hostile-label:1", Labels={"note": REPRODUCER})
+    with pytest.raises(quoting.UnsafeValue, match="label 'note'"):
+        exported(make_image("imagekit-test/hostile-label:1", Labels={"note": REPRODUCER}), shared_dir, "nl.sqsh")
+    assert not (shared_dir / "nl.sqsh").exists()
+    labels = {f"note{i}": REPRODUCER.replace("\n", sep) for i, sep in enumerate(SEPARATORS)}
+    image = make_image("imagekit-test/hostile-label-separators:1", Labels=labels)
     sqsh = exported(image, shared_dir, "label.sqsh")
+    assert image_facts.read(str(sqsh)).labels == labels
     proof = shared_dir / "proof"
     proof.mkdir(mode=0o777)
     os.chmod(proof, 0o777)
@@ -70,7 +80,7 @@ def test_a_label_with_a_newline_runs_nothing_under_pyxis_or_enroot(cluster, test
         assert started.returncode == 0 and started.stdout == "started\n", started.stdout + started.stderr
     finally:
         as_who(user, ["enroot", "remove", "--force", name])
-    assert list(proof.iterdir()) == [], "the label's second line ran as a command"
+    assert list(proof.iterdir()) == [], "a label's second line ran as a command"
 
 
 def test_hostile_entrypoint_cmd_env_and_workdir_reach_the_process_as_words(make_image, shared_dir):

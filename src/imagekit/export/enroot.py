@@ -32,8 +32,9 @@ one made by ``enroot import dockerd://IMAGE``:
 The image's metadata is someone else's text, and ``/etc/rc`` runs at every
 start, even under ``srun --no-container-entrypoint``. Where Enroot pastes a
 value raw, these files quote it (:mod:`imagekit.quoting`); what a file cannot
-carry (a newline in an Env entry, a Volume path with whitespace, a NUL) is
-refused before anything is written.
+carry (a newline in an Env entry, a Volume path with whitespace, a NUL, a label
+that would not read back from its ``# KEY VALUE`` line, a first word starting with
+``-``) is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from imagekit import login_env, quoting
+from imagekit import image_facts, login_env, quoting
 from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space,
                                     interrupt_on_sigterm, prepare_target, sha256_file)
 from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, Member, dir_entry,
@@ -72,9 +73,25 @@ def check_config(config: dict[str, Any], image: str = "image") -> None:
     clean_path(config.get("WorkingDir") or "/", where, "WorkingDir")
     for field in ("Entrypoint", "Cmd"):
         quoting.sh_words(list(config.get(field) or []), where, field)
+    first_word(config, where)
     for key, value in (config.get("Labels") or {}).items():
-        quoting.sh_comment(key, where, "label name")
-        quoting.sh_comment(value, where, f"label {quoting.shown(key)}")
+        image_facts.check_rc_label(key, value, where)
+
+
+def first_word(config: dict[str, Any], where: str = "image") -> None:
+    """Refuse a first executed word (Entrypoint[0], else Cmd[0]) that starts with '-'. /etc/rc runs
+    ``exec WORD ...``: bash's and busybox's exec read such a word as their own option (``-a NAME``
+    sets argv0; bash's ``-c`` empties the environment) and ``exec -- WORD`` is no way out, since
+    dash's exec takes no options and runs a program named ``--`` (dash 0.5.12, bash 5.2 and busybox
+    1.35 checked). Docker would look the word up on PATH as a program's name; no form of /etc/rc
+    does that under every sh, so nothing is written."""
+    entrypoint = list(config.get("Entrypoint") or [])
+    field, words = ("Entrypoint", entrypoint) if entrypoint else ("Cmd", list(config.get("Cmd") or []))
+    if words and words[0].startswith("-"):
+        raise quoting.UnsafeValue(where, f"{field}[0]", words[0], "starts with '-', which /etc/rc's `exec` "
+                                  "would read as its own option under bash and busybox sh",
+                                  "name the program by its path (e.g. ./-x or /usr/bin/-x), or put it after "
+                                  "a program in Entrypoint; rebuild the image")
 
 
 def fstab_path(path: str, where: str = "image") -> str:
@@ -111,12 +128,10 @@ def fstab_file(config: dict[str, Any]) -> str:
 
 
 def rc_file(config: dict[str, Any]) -> str:
-    labels = config.get("Labels") or {}
-    # Enroot writes labels as comments with newlines turned into spaces (src/docker.sh); the key
-    # gets the same treatment here (Enroot leaves a newline in a key, which would end the comment).
-    head = "".join(f"# {quoting.sh_comment(k)} {quoting.sh_comment(v)}\n" for k, v in sorted(labels.items()))
-    if head:
-        head += "\n"
+    # Enroot writes labels as `# KEY VALUE` comments (src/docker.sh), turning a newline in a value into
+    # a space; imagekit reads them back (image_facts.rc_labels), so one that would not read back as
+    # itself is refused instead (check_config).
+    head = image_facts.rc_label_lines(config.get("Labels") or {})
     workdir = config.get("WorkingDir") or "/"
     entrypoint = list(config.get("Entrypoint") or [])
     cmd = list(config.get("Cmd") or [])
