@@ -134,3 +134,133 @@ def test_a_volume_through_an_image_symlink_is_refused(base_image, shared_dir, do
         export_image(tag, "enroot", ours / "x.sqsh")
     assert "host path" in err.value.hint
     assert list(ours.iterdir()) == []
+
+
+# ---------------------------------------------------------------- issue 22: F17, F18, F19 under Enroot
+
+
+def _build(docker_bin: str, tag: str, dockerfile: str, context: Path | None = None) -> str:
+    proc = subprocess.run([docker_bin, "build", "-q", "-t", tag, str(context) if context else "-"], text=True,
+                          capture_output=True, input=None if context else dockerfile,
+                          env={**os.environ, "DOCKER_BUILDKIT": "1"})
+    assert proc.returncode == 0, proc.stderr
+    return tag
+
+
+def _enroot_run(sqsh: Path, *argv: str) -> subprocess.CompletedProcess:
+    """`enroot create` + `enroot start` of ``sqsh`` (removed after), running ``argv``."""
+    name = f"imagekit-test-{uuid.uuid4().hex[:8]}"
+    made = subprocess.run(["enroot", "create", "--name", name, str(sqsh)], capture_output=True, text=True, cwd="/tmp")
+    assert made.returncode == 0, made.stderr
+    try:
+        return subprocess.run(["enroot", "start", name, *argv], capture_output=True, text=True, cwd="/tmp",
+                              timeout=120)
+    finally:
+        subprocess.run(["enroot", "remove", "--force", name], capture_output=True)
+
+
+def _enroot_import(tag: str, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["enroot", "import", "-o", str(out), f"dockerd://{tag}"], capture_output=True, text=True,
+                          cwd="/tmp", timeout=600)
+
+
+def test_hard_links_to_what_enroot_regenerates_or_drops_end_as_in_enroot(base_image, docker_bin, shared_dir):
+    """F18. The image's /etc/rc has a second name, /usr/start.sh: Enroot writes its /etc/rc in place, so
+    /usr/start.sh is Enroot's script; in imagekit's export it is imagekit's /etc/rc, the same file.
+    /usr/helper, a second name of /dev/shm-helper: Enroot extracts no dev/*, so tar cannot make the
+    link and `enroot import` fails; imagekit refuses, naming both, and writes nothing."""
+    context = shared_dir / "ctx"
+    (context / "rootfs/etc").mkdir(parents=True)
+    (context / "rootfs/usr").mkdir()
+    (context / "rootfs/etc/rc").write_text("echo IMAGE-RC\n")
+    os.link(context / "rootfs/etc/rc", context / "rootfs/usr/start.sh")
+    (context / "Dockerfile").write_text(f"FROM {base_image}\nCOPY rootfs/ /\n")
+    tag = _build(docker_bin, "imagekit-test/hardlink-rc:1", "", context)
+    theirs = shared_dir / "theirs.sqsh"
+    assert _enroot_import(tag, theirs).returncode == 0
+    ours = exported(tag, shared_dir, "ours.sqsh")
+    show = ["sh", "-c", "stat -c %i /etc/rc /usr/start.sh | uniq | wc -l; cmp /etc/rc /usr/start.sh && head -c 8 /usr/start.sh"]
+    for sqsh in (theirs, ours):
+        run = _enroot_run(sqsh, *show)
+        assert run.returncode == 0 and run.stdout.startswith("1\n"), (sqsh.name, run.stdout, run.stderr)
+        assert "IMAGE-RC" not in run.stdout
+    assert _enroot_run(ours, "cat", "/usr/start.sh").stdout == _enroot_run(ours, "cat", "/etc/rc").stdout
+
+    (context / "rootfs/dev").mkdir()
+    (context / "rootfs/dev/shm-helper").write_text("helper\n")
+    os.link(context / "rootfs/dev/shm-helper", context / "rootfs/usr/helper")
+    tag = _build(docker_bin, "imagekit-test/hardlink-dev:1", "", context)
+    failed = _enroot_import(tag, shared_dir / "theirs-dev.sqsh")
+    assert failed.returncode != 0 and "Cannot hard link" in failed.stderr, failed.stderr
+    out = shared_dir / "ours-dev"
+    out.mkdir()
+    with pytest.raises(quoting.UnsafeValue, match=rf"^image {tag}: file '/usr/helper' is a hard link to "
+                                                  r"/dev/shm-helper, which Enroot leaves out"):
+        export_image(tag, "enroot", out / "x.sqsh", use_store=False)
+    assert list(out.iterdir()) == []
+
+
+def test_an_entrypoint_starting_with_a_dash_is_refused(base_image, docker_bin, shared_dir):
+    """F19. Entrypoint ["-a", "FAKE", "/bin/sh", "-c", ...]: Enroot's own /etc/rc runs `exec '-a' 'FAKE' ...`,
+    and bash (Enroot runs /etc/rc with $SHELL) takes -a as its exec's option: argv0 becomes FAKE. Docker
+    would look for a program named "-a". imagekit's export refuses it, naming the image and the field."""
+    tag = _build(docker_bin, "imagekit-test/dash-entrypoint:1",
+                 f'FROM {base_image}\nENTRYPOINT ["-a", "FAKE", "/bin/sh", "-c", "echo argv0=$0"]\n')
+    theirs = shared_dir / "theirs.sqsh"
+    assert _enroot_import(tag, theirs).returncode == 0
+    name = f"imagekit-test-{uuid.uuid4().hex[:8]}"
+    assert subprocess.run(["enroot", "create", "--name", name, str(theirs)], capture_output=True).returncode == 0
+    try:
+        run = subprocess.run(["enroot", "start", name], capture_output=True, text=True, cwd="/tmp",
+                             env={**os.environ, "SHELL": "/bin/bash"})
+        assert run.stdout == "argv0=FAKE\n", run.stdout + run.stderr   # the hazard, in Enroot's own file
+    finally:
+        subprocess.run(["enroot", "remove", "--force", name], capture_output=True)
+    out = shared_dir / "ours"
+    out.mkdir()
+    with pytest.raises(quoting.UnsafeValue, match=rf"^image {tag}: Entrypoint\[0\] '-a' starts with '-'"):
+        export_image(tag, "enroot", out / "x.sqsh", use_store=False)
+    assert list(out.iterdir()) == []
+
+
+def test_an_alias_of_etc_rc_or_fstab_never_reaches_enroot(base_image, docker_bin, shared_dir, monkeypatch):
+    """F17. A real root filesystem (the base image's `docker export`) behind members named `etc//fstab`
+    (a host bind of /), `../etc/rc` and `etc/./environment`, as an exporter other than Docker could
+    write them: the squashfs tools would keep these first copies; imagekit's filter drops them, and
+    the container Enroot starts has imagekit's files (the entrypoint runs, /host is no mount)."""
+    import contextlib
+    import io
+    import tarfile
+
+    from imagekit import engine
+    from imagekit.export import squash
+
+    cid = subprocess.run([docker_bin, "create", base_image], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        rootfs = subprocess.run([docker_bin, "export", cid], capture_output=True, check=True).stdout
+    finally:
+        subprocess.run([docker_bin, "rm", "-f", cid], capture_output=True)
+    hostile = io.BytesIO()
+    with tarfile.open(fileobj=hostile, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for name, data in (("etc//fstab", b"/ /host none x-create=dir,rbind,rw\n"),
+                           ("../etc/rc", b"echo HOSTILE-RC\n"), ("etc/./environment", b"HOSTILE=1\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+        members_end = t.offset
+    # The hostile members first (the tools keep the first of two names), then the image: no end marker between.
+    stream = shared_dir / "image.tar"
+    stream.write_bytes(hostile.getvalue()[:members_end] + rootfs)
+    cli = shared_dir / "docker-cat"
+    cli.write_text(f"#!/bin/sh\nexec cat {stream}\n")
+    cli.chmod(0o755)
+    config = {"Entrypoint": ["/bin/sh", "-c", 'echo "env=${HOSTILE:-none}"; test -d /host && echo HOST-BOUND; :']}
+    monkeypatch.setattr(engine, "docker_cli", lambda: str(cli))
+    monkeypatch.setattr(engine, "throwaway", lambda image, **kw: contextlib.nullcontext("container"))
+    monkeypatch.setattr(squash, "image_inspect", lambda image: {"Config": config, "Size": len(rootfs)})
+    from imagekit.export import enroot
+
+    sqsh = Path(enroot.export("hostile-names:1", shared_dir / "aliases.sqsh").path)
+    os.chmod(sqsh, 0o644)
+    run = _enroot_run(sqsh)
+    assert run.returncode == 0 and run.stdout == "env=none\n", run.stdout + run.stderr

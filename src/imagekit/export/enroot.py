@@ -4,7 +4,9 @@ Facts carried over from Enroot's ``dockerd://`` import (src/docker.sh,
 common.sh, enroot-switchroot) so that a ``.sqsh`` made here starts exactly like
 one made by ``enroot import dockerd://IMAGE``:
 
-- the export stream loses ``dev/*`` (``dev`` itself stays) and ``/.dockerenv``;
+- the export stream loses ``dev/*`` (``dev`` itself stays) and ``/.dockerenv``; a hard link to one
+  of them makes Enroot's ``tar -x`` fail ("Cannot hard link"), so it is refused here, and another
+  name of a file Enroot regenerates (it writes /etc/rc, ... in place) becomes a link to the new one;
 - after extraction Enroot runs its fixperms step: owner ``r`` on everything,
   owner ``x`` on directories and on files with any ``x`` bit, owner ``w`` on
   directories down to depth 15 (Enroot 4.x; 3.x stopped at 5), which shows
@@ -46,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from imagekit import image_facts, login_env, quoting
 from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space,
                                     interrupt_on_sigterm, prepare_target, sha256_file)
-from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, Member, dir_entry,
+from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, DroppedLinkTarget, Member, dir_entry,
                                        file_entry, missing_dirs, normalise)
 
 if TYPE_CHECKING:
@@ -264,8 +266,17 @@ def export(image: str, output: Path, *, preset: "str | squash.Preset | None" = N
                 symlinks.add(member.name)
             return kept
 
-        used = squash.stream_to_squashfs(image, tmp, spec, keep=keep_noting_symlinks, adjust=fixperms,
-                                         extra=extra_entries(config, mtime, image, symlinks), on_bytes=meter.add)
+        try:
+            used = squash.stream_to_squashfs(image, tmp, spec, keep=keep_noting_symlinks, adjust=fixperms,
+                                             extra=extra_entries(config, mtime, image, symlinks),
+                                             on_bytes=meter.add)
+        except DroppedLinkTarget as exc:
+            # The files Enroot regenerates keep their other names (filter_tar links them to the new
+            # file); what it does not extract at all (dev/*, /.dockerenv) makes its own import fail.
+            raise quoting.UnsafeValue(f"image {image}", "file", f"/{exc.name}",
+                                      f"is a hard link to /{exc.target}, which Enroot leaves out of the root "
+                                      "filesystem (no dev/* and no /.dockerenv): `enroot import` fails on it too "
+                                      "(tar: Cannot hard link)", exc.hint) from None
         meter.done()
     return ExportResult(path=str(target), format="enroot", image=image,
                         bytes=target.stat().st_size, sha256=sha256_file(target), seconds=0.0,

@@ -11,6 +11,7 @@ patched, with the header checksum recomputed.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import io
 import os
@@ -18,6 +19,8 @@ import stat
 import tarfile
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterable
+
+from imagekit.errors import UsageError
 
 BLOCK = 512
 CHUNK = 1 << 20
@@ -34,6 +37,16 @@ GLOBAL_PAX = b"g"
 
 class TarFormatError(ValueError):
     """The input is not a tar stream this filter understands."""
+
+
+class DroppedLinkTarget(UsageError):
+    """A hard link whose target the filter dropped and no extra member provides again: keeping it
+    would lose the file under every name, so nothing is written."""
+
+    def __init__(self, name: str, target: str) -> None:
+        super().__init__(f"/{name} is a hard link to /{target}, which this export leaves out",
+                         "rebuild the image with a copy of the file there, not a hard link to it")
+        self.name, self.target = name, target
 
 
 @dataclass
@@ -57,9 +70,14 @@ class FilterStats:
 
 
 def normalise(name: str) -> str:
-    while name.startswith("./"):
-        name = name[2:]
-    return name.strip("/")
+    """A member name as the squashfs tools file it, so that filters compare what will land: they skip
+    every leading "/", "./" and "../" (sqfstar, mksquashfs -tar: "../etc/rc" is etc/rc) and join
+    components at any run of slashes ("etc//rc"); "." components are dropped here too (no tool keeps
+    them apart from the name without). A ".." further in is left: every tool refuses or skips it."""
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    while parts and parts[0] == "..":
+        parts.pop(0)
+    return "/".join(parts)
 
 
 def _num(field_: bytes) -> int:
@@ -205,11 +223,18 @@ def filter_tar(src: BinaryIO, dst: BinaryIO, *,
 
     ``adjust`` may change a kept member's mode/uid/gid; ``extra(seen_names)`` returns
     members appended before the end-of-archive marker.
+
+    Every name a tool could file the member under (pax ``path`` and ``GNU.sparse.name``, a GNU long
+    name, the header's own) must pass ``keep``. A kept hard link to a dropped member is held back and
+    written after the extra members when one of them takes the target's name (Enroot rewrites the
+    files it regenerates in place, so every other name of such a file shows its new content);
+    otherwise :class:`DroppedLinkTarget` is raised.
     """
     reader = _Reader(src, on_bytes)
     stats = FilterStats()
     seen: set[str] = set()
     dropped_names: set[str] = set()
+    held: list[tuple[list[str], str, list[bytes]]] = []   # (target's names, name, blocks) of links to dropped members
     pending: list[bytes] = []          # raw extension blocks for the next member
     pax: dict[str, str] = {}
     long_name = long_link = None
@@ -242,15 +267,20 @@ def filter_tar(src: BinaryIO, dst: BinaryIO, *,
             reader.copy(size, dst)
             continue
 
-        name = pax.get("path") or long_name
-        if name is None:
-            name = hdr[0:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            if hdr[257:263] == b"ustar\0" and hdr[345] != 0:
-                prefix = hdr[345:500].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-                name = f"{prefix}/{name}"
+        own = hdr[0:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        if hdr[257:263] == b"ustar\0" and hdr[345] != 0:
+            prefix = hdr[345:500].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            own = f"{prefix}/{own}"
+        name = pax.get("path") or long_name or own
+        # Tools differ in which name wins (the last of pax path and GNU long name; GNU.sparse.name for
+        # a sparse file), so each must pass the filter: no alias may bring a dropped file back. The
+        # header's own name counts only without them (Go writes it cut short, non-ASCII removed).
+        named = [n for n in (pax.get("path"), long_name, pax.get("GNU.sparse.name")) if n]
+        aliases = {normalise(n) for n in (named or [own])}
         link = pax.get("linkpath") or long_link
         if link is None:
             link = hdr[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        link_aliases = {normalise(n) for n in ([n for n in (pax.get("linkpath"), long_link) if n] or [link])}
         if "size" in pax:
             size = int(pax["size"])
         member = Member(name=normalise(name), type=typ, mode=_num(bytes(hdr[100:108])),
@@ -261,10 +291,11 @@ def filter_tar(src: BinaryIO, dst: BinaryIO, *,
         if typ in (b"3", b"4", b"6"):
             data_size = 0
 
-        wanted = keep(member) and not (typ == HARDLINK and normalise(link) in dropped_names)
+        wanted = keep(member) and all(keep(dataclasses.replace(member, name=alias))
+                                      for alias in aliases - {member.name})
         if not wanted:
             stats.dropped += 1
-            dropped_names.add(member.name)
+            dropped_names.update(aliases)
             reader.copy(data_size, None)
         else:
             before = (member.mode, member.uid, member.gid)
@@ -283,19 +314,32 @@ def filter_tar(src: BinaryIO, dst: BinaryIO, *,
                     records.pop("uname", None), records.pop("gname", None)
                     if records:
                         pending.append(_pax_block(records))
-            for block in pending:
-                dst.write(block)
-            dst.write(bytes(hdr))
-            reader.copy(data_size, dst)
-            seen.add(member.name)
-            stats.kept.append(member.name)
+            lost = sorted(link_aliases & dropped_names) if typ == HARDLINK else []
+            if lost:
+                held.append((lost, member.name, [*pending, bytes(hdr)]))
+            else:
+                for block in pending:
+                    dst.write(block)
+                dst.write(bytes(hdr))
+                reader.copy(data_size, dst)
+                seen.add(member.name)
+                stats.kept.append(member.name)
         pending, pax, long_name, long_link = [], {}, None, None
 
+    provided: set[str] = set()
     if extra is not None:
         for info, data in extra(seen):
+            provided.add(normalise(info.name))
             dst.write(info.tobuf(format=tarfile.PAX_FORMAT))
             if data:
                 dst.write(data + bytes(-len(data) % BLOCK))
+    for targets, name, blocks in held:
+        if not provided.intersection(targets):
+            raise DroppedLinkTarget(name, targets[0])
+        for block in blocks:
+            dst.write(block)
+        seen.add(name)
+        stats.kept.append(name)
     dst.write(ZERO_BLOCK * 2)
     stats.bytes_in = reader.total
     return stats
