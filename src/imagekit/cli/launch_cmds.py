@@ -41,18 +41,23 @@ def _validate_options(f):
                              "command, run the image's benchmark (nccl-tests, or mpi4py's ring test).")(f)
 
 
-def _job_command(validate: bool, facts, command: tuple) -> tuple[list[str], dict]:
-    """The command to run and extra environment: the image's benchmark for a bare --validate."""
+def _job_command(validate: bool, facts, command: tuple, image: str) -> tuple[list[str], dict[str, str]]:
+    """The command to run and the image's own environment for it: the image's benchmark for a bare
+    --validate. That environment is the image's, not the user's: the launchers hand it to the
+    containers only (the job's ``image_env``), never to a script or program on the host."""
     if command or not validate:
         return list(command), {}
     from imagekit.errors import UsageError
+    from imagekit.image_facts import BENCHMARK
     from imagekit.launch.benchmark import default_benchmark
+    from imagekit.launch.common import check_image_command
 
     if facts.labels is None:
         raise UsageError(f"--validate without a command needs the image's labels (they name the benchmark): "
                          f"{facts.reason}",
                          "give the benchmark after `--`, e.g. -- all_reduce_perf -b 8 -e 1G -f 2 -g 1")
-    return default_benchmark(facts)
+    cmd, env = default_benchmark(facts)
+    return check_image_command(image, cmd, BENCHMARK), env
 
 
 def _facts(image: str, needed: bool):
@@ -169,9 +174,7 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
     if validate and dry_run:
         raise UsageError("--validate judges the job's output, so it needs --submit", "add --submit")
     facts = _facts(image, (validate and not command) or not no_preflight)
-    cmd, bench_env = _job_command(validate, facts, command)
-    if bench_env.get("NCCL_DEBUG"):
-        nccl_debug = True
+    cmd, image_env = _job_command(validate, facts, command, image)
     job_env = common.parse_env(env)
     # Anything naming GPUs among srun's own arguments (--gres=gpu:N, --gpus…, a gpu partition) keeps the
     # GPU runtime: in doubt, GPUs the user may have asked for are not hidden.
@@ -183,13 +186,14 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
                              cpus_per_task=cpus_per_task, partition=partition, time=time_, account=account,
                              job_name=job_name, mounts=common.parse_mounts(mounts), env=job_env,
                              workdir=workdir, nccl_debug=nccl_debug, mount_home=mount_home,
-                             container_name=container_name, srun_args=list(srun_args))
+                             container_name=container_name, srun_args=list(srun_args), image_env=image_env)
     if not dry_run:
         common.require_tool("sbatch", "run on a Slurm login node, or write the script with --dry-run -o FILE")
     # The Slurm plugin check only applies where the script will be submitted from; the containers
     # start on the compute nodes, not on this (login) node.
     _preflight(image, no_preflight, facts=facts, scheduler=None if dry_run else "slurm", launcher="slurm",
-               gpu=GpuLaunch(runtime=runtime, env=job.env, gpus=wants_gpus, here=False, launcher="slurm"))
+               gpu=GpuLaunch(runtime=runtime, env={**job.image_env, **job.env}, gpus=wants_gpus, here=False,
+                             launcher="slurm"))
     if dry_run:
         if output:
             slurm_mod.write(job, output)
@@ -248,13 +252,13 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
 
     gate_values = _gate_values(gates)
     facts = _facts(image, (validate and not command) or not no_preflight)
-    cmd, bench_env = _job_command(validate, facts, command)
-    job_env = {**common.parse_env(env), **bench_env}
+    cmd, image_env = _job_command(validate, facts, command, image)
+    job_env = common.parse_env(env)
     if not gpus:
         job_env = _cpu_only_env(job_env, facts, runtime)
     job = mod.MpirunJob(runtime=runtime, image=image, hosts=mod.parse_hosts(hosts), command=cmd,
                         np=np_, mounts=common.parse_mounts(mounts), env=job_env,
-                        gpus=gpus, workdir=workdir, mpirun_args=list(mpirun_args))
+                        gpus=gpus, workdir=workdir, mpirun_args=list(mpirun_args), image_env=image_env)
     if dry_run:
         click.echo("# run.sh\n" + mod.render_run(job) + "\n# rank.sh\n" + mod.render_wrapper(job), nl=False)
         return
@@ -265,8 +269,8 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
     common.require_tool("mpirun", "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
                                   "or use `imagekit launch inside-out`")
     _preflight(image, no_preflight, facts=facts, launcher="mpirun", probe=runtime == "docker",
-               gpu=GpuLaunch(runtime=runtime, env=job.env, gpus=gpus, here=mod.on_this_host(job.hosts),
-                             launcher="mpirun"))
+               gpu=GpuLaunch(runtime=runtime, env={**job.image_env, **job.env}, gpus=gpus,
+                             here=mod.on_this_host(job.hosts), launcher="mpirun"))
     if validate:
         sys.exit(_run_validated(lambda out: mod.execute(job, log=_log, stdout=out), gate_values))
     sys.exit(mod.execute(job, log=_log))
@@ -316,9 +320,9 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
     if validate and scheduler != "local":
         raise UsageError("--validate runs the job here and reads its output", "use --scheduler local")
     facts = _facts(image, (validate and not command) or not no_preflight)
-    cmd, bench_env = _job_command(validate, facts, command)
-    job = mod.InsideOutJob(image=image, nodes=nodes, command=cmd, runtime=runtime,
-                           scheduler=scheduler, slots=slots, env={**common.parse_env(env), **bench_env},
+    cmd, image_env = _job_command(validate, facts, command, image)
+    job = mod.InsideOutJob(image=image, nodes=nodes, command=cmd, runtime=runtime, image_env=image_env,
+                           scheduler=scheduler, slots=slots, env=common.parse_env(env),
                            mounts=common.parse_mounts(mounts), iface=iface, mpirun_args=list(mpirun_args),
                            shm_size=shm_size, gpus=gpus, ready_timeout=ready_timeout,
                            cleanup_timeout=cleanup_timeout, partition=partition, time=time_)
@@ -335,7 +339,7 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
             click.echo(slurm_mod.submit(path))
         return
     _preflight(image, no_preflight, facts=facts, launcher="inside-out",
-               gpu=GpuLaunch(runtime=runtime, env=job.env, gpus=gpus, here=True, launcher="inside-out"))
+               gpu=GpuLaunch(runtime=runtime, env=job.container_env, gpus=gpus, here=True, launcher="inside-out"))
     timings: dict = {}
     if validate:
         rc = _run_validated(lambda out: mod.execute(job, log=_log, stdout=out, timings=timings), gate_values)

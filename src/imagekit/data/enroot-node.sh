@@ -3,7 +3,8 @@
 # `enroot exec`. Ranks so share one user and mount namespace, and Open MPI's shared-memory single
 # copy (CMA, process_vm_readv) works between them; one container per rank would put each rank in
 # a user namespace of its own, where CMA is refused and Open MPI falls back or aborts.
-# Set before this part: image, job, forward (--env NAME...), binds (--mount ...), "$@" the command.
+# Set before this part: image, job, forward (--env NAME for the job's variables, --env NAME=VALUE for the
+# image's own, which so reach the container and never this host script), binds (--mount ...), "$@" the command.
 local_rank=${OMPI_COMM_WORLD_LOCAL_RANK:-${SLURM_LOCALID:-0}}
 
 # How many ranks this node runs: Open MPI says so; Slurm gives counts per node ("2(x3),1").

@@ -93,6 +93,86 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+# --- what an image asks for -------------------------------------------------------------------
+#
+# An image's values (the benchmark label's command and environment) take effect only inside a
+# container of that image: the rank wrappers hand the environment to the runtime as arguments
+# (`docker run -e NAME=VALUE`, `enroot start|exec --env NAME=VALUE`) or under the runtime's own
+# prefix (`APPTAINERENV_NAME`, which no host program reads), never as an `export` in a script
+# the host runs. Pyxis alone takes a container's variables from the job's environment
+# (`--container-env=NAME`), which the sbatch script, srun, slurmstepd, Pyxis and the Enroot it runs
+# (bash scripts and hooks, on the host) all carry: only these names may travel that way. Each
+# prefix is read by a library that runs only inside the container, never by a program on the
+# job's host path (bash, srun, slurmstepd, Pyxis, Enroot and its hooks):
+HOST_ENV_PREFIXES = (
+    "NCCL_",              # NCCL and its network plugins
+    "UCX_", "UCC_",       # UCX and UCC (Slurm's pmix plugin configures its UCX from slurmd's own environment)
+    "HCOLL_", "SHARP_",   # HPC-X collectives; Enroot's SHARP hook only greps its environment file for them
+    "FI_", "OFI_NCCL_",   # libfabric and the aws-ofi-nccl plugin
+    "OMPI_MCA_",          # Open MPI in the container; under Pyxis no host mpirun reads them
+)
+# ...but not a name with one of these words: its value is a program, arguments, a library or a
+# file that some tool runs, loads or opens (OMPI_MCA_plm_rsh_agent and orte_rsh_agent run a command
+# for every remote daemon, plm_rsh_args can hold ssh's ProxyCommand, mca_base_component_path loads
+# plugins, UCX_MODULE_DIR loads modules, UCX_GDB_COMMAND runs on an error, NCCL_NET_PLUGIN loads a
+# library, UCX_LOG_FILE writes a file). Where such a value would be read, in the container or by
+# a host mpirun, it is the image's code; it must not get there through the host's environment.
+HOST_ENV_REFUSED_WORDS = frozenset({
+    "AGENT", "ARGS", "CMD", "COMMAND", "EXEC", "PROGRAM", "SCRIPT", "SHELL",
+    "PATH", "DIR", "DIRS", "FILE", "FILES", "PREFIX", "PRELOAD", "LIB", "LIBS", "LIBRARY",
+    "PLUGIN", "PLUGINS", "MODULE", "MODULES", "COMPONENT", "COMPONENTS",
+})
+
+
+def host_env_problem(name: str) -> str | None:
+    """Why an image's variable ``name`` may not pass through a host's environment, or None."""
+    if not name.startswith(HOST_ENV_PREFIXES):
+        return "is not one that may pass through the host's environment"
+    words = set(name.upper().split("_"))
+    bad = sorted(words & HOST_ENV_REFUSED_WORDS)
+    if bad:
+        return f"has the word {bad[0]}: its value is a program, library or file that a tool runs, loads or opens"
+    return None
+
+
+def check_image_env(image: str, env: dict[str, str], label: str, *, host: bool = False) -> dict[str, str]:
+    """The environment an image's label ``label`` asks for: names a shell can export, values on one
+    line (Enroot's and Pyxis's environment files are read a line a variable); with ``host`` (Pyxis),
+    only names :func:`host_env_problem` lets through the job's environment."""
+    where = f"image {image}"
+    field = f"label {label} env"
+    for name, value in env.items():
+        quoting.env_name(name, where, f"{field} name")
+        quoting.no_control(value, where, f"{field} {name}",
+                           "a variable's value must be one line for Enroot and Pyxis; give the command and "
+                           "its environment yourself: --env NAME=VALUE -- COMMAND")
+        problem = host_env_problem(name) if host else None
+        if problem:
+            raise quoting.UnsafeValue(
+                where, f"{field} name", name, f"{problem}: Pyxis passes a container's variables through "
+                "the job's environment on the host",
+                f"Pyxis jobs take only {', '.join(p + '*' for p in HOST_ENV_PREFIXES)} from an image, and "
+                "none with a word such as AGENT, PATH, FILE or PLUGIN; give the command and its "
+                "environment yourself (--env NAME=VALUE -- COMMAND), or use --runtime enroot, which hands "
+                "the image's environment to the container only")
+    return env
+
+
+def check_image_command(image: str, command: list[str], label: str) -> list[str]:
+    """A command an image's label names (run inside its containers, after the launcher's own options)."""
+    where = f"image {image}"
+    if not command:
+        raise quoting.UnsafeValue(where, f"label {label} command", "", "is empty",
+                                  "give the command after `--`")
+    if command[0].startswith("-"):
+        raise quoting.UnsafeValue(where, f"label {label} command[0]", command[0],
+                                  "starts with '-', which srun, mpirun and docker would read as their own option",
+                                  "give the command after `--`")
+    for i, word in enumerate(command):
+        quoting.valid_text(word, where, f"label {label} command[{i}]")
+    return list(command)
+
+
 def require_tool(name: str, hint: str) -> str:
     found = shutil.which(name)
     if found is None:

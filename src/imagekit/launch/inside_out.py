@@ -30,8 +30,9 @@ from pathlib import Path
 
 from imagekit import __version__, procs, quoting
 from imagekit.errors import EngineError, ImagekitError, UsageError
-from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_job, check_token, new_job_id,
-                                    quote, write_atomic)
+from imagekit.image_facts import BENCHMARK
+from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_image_env, check_job,
+                                    check_token, new_job_id, quote, write_atomic)
 from imagekit.launch.signals import interruptible, shielded
 
 RUNTIMES = ("docker",)
@@ -126,6 +127,10 @@ class InsideOutJob:
     time: str | None = None
     job_name: str = "imagekit-io"
     job_id: str = field(default_factory=new_job_id)
+    # The image's own variables (its benchmark label): every one goes to the containers only (docker
+    # run's environment, mpirun -x inside them), as --env does, which wins for a name in both.
+    image_env: dict[str, str] = field(default_factory=dict)
+    image_env_label: str = BENCHMARK
 
     def __post_init__(self) -> None:
         check_choice("runtime", self.runtime, RUNTIMES)
@@ -134,6 +139,7 @@ class InsideOutJob:
         check_count("--slots", self.slots)
         check_job(command=self.command, image=self.image, env=self.env, job_id=self.job_id,
                   args=self.mpirun_args, args_name="--mpirun-arg")
+        check_image_env(self.image, self.image_env, self.image_env_label)
         check_token("--shm-size", self.shm_size)
         if not self.cleanup_timeout > 0:
             raise UsageError(f"--cleanup-timeout must be > 0, not {self.cleanup_timeout}",
@@ -150,6 +156,11 @@ class InsideOutJob:
         return opts
 
     @property
+    def container_env(self) -> dict[str, str]:
+        """What every worker container gets: the image's variables, then --env's."""
+        return {**self.image_env, **self.env}
+
+    @property
     def hosts(self) -> list[str]:
         return [f"node{i}" for i in range(self.nodes)]
 
@@ -163,7 +174,7 @@ class InsideOutJob:
             # first rank to core 0: N busy-polling ranks on one core (ms latencies). Local
             # workers share one host, so leave placement to the kernel.
             argv += ["--bind-to", "none"]
-        for name in self.env:
+        for name in self.container_env:
             argv += ["-x", name]
         return argv + list(self.mpirun_args) + list(self.command)
 
@@ -243,7 +254,7 @@ class _Launch:
                 name=self.names[i], hostname=job.hosts[i], network=self.network, user="0",
                 labels={JOB_LABEL: job.job_id, "io.imagekit.job.role": "launcher" if i == 0 else "worker",
                         **owners.labels()},
-                volumes=volumes, environment=dict(job.env), shm_size=job.shm_size,
+                volumes=volumes, environment=job.container_env, shm_size=job.shm_size,
                 # CMA single copy between ranks of one container (--slots > 1) needs SYS_PTRACE.
                 cap_add=["SYS_PTRACE"],
                 ulimits=[Ulimit(name="memlock", soft=ml, hard=ml)], **extra)
@@ -449,7 +460,7 @@ def render_sbatch(job: InsideOutJob) -> str:
     """An sbatch script: one worker container per node (host network, sshd on 2222), mpirun from the first."""
     q = quoting.sh_arg
     mounts = " ".join(f"-v {q(f'{m.src}:{m.dst}' + (':ro' if m.readonly else ''))}" for m in job.mounts)
-    envs = " ".join(f"-e {q(f'{k}={v}')}" for k, v in job.env.items())
+    envs = " ".join(f"-e {q(f'{k}={v}')}" for k, v in job.container_env.items())
     gpus = "--gpus all " if job.gpus else ""
     argv = quote(job.mpirun_argv(f"{MOUNT}/hostfile"))
     from imagekit.launch.slurm import sbatch_header

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagekit.errors import UsageError
-from imagekit.launch.common import check_count, check_job, write_atomic
+from imagekit.image_facts import BENCHMARK
+from imagekit.launch.common import check_count, check_image_env, check_job, write_atomic
 
 API_VERSION = "kubeflow.org/v2beta1"
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -36,6 +37,9 @@ class MPIJobSpec:
     ssh_auth_mount_path: str = "/root/.ssh"
     shm_size: str | None = "1Gi"
     clean_pod_policy: str = "Running"
+    # The image's own variables (a label): the pods' environment only, as env's, which wins.
+    image_env: dict[str, str] = field(default_factory=dict)
+    image_env_label: str = BENCHMARK
 
     def __post_init__(self) -> None:
         if not _DNS1123.match(self.name) or len(self.name) > 63:
@@ -48,6 +52,7 @@ class MPIJobSpec:
         if self.clean_pod_policy not in ("All", "Running", "None"):
             raise UsageError(f"unknown cleanPodPolicy {self.clean_pod_policy!r}", "use All, Running or None")
         check_job(command=self.command, image=self.image, env=self.env)
+        check_image_env(self.image, self.image_env, self.image_env_label)
 
     @property
     def slots(self) -> int:
@@ -76,8 +81,10 @@ def _pod(spec: MPIJobSpec, container: dict) -> dict:
 
 def build(spec: MPIJobSpec) -> dict:
     """The MPIJob as a plain dict (apiVersion, kind, metadata, spec)."""
-    env = [{"name": k, "value": v} for k, v in spec.env.items()]
-    mpirun = ["mpirun", "-np", str(spec.workers * spec.slots), "--allow-run-as-root"] + [a for k in spec.env for a in ("-x", k)] + list(spec.command)
+    both = {**spec.image_env, **spec.env}
+    env = [{"name": k, "value": v} for k, v in both.items()]
+    mpirun = (["mpirun", "-np", str(spec.workers * spec.slots), "--allow-run-as-root"]
+              + [a for k in both for a in ("-x", k)] + list(spec.command))
     launcher = {
         "name": "launcher",
         "image": spec.image,

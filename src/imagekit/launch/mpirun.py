@@ -20,9 +20,10 @@ from pathlib import Path
 
 from imagekit import __version__, procs, quoting
 from imagekit.errors import UsageError
+from imagekit.image_facts import BENCHMARK
 from imagekit.launch import wrapper
-from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_job, check_token,
-                                    new_job_id, quote, require_tool, write_atomic)
+from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_image_env, check_job,
+                                    check_token, new_job_id, quote, require_tool, write_atomic)
 from imagekit.launch.signals import interruptible, shielded
 
 RUNTIMES = wrapper.RUNTIMES
@@ -72,6 +73,10 @@ class MpirunJob:
     workdir: str | None = None
     mpirun_args: list[str] = field(default_factory=list)
     job_id: str = field(default_factory=new_job_id)
+    # The image's own variables (its benchmark label): rank.sh hands them to the container as values;
+    # run.sh and mpirun never see them (see common.check_image_env).
+    image_env: dict[str, str] = field(default_factory=dict)
+    image_env_label: str = BENCHMARK
 
     def __post_init__(self) -> None:
         check_choice("runtime", self.runtime, RUNTIMES)
@@ -84,6 +89,7 @@ class MpirunJob:
             check_count("slots", slots)
         check_job(command=self.command, image=self.image, env=self.env, job_id=self.job_id,
                   args=self.mpirun_args, args_name="--mpirun-arg", workdir=self.workdir)
+        check_image_env(self.image, self.image_env, self.image_env_label)
         if self.runtime == "enroot":
             for m in self.mounts:
                 m.check_fstab("enroot")
@@ -94,7 +100,8 @@ class MpirunJob:
 
 
 def render_run(job: MpirunJob, docker: str = "docker") -> str:
-    """``run.sh``: exports, root opt-in, ``mpirun … rank.sh CMD``, and container cleanup on exit."""
+    """``run.sh``: exports, root opt-in, ``mpirun … rank.sh CMD``, and container cleanup on exit.
+    It runs on the host: it exports the job's ``--env`` only, never the image's variables."""
     q = quoting.sh_arg
     hosts = ",".join(f"{h}:{s}" for h, s in job.hosts)
     lines = [
@@ -131,7 +138,8 @@ def render_run(job: MpirunJob, docker: str = "docker") -> str:
 
 def render_wrapper(job: MpirunJob, docker: str = "docker") -> str:
     return wrapper.render(job.runtime, job.image, job_id=job.job_id, mounts=job.mounts,
-                          env_names=list(job.env), gpus=job.gpus, workdir=job.workdir, docker=docker)
+                          env_names=list(job.env), gpus=job.gpus, workdir=job.workdir, docker=docker,
+                          image_env={k: v for k, v in job.image_env.items() if k not in job.env})
 
 
 def write(job: MpirunJob, directory: Path, docker: str = "docker") -> Path:

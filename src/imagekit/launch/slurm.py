@@ -26,9 +26,10 @@ from pathlib import Path
 
 from imagekit import __version__, quoting
 from imagekit.errors import ImagekitError
+from imagekit.image_facts import BENCHMARK
 from imagekit.launch import wrapper
-from imagekit.launch.common import (Mount, check_choice, check_count, check_job, check_token, new_job_id, quote,
-                                    require_tool, write_atomic)
+from imagekit.launch.common import (Mount, check_choice, check_count, check_image_env, check_job, check_token,
+                                    new_job_id, quote, require_tool, write_atomic)
 
 RUNTIMES = ("pyxis", "apptainer", "enroot", "docker")
 
@@ -54,6 +55,9 @@ class SlurmJob:
     container_name: str | None = None   # pyxis: reuse one container across steps of the job
     srun_args: list[str] = field(default_factory=list)
     job_id: str = field(default_factory=new_job_id)
+    # The image's own variables (its benchmark label): the containers' only, see common.check_image_env.
+    image_env: dict[str, str] = field(default_factory=dict)
+    image_env_label: str = BENCHMARK
 
     def __post_init__(self) -> None:
         check_choice("runtime", self.runtime, RUNTIMES)
@@ -65,6 +69,8 @@ class SlurmJob:
             check_count("--cpus-per-task", self.cpus_per_task)
         check_job(command=self.command, image=self.image, env=self.env, job_id=self.job_id,
                   args=self.srun_args, args_name="--srun-arg", workdir=self.workdir)
+        # Pyxis takes a container's variables from the job's environment, which the host's programs see.
+        check_image_env(self.image, self.image_env, self.image_env_label, host=self.runtime == "pyxis")
         if self.container_name is not None:
             check_token("--container-name", self.container_name)
         check_sbatch(self.sbatch_options())
@@ -124,13 +130,19 @@ def render(job: SlurmJob) -> str:
     if job.nccl_debug:
         env.setdefault("NCCL_DEBUG", "INFO")
     lines += [f"export {k}={quoting.sh_arg(v)}" for k, v in env.items()]
+    image_env = {k: v for k, v in job.image_env.items() if k not in env}   # --env wins
     srun = ["srun", "--mpi=pmix"] + list(job.srun_args)
     if job.runtime == "pyxis":
-        srun += _pyxis_flags(job, list(env))
+        if image_env:
+            # Pyxis reads them from srun's environment: only names checked safe there (check_image_env).
+            lines.append(f"# The image's own variables (label {job.image_env_label}), for --container-env:")
+            lines += [f"export {k}={quoting.sh_arg(v)}" for k, v in image_env.items()]
+        srun += _pyxis_flags(job, list(env) + list(image_env))
         lines.append(quote(srun) + " " + quote(job.command))
     else:
         text = wrapper.render(job.runtime, job.image, job_id=job.job_id, mounts=job.mounts,
-                              env_names=list(env), gpus=bool(job.gpus_per_node), workdir=job.workdir)
+                              env_names=list(env), gpus=bool(job.gpus_per_node), workdir=job.workdir,
+                              image_env=image_env)
         lines += [
             'export IMAGEKIT_JOB_ID="imagekit-${SLURM_JOB_ID:-local}"',
             "# The per-rank wrapper, passed to every task with bash -c (no shared filesystem needed).",

@@ -25,6 +25,7 @@ namespace, so shared-memory single copy (CMA) works between them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from imagekit import quoting
@@ -62,14 +63,28 @@ def _extra_env(flag: str, names: list[str]) -> str:
     return "".join(f"forward+=({flag} {quoting.sh_arg(quoting.env_name(n, 'launch', '--env name'))})\n" for n in names)
 
 
+def _image_env(flag: str, env: Mapping[str, str]) -> str:
+    """The image's variables as the runtime's own arguments, ``FLAG 'NAME=VALUE'``: quoted words that
+    the runtime hands to the container, never a variable of this (host) script."""
+    if not env:
+        return ""
+    return ("# The image's own variables (its label): for the container only.\n" +
+            "".join(f"forward+=({flag} {quoting.sh(f'{quoting.env_name(k)}={v}')})\n" for k, v in env.items()))
+
+
 def render(runtime: str, image: str, *, job_id: str, mounts: list[Mount] = (),
            env_names: list[str] = (), gpus: bool = False, workdir: str | None = None,
-           docker: str = "docker") -> str:
-    """The wrapper script text for ``runtime``; it runs ``"$@"`` as one rank."""
+           docker: str = "docker", image_env: Mapping[str, str] | None = None) -> str:
+    """The wrapper script text for ``runtime``; it runs ``"$@"`` as one rank.
+
+    ``env_names``: the job's variables (set in the environment that starts the wrapper), forwarded
+    by name. ``image_env``: the image's variables, which reach the container as values and never
+    this host script's environment (see ``common.check_image_env``)."""
     q = quoting.sh_arg
     check_token("job id", job_id)
     check_line("image", image)
     check_line("--workdir", workdir)
+    image_env = dict(image_env or {})
     head = (
         "#!/bin/bash\n"
         f"# imagekit rank wrapper ({runtime}, job {job_id}): runs one MPI rank in a container.\n"
@@ -82,7 +97,7 @@ def render(runtime: str, image: str, *, job_id: str, mounts: list[Mount] = (),
     if runtime == "docker":
         binds = "".join(f"binds+=(-v {q(f'{m.src}:{m.dst}' + (':ro' if m.readonly else ''))})\n" for m in mounts)
         body = (
-            _forward_loop("-e") + _extra_env("-e", list(env_names)) +
+            _forward_loop("-e") + _extra_env("-e", list(env_names)) + _image_env("-e", image_env) +
             "# /tmp holds ORTE's session directory; PMIX_SERVER_TMPDIR holds Slurm's PMIx rendezvous.\n"
             "binds=(-v /tmp:/tmp)\n"
             'if [ -n "${PMIX_SERVER_TMPDIR:-}" ]; then\n'
@@ -111,7 +126,13 @@ def render(runtime: str, image: str, *, job_id: str, mounts: list[Mount] = (),
             "extra=()\n" +
             ("extra+=(--nv)\n" if gpus else "") +
             (f"extra+=(--pwd {q(workdir)})\n" if workdir else "") +
-            'exec apptainer exec "${binds[@]}" "${extra[@]}" "$image" "$@"\n'
+            # APPTAINERENV_NAME=VALUE is Apptainer's own channel to the container (exact, unlike
+            # --env, whose parser splits at commas and trims quotes); no host program reads it.
+            ("# The image's own variables (its label): for the container only.\n"
+             "exec env " + " ".join(quoting.sh(f"APPTAINERENV_{quoting.env_name(k)}={v}")
+                                    for k, v in image_env.items()) + " \\\n  "
+             if image_env else "exec ") +
+            'apptainer exec "${binds[@]}" "${extra[@]}" "$image" "$@"\n'
         )
     elif runtime == "enroot":
         def fstab(src: str, dst: str, ro: bool = False) -> str:
@@ -121,7 +142,7 @@ def render(runtime: str, image: str, *, job_id: str, mounts: list[Mount] = (),
                         for m in (m.check_fstab("enroot") for m in mounts))
         body = (
             f'job="${{IMAGEKIT_JOB_ID:-{job_id}}}"\n' +
-            _forward_loop("--env") + _extra_env("--env", list(env_names)) +
+            _forward_loop("--env") + _extra_env("--env", list(env_names)) + _image_env("--env", image_env) +
             f"binds=(--mount {quoting.sh(fstab('/tmp', '/tmp'))})\n"
             'if [ -n "${PMIX_SERVER_TMPDIR:-}" ]; then\n'
             '  binds+=(--mount "$PMIX_SERVER_TMPDIR:$PMIX_SERVER_TMPDIR:none:x-create=dir,rbind")\n'
