@@ -37,35 +37,46 @@ def reset_hpccm(fmt: str) -> None:
     hpccm.config.g_singularity_tmp_fallback = True
 
 
+# The owner of the layers imagekit itself adds to every stage (apt set-up, the login environment).
+OWN_LAYERS = "imagekit"
+
+
+def stage_parts(stack, target: str) -> list[tuple[str, list]]:
+    """The blocks of one stage between its ``FROM`` and its labels, each with its owner (a
+    component's name or OWN_LAYERS), in layer order: ``populate`` renders them, and ``imagekit
+    report`` aligns an image's history with them."""
+    from imagekit.components import _blocks
+
+    if target == "devel":
+        parts = [(OWN_LAYERS, _blocks.apt_cache_setup())]
+        parts += [(name, list(c.devel())) for name, c in stack.components.items()]
+    else:
+        parts = [(OWN_LAYERS, _blocks.runtime_slim())] if stack.base.family == "deb" else []
+        parts += [(name, list(c.runtime())) for name, c in stack.components.items()]
+    return parts + [(OWN_LAYERS, _blocks.login_environment())]
+
+
 def populate(devel, runtime, stack, *, single_stage: bool = False) -> None:
     """Fill two hpccm Stages (devel, runtime) for ``stack`` in the current HPCCM format."""
     from hpccm.primitives import baseimage, comment, label
 
     from imagekit import image_facts
-    from imagekit.components import _blocks
 
     base = stack.base
     common = {"_distro": base.hpccm_distro, "_arch": base.arch, "_bootstrap": base.bootstrap}
+    labels = image_facts.recipe_labels(stack)
     # Only the file's name: the full path depends on the checkout and on how the
     # stack was named, and would change the recipe hash (io.imagekit.recipe.sha256).
     devel += comment(f"imagekit {__version__}: stack {stack.name} ({Path(stack.file).name}); "
                      "generated, do not edit", reformat=False)
-    devel += baseimage(image=base.image, _as="devel", **common)
-    devel += _blocks.apt_cache_setup()
-    for component in stack.components.values():
-        devel += component.devel()
-    devel += _blocks.login_environment()
-    labels = image_facts.recipe_labels(stack)
-    devel += label(metadata=_quoted({**labels, image_facts.TARGET: "devel"}))
-    if single_stage:
-        return
-    runtime += baseimage(image=base.runtime, _as="runtime", **common)
-    if base.family == "deb":
-        runtime += _blocks.runtime_slim()
-    for component in stack.components.values():
-        runtime += component.runtime()
-    runtime += _blocks.login_environment()
-    runtime += label(metadata=_quoted({**labels, image_facts.TARGET: "runtime"}))
+    for target, stage in (("devel", devel), ("runtime", runtime)):
+        if target == "runtime" and single_stage:
+            return
+        stage += baseimage(image=base.image if target == "devel" else base.runtime, _as=target, **common)
+        for _, blocks in stage_parts(stack, target):
+            for block in blocks:
+                stage += block
+        stage += label(metadata=_quoted({**labels, image_facts.TARGET: target}))
 
 
 def _quoted(labels: dict[str, str]) -> dict[str, str]:

@@ -55,10 +55,8 @@ def _attribute(facts: image_facts.ImageFacts, layers: list[dict]) -> bool:
         resolved = stack.load(name)
         render.reset_hpccm("docker")
         owners: list[str] = []
-        for cname, comp in resolved.components.items():
-            text = "\n".join(str(b) for b in (comp.runtime() if facts.target != "devel"
-                                               else comp.devel()))
-            owners += [cname] * len(_INSTRUCTION.findall(text))
+        for owner, blocks in render.stage_parts(resolved, "devel" if facts.target == "devel" else "runtime"):
+            owners += [owner] * len(_INSTRUCTION.findall("\n".join(str(b) for b in blocks)))
         owners.append("labels")
     except Exception:  # the stack is not here, or changed: report without attribution
         return False
