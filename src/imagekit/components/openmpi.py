@@ -179,7 +179,9 @@ class Openmpi(Component):
             out.append(checks.run("openmpi.cuda", "OpenMPI is CUDA-aware", "ompi_info --parsable --all",
                                   expect=r"mpi_built_with_cuda_support:value:true"))
         if self.enabled("slurm"):
-            out.append(checks.run("openmpi.slurm", "OpenMPI has Slurm support", "ompi_info",
+            # 5.x hands launching to PRRTE, whose own prte_info lists its Slurm components.
+            info = "ompi_info" if self.major < 5 else "prte_info"
+            out.append(checks.run("openmpi.slurm", "OpenMPI has Slurm support", info,
                                   expect=r"MCA ras: slurm"))
             if self.major < 5:
                 out.append(checks.run("openmpi.srun_direct_launch",
