@@ -50,6 +50,8 @@ class Facts:
     pmls: tuple[str, ...] = ("cm", "ob1", "ucx")
     pmix_component: str = "ext3x"       # OpenMPI 4.1's component for an external PMIx >= 3
     ras: tuple[str, ...] = ("simulator", "slurm")
+    schizo: tuple[str, ...] = ("flux", "ompi", "orte", "slurm")  # 4.x: "slurm" is srun direct launch
+    psec: tuple[str, ...] = ("munge", "native", "none")          # PMIx's security plugins
     ompi_cuda: bool = True
     pmix_version: str = "4.2.9"
     python_version: str = "3.10.12"     # Ubuntu 22.04's python3, the CUDA stacks' base
@@ -68,7 +70,7 @@ GOOD = Facts()
 BROKEN = Facts(
     ucx_version="1.16.0", ucx_transports=("self", "tcp", "sysv", "posix", "cma"),  # no CUDA build, no HCA
     ompi_version="4.1.2", pmls=("cm", "ob1"), pmix_component="pmix3x",  # distro-like MPI, internal PMIx
-    ras=("simulator",), ompi_cuda=False, pmix_version="4.1.2", python_version="3.9.2",
+    ras=("simulator",), schizo=("ompi", "orte"), psec=("native", "none"), ompi_cuda=False, pmix_version="4.1.2", python_version="3.9.2",
     torch_version="2.5.1+cpu", torch_nccl=False, torch_cuda=False,      # the CPU wheel
     horovod={"PyTorch": True, "MPI": True, "NCCL": False},               # built without HOROVOD_GPU_OPERATIONS
     hcas=(),                                                             # "0 HCAs found:"
@@ -89,6 +91,7 @@ rm -f /usr/bin/pmix_info /usr/bin/mpirun /usr/bin/mpiexec /usr/bin/orterun /usr/
 rm -rf /usr/lib/python3/dist-packages/mpi4py {SITE}/numpy
 rm -f /usr/local/nccl-tests/bin/*_perf
 rm -f /usr/sbin/sshd /usr/bin/ssh
+rm -f /etc/profile.d/zz-imagekit-environment.sh
 sed -i 's/^PasswordAuthentication no/PasswordAuthentication yes/' /etc/ssh/sshd_config.d/imagekit.conf
 ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key
 mkdir -p /root/.ssh && ssh-keygen -q -t ed25519 -N '' -f /root/.ssh/id_ed25519
@@ -164,6 +167,7 @@ def _ompi_info(f: Facts) -> str:
     rows += [("MCA pmix", f"{c} {comp}") for c in ("isolated", f.pmix_component)]
     rows += [("MCA ras", f"{c} {comp}") for c in f.ras]
     rows += [("MCA pml", f"{c} {comp}") for c in f.pmls]
+    rows += [("MCA schizo", f"{c} (MCA v2.1.0, API v1.0.0, Component v{f.ompi_version})") for c in f.schizo]
     text = "\n".join(f"{k:>24}: {v}" for k, v in rows)
     cuda = str(f.ompi_cuda).lower()
     parsable = "\n".join([
@@ -201,6 +205,7 @@ def _pmix_info(f: Facts) -> str:
     rows = [("Package", "PMIx root@buildhost Distribution"), ("PMIX", f.pmix_version),
             ("PMIX Standard", "4.2"), ("PMIX Standard ABI", "Stable (0.0), Provisional (0.0)"),
             ("Prefix", "/usr/local/pmix")]
+    rows += [("MCA psec", f"{c} (MCA v2.1.0, API v1.0.0, Component v{f.pmix_version})") for c in f.psec]
     return _sh("cat <<'EOF'\n" + "\n".join(f"{k:>24}: {v}" for k, v in rows) + "\nEOF\n")
 
 
