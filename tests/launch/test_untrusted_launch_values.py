@@ -53,6 +53,14 @@ esac
 case "${1:-}" in bash|sh|*/rank.sh) exec "$@" ;; esac
 """
 SCONTROL = RECORD + 'printf "%s\\n" node1 node2\n'
+# enroot: record; `start` goes on to run the command it was given, as the real one does in the
+# container: the rank wrapper's node "keeper", which the node's ranks then `enroot exec` into.
+ENROOT = RECORD + """[ "$1" = start ] || exit 0
+shift
+while [ $# -gt 0 ]; do case "$1" in --rc|--env|--mount|-e|-m|-c|--conf) shift 2 ;; -*) shift ;; *) break ;; esac; done
+shift
+exec "$@"
+"""
 
 
 @pytest.fixture
@@ -60,14 +68,15 @@ def stubs(tmp_path) -> Path:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for name, text in (("srun", LAUNCHER), ("mpirun", LAUNCHER), ("scontrol", SCONTROL),
-                       ("docker", RECORD), ("enroot", RECORD), ("apptainer", RECORD)):
+                       ("docker", RECORD), ("enroot", ENROOT), ("apptainer", RECORD)):
         (bindir / name).write_text(text)
         (bindir / name).chmod(0o755)
     return bindir
 
 
-def _run(script: Path, stubs: Path, **env) -> list[list[bytes]]:
-    """Run ``script`` with the stubs first on PATH; return the recorded calls (argv lists)."""
+def _run(script: Path, stubs: Path, refused: str = "", **env) -> list[list[bytes]]:
+    """Run ``script`` with the stubs first on PATH; return the recorded calls (argv lists). With
+    ``refused``, the script must stop with that message instead."""
     work = script.parent
     calls = work / "calls"
     calls.mkdir(exist_ok=True)
@@ -80,8 +89,37 @@ def _run(script: Path, stubs: Path, **env) -> list[list[bytes]]:
                           env={"PATH": f"{stubs}:/usr/bin:/bin", "IK_CALLS": str(calls),
                                CANARY_VAR: str(canary), "HOME": str(work), **env})
     assert not canary.exists(), "an injected command ran"
+    if refused:
+        assert proc.returncode != 0 and refused.encode() in proc.stderr, proc.stderr
+        return []
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     return [c.read_bytes().split(b"\0")[:-1] for c in sorted(calls.glob("call.*"), key=os.path.getmtime)]
+
+
+def _enroot_image(image: str, work: Path) -> str:
+    """The enroot runtime starts a squashfs file or a named container: the plain default stands for
+    a file that exists (an empty one: `enroot create` is a stub here)."""
+    if image == "site/img:1":
+        (work / "img.sqsh").touch()
+        return str(work / "img.sqsh")
+    return image
+
+
+def _enroot_refusal(image: str, work: Path) -> str:
+    """The wrapper's own refusal, where it must give one: a path it cannot read."""
+    path_like = "/" in image or image.endswith(".sqsh")
+    return "cannot read the image" if path_like and not os.access(work / image, os.R_OK) else ""
+
+
+def _started(calls: list[list[bytes]], runtime: str, image: str) -> list[bytes]:
+    """The call that starts the rank's command in a container. Under enroot that is the node's
+    `enroot exec` into the keeper, which `enroot start` (or `create`, for a file) was given the image."""
+    if runtime != "enroot":
+        return next(c for c in calls if c[0] == runtime.encode() and c[1] in (b"run", b"start", b"exec"))
+    given = ([c for c in calls if c[0] == b"enroot" and c[1] == b"create"]
+             or [c for c in calls if c[0] == b"enroot" and c[1] == b"start"])
+    assert quoting.encode(image) in given[0], given
+    return next(c for c in calls if c[0] == b"enroot" and c[1] == b"exec")
 
 
 def _enc(words_: list[str]) -> list[bytes]:
@@ -98,7 +136,8 @@ def _write(path: Path, text: str) -> Path:
        runtime=st.sampled_from(slurm.RUNTIMES))
 def test_sbatch_script_passes_every_value_intact(tmp_path, stubs, command, env, workdir, image, name, runtime):
     try:
-        job = slurm.SlurmJob(image="site/img:1" if image.startswith("-") else image, nodes=2,
+        image = "site/img:1" if image.startswith("-") else image
+        job = slurm.SlurmJob(image=_enroot_image(image, tmp_path) if runtime == "enroot" else image, nodes=2,
                              command=command, runtime=runtime, env=env, workdir="/" + workdir,
                              job_name=name, mounts=[Mount("/data", "/data", True)])
     except UsageError as exc:
@@ -106,15 +145,18 @@ def test_sbatch_script_passes_every_value_intact(tmp_path, stubs, command, env, 
         event("refused")
         return
     event("ran")
-    calls = _run(_write(tmp_path / "job.sbatch", slurm.render(job)), stubs, SLURM_JOB_ID="42",
+    refused = _enroot_refusal(job.image, tmp_path) if runtime == "enroot" else ""
+    calls = _run(_write(tmp_path / "job.sbatch", slurm.render(job)), stubs, refused, SLURM_JOB_ID="42",
                  SLURM_JOB_NUM_NODES="2")
+    if refused:
+        return
     srun = next(c for c in calls if c[0] == b"srun" and b"--mpi=pmix" in c)
     if runtime == "pyxis":
         assert srun[-len(command):] == _enc(command)
         assert quoting.encode(f"--container-image={job.image}") in srun
         assert quoting.encode(f"--container-workdir={job.workdir}") in srun
         return
-    started = next(c for c in calls if c[0] == runtime.encode() and c[1] in (b"run", b"start", b"exec"))
+    started = _started(calls, runtime, job.image)
     if runtime == "enroot":  # no workdir flag: sh -c 'cd "$0" && exec "$@"' WORKDIR CMD...
         assert started[-len(command) - 1:] == _enc([job.workdir, *command])
     else:
@@ -129,6 +171,8 @@ def test_sbatch_script_passes_every_value_intact(tmp_path, stubs, command, env, 
 @given(command=commands, env=env_values, image=_or("site/img:1"), runtime=st.sampled_from(mpirun.RUNTIMES))
 def test_mpirun_scripts_pass_every_value_intact(tmp_path, stubs, command, env, image, runtime):
     try:
+        (tmp_path / "job").mkdir(exist_ok=True)
+        image = _enroot_image(image, tmp_path / "job") if runtime == "enroot" else image
         job = mpirun.MpirunJob(runtime=runtime, image=image or "x", hosts=[("h1", 2)], command=command, env=env)
     except UsageError as exc:
         assert "\n" not in exc.message
@@ -136,11 +180,17 @@ def test_mpirun_scripts_pass_every_value_intact(tmp_path, stubs, command, env, i
         return
     event("ran")
     run_sh = mpirun.write(job, tmp_path / "job")
-    calls = _run(run_sh, stubs)
+    refused = _enroot_refusal(job.image, run_sh.parent) if runtime == "enroot" else ""
+    calls = _run(run_sh, stubs, refused)
+    if refused:
+        return
     launched = next(c for c in calls if c[0] == b"mpirun")
     assert launched[-len(command):] == _enc(command)
-    started = next(c for c in calls if c[0] == runtime.encode() and c[1] in (b"run", b"start", b"exec"))
-    assert started[-len(command) - 1:] == _enc([job.image, *command])
+    started = _started(calls, runtime, job.image)
+    if runtime == "enroot":  # exec'd by the keeper's pid; the image went to create/start
+        assert started[-len(command):] == _enc(command)
+    else:
+        assert started[-len(command) - 1:] == _enc([job.image, *command])
 
 
 @PROPERTY

@@ -79,6 +79,10 @@ def check_job(*, command: list[str], image: str, env: dict[str, str], job_id: st
     working directory and job id."""
     check_command(command)
     check_line("image", image)
+    if image.startswith("-"):
+        # docker run, enroot start|create and apptainer exec would read it as one of their options.
+        raise quoting.UnsafeValue(WHERE, "image", image, "starts with '-'",
+                                  "name an image (site/app:1) or a file by a path (./-x.sqsh)")
     check_line("--workdir", workdir)
     check_env(env)
     check_words(args_name, args)
@@ -108,7 +112,7 @@ HOST_ENV_PREFIXES = (
     "NCCL_",              # NCCL and its network plugins
     "UCX_", "UCC_",       # UCX and UCC (Slurm's pmix plugin configures its UCX from slurmd's own environment)
     "HCOLL_", "SHARP_",   # HPC-X collectives; Enroot's SHARP hook only greps its environment file for them
-    "FI_", "OFI_NCCL_",   # libfabric and the aws-ofi-nccl plugin
+    "FI_", "OFI_NCCL_",   # libfabric and the OFI NCCL net plugin
     "OMPI_MCA_",          # Open MPI in the container; under Pyxis no host mpirun reads them
 )
 # ...but not a name with one of these words: its value is a program, arguments, a library or a
