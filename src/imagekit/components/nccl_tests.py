@@ -8,6 +8,8 @@ compiled PTX, which fails under CUDA minor-version compatibility.
 
 from __future__ import annotations
 
+import re
+
 from imagekit import checks, sources
 from imagekit.components import Component, Requires, _blocks
 from imagekit.components.nccl import cuda_gencode, default_archs
@@ -93,5 +95,13 @@ class NcclTests(Component):
             out.append(checks.run(
                 "nccl-tests.loads_nccl", f"all_reduce_perf loads the stack's NCCL from {nccl.prefix}",
                 f"ldd {probe} | awk '/libnccl[.]so[.]2/ {{print $3}}' | xargs -r readlink -f",
-                expect=rf"^{nccl.prefix}/lib[^/]*/libnccl\.so\.2"))
+                expect=loads_nccl_pattern(nccl.prefix)))
         return out
+
+
+def loads_nccl_pattern(prefix: str) -> str:
+    """What `readlink -f` of the loaded libnccl.so.2 must match for an NCCL under ``prefix``: its
+    lib or lib64, or the Debian/Ubuntu multiarch directory under it, where NVIDIA's packages put it
+    (/usr/lib/x86_64-linux-gnu/libnccl.so.2.23.4)."""
+    return rf"^{re.escape(prefix)}/lib(64)?(/[a-z0-9_]+-linux-gnu[a-z]*)?/libnccl\.so\.2"
+
