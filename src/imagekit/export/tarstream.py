@@ -214,6 +214,97 @@ class _Reader:
             self.on_bytes(n)
 
 
+@dataclass
+class RawMember:
+    """One member as it lies in the stream: its extension blocks, its header, and what they say."""
+
+    blocks: list[bytes]      # the extension blocks ('x', 'L', 'K') that describe it, raw
+    hdr: bytearray           # the 512-byte header (patch it and call _checksum)
+    pax: dict[str, str]
+    member: Member
+    aliases: set[str]        # every name a tool could file it under, normalised
+    link_aliases: set[str]   # the same for a link's target
+    data_size: int           # bytes of data that follow the header (before padding)
+
+
+def read_member(reader: "_Reader", dst: BinaryIO | None = None) -> RawMember | None:
+    """The next member of the stream, or None at the end-of-archive block. A global pax header is
+    copied to ``dst`` as it is met (it describes what follows, not one member)."""
+    pending: list[bytes] = []
+    pax: dict[str, str] = {}
+    long_name = long_link = None
+    while True:
+        hdr = bytearray(reader.exact(BLOCK))
+        if hdr == ZERO_BLOCK:
+            return None
+        stored = _num(bytes(hdr[148:156]))
+        probe = bytearray(hdr)
+        probe[148:156] = b" " * 8
+        if sum(probe) != stored:
+            raise TarFormatError(f"bad tar header checksum at byte {reader.total - BLOCK}")
+        typ = bytes(hdr[156:157])
+        size = _num(bytes(hdr[124:136]))
+
+        if typ in EXT_TYPES:
+            data = reader.exact(size + (-size % BLOCK))
+            pending.append(bytes(hdr) + data)
+            payload = data[:size]
+            if typ == b"x":
+                pax.update(_parse_pax(payload))
+            elif typ == b"L":
+                long_name = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            else:
+                long_link = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            continue
+        if typ == GLOBAL_PAX:
+            if dst is not None:
+                dst.write(bytes(hdr))
+            reader.copy(size, dst)
+            continue
+        break
+
+    own = hdr[0:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+    if hdr[257:263] == b"ustar\0" and hdr[345] != 0:
+        prefix = hdr[345:500].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+        own = f"{prefix}/{own}"
+    name = pax.get("path") or long_name or own
+    # Tools differ in which name wins (the last of pax path and GNU long name; GNU.sparse.name for
+    # a sparse file), so each must pass the filter: no alias may bring a dropped file back. The
+    # header's own name counts only without them (Go writes it cut short, non-ASCII removed).
+    named = [n for n in (pax.get("path"), long_name, pax.get("GNU.sparse.name")) if n]
+    aliases = {normalise(n) for n in (named or [own])}
+    link = pax.get("linkpath") or long_link
+    if link is None:
+        link = hdr[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+    link_aliases = {normalise(n) for n in ([n for n in (pax.get("linkpath"), long_link) if n] or [link])}
+    if "size" in pax:
+        size = int(pax["size"])
+    member = Member(name=normalise(name), type=typ, mode=_num(bytes(hdr[100:108])),
+                    uid=int(pax["uid"]) if "uid" in pax else _num(bytes(hdr[108:116])),
+                    gid=int(pax["gid"]) if "gid" in pax else _num(bytes(hdr[116:124])),
+                    size=size, linkname=link)
+    data_size = size if typ not in (HARDLINK, SYMLINK, DIRECTORY, b"3", b"4", b"6") else 0
+    return RawMember(blocks=pending, hdr=hdr, pax=pax, member=member, aliases=aliases,
+                     link_aliases=link_aliases, data_size=data_size)
+
+
+def renamed(raw: RawMember, name: str | None = None, linkname: str | None = None) -> list[bytes]:
+    """The member's header blocks with a new name and/or link target: one pax header carries both
+    (GNU long-name blocks and the ustar prefix go), the other pax records and fields stay."""
+    records = dict(raw.pax)
+    records["path"] = name if name is not None else raw.member.name
+    if raw.member.type in (HARDLINK, SYMLINK):
+        records["linkpath"] = linkname if linkname is not None else raw.member.linkname
+    hdr = bytearray(raw.hdr)
+    for field_, value in ((slice(0, 100), records["path"]), (slice(157, 257), records.get("linkpath", ""))):
+        short = value.encode("utf-8", "surrogateescape")[:field_.stop - field_.start - 1]
+        hdr[field_] = short.ljust(field_.stop - field_.start, b"\0")
+    if hdr[257:263] == b"ustar\0":
+        hdr[345:500] = bytes(155)
+    _checksum(hdr)
+    return [_pax_block(records), bytes(hdr)]
+
+
 def filter_tar(src: BinaryIO, dst: BinaryIO, *,
                keep: Callable[[Member], bool],
                adjust: Callable[[Member], None] | None = None,
@@ -235,62 +326,13 @@ def filter_tar(src: BinaryIO, dst: BinaryIO, *,
     seen: set[str] = set()
     dropped_names: set[str] = set()
     held: list[tuple[list[str], str, list[bytes]]] = []   # (target's names, name, blocks) of links to dropped members
-    pending: list[bytes] = []          # raw extension blocks for the next member
-    pax: dict[str, str] = {}
-    long_name = long_link = None
 
     while True:
-        hdr = bytearray(reader.exact(BLOCK))
-        if hdr == ZERO_BLOCK:
+        raw = read_member(reader, dst)
+        if raw is None:
             break
-        stored = _num(bytes(hdr[148:156]))
-        probe = bytearray(hdr)
-        probe[148:156] = b" " * 8
-        if sum(probe) != stored:
-            raise TarFormatError(f"bad tar header checksum at byte {reader.total - BLOCK}")
-        typ = bytes(hdr[156:157])
-        size = _num(bytes(hdr[124:136]))
-
-        if typ in EXT_TYPES:
-            data = reader.exact(size + (-size % BLOCK))
-            pending.append(bytes(hdr) + data)
-            payload = data[:size]
-            if typ == b"x":
-                pax.update(_parse_pax(payload))
-            elif typ == b"L":
-                long_name = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            else:
-                long_link = payload.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            continue
-        if typ == GLOBAL_PAX:
-            dst.write(bytes(hdr))
-            reader.copy(size, dst)
-            continue
-
-        own = hdr[0:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-        if hdr[257:263] == b"ustar\0" and hdr[345] != 0:
-            prefix = hdr[345:500].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            own = f"{prefix}/{own}"
-        name = pax.get("path") or long_name or own
-        # Tools differ in which name wins (the last of pax path and GNU long name; GNU.sparse.name for
-        # a sparse file), so each must pass the filter: no alias may bring a dropped file back. The
-        # header's own name counts only without them (Go writes it cut short, non-ASCII removed).
-        named = [n for n in (pax.get("path"), long_name, pax.get("GNU.sparse.name")) if n]
-        aliases = {normalise(n) for n in (named or [own])}
-        link = pax.get("linkpath") or long_link
-        if link is None:
-            link = hdr[157:257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-        link_aliases = {normalise(n) for n in ([n for n in (pax.get("linkpath"), long_link) if n] or [link])}
-        if "size" in pax:
-            size = int(pax["size"])
-        member = Member(name=normalise(name), type=typ, mode=_num(bytes(hdr[100:108])),
-                        uid=int(pax["uid"]) if "uid" in pax else _num(bytes(hdr[108:116])),
-                        gid=int(pax["gid"]) if "gid" in pax else _num(bytes(hdr[116:124])),
-                        size=size, linkname=link)
-        data_size = size if typ not in (HARDLINK, SYMLINK, DIRECTORY) else 0
-        if typ in (b"3", b"4", b"6"):
-            data_size = 0
-
+        member, hdr, pending, pax, typ = raw.member, raw.hdr, raw.blocks, raw.pax, raw.member.type
+        aliases, data_size = raw.aliases, raw.data_size
         wanted = keep(member) and all(keep(dataclasses.replace(member, name=alias))
                                       for alias in aliases - {member.name})
         if not wanted:
@@ -314,7 +356,7 @@ def filter_tar(src: BinaryIO, dst: BinaryIO, *,
                     records.pop("uname", None), records.pop("gname", None)
                     if records:
                         pending.append(_pax_block(records))
-            lost = sorted(link_aliases & dropped_names) if typ == HARDLINK else []
+            lost = sorted(raw.link_aliases & dropped_names) if typ == HARDLINK else []
             if lost:
                 held.append((lost, member.name, [*pending, bytes(hdr)]))
             else:
@@ -324,7 +366,6 @@ def filter_tar(src: BinaryIO, dst: BinaryIO, *,
                 reader.copy(data_size, dst)
                 seen.add(member.name)
                 stats.kept.append(member.name)
-        pending, pax, long_name, long_link = [], {}, None, None
 
     provided: set[str] = set()
     if extra is not None:
