@@ -111,9 +111,9 @@ def test_tree_matches_engine_export(odd_image, odd_tree, docker_bin):
 
 @pytest.mark.engine
 def test_config_files_follow_image_config(odd_image, odd_tree):
-    from imagekit.export.squash import image_inspect
+    from imagekit.engine import inspect
 
-    config = image_inspect(odd_image)["Config"]
+    config = inspect(odd_image).attrs["Config"]
     etc = odd_tree / "etc"
     assert (etc / "environment").read_text().splitlines() == config["Env"]
     assert 'QUOTED=it\'s "quoted" $x \\ back' in config["Env"]

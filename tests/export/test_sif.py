@@ -149,7 +149,7 @@ def _data(raw: bytes, d: tuple) -> bytes:
 
 @pytest.mark.engine
 def test_sif_header_and_descriptors(odd_image, odd_sif):
-    from imagekit.export.squash import image_inspect
+    from imagekit.engine import inspect
 
     path, result = odd_sif
     raw = path.read_bytes()
@@ -174,7 +174,7 @@ def test_sif_header_and_descriptors(odd_image, odd_sif):
     assert end == size
     assert _data(raw, descs[0]) == f"bootstrap: docker-daemon\nfrom: {odd_image}\n".encode()
     oci = json.loads(_data(raw, descs[2]))
-    config = image_inspect(odd_image)["Config"]
+    config = inspect(odd_image).attrs["Config"]
     assert oci["Env"] == config["Env"] and oci["Entrypoint"] == config["Entrypoint"]
     assert oci["Cmd"] == config["Cmd"] and oci["Labels"] == config["Labels"]
     fstype, parttype, parch = struct.unpack_from("<ii3s", descs[3][13])
@@ -263,12 +263,12 @@ def test_sif_tree_matches_image_plus_layout(odd_image, sif_tree, docker_bin):
 def test_sif_labels_json_has_image_and_build_labels(odd_image, odd_sif, sif_tree):
     """labels.json as Apptainer's build leaves it (metadata.go): the image's labels, then the
     org.label-schema.* build labels over them, tab-indented."""
-    from imagekit.export.squash import image_inspect
+    from imagekit.engine import inspect
 
     text = (sif_tree / ".singularity.d/labels.json").read_text()
     labels = json.loads(text)
     when = sif.read_sif(odd_sif[0]).created
-    image_labels = image_inspect(odd_image)["Config"]["Labels"]
+    image_labels = inspect(odd_image).attrs["Config"]["Labels"]
     assert image_labels["io.imagekit.test"] == "yes" and image_labels["org.example.note"] == "two words"
     assert {k: labels.pop(k) for k in image_labels} == image_labels
     date = labels.pop("org.label-schema.build-date")

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from imagekit import engine, login_env, quoting
-from imagekit.export import enroot, squash, tarstream
+from imagekit.export import enroot, image_source, squash, tarstream
 
 HOSTILE = b"echo HOSTILE\n"
 CONFIG = {"Entrypoint": ["/bin/echo", "started"], "Labels": {"io.example": "1"}}
@@ -63,7 +63,7 @@ def export_tar(monkeypatch, tmp_path):
         cli.chmod(0o755)
         monkeypatch.setattr(engine, "docker_cli", lambda: str(cli))
         monkeypatch.setattr(engine, "throwaway", lambda image, **kw: contextlib.nullcontext("container"))
-        monkeypatch.setattr(squash, "image_inspect", lambda image: {"Config": CONFIG, "Size": len(data)})
+        monkeypatch.setattr(image_source.EngineSource, "inspect", lambda self: {"Config": CONFIG, "Size": len(data)})
         out = tmp_path / "out" / f"{tool}.sqsh"
         out.parent.mkdir(exist_ok=True)
         # sqfstar misreads -X compressor options: it gets Enroot's own preset (none).

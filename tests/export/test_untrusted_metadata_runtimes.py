@@ -233,7 +233,7 @@ def test_an_alias_of_etc_rc_or_fstab_never_reaches_enroot(base_image, docker_bin
     import tarfile
 
     from imagekit import engine
-    from imagekit.export import squash
+    from imagekit.export import image_source
 
     cid = subprocess.run([docker_bin, "create", base_image], capture_output=True, text=True, check=True).stdout.strip()
     try:
@@ -257,7 +257,7 @@ def test_an_alias_of_etc_rc_or_fstab_never_reaches_enroot(base_image, docker_bin
     config = {"Entrypoint": ["/bin/sh", "-c", 'echo "env=${HOSTILE:-none}"; test -d /host && echo HOST-BOUND; :']}
     monkeypatch.setattr(engine, "docker_cli", lambda: str(cli))
     monkeypatch.setattr(engine, "throwaway", lambda image, **kw: contextlib.nullcontext("container"))
-    monkeypatch.setattr(squash, "image_inspect", lambda image: {"Config": config, "Size": len(rootfs)})
+    monkeypatch.setattr(image_source.EngineSource, "inspect", lambda self: {"Config": config, "Size": len(rootfs)})
     from imagekit.export import enroot
 
     sqsh = Path(enroot.export("hostile-names:1", shared_dir / "aliases.sqsh").path)

@@ -48,15 +48,24 @@ def _progress_printer():
 @click.option("--store", "store_dir", metavar="DIR", envvar="IMAGEKIT_STORE",
               help="Export store (default: $IMAGEKIT_STORE, else ~/.cache/imagekit/store).")
 @click.option("--no-store", is_flag=True, help="Convert straight to the output, bypassing the store.")
+@click.option("--platform", metavar="OS/ARCH[/VARIANT]",
+              help="Registry and OCI sources: the image of a multi-platform index to convert "
+                   "(default: this machine's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def export(image, to, output, preset, squash_opts, tool, via, force, no_space_check, store_dir, no_store,
-           as_json, quiet):
-    """Export a local image as an Enroot squashfs or a SIF file, streaming.
+           platform, as_json, quiet):
+    """Export an image as an Enroot squashfs or a SIF file, streaming.
 
-    The engine's flattened export is streamed into sqfstar/tar2sqfs: no
-    unpacked copy of the root filesystem is written. The file appears only
-    when complete; SOURCE_DATE_EPOCH makes the output reproducible.
+    IMAGE is a local engine image, or, with no engine needed:
+    docker://REGISTRY/REPO[:TAG] or REGISTRY#REPO[:TAG] (a registry; Enroot's
+    and Docker's credentials), oci:DIR[:TAG] (an OCI layout), oci-archive:FILE[:TAG],
+    docker-archive:FILE[:REPO:TAG] (a `docker save` tarball); docker-daemon:IMAGE
+    forces the engine. The engine's flattened export, or the image's layers merged
+    (whiteouts, opaque directories, hard links; each layer checked against its
+    digest), is streamed into sqfstar/tar2sqfs: no unpacked copy of the root
+    filesystem is written. The file appears only when complete;
+    SOURCE_DATE_EPOCH makes the output reproducible.
 
     The file is kept in the export store, keyed by image ID, format, preset
     and options, and the output is a hard link to it (a copy on another file
@@ -72,6 +81,10 @@ def export(image, to, output, preset, squash_opts, tool, via, force, no_space_ch
       imagekit export imagekit/debian-mpi:latest --to sif -o mpi.sif --json
       imagekit export imagekit/debian-mpi:latest --to enroot --store /lustre/imagekit-store -o mpi.sqsh
       imagekit export imagekit/debian-mpi:latest --to enroot --no-store -o mpi.sqsh
+      imagekit export docker://registry.example:5000/hpc/mpi:1 --to enroot -o mpi.sqsh
+      imagekit export 'registry.example:5000#hpc/mpi:1' --to sif --platform linux/arm64
+      imagekit export oci-archive:mpi-oci.tar --to enroot -o mpi.sqsh
+      imagekit export docker-archive:mpi.tar:hpc/mpi:1 --to sif -o mpi.sif
     """
     from imagekit.export import export_image
 
@@ -79,7 +92,8 @@ def export(image, to, output, preset, squash_opts, tool, via, force, no_space_ch
     result = export_image(image, to, output, preset=preset, squash_opts=squash_opts, tool=tool,
                           via=via, force=force, check_space=not no_space_check,
                           progress=None if quiet else _progress_printer(),
-                          store=store_dir or None, use_store=not no_store, notice=notice)
+                          store=store_dir or None, use_store=not no_store, notice=notice,
+                          platform=platform)
     if as_json:
         click.echo(result.to_json())
     else:

@@ -1,7 +1,8 @@
-"""The export stage: Docker image → Enroot squashfs, SIF, or a registry.
+"""The export stage: an image → Enroot squashfs, SIF, or a registry.
 
 ``export_image`` is the one entry point the CLI and ``imagekit build --export``
-use. Each format lives in its own module; :mod:`imagekit.export.output` makes
+use. The image comes from the local Docker engine, a registry, an OCI layout or a
+``docker save`` tarball (:mod:`imagekit.export.image_source`). Each format lives in its own module; :mod:`imagekit.export.output` makes
 every output atomic and checks free space before starting; :mod:`imagekit.export.store`
 keeps each converted file once, keyed by image ID, format, preset and options.
 """
@@ -17,6 +18,7 @@ from imagekit.export.output import ExportResult
 from imagekit.export import squash
 
 if TYPE_CHECKING:
+    from imagekit.export.image_source import Source
     from imagekit.export.store import Store
 
 FORMATS = ("enroot", "sif")
@@ -24,9 +26,11 @@ SUFFIX = {"enroot": ".sqsh", "sif": ".sif"}
 
 
 def default_output(image: str, to: str) -> Path:
-    """Enroot's naming: ``repo/name:tag`` → ``repo+name+tag.sqsh`` in the current directory."""
-    stem = image.replace("/", "+").replace(":", "+")
-    return Path.cwd() / f"{stem}{SUFFIX[to]}"
+    """Enroot's naming: ``repo/name:tag`` → ``repo+name+tag.sqsh`` in the current directory
+    (``docker://registry/repo/name:tag`` too: the registry is left out, as Enroot does)."""
+    from imagekit.export.image_source import open_source
+
+    return Path.cwd() / f"{open_source(image).stem}{SUFFIX[to]}"
 
 
 # The preset an export gets when none is named (the store keys entries by it); the enroot
@@ -44,8 +48,9 @@ def export_image(image: str, to: str, output: str | Path | None = None, *,
                  progress: Callable[[int, bool], None] | None = None,
                  store: "Store | str | Path | None" = None,
                  use_store: bool = True,
-                 notice: Callable[[str], None] | None = None) -> ExportResult:
-    """Export local image ``image`` as ``to`` ("enroot" or "sif") to ``output``.
+                 notice: Callable[[str], None] | None = None,
+                 platform: str | None = None) -> ExportResult:
+    """Export ``image`` as ``to`` ("enroot" or "sif") to ``output``.
 
     ``preset``: a name in squash.PRESETS for enroot (default ``fast``), gzip|zstd for
     sif (default gzip). ``squash_opts`` are appended to the squashfs
@@ -57,27 +62,32 @@ def export_image(image: str, to: str, output: str | Path | None = None, *,
     the entry (a copy on another file system); an unchanged image is then a lookup
     with no conversion (``result.store_hit``). ``use_store=False`` writes ``output``
     directly. ``notice(message)`` hears about waiting for another process's conversion.
-    Returns path, size, sha256 and duration; nothing is left at ``output``
+    ``image`` is a local engine image or any form :func:`image_source.open_source` reads
+    (``docker://…``, ``REGISTRY#REPO:TAG``, ``oci:DIR``, ``oci-archive:FILE``, ``docker-archive:FILE``);
+    ``platform`` (``OS/ARCH``) picks one image of a multi-platform index. Returns path, size, sha256 and duration; nothing is left at ``output``
     unless the export completed.
     """
     if to not in FORMATS:
         raise UsageError(f"unknown export format {to!r}", f"use one of: {', '.join(FORMATS)}")
     if to == "enroot" and via != "native":
         raise UsageError("--via applies to --to sif only")
-    target = Path(output) if output is not None else default_output(image, to)
+    from imagekit.export.image_source import open_source
+
+    source = open_source(image, platform=platform)
+    target = Path(output) if output is not None else Path.cwd() / f"{source.stem}{SUFFIX[to]}"
     started = time.monotonic()
     if not use_store:
-        result = _convert(image, to, target, preset=preset, squash_opts=squash_opts, tool=tool,
+        result = _convert(source, to, target, preset=preset, squash_opts=squash_opts, tool=tool,
                           via=via, force=force, check_space=check_space, progress=progress)
         result.seconds = round(time.monotonic() - started, 3)
-        _record(_image_id(image), image, result)
+        _record(source.image_id(), image, result)
         return result
-    return _export_via_store(image, to, target, started, preset=preset or DEFAULT_PRESET[to],
+    return _export_via_store(source, to, target, started, preset=preset or DEFAULT_PRESET[to],
                              squash_opts=tuple(squash_opts), tool=tool, via=via, force=force,
                              check_space=check_space, progress=progress, store=store, notice=notice)
 
 
-def _convert(image: str, to: str, target: Path, *, preset, squash_opts, tool, via, force,
+def _convert(image: "Source", to: str, target: Path, *, preset, squash_opts, tool, via, force,
              check_space, progress) -> ExportResult:
     if to == "enroot":
         from imagekit.export import enroot
@@ -109,7 +119,7 @@ def store_options(squash_opts: tuple[str, ...], tool: str, via: str) -> tuple[st
     return tuple(options)
 
 
-def _export_via_store(image: str, to: str, target: Path, started: float, *, preset: str,
+def _export_via_store(source: "Source", to: str, target: Path, started: float, *, preset: str,
                       squash_opts: tuple[str, ...], tool: str, via: str, force: bool,
                       check_space: bool, progress, store, notice) -> ExportResult:
     """The store path: a lookup first (fast: no docker package, no hashing), a conversion if none."""
@@ -118,10 +128,10 @@ def _export_via_store(image: str, to: str, target: Path, started: float, *, pres
 
     target = target.expanduser().absolute()
     out.prepare_target(target, force=True)          # the directory checks; existence is handled below
-    image_id = _image_id(image)
+    image, image_id = source.text, source.image_id()
     st = store if isinstance(store, Store) else Store.open(store)
     key = st.key(image_id, to, preset, store_options(squash_opts, tool, via))
-    make = _maker(image, to, preset, squash_opts, tool, via, check_space, progress)
+    make = _maker(source, to, preset, squash_opts, tool, via, check_space, progress)
     entry = st.lookup(key)
     hit = entry is not None
     if not hit:
@@ -143,19 +153,13 @@ def _export_via_store(image: str, to: str, target: Path, started: float, *, pres
     return result
 
 
-def _maker(image, to, preset, squash_opts, tool, via, check_space, progress):
+def _maker(source: "Source", to, preset, squash_opts, tool, via, check_space, progress):
     """The store's ``make``: convert ``image`` into the path it gives."""
     def make(path: Path) -> ExportResult:
-        return _convert(image, to, path, preset=preset, squash_opts=squash_opts, tool=tool,
+        return _convert(source, to, path, preset=preset, squash_opts=squash_opts, tool=tool,
                         via=via, force=True, check_space=check_space, progress=progress)
 
     return make
-
-
-def _image_id(image: str) -> str:
-    from imagekit import engine
-
-    return engine.image_id(image)
 
 
 def _record(image_id: str, image: str, result: ExportResult) -> None:

@@ -53,6 +53,7 @@ from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, DroppedLink
 
 if TYPE_CHECKING:
     from imagekit.export import squash
+    from imagekit.export.image_source import Source
 
 RC_LOCAL = ("# This file is sourced by /etc/rc when the container starts.\n"
             "# It can be used to manipulate the entrypoint or the command of the container.\n")
@@ -230,15 +231,20 @@ def extra_entries(config: dict[str, Any], mtime: int, image: str = "image", syml
     return build
 
 
-def export(image: str, output: Path, *, preset: "str | squash.Preset | None" = None,
+def export(image: "str | Source", output: Path, *, preset: "str | squash.Preset | None" = None,
            squash_opts: tuple[str, ...] = (),
            tool: str = "auto", force: bool = False, check_space: bool = True,
            progress: Callable[[int, bool], None] | None = None) -> ExportResult:
     """Write ``image`` as an Enroot/Pyxis squashfs at ``output`` (atomically).
 
     ``preset``: a name from :data:`squash.PRESETS` (default :data:`squash.DEFAULT_PRESET`) or a
-    :class:`squash.Preset` (the compression bench tries unnamed ones)."""
+    :class:`squash.Preset` (the compression bench tries unnamed ones). ``image``: a local engine
+    image, or a :class:`~imagekit.export.image_source.Source` (a registry, an OCI layout, …)."""
     from imagekit.export import squash
+    from imagekit.export.image_source import Source, open_source
+
+    source = image if isinstance(image, Source) else open_source(image)
+    image = source.text
 
     if isinstance(preset, squash.Preset):
         chosen, label = preset, preset.label()
@@ -246,7 +252,7 @@ def export(image: str, output: Path, *, preset: "str | squash.Preset | None" = N
         label = preset or squash.DEFAULT_PRESET
         chosen = squash.preset(label)
     target = prepare_target(output, force)
-    info = squash.image_inspect(image)
+    info = source.inspect()
     if check_space:
         # The uncompressed image size bounds the output (the enroot preset stores data raw).
         check_free_space(target.parent, int(info.get("Size") or 0), f"{image} as squashfs")
@@ -267,7 +273,7 @@ def export(image: str, output: Path, *, preset: "str | squash.Preset | None" = N
             return kept
 
         try:
-            used = squash.stream_to_squashfs(image, tmp, spec, keep=keep_noting_symlinks, adjust=fixperms,
+            used = squash.stream_to_squashfs(source, tmp, spec, keep=keep_noting_symlinks, adjust=fixperms,
                                              extra=extra_entries(config, mtime, image, symlinks),
                                              on_bytes=meter.add)
         except DroppedLinkTarget as exc:

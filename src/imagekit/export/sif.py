@@ -341,22 +341,31 @@ def arch_code(goarch: str) -> str:
     return code
 
 
-def export(image: str, output: Path, *, compression: str = "gzip", squash_opts: tuple[str, ...] = (),
+def export(image: "str | Source", output: Path, *, compression: str = "gzip", squash_opts: tuple[str, ...] = (),
            tool: str = "auto", via: str = "native", force: bool = False, check_space: bool = True,
            progress: Callable[[int, bool], None] | None = None) -> ExportResult:
-    """Write ``image`` as a SIF file at ``output`` (atomically)."""
+    """Write ``image`` (a local engine image or a :class:`~imagekit.export.image_source.Source`) as a
+    SIF file at ``output`` (atomically)."""
     from imagekit.export import singularity_d, squash
+    from imagekit.export.image_source import Source, open_source
+
+    source = image if isinstance(image, Source) else open_source(image)
+    image = source.text
 
     if compression not in ("gzip", "zstd"):
         raise UsageError(f"unknown SIF compression {compression!r}", "use gzip (default) or zstd")
     target = prepare_target(output, force)
     if via not in ("native", "apptainer"):
         raise UsageError(f"unknown --via {via!r}", "use native or apptainer")
-    info = squash.image_inspect(image)
+    if via == "apptainer":
+        if source.engine_image is None:
+            raise UsageError(f"--via apptainer converts images of the local engine, not {image}",
+                             "drop --via to write the SIF natively")
+    info = source.inspect()
     if check_space:
         check_free_space(target.parent, int(info.get("Size") or 0), f"{image} as SIF")
     if via == "apptainer":
-        return _via_apptainer(image, target, compression)
+        return _via_apptainer(source.engine_image, target, compression)
 
     config = info.get("Config") or {}
     singularity_d.check_config(config, image)
@@ -386,7 +395,7 @@ def export(image: str, output: Path, *, compression: str = "gzip", squash_opts: 
         squash_path = tmp if spec.offset else tmp.with_name(tmp.name + ".squashfs")
         try:
             used = squash.stream_to_squashfs(
-                image, squash_path, spec, keep=lambda m: singularity_d.keep(m, replaced),
+                source, squash_path, spec, keep=lambda m: singularity_d.keep(m, replaced),
                 adjust=None, extra=singularity_d.extra_entries(layout, when), on_bytes=meter.add)
             if not spec.offset:
                 _copy_at(squash_path, tmp, partition_offset)

@@ -1,6 +1,7 @@
-"""docker export → filter → squashfs tool, as one pipeline with no unpacked copy.
+"""An image's root filesystem → filter → squashfs tool, as one pipeline with no unpacked copy.
 
-The engine flattens the image (a throwaway container + ``docker export``), the tar
+The source flattens the image (the engine: a throwaway container + ``docker export``; a registry
+or an OCI layout: its layers merged, :mod:`imagekit.export.image_source`), the tar
 filter in :mod:`imagekit.export.tarstream` edits the stream on the way, and
 ``sqfstar`` or ``mksquashfs -tar`` (squashfs-tools >= 4.5) or ``tar2sqfs``
 (squashfs-tools-ng) builds the image from stdin. Nothing of the root filesystem
@@ -11,18 +12,20 @@ the measurements of bench/compression.py (README "Exporting").
 from __future__ import annotations
 
 import functools
-import io
 import os
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
-from imagekit.errors import EngineError, ImagekitError, UsageError
+from imagekit.errors import ImagekitError, UsageError
 from imagekit.procs import stop
 from imagekit.export import tarstream
+
+if TYPE_CHECKING:
+    from imagekit.export.image_source import Source
 
 # squashfs-tools cannot read a tar stream before 4.5: `mksquashfs - OUT -tar` and sqfstar
 # both arrived then and write identical bytes for identical options. sqfstar (4.5.1 to 4.7)
@@ -245,13 +248,6 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
     return cmd + list(spec.extra_args) + [str(out)]
 
 
-def image_inspect(image: str) -> dict[str, Any]:
-    """``docker inspect IMAGE`` as a dict; EngineError naming the image when absent."""
-    from imagekit import engine
-
-    return engine.inspect(image).attrs
-
-
 def _tail(path: str, lines: int = 8) -> str:
     try:
         with open(path, errors="replace") as fh:
@@ -260,13 +256,12 @@ def _tail(path: str, lines: int = 8) -> str:
         return ""
 
 
-def stream_to_squashfs(image: str, out: Path, spec: SquashSpec, *,
+def stream_to_squashfs(source: "Source", out: Path, spec: SquashSpec, *,
                        keep: Callable[[tarstream.Member], bool],
                        adjust: Callable[[tarstream.Member], None] | None,
                        extra, on_bytes: Callable[[int], None] | None = None) -> str:
-    """Run the pipeline into ``out``; returns the tool name used. Cleans up on any exit."""
-    from imagekit import engine
-
+    """Run the pipeline into ``out``: the source's root filesystem stream → filter → squashfs tool;
+    returns the tool name used. Cleans up on any exit."""
     name, path = pick_tool(spec.tool, spec.resolved())
     cmd = tool_command(name, path, spec, out)
     if name == "tar2sqfs" and spec.all_root:
@@ -277,25 +272,16 @@ def stream_to_squashfs(image: str, out: Path, spec: SquashSpec, *,
                 inner(member)
             member.uid = member.gid = 0
 
-    docker = engine.docker_cli()
-    procs: list[subprocess.Popen] = []
-    # The container is removed after the finally below has stopped the pipeline.
-    with engine.throwaway(image, purpose="export") as container, \
-            tempfile.NamedTemporaryFile(prefix="imagekit-export-", suffix=".err") as exp_err, \
+    squasher = None
+    with source.rootfs() as rootfs, \
             tempfile.NamedTemporaryFile(prefix="imagekit-squash-", suffix=".err") as sq_err:
         try:
-            # Unbuffered: the one buffer is the reader below (the filter splices past it).
-            exporter = subprocess.Popen([docker, "export", container], stdout=subprocess.PIPE,
-                                        stderr=exp_err, bufsize=0)
-            procs.append(exporter)
             # sqfstar refuses SOURCE_DATE_EPOCH next to explicit times; the times are explicit.
             tool_env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
             squasher = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                         stderr=sq_err, env=tool_env)
-            procs.append(squasher)
-            src = io.BufferedReader(exporter.stdout, buffer_size=1 << 20)
             try:
-                tarstream.filter_tar(src, squasher.stdin, keep=keep, adjust=adjust, extra=extra,
+                tarstream.filter_tar(rootfs.file, squasher.stdin, keep=keep, adjust=adjust, extra=extra,
                                      on_bytes=on_bytes)
                 squasher.stdin.close()
             except BrokenPipeError:
@@ -304,20 +290,17 @@ def stream_to_squashfs(image: str, out: Path, spec: SquashSpec, *,
                                     f"{_tail(sq_err.name)}",
                                     "check the --squash-opt values and the free space") from None
             except tarstream.TarFormatError as exc:
-                exporter.wait()
-                detail = _tail(exp_err.name) or str(exc)
-                raise EngineError(f"docker export {image} failed: {detail}") from None
-            rc_sq, rc_exp = squasher.wait(), exporter.wait()
-            if rc_exp != 0:
-                raise EngineError(f"docker export {image} failed (exit {rc_exp}): {_tail(exp_err.name)}")
+                raise rootfs.failed(exc) from None
+            rc_sq = squasher.wait()
+            rootfs.finish()
             if rc_sq != 0:
                 raise ImagekitError(f"{name} failed (exit {rc_sq}): {_tail(sq_err.name)}",
                                     "check the squashfs options (--squash-opt) and free space")
             return name
         finally:
-            for proc in procs:
-                stop(proc, grace=0)
-                for stream in (proc.stdin, proc.stdout):
+            if squasher is not None:
+                stop(squasher, grace=0)
+                for stream in (squasher.stdin, squasher.stdout):
                     if stream is not None:
                         try:
                             stream.close()

@@ -653,7 +653,8 @@ class RegistryClient:
                 have = sorted({(m.get("platform") or {}).get("architecture", "?")
                                for m in manifest.json().get("manifests", [])})
                 raise RegistryError(f"{ref} has no {want['architecture']} image (it has: {', '.join(have)})",
-                                    "build and push the image for this architecture")
+                                    "build and push the image for this architecture, or pick one of "
+                                    "those with --platform OS/ARCH")
             manifest = self.get_manifest(ref.repository, entries[0]["digest"], ", ".join(MANIFEST_TYPES))
         if manifest.media_type not in MANIFEST_TYPES:
             raise RegistryError(f"{ref} is a {manifest.media_type or 'manifest of unknown type'}, not an image",

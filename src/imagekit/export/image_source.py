@@ -1,0 +1,548 @@
+"""Where an export reads its image from: the Docker engine, a registry, or files on disk.
+
+``open_source(text)`` reads the forms skopeo, Apptainer and Enroot users write:
+
+- ``docker://[USER@]REGISTRY/REPO[:TAG][@DIGEST]`` and ``REGISTRY#REPO[:TAG]`` (Enroot's and Pyxis's
+  form): a registry, through imagekit's client (its credentials: Enroot's file, Docker's
+  ``config.json``); ``platform`` picks one image of a multi-platform index;
+- ``oci:DIR[:TAG]``: an OCI image layout directory (``skopeo copy … oci:DIR:TAG``);
+- ``oci-archive:FILE[:TAG]``: the same as one tar file (``podman save --format oci-archive``);
+- ``docker-archive:FILE[:REPO:TAG]``: a ``docker save`` tarball;
+- ``docker-daemon:IMAGE``, or any other text: an image in the local Docker engine.
+
+Every source gives a docker-inspect-like dict (``Id`` is the config digest, the image ID the engine
+shows, so the export store meets one conversion from any source) and the flattened root filesystem
+as one tar stream. The engine streams ``docker export`` of a throwaway container; the others merge
+their layers (:mod:`imagekit.export.layers`), checked against their digests as they stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import subprocess
+import tarfile
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping
+
+from imagekit.errors import EngineError, ImagekitError, UsageError
+from imagekit.export.layers import Layer, LayerError, docker_init_layer, merge
+
+MAX_JSON_BYTES = 4 << 20          # a manifest, index or config larger than this is refused
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
+               "application/vnd.docker.distribution.manifest.list.v2+json")
+MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
+                  "application/vnd.docker.distribution.manifest.v2+json")
+REF_NAME = "org.opencontainers.image.ref.name"
+TRANSPORTS = ("docker://", "docker-daemon:", "oci:", "oci-archive:", "docker-archive:")
+FORMS = ("docker://REGISTRY/REPO[:TAG], REGISTRY#REPO[:TAG], oci:DIR[:TAG], oci-archive:FILE[:TAG], "
+         "docker-archive:FILE[:REPO:TAG], docker-daemon:IMAGE or a local image name")
+
+
+class SourceError(ImagekitError):
+    """An image source that cannot give the image asked for."""
+
+
+class Rootfs:
+    """A flattened root filesystem as a tar stream being produced. ``file`` is read to its end;
+    ``failed(exc)`` turns a read error into the producer's own error (why the stream broke);
+    ``finish()`` raises when the producer failed although the stream looked whole."""
+
+    def __init__(self, file: BinaryIO, failed: Callable[[Exception], Exception],
+                 finish: Callable[[], None]) -> None:
+        self.file, self.failed, self.finish = file, failed, finish
+
+
+@dataclass
+class Source:
+    """One image, however it is reached."""
+
+    text: str                 # what the user gave
+    stem: str                 # the default output's name, Enroot style: repo+name+tag
+    engine_image: str | None  # set for the engine: the image name for the engine's own commands
+
+    def inspect(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def image_id(self) -> str:
+        return self.inspect()["Id"]
+
+    def rootfs(self) -> contextlib.AbstractContextManager[Rootfs]:
+        raise NotImplementedError
+
+
+def _stem(text: str) -> str:
+    return text.replace("/", "+").replace(":", "+")
+
+
+# --- the engine ------------------------------------------------------------------------------
+
+
+class EngineSource(Source):
+    def __init__(self, image: str) -> None:
+        super().__init__(text=image, stem=_stem(image), engine_image=image)
+        self._info: dict[str, Any] | None = None
+
+    def image_id(self) -> str:
+        from imagekit import engine
+
+        return engine.image_id(self.text)
+
+    def inspect(self) -> dict[str, Any]:
+        if self._info is None:
+            from imagekit import engine
+
+            self._info = engine.inspect(self.text).attrs
+        return self._info
+
+    @contextlib.contextmanager
+    def rootfs(self) -> Iterator[Rootfs]:
+        from imagekit import engine
+        from imagekit.procs import stop
+
+        docker = engine.docker_cli()
+        with engine.throwaway(self.text, purpose="export") as container, \
+                tempfile.NamedTemporaryFile(prefix="imagekit-export-", suffix=".err") as err:
+            # Unbuffered: the one buffer is the reader (the filter splices past it).
+            exporter = subprocess.Popen([docker, "export", container], stdout=subprocess.PIPE,
+                                        stderr=err, bufsize=0)
+            try:
+                def failed(exc: Exception) -> Exception:
+                    exporter.wait()
+                    return EngineError(f"docker export {self.text} failed: {_tail(err.name) or exc}")
+
+                def finish() -> None:
+                    rc = exporter.wait()
+                    if rc != 0:
+                        raise EngineError(f"docker export {self.text} failed (exit {rc}): {_tail(err.name)}")
+
+                yield Rootfs(io.BufferedReader(exporter.stdout, buffer_size=1 << 20), failed, finish)  # type: ignore[arg-type]
+            finally:
+                stop(exporter, grace=0)
+                if exporter.stdout is not None:
+                    exporter.stdout.close()
+
+
+def _tail(path: str, lines: int = 8) -> str:
+    try:
+        with open(path, errors="replace") as fh:
+            return "\n".join(fh.read().strip().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# --- layered sources: a registry, an OCI layout or archive, a docker save tarball ------------------
+
+
+class LayeredSource(Source):
+    """A source that has the image's config and layer blobs; subclasses fetch them."""
+
+    def __init__(self, text: str, stem: str) -> None:
+        super().__init__(text=text, stem=stem, engine_image=None)
+        self._config_digest: str | None = None
+        self._config: dict[str, Any] | None = None
+        self._layers: list[Layer] | None = None
+
+    def _load(self) -> tuple[str, dict[str, Any], list[Layer]]:
+        raise NotImplementedError
+
+    def loaded(self) -> tuple[str, dict[str, Any], list[Layer]]:
+        if self._layers is None:
+            digest, config, layers = self._load()
+            want = getattr(self, "platform", None)
+            have = {"os": config.get("os") or "linux", "architecture": config.get("architecture") or "",
+                    **({"variant": config["variant"]} if config.get("variant") else {})}
+            if want and any(want[k] != have.get(k) for k in want):
+                raise SourceError(f"{self.text} has no {'/'.join(want.values())} image (it has: "
+                                  f"{'/'.join(have.values())})", "pick that one with --platform, or drop --platform")
+            diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
+            if len(diff_ids) != len(layers):
+                raise SourceError(f"{self.text}: the config lists {len(diff_ids)} layers and the manifest "
+                                  f"{len(layers)}", "the image is malformed; build and push it again")
+            self._config_digest, self._config, self._layers = digest, config, layers
+        return self._config_digest, self._config, self._layers  # type: ignore[return-value]
+
+    def image_id(self) -> str:
+        return self.loaded()[0]
+
+    def inspect(self) -> dict[str, Any]:
+        digest, config, layers = self.loaded()
+        return {"Id": digest, "Config": config.get("config") or {},
+                "Architecture": config.get("architecture") or "", "Os": config.get("os") or "",
+                # The stored (compressed) size: the only one known before the layers stream.
+                "Size": sum(layer.size or 0 for layer in layers)}
+
+    @contextlib.contextmanager
+    def rootfs(self) -> Iterator[Rootfs]:
+        _, _, layers = self.loaded()
+        read_fd, write_fd = os.pipe()
+        failure: list[BaseException] = []
+
+        def produce() -> None:
+            try:
+                with io.FileIO(write_fd, "w", closefd=True) as raw:
+                    merge([*layers, docker_init_layer()], raw)
+            except BrokenPipeError:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
+                failure.append(exc)
+
+        producer = threading.Thread(target=produce, name=f"merge {self.text}", daemon=True)
+        reader = io.BufferedReader(io.FileIO(read_fd, "r"), buffer_size=1 << 20)
+
+        def failed(exc: Exception) -> Exception:
+            reader.close()
+            producer.join()
+            return failure[0] if failure and isinstance(failure[0], Exception) else exc
+
+        def finish() -> None:
+            producer.join()
+            if failure:
+                raise failure[0]
+
+        producer.start()
+        try:
+            yield Rootfs(reader, failed, finish)
+        finally:
+            reader.close()     # a producer still writing gets EPIPE and stops
+            producer.join()
+
+
+def _json(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        raise SourceError(f"{what} is not JSON") from None
+    if not isinstance(value, dict):
+        raise SourceError(f"{what} is not a JSON object")
+    return value
+
+
+def _platform(text: str | None) -> dict[str, str] | None:
+    if not text:
+        return None
+    parts = text.split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise UsageError(f"--platform {text!r} is not OS/ARCH[/VARIANT]", "e.g. --platform linux/arm64")
+    return {"os": parts[0], "architecture": parts[1], **({"variant": parts[2]} if len(parts) == 3 else {})}
+
+
+def _pick(entries: list[dict[str, Any]], want: dict[str, str] | None, what: str) -> dict[str, Any]:
+    from imagekit.registry.client import host_platform
+
+    want = want or host_platform()
+    found = [m for m in entries
+             if (m.get("platform") or {}).get("architecture") == want["architecture"]
+             and (m.get("platform") or {}).get("os", "linux") == want.get("os", "linux")
+             and ("variant" not in want or (m.get("platform") or {}).get("variant") == want["variant"])]
+    if not found:
+        have = sorted({"/".join(filter(None, ((m.get("platform") or {}).get("os", "?"),
+                                              (m.get("platform") or {}).get("architecture", "?"),
+                                              (m.get("platform") or {}).get("variant"))))
+                       for m in entries})
+        wanted = "/".join(filter(None, (want.get("os", "linux"), want["architecture"], want.get("variant"))))
+        raise SourceError(f"{what} has no {wanted} image (it has: {', '.join(have) or 'none'})",
+                          "pick one of those with --platform OS/ARCH")
+    return found[0]
+
+
+def _layers_of(manifest: dict[str, Any], what: str, feed_for: Callable[[dict[str, Any]], Callable[[IO[bytes]], None]]
+               ) -> list[Layer]:
+    layers = []
+    for i, desc in enumerate(manifest.get("layers") or []):
+        layer = Layer(digest=str(desc.get("digest", "")), size=desc.get("size"),
+                      media_type=str(desc.get("mediaType", "")), feed=feed_for(desc),
+                      where=f"layer {i + 1} of {what}")
+        from imagekit.export.layers import check_media_type
+
+        check_media_type(layer)
+        layers.append(layer)
+    return layers
+
+
+def _checked_manifest(manifest: dict[str, Any], media_type: str, what: str) -> None:
+    kind = manifest.get("mediaType") or media_type
+    if kind not in MANIFEST_TYPES:
+        raise SourceError(f"{what} is a {kind or 'document of unknown type'}, not an image manifest",
+                          "give a container image")
+    config_type = (manifest.get("config") or {}).get("mediaType", "")
+    if config_type not in ("application/vnd.oci.image.config.v1+json",
+                           "application/vnd.docker.container.image.v1+json"):
+        raise SourceError(f"{what} is not a container image: its config is {config_type!r} "
+                          "(an artifact, a Helm chart or a signature?)", "give a container image")
+
+
+class RegistrySource(LayeredSource):
+    def __init__(self, text: str, platform: str | None = None, env: Mapping[str, str] | None = None) -> None:
+        from imagekit import registry
+
+        self.ref = registry.parse(text)
+        super().__init__(text=text, stem=_stem(f"{self.ref.repository}:{self.ref.tag}"))
+        self.platform = _platform(platform)
+        self.env = dict(env) if env is not None else None
+        self.resolved = None
+
+    def _load(self) -> tuple[str, dict[str, Any], list[Layer]]:
+        from imagekit import registry
+        from imagekit.registry.client import MANIFEST_TYPES as ACCEPT
+
+        kwargs = {"env": self.env} if self.env is not None else {}
+        client = registry.RegistryClient.for_reference(self.ref, **kwargs)
+        repo = self.ref.repository
+        self.resolved = resolved = client.resolve(self.ref, self.platform)
+        manifest_doc = client.get_manifest(repo, resolved.digest, ", ".join(ACCEPT))
+        manifest = _json(manifest_doc.body, f"{self.ref}'s manifest")
+        _checked_manifest(manifest, manifest_doc.media_type, str(self.ref))
+        cdesc = manifest.get("config") or {}
+        if int(cdesc.get("size") or 0) > MAX_JSON_BYTES:
+            raise SourceError(f"{self.ref}: the image config is {cdesc.get('size')} bytes, over the "
+                              f"{MAX_JSON_BYTES} this export reads")
+        buf = io.BytesIO()
+        client.download_blob(repo, resolved.config_digest, buf, size=int(cdesc.get("size") or 0) or None)
+        config = _json(buf.getvalue(), f"{self.ref}'s config")
+
+        def feed_for(desc: dict[str, Any]) -> Callable[[IO[bytes]], None]:
+            def feed(out: IO[bytes]) -> None:
+                client.download_blob(repo, desc["digest"], out, size=desc.get("size"))
+            return feed
+
+        return resolved.config_digest, config, _layers_of(manifest, str(self.ref), feed_for)
+
+
+class _Blobs:
+    """Blobs by digest in an OCI layout: a directory, or a tar file holding one."""
+
+    def __init__(self, root: Path | None = None, archive: Path | None = None) -> None:
+        self.root, self.archive = root, archive
+        self._members: dict[str, tuple[int, int]] = {}
+        if archive is not None:
+            try:
+                with tarfile.open(archive) as tar:
+                    for m in tar:
+                        if m.isfile():
+                            self._members[m.name.lstrip("./") if m.name.startswith("./") else m.name] = (
+                                m.offset_data, m.size)
+            except (OSError, tarfile.TarError) as exc:
+                raise SourceError(f"{archive} is not a readable tar archive: {exc}") from None
+
+    def describe(self) -> str:
+        return str(self.archive or self.root)
+
+    @contextlib.contextmanager
+    def open(self, name: str) -> Iterator[tuple[BinaryIO, int]]:
+        if self.archive is None:
+            path = self.root / name  # type: ignore[operator]
+            try:
+                fh = open(path, "rb")
+            except OSError as exc:
+                raise SourceError(f"{self.describe()} has no {name} ({exc.strerror})") from None
+            with fh:
+                yield fh, os.fstat(fh.fileno()).st_size
+            return
+        where = self._members.get(name)
+        if where is None:
+            raise SourceError(f"{self.describe()} has no {name}")
+        with open(self.archive, "rb") as fh:
+            fh.seek(where[0])
+            yield _Window(fh, where[1]), where[1]  # type: ignore[misc]
+
+    def read(self, name: str, what: str) -> bytes:
+        with self.open(name) as (fh, size):
+            if size > MAX_JSON_BYTES:
+                raise SourceError(f"{self.describe()}: {what} is {size} bytes, over the {MAX_JSON_BYTES} "
+                                  "this export reads")
+            return fh.read(size)
+
+    def blob(self, digest: str, what: str, size: int | None = None) -> bytes:
+        data = self.read(_blob_name(digest, self.describe()), what)
+        got = "sha256:" + hashlib.sha256(data).hexdigest()
+        if got != digest:
+            raise SourceError(f"{self.describe()}: {what} {digest} hashes to {got}", "the layout is damaged")
+        return data
+
+    def feeder(self, name: str, digest: str, size: int | None, where: str) -> Callable[[IO[bytes]], None]:
+        def feed(out: IO[bytes]) -> None:
+            h = hashlib.sha256()
+            done = 0
+            with self.open(name) as (fh, _):
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+                    out.write(chunk)
+                    done += len(chunk)
+            got = "sha256:" + h.hexdigest()
+            if got != digest or (size is not None and done != size):
+                raise LayerError(f"{where} is damaged: {self.describe()} holds {done} bytes hashing to {got}, "
+                                 f"not {digest}" + (f" ({size} bytes)" if size is not None else ""),
+                                 "nothing was written; save or copy the image again")
+        return feed
+
+
+class _Window(io.RawIOBase):
+    """``size`` bytes of ``fh`` from where it stands."""
+
+    def __init__(self, fh: BinaryIO, size: int) -> None:
+        self.fh, self.left = fh, size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:  # type: ignore[override]
+        n = self.left if n < 0 else min(n, self.left)
+        data = self.fh.read(n)
+        self.left -= len(data)
+        return data
+
+
+def _blob_name(digest: str, where: str) -> str:
+    algo, _, hexpart = digest.partition(":")
+    if algo != "sha256" or len(hexpart) != 64 or not all(c in "0123456789abcdef" for c in hexpart):
+        raise SourceError(f"{where}: {digest!r} is not a sha256 digest")
+    return f"blobs/sha256/{hexpart}"
+
+
+class OciLayoutSource(LayeredSource):
+    """An OCI image layout (a directory, or ``oci-archive:`` a tar of one)."""
+
+    def __init__(self, text: str, path: Path, tag: str | None, archive: bool,
+                 platform: str | None = None) -> None:
+        super().__init__(text=text, stem=_stem(f"{path.name.split('.')[0] if archive else path.name}"
+                                               + (f":{tag}" if tag else "")))
+        self.path, self.tag, self.archive = path, tag, archive
+        self.platform = _platform(platform)
+
+    def _load(self) -> tuple[str, dict[str, Any], list[Layer]]:
+        blobs = _Blobs(archive=self.path) if self.archive else _Blobs(root=self.path)
+        where = blobs.describe()
+        layout = _json(blobs.read("oci-layout", "oci-layout"), f"{where}/oci-layout")
+        if "imageLayoutVersion" not in layout:
+            raise SourceError(f"{where} is not an OCI image layout (oci-layout has no imageLayoutVersion)")
+        index = _json(blobs.read("index.json", "index.json"), f"{where}/index.json")
+        entries = list(index.get("manifests") or [])
+        if self.tag is not None:
+            named = [m for m in entries if (m.get("annotations") or {}).get(REF_NAME) == self.tag]
+            if not named:
+                names = sorted({(m.get("annotations") or {}).get(REF_NAME, "?") for m in entries})
+                raise SourceError(f"{where} has no image tagged {self.tag!r} (it has: {', '.join(names) or 'none'})",
+                                  "name one of those after the last ':'")
+            entries = named
+        elif len(entries) != 1:
+            names = sorted({(m.get("annotations") or {}).get(REF_NAME, "?") for m in entries})
+            raise SourceError(f"{where} holds {len(entries)} images; say which: {', '.join(names) or 'none'}",
+                              f"e.g. {self.text}:{names[0] if names else 'TAG'}")
+        desc = entries[0]
+        for _ in range(4):                    # an index may name an index
+            if desc.get("mediaType") not in INDEX_TYPES:
+                break
+            nested = _json(blobs.blob(desc["digest"], "index"), f"{where}: index {desc['digest']}")
+            desc = _pick(list(nested.get("manifests") or []), self.platform, f"{self.text}")
+        manifest = _json(blobs.blob(desc["digest"], "manifest"), f"{where}: manifest {desc.get('digest')}")
+        _checked_manifest(manifest, str(desc.get("mediaType", "")), self.text)
+        config_digest = (manifest.get("config") or {}).get("digest", "")
+        config = _json(blobs.blob(config_digest, "config"), f"{where}: config {config_digest}")
+
+        def feed_for(d: dict[str, Any]) -> Callable[[IO[bytes]], None]:
+            name = _blob_name(str(d.get("digest", "")), where)
+            return blobs.feeder(name, d["digest"], d.get("size"), f"the layer {d['digest']} of {self.text}")
+
+        return config_digest, config, _layers_of(manifest, self.text, feed_for)
+
+
+class DockerArchiveSource(LayeredSource):
+    """A ``docker save`` tarball: manifest.json, the config by its digest, uncompressed layer tars
+    checked against the config's ``diff_ids``."""
+
+    def __init__(self, text: str, path: Path, ref: str | None) -> None:
+        super().__init__(text=text, stem=_stem(ref) if ref else path.name.split(".")[0])
+        self.path, self.ref = path, ref
+
+    def _load(self) -> tuple[str, dict[str, Any], list[Layer]]:
+        blobs = _Blobs(archive=self.path)
+        where = blobs.describe()
+        try:
+            listed = json.loads(blobs.read("manifest.json", "manifest.json"))
+        except ValueError:
+            raise SourceError(f"{where}: manifest.json is not JSON") from None
+        if not isinstance(listed, list) or not listed:
+            raise SourceError(f"{where} is not a `docker save` tarball (manifest.json lists no image)")
+        if self.ref is not None:
+            wanted = {self.ref, f"{self.ref}:latest"} | ({f"docker.io/{self.ref}"} if "/" in self.ref else set())
+            chosen = [m for m in listed if wanted & set(m.get("RepoTags") or [])]
+            if not chosen:
+                tags = sorted({t for m in listed for t in (m.get("RepoTags") or [])})
+                raise SourceError(f"{where} has no image {self.ref} (it has: {', '.join(tags) or 'untagged images'})")
+        elif len(listed) != 1:
+            tags = sorted({t for m in listed for t in (m.get("RepoTags") or [])})
+            raise SourceError(f"{where} holds {len(listed)} images; say which: {', '.join(tags)}",
+                              f"e.g. docker-archive:{self.path}:{tags[0] if tags else 'REPO:TAG'}")
+        else:
+            chosen = listed
+        entry = chosen[0]
+        config_bytes = blobs.read(str(entry.get("Config", "")), "the image config")
+        config_digest = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
+        config = _json(config_bytes, f"{where}: {entry.get('Config')}")
+        diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
+        names = list(entry.get("Layers") or [])
+        if len(diff_ids) != len(names):
+            raise SourceError(f"{where}: the config lists {len(diff_ids)} layers and manifest.json {len(names)}")
+        layers = []
+        for i, (name, diff_id) in enumerate(zip(names, diff_ids)):
+            size = blobs._members.get(name, (0, None))[1]
+            layers.append(Layer(digest=diff_id, size=size, media_type="application/vnd.docker.image.rootfs.diff.tar",
+                                feed=blobs.feeder(name, diff_id, None, f"layer {i + 1} ({name}) of {self.text}"),
+                                where=f"layer {i + 1} of {self.text}"))
+        return config_digest, config, layers
+
+
+def _split_file(rest: str) -> tuple[str, str | None]:
+    """``FILE[:REF]`` where FILE may hold ':' itself: the longest prefix that exists is the file."""
+    if os.path.exists(rest) or ":" not in rest:
+        return rest, None
+    for i in [j for j, c in enumerate(rest) if c == ":"]:
+        if os.path.exists(rest[:i]):
+            return rest[:i], rest[i + 1:] or None
+    return rest.split(":", 1)[0], rest.split(":", 1)[1] or None
+
+
+def is_engine_image(text: str) -> bool:
+    return not (text.startswith(TRANSPORTS) or "#" in text)
+
+
+def open_source(text: str, *, platform: str | None = None, env: Mapping[str, str] | None = None) -> Source:
+    """The source ``text`` names (see the module docstring)."""
+    if text.startswith("docker-daemon:"):
+        text = text[len("docker-daemon:"):]
+        if not text:
+            raise UsageError("docker-daemon: names no image", f"valid forms: {FORMS}")
+    elif text.startswith("docker://") or "#" in text:
+        return RegistrySource(text, platform, env)
+    elif text.startswith(("oci:", "oci-archive:")):
+        archive = text.startswith("oci-archive:")
+        rest = text.split(":", 1)[1]
+        path, tag = _split_file(rest) if archive else _split_dir(rest)
+        p = Path(path).expanduser()
+        if not p.exists():
+            raise UsageError(f"{text}: {p} does not exist", f"valid forms: {FORMS}")
+        return OciLayoutSource(text, p, tag, archive, platform)
+    elif text.startswith("docker-archive:"):
+        path, ref = _split_file(text.split(":", 1)[1])
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise UsageError(f"{text}: {p} is not a file", f"valid forms: {FORMS}")
+        return DockerArchiveSource(text, p, ref)
+    if platform:
+        raise UsageError("--platform applies to registry and OCI sources",
+                         "a local engine image has one platform already; drop --platform")
+    return EngineSource(text)
+
+
+def _split_dir(rest: str) -> tuple[str, str | None]:
+    if os.path.isdir(rest) or ":" not in rest:
+        return rest, None
+    path, _, tag = rest.rpartition(":")
+    return path, tag or None
