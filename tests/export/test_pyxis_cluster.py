@@ -5,7 +5,7 @@ Enroot 4.1.2) runs ``srun --container-image=REGISTRY#REPO:TAG`` against the real
 Pyxis execs the site's importer wrapper (README "The Pyxis importer") as the job's user with
 the job's environment, and the container starts for real and runs a command. The site's
 shared store is published by root (its CI) and read by everyone; ``imagekit-user`` is not a
-publisher, has no Docker engine it may use, and converts with ``enroot import`` into a store
+publisher, has no Docker engine it may use, and converts straight from the registry into a store
 of its own. Each test sets ``importer=`` and puts Pyxis's line back in a finally.
 """
 
@@ -112,8 +112,8 @@ def test_cold_from_a_trusted_artifact_then_verified_hits_for_root_and_a_user(clu
 
 def test_without_an_artifact_each_store_converts_once_and_the_user_never_publishes(cluster, site, base_image,
                                                                                    test_user):
-    """No artifact: two concurrent steps of the user convert once, with `enroot import` (the user may
-    not use the Docker engine), into the user's own store; root's job converts with the engine into
+    """No artifact: two concurrent steps of the user convert once, straight from the registry (the user
+    may not use the Docker engine), into the user's own store; root's job converts with the engine into
     the shared store; the user's next job starts from the shared store."""
     from imagekit.export.push import push_image
 
@@ -126,9 +126,9 @@ def test_without_an_artifact_each_store_converts_once_and_the_user_never_publish
     assert [p.returncode for p in procs] == [0, 0], [p.stdout + p.stderr for p in procs] + [said]
     assert all(p.stdout.strip().startswith("12") for p in procs), [p.stdout for p in procs]
     assert said.count("converting with") == 1 and said.count("converted and stored") == 1, said
-    assert "enroot import" in said
+    assert "straight from the registry" in said
     (mine,) = entries(site.own_store(test_user))
-    assert mine.options == ("tool=enroot-import",) and os.stat(mine.path).st_uid == site.user_uid
+    assert mine.options == () and os.stat(mine.path).st_uid == site.user_uid
     assert entries(site.shared) == [], "a user outside the publishers never writes the shared store"
 
     before = len(said)

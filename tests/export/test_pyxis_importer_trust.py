@@ -104,7 +104,7 @@ def test_f3_a_trusted_referrer_must_be_a_squashfs_of_this_image(odd_in, tmp_path
     assert f"it names image 'sha256:{'0' * 64}', not {subject.config_digest}" in call.log, call.log
     assert "squashfs version 17736.18733; Enroot and squashfuse read 4.0" in call.log    # b"hsqs-N"...
     assert "converted and stored" in call.log
-    assert [e.options for e in Store.open(tmp_path / "store").entries()] == [("tool=enroot-import",)]
+    assert [e.options for e in Store.open(tmp_path / "store").entries()] == [()]
 
 
 def test_f3_a_pulled_artifact_is_kept_apart_from_the_local_exports_key(odd_image, registry, tmp_path):
@@ -153,12 +153,11 @@ def test_f5_the_importer_never_serves_a_squash_opt_variant(odd_in, tmp_path):
     assert is_squashfs(call.path) and "converted and stored" in call.log
 
 
-# --- F4: no engine, no artifact: enroot import, once ------------------------------------------------------
+# --- F4: no engine, no artifact: one conversion straight from the registry ---------------------------------
 
-def test_f4_without_engine_or_artifact_enroot_import_converts_once(pushed_odd, tmp_path):
-    """Two job steps at once on a node with no Docker engine: the Enroot of ../shared/mirror converts
-    once under the store's lock, both get the same file, and a later step is a verified hit."""
-    _need_enroot()
+def test_f4_without_engine_or_artifact_the_registry_path_converts_once(pushed_odd, tmp_path):
+    """Two job steps at once on a node with no Docker engine: the image is converted once, straight
+    from the registry, under the store's lock; both get the same file, and a later step is a verified hit."""
     uri, _ = pushed_odd
     store = tmp_path / "store"
     envs = [job_env(store, tmp_path / "run", step, **NO_ENGINE) for step in range(2)]
@@ -170,8 +169,9 @@ def test_f4_without_engine_or_artifact_enroot_import_converts_once(pushed_odd, t
     assert len({c.path for c in calls}) == 1 and is_squashfs(calls[0].path)
     listing = __import__("subprocess").run(["unsquashfs", "-l", calls[0].path], capture_output=True, text=True)
     assert "squashfs-root/opt/data/file.txt" in listing.stdout
+    assert "straight from the registry" in logs
     (entry,) = Store.open(store).entries()
-    assert entry.options == ("tool=enroot-import",)
+    assert entry.options == ()
     hit = pyxis_get(uri, job_env(store, tmp_path / "run", 2, **NO_ENGINE))
     assert hit.rc == 0 and hit.path == calls[0].path and "store hit" in hit.log and "verified" in hit.log
     for env in (*envs, job_env(store, tmp_path / "run", 2)):

@@ -22,8 +22,9 @@ Where it looks, and what it trusts (README "The export store: who may publish"):
 3. else an export artifact pushed beside the image, only from a repository the site
    trusts (``IMAGEKIT_TRUSTED_ARTIFACTS``), checked as an Enroot export of this image →
    pull it into a store under its own key;
-4. else convert it once under the store's lock: the Docker engine when one answers,
-   else ``enroot import``. N nodes of one job on a shared store convert once.
+4. else convert it once under the store's lock: the Docker engine when one answers, else
+   straight from the registry (the layers streamed and merged, :mod:`imagekit.export.image_source`).
+   Both give the same file under the same key. N nodes of one job on a shared store convert once.
 
 Steps 3 and 4 write into the shared store when this user is one of its publishers, else
 into the user's own store: a user outside the publishers never changes what another
@@ -38,9 +39,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
@@ -237,10 +236,7 @@ def _registry_source(uri: str, env: Mapping[str, str]) -> Source:
         if engine.available():
             return (), lambda tmp, preset: _convert_with_engine(resolved.reference, resolved.config_digest,
                                                                 tmp, preset)
-        # Its own key: `enroot import` writes Enroot's layout from an unpacked tree, not the bytes
-        # `imagekit export` writes, so a local export never finds it (a Pyxis job may: same files).
-        return ("tool=enroot-import",), lambda tmp, preset: _convert_with_enroot(resolved.reference, tmp,
-                                                                                 preset, env)
+        return (), lambda tmp, preset: _convert_from_registry(resolved.reference, tmp, preset, env)
 
     return Source(resolved.config_digest, resolved.digest, pull_artifact, converter)
 
@@ -291,28 +287,13 @@ def _convert_with_engine(ref, image_id: str, tmp: Path, preset: str) -> None:
     enroot.export(image_id, tmp, preset=preset, force=True)
 
 
-def _convert_with_enroot(ref, tmp: Path, preset: str, env: Mapping[str, str]) -> None:
-    """``enroot import`` of the digest-pinned reference, with the preset's squashfs options."""
-    from imagekit.export import squash
-    from imagekit.registry.client import plain_http_default
+def _convert_from_registry(ref, tmp: Path, preset: str, env: Mapping[str, str]) -> None:
+    """The digest-pinned image straight from the registry: no engine, nothing unpacked."""
+    from imagekit.export import enroot
+    from imagekit.export.image_source import RegistrySource
 
-    binary = shutil.which("enroot", path=env.get("PATH"))
-    if binary is None:
-        raise ArtifactMissing(
-            f"no Enroot export of {ref} is stored or pushed, and this node has neither a Docker "
-            "engine nor enroot to convert it",
-            f"push one from CI: imagekit push IMAGE --to {ref.registry}/{ref.repository}:{ref.tag} "
-            "--with enroot")
-    log(f"converting with {binary} import")
-    # Enroot runs `mksquashfs DIR OUT -all-root ... $ENROOT_SQUASH_OPTIONS`.
-    child = {**env, "ENROOT_SQUASH_OPTIONS": " ".join(squash.preset(preset).mksquashfs_args())}
-    if plain_http_default(ref.registry, dict(env)):
-        child["ENROOT_ALLOW_HTTP"] = "y"   # what imagekit's own client does for this registry
-    proc = subprocess.run([binary, "import", "--output", str(tmp), f"docker://{ref.pyxis}"],
-                          stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr, env=child)
-    if proc.returncode != 0:
-        raise ImagekitError(f"enroot import docker://{ref.pyxis} failed (exit {proc.returncode})",
-                            "see enroot's messages above")
+    log(f"converting with no Docker engine, straight from the registry: {ref.docker}")
+    enroot.export(RegistrySource(f"docker://{ref.docker}", env=env), tmp, preset=preset, force=True)
 
 
 def _fill(store: "Store", source: Source, env: Mapping[str, str]) -> "tuple[Entry, bool]":
