@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: `imagekit export --to enroot` vs `enroot import dockerd://`.
+"""Benchmark: `imagekit export --to enroot` vs `enroot import dockerd://`, and `--to sif` vs `apptainer build`.
 
 Rows, run side by side (interleaved, `--runs` times each; the median is shown):
 
@@ -15,6 +15,10 @@ Rows, run side by side (interleaved, `--runs` times each; the median is shown):
 - `imagekit export --to enroot --preset enroot` (Enroot's exact squash options)
   and with the default preset.
 
+With `--to sif`: `apptainer build OUT docker-daemon://IMAGE` (Apptainer's gzip default, the
+baseline), `imagekit export --to sif` (gzip too, the same bytes class), and the zstd pair
+(`apptainer build --mksquashfs-args "-comp zstd"` against `--preset zstd`).
+
 Measured on the same image(s): wall time, CPU time of child processes
 (rusage), and peak extra disk on the file system of the work/output area
 (statvfs sampled every 50 ms; the output file itself is included, so the ideal
@@ -25,7 +29,8 @@ Images: imagekit/debian-mpi:latest when present, else the base image; and a
 `imagekit build debian-cuda --target devel`), else one made here (base +
 incompressible and compressible files, --big-gb).
 
-    python bench/export.py [--image IMAGE] [--big-image IMAGE] [--runs 5] [--workdir /var/tmp] [--enroot PATH]
+    python bench/export.py [--to enroot|sif] [--image IMAGE] [--big-image IMAGE] [--runs 5] [--workdir /var/tmp]
+                           [--enroot PATH] [--apptainer PATH]
 """
 
 from __future__ import annotations
@@ -112,9 +117,21 @@ def enroot_import(enroot: str):
     return run
 
 
-def imagekit_method(preset: str | None):
+def apptainer_build(apptainer: str, comp: str | None):
     def run(image: str, work: Path, out: Path) -> None:
-        argv = [sys.executable, "-m", "imagekit", "export", image, "--to", "enroot", "-o", str(out),
+        # Apptainer unpacks into its temporary directory: the same disk as ours.
+        env = dict(os.environ, APPTAINER_TMPDIR=str(work), TMPDIR=str(work))
+        argv = [apptainer, "-q", "build", "--force"]
+        if comp:
+            argv += ["--mksquashfs-args", f"-comp {comp}"]
+        subprocess.run(argv + [str(out), f"docker-daemon://{image}"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    return run
+
+
+def imagekit_method(preset: str | None, to: str = "enroot"):
+    def run(image: str, work: Path, out: Path) -> None:
+        argv = [sys.executable, "-m", "imagekit", "export", image, "--to", to, "-o", str(out),
                 "--force", "--no-store", "-q"]
         if preset:
             argv += ["--preset", preset]
@@ -175,6 +192,8 @@ def main() -> int:
     ap.add_argument("--workdir", default="/var/tmp")
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--enroot", default=shutil.which("enroot"), help="enroot executable (default: PATH)")
+    ap.add_argument("--to", choices=("enroot", "sif"), default="enroot")
+    ap.add_argument("--apptainer", default=shutil.which("apptainer"), help="apptainer executable (default: PATH)")
     args = ap.parse_args()
 
     from imagekit import base_image, engine
@@ -196,13 +215,22 @@ def main() -> int:
         images.append(BIG_TAG)
 
     methods = []
-    if args.enroot:
+    if args.to == "sif":
+        if not args.apptainer:
+            print("--to sif needs apptainer (--apptainer): it is the baseline", file=sys.stderr)
+            return 2
+        methods += [("apptainer build docker-daemon:// (gzip)", apptainer_build(args.apptainer, None)),
+                    ("imagekit --to sif (gzip)", imagekit_method(None, "sif")),
+                    ("apptainer build -comp zstd", apptainer_build(args.apptainer, "zstd")),
+                    ("imagekit --to sif --preset zstd", imagekit_method("zstd", "sif"))]
+    elif args.enroot:
         methods.append(("enroot import dockerd://", enroot_import(args.enroot)))
     else:
         print("no enroot found (--enroot): the baseline is the method re-done by hand", file=sys.stderr)
-    methods += [("enroot's method by hand", enroot_method),
-                ("imagekit --preset enroot", imagekit_method("enroot")),
-                (f"imagekit (default: {squash.DEFAULT_PRESET})", imagekit_method(None))]
+    if args.to == "enroot":
+        methods += [("enroot's method by hand", enroot_method),
+                    ("imagekit --preset enroot", imagekit_method("enroot")),
+                    (f"imagekit (default: {squash.DEFAULT_PRESET})", imagekit_method(None))]
 
     work = Path(tempfile.mkdtemp(prefix="imagekit-bench-", dir=args.workdir))
     results: dict[tuple[str, str], list[dict]] = {}
@@ -210,7 +238,7 @@ def main() -> int:
         for image in images:
             for i in range(args.runs):
                 for label, fn in methods:   # interleaved, so drift hits every method alike
-                    r = measure(fn, image, work, work / "out.sqsh")
+                    r = measure(fn, image, work, work / f"out.{'sif' if args.to == 'sif' else 'sqsh'}")
                     results.setdefault((image, label), []).append(r)
                     print(f"  {image} run {i + 1}: {label}: {r['wall']:.1f}s", file=sys.stderr)
     finally:
@@ -220,14 +248,17 @@ def main() -> int:
     print(f"\nmedian of {args.runs} paired runs, {os.cpu_count()} CPUs\n")
     print("| image | method | wall s | CPU s | wall ratio | CPU ratio | peak extra MiB | out MiB |")
     print("|---|---|---|---|---|---|---|---|")
+    # Each imagekit row against the tool's own run with the same compression.
+    baseline_of = {"imagekit --to sif --preset zstd": "apptainer build -comp zstd"}
     for image in images:
-        base = median_of(results[(image, methods[0][0])])
         for label, _ in methods:
+            base = median_of(results[(image, baseline_of.get(label, methods[0][0]))])
             r = median_of(results[(image, label)])
             print(f"| {image} ({image_size(image) / mib:.0f} MiB) | {label} | {r['wall']:.1f} | "
                   f"{r['cpu']:.1f} | {base['wall'] / r['wall']:.2f}x | {base['cpu'] / max(r['cpu'], 1e-9):.2f}x | "
                   f"{r['peak_extra'] / mib:.0f} | {r['out'] / mib:.0f} |")
-    print(f"\nratios: the baseline row's time over the row's (higher is faster), baseline: {methods[0][0]}")
+    print(f"\nratios: the baseline row's time over the row's (higher is faster), baseline: {methods[0][0]}"
+          + "".join(f"; for {k}: {v}" for k, v in baseline_of.items() if args.to == "sif"))
     return 0
 
 
