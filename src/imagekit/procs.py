@@ -16,3 +16,12 @@ def stop(proc: subprocess.Popen, grace: float = 10.0) -> int:
                 pass
         proc.kill()
     return proc.wait()
+
+
+def log_tail(path: str, lines: int = 8) -> str:
+    """The last ``lines`` lines of a child's log file (its stderr), for an error message; "" if unreadable."""
+    try:
+        with open(path, errors="replace") as fh:
+            return "\n".join(fh.read().strip().splitlines()[-lines:])
+    except OSError:
+        return ""

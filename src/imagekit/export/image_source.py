@@ -18,6 +18,7 @@ their layers (:mod:`imagekit.export.layers`), checked against their digests as t
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import hashlib
 import io
@@ -60,21 +61,23 @@ class Rootfs:
 
 
 @dataclass
-class Source:
+class Source(abc.ABC):
     """One image, however it is reached."""
 
     text: str                 # what the user gave
     stem: str                 # the default output's name, Enroot style: repo+name+tag
     engine_image: str | None  # set for the engine: the image name for the engine's own commands
 
+    @abc.abstractmethod
     def inspect(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The image as ``docker inspect`` shows it: Id, Config, Architecture, Os, Size."""
 
     def image_id(self) -> str:
         return self.inspect()["Id"]
 
+    @abc.abstractmethod
     def rootfs(self) -> contextlib.AbstractContextManager[Rootfs]:
-        raise NotImplementedError
+        """The flattened root filesystem, streamed."""
 
 
 def _stem(text: str) -> str:
@@ -104,7 +107,7 @@ class EngineSource(Source):
     @contextlib.contextmanager
     def rootfs(self) -> Iterator[Rootfs]:
         from imagekit import engine
-        from imagekit.procs import stop
+        from imagekit.procs import log_tail, stop
 
         docker = engine.docker_cli()
         with engine.throwaway(self.text, purpose="export") as container, \
@@ -115,26 +118,18 @@ class EngineSource(Source):
             try:
                 def failed(exc: Exception) -> Exception:
                     exporter.wait()
-                    return EngineError(f"docker export {self.text} failed: {_tail(err.name) or exc}")
+                    return EngineError(f"docker export {self.text} failed: {log_tail(err.name) or exc}")
 
                 def finish() -> None:
                     rc = exporter.wait()
                     if rc != 0:
-                        raise EngineError(f"docker export {self.text} failed (exit {rc}): {_tail(err.name)}")
+                        raise EngineError(f"docker export {self.text} failed (exit {rc}): {log_tail(err.name)}")
 
                 yield Rootfs(io.BufferedReader(exporter.stdout, buffer_size=1 << 20), failed, finish)  # type: ignore[arg-type]
             finally:
                 stop(exporter, grace=0)
                 if exporter.stdout is not None:
                     exporter.stdout.close()
-
-
-def _tail(path: str, lines: int = 8) -> str:
-    try:
-        with open(path, errors="replace") as fh:
-            return "\n".join(fh.read().strip().splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 # --- layered sources: a registry, an OCI layout or archive, a docker save tarball ------------------
@@ -149,8 +144,9 @@ class LayeredSource(Source):
         self._config: dict[str, Any] | None = None
         self._layers: list[Layer] | None = None
 
+    @abc.abstractmethod
     def _load(self) -> tuple[str, dict[str, Any], list[Layer]]:
-        raise NotImplementedError
+        """The config digest, the config, and the layers, lowest first."""
 
     def loaded(self) -> tuple[str, dict[str, Any], list[Layer]]:
         if self._layers is None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from imagekit.errors import ImagekitError, UsageError
-from imagekit.procs import stop
+from imagekit.procs import log_tail, stop
 from imagekit.export import tarstream
 
 if TYPE_CHECKING:
@@ -248,14 +248,6 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
     return cmd + list(spec.extra_args) + [str(out)]
 
 
-def _tail(path: str, lines: int = 8) -> str:
-    try:
-        with open(path, errors="replace") as fh:
-            return "\n".join(fh.read().strip().splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
 def stream_to_squashfs(source: "Source", out: Path, spec: SquashSpec, *,
                        keep: Callable[[tarstream.Member], bool],
                        adjust: Callable[[tarstream.Member], None] | None,
@@ -287,14 +279,14 @@ def stream_to_squashfs(source: "Source", out: Path, spec: SquashSpec, *,
             except BrokenPipeError:
                 squasher.wait()
                 raise ImagekitError(f"{name} stopped reading the stream (exit {squasher.returncode}): "
-                                    f"{_tail(sq_err.name)}",
+                                    f"{log_tail(sq_err.name)}",
                                     "check the --squash-opt values and the free space") from None
             except tarstream.TarFormatError as exc:
                 raise rootfs.failed(exc) from None
             rc_sq = squasher.wait()
             rootfs.finish()
             if rc_sq != 0:
-                raise ImagekitError(f"{name} failed (exit {rc_sq}): {_tail(sq_err.name)}",
+                raise ImagekitError(f"{name} failed (exit {rc_sq}): {log_tail(sq_err.name)}",
                                     "check the squashfs options (--squash-opt) and free space")
             return name
         finally:
