@@ -113,11 +113,65 @@ def test_socket_fallback_is_ran_wrong_even_when_fast(tmp_path):
     assert code == 9 and "verdict: FAIL (ran wrong)" in out and "expected transport IB not used" in out
 
 
-def test_multi_node_system_gate_needs_the_nccl_log():
-    """A gate never passes on missing data: no NCCL_DEBUG=INFO lines, no proof of IB."""
+def test_system_without_nccl_log_notes_the_transport_as_not_checked():
+    """Nothing ran wrong when the transport was just not logged: the system's IB is a note, not a failure."""
     text, _ = nccl_tests_output(_spec(372))
     code, out, _ = _invoke("-", "--system", "dgx-h100", stdin=text)
-    assert code == 9 and "cannot check transport IB, GDRDMA: no NCCL_DEBUG=INFO lines" in out
+    assert code == 0, out
+    assert "transport not checked: no NCCL_DEBUG=INFO lines in the input; system dgx-h100 needs IB, GDRDMA" in out
+
+
+def test_asked_transport_is_a_gate_that_needs_the_nccl_log():
+    """A gate never passes on missing data: asked for IB by name, no NCCL_DEBUG=INFO lines, no proof of IB."""
+    text, _ = nccl_tests_output(_spec(372))
+    code, out, _ = _invoke("-", "--system", "dgx-h100", "--expect-transport", "IB", stdin=text)
+    assert code == 9 and "cannot check transport IB: no NCCL_DEBUG=INFO lines" in out
+
+
+def _without_ranks(text: str) -> str:
+    """A published table: the results without nccl-tests' '# Using devices' rank list."""
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not line.startswith("# Using devices") and not line.lstrip("# ").startswith("Rank"))
+
+
+def test_output_without_ranks_needs_the_shape():
+    text, _ = nccl_tests_output(_spec(372))
+    table = _without_ranks(text)
+    assert "Rank" not in table
+    code, out, _ = _invoke("-", "--system", "dgx-h100", stdin=table)
+    assert code == 9 and "no rank list ('# Using devices')" in out and "or --nodes N (and --gpus-per-node G)" in out
+
+
+def test_nodes_and_gpus_per_node_give_the_shape_of_a_table_without_ranks():
+    """2 x 8 H100 (the whole node by default) is judged like the listed run; 2 x 4 too (the bounds are per
+    GPU and per node); the network bound applies only because --nodes says 2."""
+    text, _ = nccl_tests_output(_spec(372))
+    table = _without_ranks(text) + _log(env_algo="Ring")
+    code, out, _ = _invoke("-", "--system", "dgx-h100", "--nodes", "2", stdin=table)
+    assert code == 0, out
+    assert "judged as 2 node(s) x 8 rank(s) (--nodes, all 8 GPUs of dgx-h100)" in out
+    assert "of what 2 x 8 H100 with 8 x NDR (dgx-h100) should reach" in out
+    code, out, _ = _invoke("-", "--system", "dgx-h100", "--nodes", "2", "--gpus-per-node", "4", stdin=table)
+    assert code == 0 and "judged as 2 node(s) x 4 rank(s) (--nodes, --gpus-per-node)" in out
+    code, out, _ = _invoke("-", "--system", "dgx-h100", "--nodes", "1", "--gpus-per-node", "16", stdin=table)
+    assert code == 9 and "16 ranks on one node, and system dgx-h100 has 8 GPUs per node" in out
+
+
+def test_the_rank_list_wins_over_nodes():
+    text, _ = nccl_tests_output(_spec(372))
+    code, out, _ = _invoke("-", "--system", "dgx-h100", "--nodes", "4", stdin=text + _log(env_algo="Ring"))
+    assert code == 0, out
+    assert "the output lists 2 node(s) x 8 rank(s); --nodes/--gpus-per-node ignored for it" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--nodes", "2"), "--nodes/--gpus-per-node give the run's shape to --system, which is missing"),
+    (("--system", "dgx-h100", "--gpus-per-node", "4"), "--gpus-per-node needs --nodes"),
+    (("--system", "dgx-h100", "--nodes", "0"), "0 is not in the range x>=1"),
+])
+def test_shape_options_bad_input(args, message):
+    code, out, err = _invoke("-", *args, stdin="x\n")
+    assert code == 2 and message in out + err
 
 
 def test_run_that_stops_before_the_band_has_no_data_to_pass_on():
