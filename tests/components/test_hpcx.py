@@ -114,3 +114,19 @@ def test_hpcx_is_not_published_for_debian(tmp_path):
             f'components:\n  cuda: {{version: "12.4.1"}}\n  ofed: {{}}\n  hpcx: {{version: "2.22.1", sha256: "{PIN}"}}\n')
     with pytest.raises(StackError, match="published for Ubuntu and RHEL, not debian12"):
         _load(tmp_path, text=text)
+
+
+def test_runtime_defaults_for_srun_pmix_hcoll_and_the_sharp_plugin(tmp_path):
+    """Review finding 7/11, against the documented behaviour (no HPC-X here to build): the gds=hash fix the
+    pmix component carries (open-mpi/ompi#7516), HCOLL off, and NCCL_NET_PLUGIN=none so that NCCL does not
+    load the SHARP plugin's libnccl-net.so by its default name on every job; each is opt-in."""
+    s = _load(tmp_path)
+    env = s.get("hpcx").environment()
+    assert env["PMIX_MCA_gds"] == "hash"
+    assert env["OMPI_MCA_coll_hcoll_enable"] == "0" and env["NCCL_NET_PLUGIN"] == "none"
+    runtime = render.render(s).split("AS runtime", 1)[1]
+    for name, value in (("PMIX_MCA_gds", "hash"), ("OMPI_MCA_coll_hcoll_enable", "0"), ("NCCL_NET_PLUGIN", "none")):
+        assert re.search(rf"^\s+{name}={value}\b", runtime, re.M), name
+    env = _load(tmp_path, extra=", hcoll: true, sharp: true").get("hpcx").environment()
+    assert "OMPI_MCA_coll_hcoll_enable" not in env and "NCCL_NET_PLUGIN" not in env
+    assert env["PMIX_MCA_gds"] == "hash"

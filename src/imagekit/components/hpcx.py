@@ -55,6 +55,11 @@ class Hpcx(Component):
                        pattern=r"cuda[0-9]+", pattern_help='"cuda" and a CUDA major, e.g. "cuda12"'),
         "multi_thread": Option(bool, True, "use HPC-X's thread-safe UCX (ucx/mt), for MPI_THREAD_MULTIPLE"),
         "keep_sources": Option(bool, False, "keep HPC-X's sources/ directory (rebuilds of its Open MPI)"),
+        "hcoll": Option(bool, False, "leave HCOLL on in Open MPI's collectives (off by default: opt in where "
+                                     "HCOLL is tuned for the fabric; OMPI_MCA_coll_hcoll_enable=1 per job also works)"),
+        "sharp": Option(bool, False, "let NCCL load the SHARP plugin (libnccl-net.so) by default; off, the image "
+                                     "sets NCCL_NET_PLUGIN=none so NCCL uses its own IB; a SHARP job then sets "
+                                     "NCCL_NET_PLUGIN= and NCCL_COLLNET_ENABLE=1"),
     }
 
     def configure(self) -> None:
@@ -133,7 +138,7 @@ class Hpcx(Component):
 
     def environment(self) -> dict[str, str]:
         ompi = self.home
-        return {
+        env = {
             "HPCX_DIR": PREFIX, "HPCX_MPI_DIR": ompi, "HPCX_UCX_DIR": self.ucx_dir,
             "HPCX_UCC_DIR": f"{PREFIX}/ucc", "HPCX_HCOLL_DIR": f"{PREFIX}/hcoll", "HPCX_SHARP_DIR": f"{PREFIX}/sharp",
             "HPCX_NCCL_RDMA_SHARP_PLUGIN_DIR": f"{PREFIX}/nccl_rdma_sharp_plugin",
@@ -143,7 +148,17 @@ class Hpcx(Component):
                      f"{PREFIX}/sharp/include",
             "PKG_CONFIG_PATH": f"{ompi}/lib/pkgconfig:{self.ucx_dir}/lib/pkgconfig:{PREFIX}/hcoll/lib/pkgconfig:"
                                f"{PREFIX}/sharp/lib/pkgconfig",
+            # HPC-X's Open MPI carries its own PMIx client, so the pmix component (which sets this) is not in
+            # the stack; under srun --mpi=pmix its shared-memory dstore errors or hangs (open-mpi/ompi#7516).
+            "PMIX_MCA_gds": "hash",
         }
+        if not self.enabled("hcoll"):
+            env["OMPI_MCA_coll_hcoll_enable"] = "0"
+        if not self.enabled("sharp"):
+            # With NCCL_NET_PLUGIN unset NCCL loads libnccl-net.so, here the SHARP plugin, whose IB net then
+            # replaces NCCL's own on every job, SHARP or not.
+            env["NCCL_NET_PLUGIN"] = "none"
+        return env
 
     def labels(self) -> dict[str, str]:
         return {"prefix": PREFIX, "ompi": OMPI_SERIES.get(self.version, "unknown"), "ofed": self.opts["ofed"],
