@@ -122,7 +122,9 @@ components:
     subprocess.run([engine.docker_cli(), "rmi", "-f", "imagekit/interrupted:latest"], capture_output=True)
     proc = subprocess.Popen([sys.executable, "-m", "imagekit", "build", str(path), "--no-cache",
                              "--log-dir", str(tmp_path)], stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            # as in a terminal, even when the suite runs as a background job (SIGINT ignored)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in proc.stderr:  # wait until BuildKit runs a step (python3-venv install or pip)
         seen.append(line)

@@ -35,6 +35,13 @@ def key_dirs(job_id: str) -> list[Path]:
     return list(Path(tempfile.gettempdir()).glob(f"imagekit-{job_id}-*"))
 
 
+def _as_in_a_terminal() -> None:
+    """SIGINT as a foreground command in a terminal gets it. Run from a shell's background job (`cmd &`,
+    nohup), the suite inherits SIGINT ignored, and the launcher rightly keeps an ignored signal ignored:
+    its Ctrl-C tests would then test nothing and hang."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Launched:
     """``imagekit launch inside-out`` in a child process, its output read by a thread, so that
     every wait on it has a ceiling even when the CLI (or the engine under it) hangs."""
@@ -43,7 +50,8 @@ class Launched:
         env = dict(os.environ, **({"DOCKER_HOST": docker_host} if docker_host else {}))
         self.proc = subprocess.Popen([sys.executable, "-m", "imagekit", "launch", "inside-out", "--image", image,
                                       "--nodes", "2", "--no-preflight", *args, "--", "sleep", "300"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                     preexec_fn=_as_in_a_terminal)
         self.lines: list[str] = []
         self.job_id: str | None = None
         self._reader = threading.Thread(target=self._read, daemon=True)
