@@ -38,6 +38,10 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
     if tags and len(stacks) > 1:
         raise ImagekitError("--tag with several matrix variants would give them all the same tag",
                             "add --variant NAME, or use {placeholders} in the stack's tags")
+    if engine_name == "podman":
+        from imagekit import podman
+
+        podman.preflight()   # the user's subordinate ids: one error before anything starts
     results = []
     for stack in stacks:
         log(f"building {stack.name} ({target})")
