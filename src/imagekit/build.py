@@ -232,7 +232,8 @@ def _run_podman_build(cmd: list[str], log_path: Path, progress: Callable[[str], 
     cached = 0
     error: str | None = None
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                env=podman.build_env())
         try:
             for line in proc.stdout:
                 log.write(line)

@@ -160,6 +160,23 @@ def dockerfile(text: str) -> str:
     return text.replace(",sharing=locked", "")
 
 
+def build_env() -> dict[str, str]:
+    """The environment of ``podman build``: a TMPDIR of the user's own unless one is set.
+
+    Buildah 1.28 keeps its cache mounts under ``$TMPDIR/buildah-cache`` (``/var/tmp`` when unset),
+    one directory for every user of the machine: the first user's owns it and a second user's
+    cache mounts fail. ``/var/tmp/imagekit-podman-UID`` (mode 0700) keeps each user's apart.
+    """
+    env = dict(os.environ)
+    if rootless() and not env.get("TMPDIR"):
+        own = Path("/var/tmp") / f"imagekit-podman-{os.geteuid()}"
+        own.mkdir(mode=0o700, exist_ok=True)
+        if own.stat().st_uid != os.geteuid():
+            raise EngineError(f"{own} belongs to another user", "set TMPDIR to a directory of your own")
+        env["TMPDIR"] = str(own)
+    return env
+
+
 def build_argv(context: str, dockerfile: str, *, target: str, platform: str, iidfile: str,
                labels: dict[str, str], no_cache: bool, secrets: dict[str, str]) -> list[str]:
     """``podman build`` with what BuildKit's build gets, in Buildah's words.
