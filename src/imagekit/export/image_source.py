@@ -505,11 +505,11 @@ class PodmanSource(OciLayoutSource):
     a temporary directory removed when the root filesystem has streamed (or the source is dropped)."""
 
     def __init__(self, text: str, image: str, platform: str | None = None) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="imagekit-podman-save-")
-        super().__init__(text, Path(self._tmp.name) / "image.tar", None, True, platform)
+        super().__init__(text, Path(image), None, True, platform)   # the path is set when saved
         self.stem = _stem(image)
         self.image = image
         self._id: str | None = None
+        self._tmp: tempfile.TemporaryDirectory | None = None
 
     def image_id(self) -> str:
         if self._config_digest is not None:
@@ -523,7 +523,9 @@ class PodmanSource(OciLayoutSource):
     def _load(self) -> tuple[str, dict[str, Any], list[Layer]]:
         from imagekit import podman
 
-        if not self.path.exists():
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="imagekit-podman-save-")
+            self.path = Path(self._tmp.name) / "image.tar"
             podman.save_oci_archive(self.image, self.path)
         digest, config, layers = super()._load()
         if self._id is not None and digest != self._id:
@@ -537,7 +539,8 @@ class PodmanSource(OciLayoutSource):
             with super().rootfs() as fs:
                 yield fs
         finally:
-            self._tmp.cleanup()
+            if self._tmp is not None:
+                self._tmp.cleanup()
 
 
 def _split_file(rest: str) -> tuple[str, str | None]:
