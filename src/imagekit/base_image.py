@@ -5,6 +5,11 @@ registry: ``debootstrap --variant=minbase`` (or ``mmdebstrap`` when present,
 which streams a tarball and needs no unpacked copy) from a distro mirror, then
 ``docker import`` with a CMD (Enroot and Pyxis refuse an image without one),
 a PATH, and labels recording where the filesystem came from.
+
+``engine_name="podman"`` imports the same stream with ``podman import`` into the calling
+user's Podman store. As a user, that needs mmdebstrap (its unshare mode bootstraps without
+root); debootstrap needs root. A user can also copy the Docker engine's image:
+``docker save imagekit/debian:bookworm | podman load``.
 """
 
 from __future__ import annotations
@@ -93,22 +98,22 @@ def host_mirror(distro: str, apt_dir: Path = Path("/etc/apt")) -> str | None:
 
 
 def ensure(name: str, *, mirror: str | None = None, tag: str | None = None, force: bool = False,
-           components: tuple[str, ...] = ("main",), log=print) -> str:
+           components: tuple[str, ...] = ("main",), log=print, engine_name: str = "docker") -> str:
     """Make the base image unless an image with that tag already exists; return its tag."""
     from imagekit import engine, image_facts
 
     spec = parse(name, mirror, tag, components)
-    if not force and engine.image_exists(spec.tag):
-        had = ",".join(image_facts.read(spec.tag).base_components) or "main"
+    if not force and engine.of(engine_name).image_exists(spec.tag):
+        had = ",".join(image_facts.read(spec.tag, engine_name).base_components) or "main"
         if had == ",".join(spec.components):
             log(f"base image {spec.tag} exists; reusing it (--force to rebuild)")
             return spec.tag
         log(f"base image {spec.tag} has components {had}; rebuilding it with {','.join(spec.components)}")
-    _bootstrap_and_import(spec, log)
+    _bootstrap_and_import(spec, log, engine_name)
     return spec.tag
 
 
-def _bootstrap_and_import(spec: BaseSpec, log) -> None:
+def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker") -> None:
     from imagekit import engine, image_facts
 
     created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -121,7 +126,12 @@ def _bootstrap_and_import(spec: BaseSpec, log) -> None:
     ]
     changes += [f"LABEL {key}={quoting.dockerfile_string(value, 'base image', key)}" for key, value in
                 image_facts.base_labels(spec.distro, spec.suite, spec.mirror, list(spec.components)).items()]
-    import_cmd = [engine.docker_cli(), "import"]
+    if engine_name == "podman":
+        from imagekit import podman
+
+        import_cmd = [podman.cli(), "import"]
+    else:
+        import_cmd = [engine.docker_cli(), "import"]
     for change in changes:
         import_cmd += ["--change", change]
     import_cmd += ["-", spec.tag]
@@ -136,6 +146,10 @@ def _bootstrap_and_import(spec: BaseSpec, log) -> None:
         _run_import(import_cmd, boot, log)
         return
 
+    if engine_name == "podman" and os.geteuid() != 0:
+        raise ImagekitError("a rootless Podman base image needs mmdebstrap (debootstrap needs root)",
+                            "apt-get install mmdebstrap, or copy Docker's image: "
+                            f"`docker save {spec.tag} | podman load`")
     if not shutil.which("debootstrap"):
         raise ImagekitError("neither mmdebstrap nor debootstrap is installed",
                             "apt-get install debootstrap")

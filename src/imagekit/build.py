@@ -1,4 +1,4 @@
-"""Build a stack's image with the Docker engine's BuildKit.
+"""Build a stack's image with the Docker engine's BuildKit, or with (rootless) Podman.
 
 The recipe is rendered in-process and fed to Debian's docker CLI (BuildKit
 built in) with ``--progress=plain``: each step is shown as it starts, the
@@ -6,6 +6,10 @@ full log goes to a file, and a failed step is reported with its command and
 its last lines. The image is tagged only after the build succeeded (the build
 itself writes an ID file, not a tag), so an interrupted build leaves no
 half-tagged image.
+
+``engine="podman"`` runs ``podman build`` (Buildah) as the calling user instead
+(:mod:`imagekit.podman`): the same recipe, labels, secret and tags; its ``STEP n/m:``
+lines are parsed for progress and the failed step. What differs is in the README.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import engine, image_facts, procs, render, sources
+from imagekit import engine, image_facts, podman, procs, render, sources
 from imagekit.errors import ImagekitError, UsageError
 
 TARGETS = ("runtime", "devel")
@@ -30,6 +34,10 @@ SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/c
 _STEP = re.compile(r"^#(\d+) \[(?P<stage>[\w-]+) +(?P<n>\d+)/(?P<total>\d+)\] (?P<cmd>.*)$")
 _MOUNT = re.compile(r"--mount=\S+ ")
 _ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
+# Podman (Buildah): "[1/2] STEP 3/13: RUN ..." (the stage prefix only in multi-stage builds),
+# "--> Using cache ID" for a cached step, "Error: building at STEP \"...\": ..." at the end.
+_PODMAN_STEP = re.compile(r"^(?:\[(?P<stage>\d+)/(?P<stages>\d+)\] )?STEP (?P<n>\d+)/(?P<total>\d+): (?P<cmd>.*)$")
+_PODMAN_FROM = re.compile(r"^FROM \S+(?: (?i:AS) (?P<name>\S+))?")
 
 
 @dataclass
@@ -45,6 +53,7 @@ class BuildResult:
     cached_steps: int = 0
     steps: int = 0
     labels: dict = field(default_factory=dict)
+    engine: str = "docker"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -73,13 +82,18 @@ def image_name(stack, target: str) -> str:
     return stack.image if target == "runtime" else stack.image.replace(":latest", ":devel")
 
 
-def check_bases(stack) -> None:
+def check_bases(stack, engine_name: str = "docker") -> None:
     """Refuse early when a local-only base image is missing, naming the command that makes it."""
+    images = engine.of(engine_name)
     for ref in {stack.base.image, stack.base.runtime}:
-        if engine.image_exists(ref):
+        if images.image_exists(ref):
             continue
         if ref.startswith("imagekit/"):
             distro_suite = ref.split("/", 1)[1]
+            if engine_name == "podman":
+                raise ImagekitError(f"base image {ref} is not in Podman's image store",
+                                    f"make it with `imagekit base {distro_suite} --engine podman`, or copy "
+                                    f"Docker's: `docker save {ref} | podman load` (as the user who builds)")
             raise ImagekitError(f"base image {ref} is not in the local engine",
                                 f"make it with `imagekit base {distro_suite}`")
 
@@ -88,15 +102,25 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
           ca_bundle: str | None = "auto", log_dir: str | os.PathLike = "build/logs",
           single_stage: bool = False, progress: Callable[[str], None] | None = None,
           extra_labels: dict[str, str] | None = None, cache_from: tuple[str, ...] = (),
-          inline_cache: bool = False) -> BuildResult:
-    """Render and build ``stack``; tag the result with its image name, the stack's tags and ``tags``."""
+          inline_cache: bool = False, engine_name: str = "docker") -> BuildResult:
+    """Render and build ``stack``; tag the result with its image name, the stack's tags and ``tags``.
+
+    ``engine_name``: ``docker`` (BuildKit) or ``podman`` (Buildah, as the calling user).
+    """
     if target not in TARGETS:
         raise UsageError(f"unknown target {target!r}", f"use one of: {', '.join(TARGETS)}")
+    images = engine.of(engine_name)
+    if engine_name == "podman" and (cache_from or inline_cache):
+        raise UsageError("--cache-from and --inline-cache are BuildKit's registry cache",
+                         "drop them with --engine podman: its layer cache is the local store")
     if single_stage and target == "runtime":
         target = "devel"
     progress = progress or (lambda _line: None)
-    engine.client()
-    check_bases(stack)
+    if engine_name == "podman":
+        podman.preflight()   # subordinate ids and the tools, before anything is rendered or staged
+    else:
+        engine.client()
+    check_bases(stack, engine_name)
     bundle = resolve_ca_bundle(ca_bundle)
     text = render.render(stack, "docker", single_stage=single_stage)
     digest = render.recipe_hash(text)
@@ -110,35 +134,48 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
         staged = sources.stage(stack, ctx)  # a missing or altered mirror file stops here, before building
         if staged:
             progress(f"sources: {len(staged)} upstream files from the mirror {stack.mirror}, sha256 verified")
-        (Path(ctx) / "Dockerfile").write_text(text)
+        (Path(ctx) / "Dockerfile").write_text(podman.dockerfile(text) if engine_name == "podman" else text)
         iidfile = Path(ctx) / "iid"
-        cmd = [engine.docker_cli(), "build", "--progress=plain", "--target", target,
-               "--platform", PLATFORMS[stack.base.arch],
-               "--iidfile", str(iidfile), "-f", str(Path(ctx) / "Dockerfile")]
-        cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
-        if no_cache:
-            cmd.append("--no-cache")
-        for ref in cache_from:  # e.g. the previous CI image, pushed with inline cache
-            cmd += ["--cache-from", ref]
-        if inline_cache:
-            cmd += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
-        if bundle:
-            cmd += ["--secret", f"id={render.CA_SECRET_ID},src={bundle}"]
-        cmd.append(ctx)
-        steps, cached = _run_build(cmd, log_path, progress)
+        if engine_name == "podman":
+            cmd = podman.build_argv(ctx, str(Path(ctx) / "Dockerfile"), target=target,
+                                    platform=PLATFORMS[stack.base.arch], iidfile=str(iidfile), labels=labels,
+                                    no_cache=no_cache, secrets={render.CA_SECRET_ID: bundle} if bundle else {})
+            steps, cached = _run_podman_build(cmd, log_path, progress)
+        else:
+            steps, cached = _docker_build(ctx, stack, target, iidfile, labels, no_cache, cache_from,
+                                          inline_cache, bundle, log_path, progress)
         image_id = iidfile.read_text().strip()
 
     all_tags = [image_name(stack, target)]
     if target == "runtime":
         all_tags += list(stack.tags)
     all_tags += [t for t in tags if t not in all_tags]
-    image = engine.inspect(image_id)
+    image = images.inspect(image_id)
     for tag in all_tags:
-        engine.tag(image.id, tag)
-    return BuildResult(stack=stack.name, target=target, image_id=image_id, tags=all_tags,
+        images.tag(image.id, tag)
+    return BuildResult(stack=stack.name, target=target, image_id=image.id, tags=all_tags,
                        seconds=round(time.monotonic() - started, 2), log=str(log_path),
                        recipe_sha256=digest, size_bytes=image.size,
-                       steps=steps, cached_steps=cached, labels=labels)
+                       steps=steps, cached_steps=cached, labels=labels, engine=engine_name)
+
+
+def _docker_build(ctx: str, stack, target: str, iidfile: Path, labels: dict[str, str], no_cache: bool,
+                  cache_from: tuple[str, ...], inline_cache: bool, bundle: str | None, log_path: Path,
+                  progress: Callable[[str], None]) -> tuple[int, int]:
+    cmd = [engine.docker_cli(), "build", "--progress=plain", "--target", target,
+           "--platform", PLATFORMS[stack.base.arch],
+           "--iidfile", str(iidfile), "-f", str(Path(ctx) / "Dockerfile")]
+    cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
+    if no_cache:
+        cmd.append("--no-cache")
+    for ref in cache_from:  # e.g. the previous CI image, pushed with inline cache
+        cmd += ["--cache-from", ref]
+    if inline_cache:
+        cmd += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
+    if bundle:
+        cmd += ["--secret", f"id={render.CA_SECRET_ID},src={bundle}"]
+    cmd.append(ctx)
+    return _run_build(cmd, log_path, progress)
 
 
 def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) -> tuple[int, int]:
@@ -181,3 +218,57 @@ def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) 
         tail = log_path.read_text().splitlines()[-12:]
         raise BuildError(f"docker build exited {rc}", None, tail, str(log_path))
     return len(step_cmds), len(cached & set(step_cmds))
+
+
+def _run_podman_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) -> tuple[int, int]:
+    """Run ``podman build``; its steps (FROM lines left out) and how many came from the cache.
+
+    Podman prints each step's output below its ``STEP n/m:`` line; the step that failed is the
+    last one started, and the ``Error:`` line says why.
+    """
+    stage_names: dict[str, str] = {}
+    steps: list[str] = []
+    step_lines: list[list[str]] = []
+    cached = 0
+    error: str | None = None
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                env=podman.build_env())
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                line = line.rstrip("\n")
+                step = _PODMAN_STEP.match(line)
+                if step:
+                    stage = step["stage"] or "1"
+                    named = _PODMAN_FROM.match(step["cmd"])
+                    if named:
+                        stage_names[stage] = named["name"] or f"stage-{stage}"
+                        progress(f"[{stage_names[stage]} {step['n']}/{step['total']}] {step['cmd']}"[:160])
+                        continue
+                    text = f"[{stage_names.get(stage, stage)} {step['n']}/{step['total']}] " + _MOUNT.sub("", step["cmd"])
+                    steps.append(text)
+                    step_lines.append([])
+                    progress(text[:160])
+                    continue
+                if line.startswith("--> Using cache "):
+                    cached += 1
+                    continue
+                if line.startswith("Error: ") and error is None:
+                    error = line[len("Error: "):]
+                    continue
+                if step_lines and not line.startswith(("--> ", "[Warning] ")):
+                    step_lines[-1].append(line)
+            rc = proc.wait()
+        except BaseException:
+            procs.stop(proc)  # podman stops the build's container on SIGTERM
+            raise
+    if rc != 0:
+        if error and steps:
+            # 'building at STEP "RUN ...": while running runtime: exit status 100' -> the reason only
+            reason = error.rsplit('": ', 1)[-1] if error.startswith("building at STEP") else error
+            tail = [l for l in step_lines[-1] if l.strip()][-12:]
+            raise BuildError(f"build failed: {reason}", steps[-1], tail, str(log_path))
+        tail = log_path.read_text().splitlines()[-12:]
+        raise BuildError(f"podman build exited {rc}", None, tail, str(log_path))
+    return len(steps), cached

@@ -24,6 +24,8 @@ from imagekit.errors import ImagekitError, UsageError
 MODULE = Path(__file__).parent / "data" / "testinfra_checks.py"
 # Hardware a check may need, and what offering it to the container means.
 HARDWARE = {"gpu": ["--gpus", "all"], "fabric": ["--device", "/dev/infiniband", "--ulimit", "memlock=-1"]}
+# Podman 4.3 has no --gpus: GPUs come through CDI (nvidia-ctk cdi generate); memlock stays the user's.
+PODMAN_HARDWARE = {"gpu": ["--device", "nvidia.com/gpu=all"], "fabric": ["--device", "/dev/infiniband"]}
 # Asked of every image: no secret may be baked into a layer.
 NO_SECRETS = [
     checks_mod.absent("image.no_ssh_private_keys", "/root/.ssh/id_* /home/*/.ssh/id_* /etc/ssh/ssh_host_*_key",
@@ -92,12 +94,12 @@ def elf_prefixes(stack) -> list[str]:
     return out
 
 
-def checks_from_image(image: str) -> list[dict]:
+def checks_from_image(image: str, engine_name: str = "docker") -> list[dict]:
     """The checks the image's label carries, as JSON objects; each is refused here, naming the image,
     if no kind reads it (the label is the image builder's text)."""
     from imagekit import image_facts
 
-    specs = image_facts.read(image).checks
+    specs = image_facts.read(image, engine_name=engine_name).checks
     if not specs:
         raise UsageError(f"image {image} carries no imagekit checks (label {image_facts.CHECKS})",
                          "give the stack: `imagekit check STACK --image IMAGE`")
@@ -110,12 +112,14 @@ def checks_from_image(image: str) -> list[dict]:
 
 
 def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str, ...] = (),
-        assume: tuple[str, ...] = ()) -> Report:
+        assume: tuple[str, ...] = (), engine_name: str = "docker") -> Report:
     """Start a container of ``image``, run ``checks`` in it with testinfra, remove the container.
 
     ``with_`` offers hardware to the container (``--gpus all``, ``/dev/infiniband``) and runs the
     checks that need it; ``assume`` runs those checks without adding flags, for hosts whose
     default runtime already injects the devices (e.g. the nvidia runtime as Docker's default).
+    ``engine_name="podman"``: the image is in the calling user's Podman store; the container is
+    Podman's, and testinfra reaches it with its ``podman://`` backend.
     """
     # Read (and so validated) before any container starts: the JSON the testinfra module gets is
     # what the kinds write, whatever the caller passed.
@@ -123,7 +127,15 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
     for hw in (*with_, *assume):
         if hw not in HARDWARE:
             raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
-    image_id = engine.inspect(image).id  # a clear error when the image is not there
+    if engine_name == "podman":
+        from imagekit import podman
+
+        image_id = podman.inspect(image).id  # a clear error when the image is not there
+        hardware = [a for hw in with_ for a in PODMAN_HARDWARE[hw]]
+        with podman.throwaway(image, options=["--network", "none", *hardware], purpose="check") as container:
+            return _run_in(container, image, specs, podman.cli(), junit=junit, with_=with_, assume=assume,
+                           image_id=image_id, backend="podman")
+    image_id = engine.of(engine_name).inspect(image).id  # a clear error when the image is not there
     cli = engine.docker_cli()
     hardware = [a for hw in with_ for a in HARDWARE[hw]]
     with engine.throwaway(image, options=["--network", "none", *hardware], idle=True, purpose="check") as container:
@@ -131,7 +143,7 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
 
 
 def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: str | None,
-            with_: tuple[str, ...], assume: tuple[str, ...], image_id: str) -> Report:
+            with_: tuple[str, ...], assume: tuple[str, ...], image_id: str, backend: str = "docker") -> Report:
     """Run the checks with testinfra in the running ``container``."""
     workdir = Path(tempfile.mkdtemp(prefix="imagekit-check-"))
     try:
@@ -139,6 +151,7 @@ def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: s
         checks_file.write_text(json.dumps(specs))
         xml_path = workdir / "junit.xml"
         env = {**os.environ, "IMAGEKIT_CHECKS": str(checks_file), "IMAGEKIT_CONTAINER": container,
+               "IMAGEKIT_BACKEND": backend,
                "IMAGEKIT_WITH": ",".join((*with_, *assume)), "PATH": f"{Path(cli).parent}:{os.environ.get('PATH', '')}"}
         if os.environ.get("PYTHONPATH"):
             # The module imports imagekit's check kinds from the temporary directory: a relative

@@ -49,6 +49,9 @@ from imagekit.errors import EngineError
 if TYPE_CHECKING:
     import docker
 
+# The engines imagekit builds, checks and exports with: Docker (BuildKit, the default) and Podman
+# (rootless; imagekit.podman). Library calls take ``engine=``; the CLI's ``--engine`` builds it.
+ENGINES = ("docker", "podman")
 SETUP_HINT = "run `bash scripts/setup-engine.sh` (installs Debian's docker.io and starts dockerd)"
 NOT_FOUND_HINT = "build it with `imagekit build STACK`, or `docker pull`/`docker load` it"
 # What an idle throwaway runs: a shell that waits until the container is removed.
@@ -92,6 +95,22 @@ def docker_cli() -> str:
     if found is None:
         raise EngineError("no docker client found", SETUP_HINT)
     return found
+
+
+def of(name: str):
+    """The module that answers ``inspect``, ``image_exists``, ``image_id`` and ``tag`` for the engine
+    ``name``: this one for docker, :mod:`imagekit.podman` for podman."""
+    if name == "docker":
+        import sys
+
+        return sys.modules[__name__]
+    if name == "podman":
+        from imagekit import podman
+
+        return podman
+    from imagekit.errors import UsageError
+
+    raise UsageError(f"unknown engine {name!r}", f"use one of: {', '.join(ENGINES)}")
 
 
 def available() -> bool:

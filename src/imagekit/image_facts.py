@@ -367,13 +367,14 @@ def is_file_image(ref: str) -> bool:
     return ref.startswith(("/", ".")) or ref.endswith(FILE_SUFFIXES)
 
 
-def read(ref: str) -> ImageFacts:
-    """The facts of an engine image, an Enroot ``.sqsh`` or a ``.sif``; unreadable labels give
-    ``labels=None`` and the reason (a missing engine image is an EngineError, as everywhere)."""
+def read(ref: str, engine_name: str = "docker") -> ImageFacts:
+    """The facts of an engine image (``engine_name``: docker, or the user's podman store), an
+    Enroot ``.sqsh`` or a ``.sif``; unreadable labels give ``labels=None`` and the reason (a
+    missing engine image is an EngineError, as everywhere)."""
     if not is_file_image(ref):
         from imagekit import engine
 
-        image = engine.inspect(ref)
+        image = engine.of(engine_name).inspect(ref)
         return from_labels(image.labels, ref=ref, env=parse_env(image.config.get("Env") or []))
     path = Path(ref)
     if not path.is_file():

@@ -15,8 +15,11 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
               output_dir: str = "out", store: str | None = None, use_store: bool = True,
               progress: Callable[[str], None] | None = None,
               export_progress: Callable[[], Callable[[int, bool], None]] | None = None,
-              log: Callable[[str], None] = lambda _m: None) -> list[dict]:
+              log: Callable[[str], None] = lambda _m: None, engine_name: str = "docker") -> list[dict]:
     """Build every variant of ``ref`` (or one), then check and export each as asked.
+
+    ``engine_name``: ``docker`` (BuildKit) or ``podman`` (the calling user's Podman); the checks
+    run in a container of that engine and the exports read the image from its store.
 
     Exports go through the export store (``store``: a directory, None for the default)
     unless ``use_store`` is false, as ``imagekit export`` does.
@@ -35,12 +38,17 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
     if tags and len(stacks) > 1:
         raise ImagekitError("--tag with several matrix variants would give them all the same tag",
                             "add --variant NAME, or use {placeholders} in the stack's tags")
+    if engine_name == "podman":
+        from imagekit import podman
+
+        podman.preflight()   # the user's subordinate ids: one error before anything starts
     results = []
     for stack in stacks:
         log(f"building {stack.name} ({target})")
         result = build_mod.build(stack, target=target, tags=tags, no_cache=no_cache, ca_bundle=ca_bundle,
                                  log_dir=log_dir, single_stage=single_stage, progress=progress,
-                                 cache_from=tuple(cache_from), inline_cache=inline_cache)
+                                 cache_from=tuple(cache_from), inline_cache=inline_cache,
+                                 engine_name=engine_name)
         log(f"built {result.tags[0]} in {result.seconds:.1f} s ({result.cached_steps}/{result.steps} "
             f"steps cached)")
         entry = {"stack": stack.name, "build": result.as_dict()}
@@ -49,7 +57,7 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
         if run_checks:
             from imagekit import check as check_mod
 
-            report = check_mod.run(image, check_mod.stack_checks(stack, target))
+            report = check_mod.run(image, check_mod.stack_checks(stack, target), engine_name=engine_name)
             entry["check"] = report.as_dict()
             counts = report.counts()
             log(f"checked {image}: {counts['passed']} passed, {counts['failed']} failed, "
@@ -58,10 +66,14 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
                 for o in report.failed:
                     log(f"  FAIL {o.id}: {o.detail.splitlines()[0] if o.detail else o.describe}")
                 results.append(entry)
-                raise ImagekitError(f"checks failed for {image}; nothing exported",
-                                    f"see `imagekit check {image}`")
+                again = f"imagekit check {image}" + (" --engine podman" if engine_name == "podman" else "")
+                raise ImagekitError(f"checks failed for {image}; nothing exported", f"see `{again}`")
         if exports:
             from imagekit.export import export_image
+            from imagekit.export.image_source import PODMAN
+
+            # Podman's image is read from the user's store (skopeo's containers-storage: form).
+            source = f"{PODMAN}{image}" if engine_name == "podman" else image
 
             entry["exports"] = []
             Path(output_dir).mkdir(parents=True, exist_ok=True)
@@ -70,7 +82,7 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
                 out = Path(output_dir) / f"{stack.name}.{suffix}"
                 log(f"exporting {image} -> {out}")
                 entry["exports"].append(_as_dict(export_image(
-                    image, fmt, str(out), force=True, store=store, use_store=use_store,
+                    source, fmt, str(out), force=True, store=store, use_store=use_store,
                     progress=export_progress() if export_progress else None)))
         results.append(entry)
     return results

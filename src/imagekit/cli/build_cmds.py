@@ -10,6 +10,13 @@ import click
 from imagekit.cli.stack_cmds import MIRROR
 
 
+ENGINE = click.option(
+    "--engine", "engine_name", type=click.Choice(["docker", "podman"]), default="docker", show_default=True,
+    envvar="IMAGEKIT_ENGINE",
+    help="docker: the Docker engine's BuildKit; podman: Podman as the calling user (rootless), its own "
+         "image store (default: $IMAGEKIT_ENGINE, else docker)")
+
+
 def _progress(line: str) -> None:
     click.echo(f"  {line}", err=True)
 
@@ -21,7 +28,8 @@ def _progress(line: str) -> None:
 @click.option("--force", is_flag=True, help="rebuild even if the image exists")
 @click.option("--components", default="main", show_default=True, metavar="LIST",
               help="archive areas for the image's apt sources, e.g. main,contrib,non-free")
-def base(name: str, mirror: str | None, tag: str | None, force: bool, components: str) -> None:
+@ENGINE
+def base(name: str, mirror: str | None, tag: str | None, force: bool, components: str, engine_name: str) -> None:
     """Bootstrap an offline base image (debootstrap) and import it into the engine.
 
     NAME is DISTRO:SUITE, e.g. debian:bookworm, debian:trixie, ubuntu:jammy.
@@ -32,12 +40,13 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool, components
       imagekit base debian:bookworm
       imagekit base ubuntu:jammy --mirror http://mirror.example.org/ubuntu
       imagekit base debian:trixie --components main,contrib,non-free
+      imagekit base debian:bookworm --engine podman     # into your Podman store (mmdebstrap as a user)
     """
     from imagekit import base_image
 
     click.echo(base_image.ensure(name, mirror=mirror, tag=tag, force=force,
                                  components=tuple(c for c in components.split(",") if c),
-                                 log=lambda m: click.echo(m, err=True)))
+                                 log=lambda m: click.echo(m, err=True), engine_name=engine_name))
 
 
 @click.command()
@@ -61,20 +70,24 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool, components
               help="export store for --export (default: $IMAGEKIT_STORE, else ~/.cache/imagekit/store)")
 @click.option("--no-store", is_flag=True, help="with --export, convert straight to the outputs")
 @MIRROR
+@ENGINE
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
 def build(stack: str, variant: str | None, target: str, single_stage: bool, tags: tuple, no_cache: bool,
           ca_bundle: str, log_dir: str, cache_from: tuple, inline_cache: bool, run_checks: bool | None,
           exports: str, output_dir: str, store_dir: str | None, no_store: bool, mirror: str | None,
-          as_json: bool) -> None:
-    """Render a stack and build its image with BuildKit.
+          engine_name: str, as_json: bool) -> None:
+    """Render a stack and build its image with BuildKit (or rootless Podman).
 
     A stack with a matrix builds every variant (or --variant NAME), sharing
     cached layers. The image is tagged imagekit/NAME:latest (runtime) or
-    imagekit/NAME:devel, plus the stack's tags.
+    imagekit/NAME:devel, plus the stack's tags. With --engine podman the
+    image goes into the calling user's Podman store, and --check/--export
+    use it from there.
 
     \b
     Example:
       imagekit build debian-mpi
+      imagekit build debian-mpi --engine podman --export enroot -o out/   # as a user, no daemon
       imagekit build debian-mpi --export enroot,sif -o out/
       imagekit build debian-mpi --export enroot --store /lustre/imagekit-store -o out/
       imagekit build stacks/nccl-tests.yaml --variant nccl-tests-cu124-x86_64 --tag site/nccl:1
@@ -89,7 +102,8 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
         ca_bundle=ca_bundle, log_dir=log_dir, cache_from=cache_from, inline_cache=inline_cache,
         run_checks=bool(formats) if run_checks is None else run_checks, exports=formats,
         output_dir=output_dir, store=store_dir or None, use_store=not no_store, mirror=mirror,
-        progress=_progress, export_progress=_progress_printer, log=lambda m: click.echo(m, err=True))
+        progress=_progress, export_progress=_progress_printer, log=lambda m: click.echo(m, err=True),
+        engine_name=engine_name)
     if as_json:
         click.echo(json.dumps(results, indent=2))
     else:
@@ -110,9 +124,10 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
 @click.option("--assume", multiple=True, type=click.Choice(["gpu", "fabric"]),
               help="run the checks that need this hardware without adding device flags "
                    "(the engine's default runtime already provides it)")
+@ENGINE
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
 def check(ref: str, image: str | None, variant: str | None, junit: str | None, with_: tuple, assume: tuple,
-          as_json: bool) -> None:
+          engine_name: str, as_json: bool) -> None:
     """Run the image's checks (pytest-testinfra) in a container of it.
 
     REF is an image (its checks travel in its labels) or a stack (then
@@ -123,6 +138,7 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
       imagekit check imagekit/debian-mpi:latest
       imagekit check debian-mpi --image site/mpi:1 --junit checks.xml
       imagekit check site/nccl:1 --with gpu --with fabric
+      imagekit check imagekit/debian-mpi:latest --engine podman    # the user's Podman image
     """
     from imagekit import check as check_mod
     from imagekit import stack as stack_mod
@@ -138,11 +154,11 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
         from imagekit import image_facts
 
         target = image or stack.image
-        specs = check_mod.stack_checks(stack, image_facts.read(target).target or "runtime")
+        specs = check_mod.stack_checks(stack, image_facts.read(target, engine_name).target or "runtime")
     else:
         target = ref
-        specs = check_mod.checks_from_image(ref)
-    report = check_mod.run(target, specs, junit=junit, with_=with_, assume=assume)
+        specs = check_mod.checks_from_image(ref, engine_name)
+    report = check_mod.run(target, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:

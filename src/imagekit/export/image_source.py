@@ -8,6 +8,9 @@
 - ``oci:DIR[:TAG]``: an OCI image layout directory (``skopeo copy … oci:DIR:TAG``);
 - ``oci-archive:FILE[:TAG]``: the same as one tar file (``podman save --format oci-archive``);
 - ``docker-archive:FILE[:REPO:TAG]``: a ``docker save`` tarball;
+- ``containers-storage:IMAGE`` (skopeo's name for Podman's store): an image in the calling user's
+  Podman store, saved with ``podman save --format oci-archive`` into a temporary file when a
+  conversion needs its layers (a store hit needs only its ID);
 - ``docker-daemon:IMAGE``, or any other text: an image in the local Docker engine.
 
 Every source gives a docker-inspect-like dict (``Id`` is the config digest, the image ID the engine
@@ -41,9 +44,10 @@ INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
 MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
                   "application/vnd.docker.distribution.manifest.v2+json")
 REF_NAME = "org.opencontainers.image.ref.name"
-TRANSPORTS = ("docker://", "docker-daemon:", "oci:", "oci-archive:", "docker-archive:")
+TRANSPORTS = ("docker://", "docker-daemon:", "oci:", "oci-archive:", "docker-archive:", "containers-storage:")
+PODMAN = "containers-storage:"
 FORMS = ("docker://REGISTRY/REPO[:TAG], REGISTRY#REPO[:TAG], oci:DIR[:TAG], oci-archive:FILE[:TAG], "
-         "docker-archive:FILE[:REPO:TAG], docker-daemon:IMAGE or a local image name")
+         "docker-archive:FILE[:REPO:TAG], containers-storage:IMAGE (Podman), docker-daemon:IMAGE or a local image name")
 
 
 class SourceError(ImagekitError):
@@ -495,6 +499,50 @@ class DockerArchiveSource(LayeredSource):
         return config_digest, config, layers
 
 
+class PodmanSource(OciLayoutSource):
+    """An image in the calling user's Podman store: its ID from ``podman image inspect``; its config
+    and layers from a ``podman save --format oci-archive`` made the first time they are needed, into
+    a temporary directory removed when the root filesystem has streamed (or the source is dropped)."""
+
+    def __init__(self, text: str, image: str, platform: str | None = None) -> None:
+        super().__init__(text, Path(image), None, True, platform)   # the path is set when saved
+        self.stem = _stem(image)
+        self.image = image
+        self._id: str | None = None
+        self._tmp: tempfile.TemporaryDirectory | None = None
+
+    def image_id(self) -> str:
+        if self._config_digest is not None:
+            return self._config_digest
+        if self._id is None:
+            from imagekit import podman
+
+            self._id = podman.image_id(self.image)
+        return self._id
+
+    def _load(self) -> tuple[str, dict[str, Any], list[Layer]]:
+        from imagekit import podman
+
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="imagekit-podman-save-")
+            self.path = Path(self._tmp.name) / "image.tar"
+            podman.save_oci_archive(self.image, self.path)
+        digest, config, layers = super()._load()
+        if self._id is not None and digest != self._id:
+            raise SourceError(f"{self.text}: podman save gave the config {digest}, not the image {self._id}",
+                              "the image changed while it was exported; run the export again")
+        return digest, config, layers
+
+    @contextlib.contextmanager
+    def rootfs(self) -> Iterator[Rootfs]:
+        try:
+            with super().rootfs() as fs:
+                yield fs
+        finally:
+            if self._tmp is not None:
+                self._tmp.cleanup()
+
+
 def _split_file(rest: str) -> tuple[str, str | None]:
     """``FILE[:REF]`` where FILE may hold ':' itself: the longest prefix that exists is the file."""
     if os.path.exists(rest) or ":" not in rest:
@@ -515,6 +563,11 @@ def open_source(text: str, *, platform: str | None = None, env: Mapping[str, str
         text = text[len("docker-daemon:"):]
         if not text:
             raise UsageError("docker-daemon: names no image", f"valid forms: {FORMS}")
+    elif text.startswith(PODMAN):
+        image = text[len(PODMAN):]
+        if not image:
+            raise UsageError(f"{PODMAN} names no image", f"valid forms: {FORMS}")
+        return PodmanSource(text, image, platform)
     elif text.startswith("docker://") or "#" in text:
         return RegistrySource(text, platform, env)
     elif text.startswith(("oci:", "oci-archive:")):

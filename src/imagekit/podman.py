@@ -1,0 +1,262 @@
+"""The gateway to Podman (rootless, or rootful as root): what imagekit asks of ``podman``.
+
+imagekit runs ``podman`` as the user it runs as, so ``imagekit build --engine podman`` by
+an unprivileged user builds into that user's own image store (``~/.local/share/containers``),
+with no daemon and no privilege. Everything imagekit asks of Podman goes through here:
+
+- ``cli()``: the ``podman`` binary (``IMAGEKIT_PODMAN`` overrides ``PATH``).
+- ``preflight()``: before any build starts, the one clear error for what rootless Podman
+  needs from the host: ``newuidmap``/``newgidmap`` and a subordinate uid and gid range for
+  the user (``/etc/subuid``, ``/etc/subgid``), naming the ``usermod`` line that adds them.
+- ``build_argv(...)``: the ``podman build`` command line (Buildah 1.28 inside Podman 4.3);
+  :mod:`imagekit.build` runs it and parses its ``STEP n/m:`` lines.
+- ``inspect(ref)`` (an :class:`imagekit.engine.Image`, the same shape as Docker's),
+  ``image_exists``, ``image_id``, ``tag``, ``remove``.
+- ``throwaway(image, ...)``: a container of the image, removed however the ``with`` body
+  ends (``imagekit check`` runs its testinfra checks in one, with testinfra's ``podman://``).
+- ``save_oci_archive(ref, path)``: ``podman save --format oci-archive``; the export reads it
+  as an ``oci-archive:`` source (:class:`imagekit.export.image_source.PodmanSource`).
+
+What differs from BuildKit is in the README ("Rootless Podman").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from imagekit.errors import EngineError
+
+ENGINE = "podman"
+SETUP_HINT = ("install Podman: `apt-get install podman uidmap slirp4netns` (Debian 12: Podman 4.3), "
+              "or `bash scripts/setup-podman.sh`")
+NOT_FOUND_HINT = "build it with `imagekit build --engine podman STACK`, or `podman load` it"
+# A Debian image's own users reach up to nobody (65534): fewer subordinate ids fail its apt-get.
+MIN_SUBIDS = 65536
+SUBUID, SUBGID = Path("/etc/subuid"), Path("/etc/subgid")
+IDLE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done")
+
+
+class ImageMissing(EngineError):
+    def __init__(self, ref: str) -> None:
+        super().__init__(f"image {ref!r} not found in Podman's image store ({_who()})", NOT_FOUND_HINT)
+        self.ref = ref
+
+
+def cli() -> str:
+    """Path of the ``podman`` binary; EngineError with the fix when there is none."""
+    override = os.environ.get("IMAGEKIT_PODMAN")
+    found = override if override and os.access(override, os.X_OK) else shutil.which("podman")
+    if not found:
+        raise EngineError("no podman found on PATH", SETUP_HINT)
+    return found
+
+
+def rootless() -> bool:
+    return os.geteuid() != 0
+
+
+def _who() -> str:
+    try:
+        name = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        name = str(os.geteuid())
+    return f"rootless, user {name}" if rootless() else "rootful"
+
+
+def subid_ranges(user: str, uid: int, path: Path) -> list[tuple[int, int]]:
+    """The (start, count) ranges ``path`` (/etc/subuid or /etc/subgid) gives ``user`` (by name or uid)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        fields = line.strip().split(":")
+        if len(fields) == 3 and fields[0] in (user, str(uid)) and fields[1].isdigit() and fields[2].isdigit():
+            out.append((int(fields[1]), int(fields[2])))
+    return out
+
+
+def free_range(count: int = MIN_SUBIDS) -> tuple[int, int]:
+    """A subordinate id range no entry of /etc/subuid or /etc/subgid uses yet (for the hint)."""
+    end = 100000
+    for path in (SUBUID, SUBGID):
+        with contextlib.suppress(OSError):
+            for line in path.read_text().splitlines():
+                fields = line.strip().split(":")
+                if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+                    end = max(end, int(fields[1]) + int(fields[2]))
+    return end, end + count - 1
+
+
+def preflight() -> str:
+    """Check what Podman needs before a build starts; returns the podman path.
+
+    Rootless: ``newuidmap``/``newgidmap`` (Debian's ``uidmap``) and at least 65536 subordinate
+    uids and gids for the user. Without them Podman fails half-way into the first ``RUN`` (or
+    silently maps every file to one id); here it is one error naming the fix.
+    """
+    path = cli()
+    if not rootless():
+        return path
+    uid = os.geteuid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        raise EngineError(f"rootless Podman: uid {uid} has no user name (no /etc/passwd entry)",
+                          "run imagekit as a user listed in /etc/passwd") from None
+    missing_tools = [t for t in ("newuidmap", "newgidmap") if not shutil.which(t)
+                     and not Path("/usr/bin", t).exists()]
+    if missing_tools:
+        raise EngineError(f"rootless Podman needs {' and '.join(missing_tools)}, which are not installed",
+                          "as root: apt-get install uidmap")
+    short = []
+    for path_, kind in ((SUBUID, "uid"), (SUBGID, "gid")):
+        have = sum(count for _, count in subid_ranges(user, uid, path_))
+        if have < MIN_SUBIDS:
+            short.append(f"{path_} gives {user} {have or 'no'} subordinate {kind}s")
+    if short:
+        lo, hi = free_range()
+        raise EngineError(
+            f"rootless Podman cannot build as {user}: {'; '.join(short)} (it needs at least {MIN_SUBIDS})",
+            f"as root: usermod --add-subuids {lo}-{hi} --add-subgids {lo}-{hi} {user}; "
+            f"then as {user}: podman system migrate")
+    return path
+
+
+def run(args: Sequence[str], *, check: bool = True, what: str | None = None,
+        **kw) -> subprocess.CompletedProcess:
+    """``podman ARGS``, output captured; EngineError naming ``what`` (or the command) when it fails."""
+    kw.setdefault("capture_output", True)
+    kw.setdefault("text", True)
+    proc = subprocess.run([cli(), *args], **kw)
+    if check and proc.returncode != 0:
+        err = proc.stderr if isinstance(proc.stderr, str) else (proc.stderr or b"").decode(errors="replace")
+        detail = (err.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise EngineError(f"{what or 'podman ' + ' '.join(args[:2])} failed: {detail}")
+    return proc
+
+
+# --- building ---------------------------------------------------------------------------------
+
+def dockerfile(text: str) -> str:
+    """The rendered Dockerfile as Buildah 1.28 can run it.
+
+    Buildah 1.28 takes a ``sharing=locked`` cache mount's lock and keeps it until the whole
+    build ends, so the next ``RUN`` with the same cache (every apt step after the first) waits
+    forever. Its cache mounts are given without ``sharing=locked`` (Buildah's default, shared):
+    one build's steps run one after another; apt's own lock files keep two concurrent builds of
+    one user from writing the cache at once (the second one's apt-get fails instead of waiting).
+    The recipe label stays the hash of the recipe as rendered.
+    """
+    return text.replace(",sharing=locked", "")
+
+
+def build_env() -> dict[str, str]:
+    """The environment of ``podman build``: a TMPDIR of the user's own unless one is set.
+
+    Buildah 1.28 keeps its cache mounts under ``$TMPDIR/buildah-cache`` (``/var/tmp`` when unset),
+    one directory for every user of the machine: the first user's owns it and a second user's
+    cache mounts fail. ``/var/tmp/imagekit-podman-UID`` (mode 0700) keeps each user's apart.
+    """
+    env = dict(os.environ)
+    if rootless() and not env.get("TMPDIR"):
+        own = Path("/var/tmp") / f"imagekit-podman-{os.geteuid()}"
+        own.mkdir(mode=0o700, exist_ok=True)
+        if own.stat().st_uid != os.geteuid():
+            raise EngineError(f"{own} belongs to another user", "set TMPDIR to a directory of your own")
+        env["TMPDIR"] = str(own)
+    return env
+
+
+def build_argv(context: str, dockerfile: str, *, target: str, platform: str, iidfile: str,
+               labels: dict[str, str], no_cache: bool, secrets: dict[str, str]) -> list[str]:
+    """``podman build`` with what BuildKit's build gets, in Buildah's words.
+
+    - ``--pull=never``: base images are local (``imagekit base``); nothing is pulled.
+    - ``--network=host`` for RUN steps: rootless Podman's own network (slirp4netns) needs a
+      ``/dev/net/tun`` the user may open, which containers and CI runners often lack; the
+      steps only fetch packages (apt, pip), as they do under BuildKit.
+    - ``--layers``: every step is cached in the store (Podman's default, said here).
+    - ``--secret id=…,src=…``: ``RUN --mount=type=secret`` as BuildKit (tmpfs, not committed).
+    - ``--format oci``: labels and config as OCI; ``--iidfile``: the image is tagged later.
+    """
+    cmd = [cli(), "build", "--pull=never", "--network=host", "--layers", "--format", "oci",
+           "--target", target, "--platform", platform, "--iidfile", iidfile, "-f", dockerfile]
+    cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
+    if no_cache:
+        cmd.append("--no-cache")
+    for sid, src in secrets.items():
+        cmd += ["--secret", f"id={sid},src={src}"]
+    cmd.append(context)
+    return cmd
+
+
+# --- images -----------------------------------------------------------------------------------
+
+def inspect(ref: str):
+    """The image ``ref`` as an :class:`imagekit.engine.Image` (Docker's shape); ImageMissing if absent."""
+    from imagekit.engine import Image
+
+    proc = run(["image", "inspect", "--format", "json", ref], check=False)
+    if proc.returncode != 0:
+        if "image not known" in proc.stderr or "no such image" in proc.stderr.lower() or "not found" in proc.stderr:
+            raise ImageMissing(ref)
+        raise EngineError(f"podman refused to inspect {ref!r}: {proc.stderr.strip()[-300:]}", SETUP_HINT)
+    attrs = json.loads(proc.stdout)[0]
+    image_id = attrs["Id"] if attrs["Id"].startswith("sha256:") else f"sha256:{attrs['Id']}"
+    config = attrs.get("Config") or {}
+    # Podman reports labels both in Config.Labels and at the top; the config's are the image's.
+    labels = dict(config.get("Labels") or attrs.get("Labels") or {})
+    return Image(ref=ref, id=image_id, labels=labels, size=int(attrs.get("Size") or 0),
+                 config=config, attrs={**attrs, "Id": image_id})
+
+
+def image_id(ref: str) -> str:
+    return inspect(ref).id
+
+
+def image_exists(ref: str) -> bool:
+    return run(["image", "exists", ref], check=False).returncode == 0
+
+
+def tag(image: str, name: str) -> None:
+    run(["tag", image, name], what=f"podman tag {name}")
+
+
+def remove(*refs: str) -> None:
+    """Untag/remove images; ones that are not there are skipped."""
+    if refs:
+        run(["rmi", "-f", *refs], check=False)
+
+
+# --- containers ---------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def throwaway(image: str, *, options: Sequence[str] = (), purpose: str = "tmp") -> Iterator[str]:
+    """An idle container of ``image`` (for ``podman exec``), removed however the body ends."""
+    from imagekit import owners
+
+    name = f"imagekit-{purpose}-{uuid.uuid4().hex[:12]}"
+    run(["create", "--name", name, *owners.label_args(), "--entrypoint", IDLE[0], *options, image, *IDLE[1:]],
+        what=f"creating a container of {image}")
+    try:
+        run(["start", name], what=f"starting a container of {image}")
+        yield name
+    finally:
+        run(["rm", "-f", "-v", "-t", "0", name], check=False)
+
+
+# --- export ---------------------------------------------------------------------------------------
+
+def save_oci_archive(ref: str, path: str | os.PathLike) -> None:
+    """``podman save --format oci-archive`` of ``ref`` into ``path`` (its config digest is the image ID)."""
+    run(["save", "--format", "oci-archive", "-o", str(path), ref], what=f"podman save {ref}")

@@ -1,0 +1,286 @@
+"""Rootless Podman (``--engine podman``), for real, as the unprivileged test user.
+
+What a user does: ``imagekit build --engine podman debian-mpi --export enroot`` run as
+``imagekit-user`` (scripts/setup-podman.sh: Podman 4.3, subordinate ids, its storage.conf),
+with the Docker engine's base image copied into the user's store (``docker save | podman
+load``). The same labels, checks and exports as the Docker path; the checks catch a broken
+Podman image; the CA bundle (a build secret) is in no layer, and the search that says so
+finds it where a build does copy it; a user without subordinate ids gets one error naming
+the fix before anything is built.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from imagekit import render, stack
+from imagekit.export.image_source import open_source
+from needs import need
+
+pytestmark = pytest.mark.engine
+
+ROOT = Path(__file__).resolve().parents[1]
+# A venv the test user can run: Debian's own python3 (the set-up's venv may use an interpreter under
+# /root, which the user cannot read). .ci/run and scripts/setup-podman.sh make it.
+USER_VENV = Path(os.environ.get("IMAGEKIT_USER_VENV", ROOT / "build" / "venv-distro"))
+
+
+class PodmanUser:
+    """The test user, running commands with its own HOME, runtime directory and Podman store."""
+
+    def __init__(self, name: str, work: Path) -> None:
+        entry = pwd.getpwnam(name)
+        self.name, self.uid, self.home, self.work = name, entry.pw_uid, entry.pw_dir, work
+        self.env = {"HOME": self.home, "XDG_RUNTIME_DIR": f"/run/user/{self.uid}",
+                    "IMAGEKIT_STORE": str(work / "store"), "PATH": "/usr/local/bin:/usr/bin:/bin"}
+
+    def run(self, argv: list[str], *, user: str | None = None, env: dict | None = None,
+            **kw) -> subprocess.CompletedProcess:
+        kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        extra = [f"{k}={v}" for k, v in {**self.env, **(env or {})}.items()]
+        return subprocess.run(["runuser", "-u", user or self.name, "--", "env", "-i", *extra, *argv],
+                              cwd=kw.pop("cwd", self.work), **kw)
+
+    def podman(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        return self.run(["podman", *args], **kw)
+
+    def imagekit(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        return self.run([str(USER_VENV / "bin" / "imagekit"), *args], **kw)
+
+    def dir(self, name: str) -> Path:
+        path = self.work / name
+        path.mkdir(exist_ok=True)
+        os.chown(path, self.uid, -1)
+        return path
+
+
+@pytest.fixture(scope="module")
+def user(test_user) -> PodmanUser:
+    need(None if shutil.which("podman") else "podman is not installed (bash scripts/setup-podman.sh)")
+    need(None if (USER_VENV / "bin" / "imagekit").is_file()
+         else f"no venv the test user can run at {USER_VENV} (bash scripts/setup-podman.sh)")
+    # Not under pytest's own temporary directory: root's is closed to other users.
+    work = Path(tempfile.mkdtemp(prefix="imagekit-podman-test-"))
+    try:
+        work.chmod(0o755)
+        os.chown(work, pwd.getpwnam(test_user.name).pw_uid, -1)
+        u = PodmanUser(test_user.name, work)
+        info = u.podman("info", "--format", "{{.Store.GraphDriverName}}")
+        need(None if info.returncode == 0 else f"rootless podman does not work for {u.name}: {info.stderr[-500:]}")
+        yield u
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def podman_base(user, base_image) -> str:
+    """The Docker engine's base image, copied into the user's store (the same image ID)."""
+    from imagekit import engine
+
+    want = engine.inspect(base_image).id
+    have = user.podman("image", "inspect", "--format", "{{.Id}}", base_image)
+    if have.returncode != 0 or f"sha256:{have.stdout.strip()}" != want:
+        save = subprocess.Popen([engine.docker_cli(), "save", base_image], stdout=subprocess.PIPE)
+        loaded = user.podman("load", "-q", stdin=save.stdout)
+        save.wait()
+        assert loaded.returncode == 0, loaded.stderr
+    return base_image
+
+
+@pytest.fixture(scope="module")
+def built(user, podman_base) -> dict:
+    """``imagekit build --engine podman debian-mpi --export enroot`` as the user: build, check, export."""
+    out, logs = user.dir("out"), user.dir("logs")
+    started = time.monotonic()
+    proc = user.imagekit("build", "--engine", "podman", "debian-mpi", "--export", "enroot", "-o", str(out),
+                         "--log-dir", str(logs), "--json")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout)[0]
+    result["wall"] = time.monotonic() - started
+    return result
+
+
+def _labels(user: PodmanUser, ref: str) -> dict[str, str]:
+    proc = user.podman("image", "inspect", "--format", "{{json .Config.Labels}}", ref)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_rootless_build_has_the_labels_checks_and_export_of_the_docker_path(user, built):
+    s = stack.load("debian-mpi")
+    labels = _labels(user, "imagekit/debian-mpi:latest")
+    assert labels["io.imagekit.stack"] == "debian-mpi"
+    assert labels["io.imagekit.target"] == "runtime"
+    assert labels["io.imagekit.recipe.sha256"] == render.recipe_hash(render.render(s))
+    for name, comp in s.components.items():
+        assert labels[f"io.imagekit.component.{name}.version"] == comp.version
+        assert labels[f"io.imagekit.component.{name}.source"] == comp.source
+    assert json.loads(labels["io.imagekit.checks"])
+    assert built["build"]["engine"] == "podman"
+    # The checks ran in a Podman container (the build's --export implies them) and all passed.
+    check = built["check"]
+    assert check["ok"] and check["counts"]["failed"] == 0, check
+    statuses = {c["id"]: c["status"] for c in check["checks"]}
+    assert statuses["stack.mpi4py-ring"] == "passed" and statuses["openmpi.pml_ucx"] == "passed"
+    assert statuses["image.no_build_secrets"] == "passed"
+    assert statuses["ofed.devices"] == "not-run"
+    # The export: an Enroot squashfs whose labels are the image's.
+    from imagekit import image_facts
+
+    (export,) = built["exports"]
+    facts = image_facts.read(export["path"])
+    assert facts.stack == "debian-mpi" and facts.labels["io.imagekit.recipe.sha256"] == labels[
+        "io.imagekit.recipe.sha256"]
+
+
+def test_export_store_key_is_the_podman_image_id(user, built):
+    """The store is keyed by the config digest: podman's image ID is the OCI archive's config
+    digest, so a second export of the unchanged image is a store hit without saving it again."""
+    image_id = "sha256:" + user.podman("image", "inspect", "--format", "{{.Id}}",
+                                       "imagekit/debian-mpi:latest").stdout.strip()
+    archive = user.dir("save") / "mpi.tar"
+    saved = user.podman("save", "--format", "oci-archive", "-o", str(archive), "imagekit/debian-mpi:latest")
+    assert saved.returncode == 0, saved.stderr
+    assert open_source(f"oci-archive:{archive}").image_id() == image_id
+    again = user.imagekit("export", "containers-storage:imagekit/debian-mpi:latest", "--to", "enroot",
+                          "-o", str(user.dir("out2") / "mpi.sqsh"), "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["store_hit"] is True
+
+
+def test_no_change_rebuild_is_fully_cached(user, built):
+    proc = user.imagekit("build", "--engine", "podman", "debian-mpi", "--log-dir", str(user.dir("logs")), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    again = json.loads(proc.stdout)[0]["build"]
+    assert again["steps"] > 10 and again["cached_steps"] == again["steps"], again
+    assert again["image_id"] == built["build"]["image_id"]
+
+
+BREAKAGES = {
+    "no-mpirun": ("rm -f /usr/bin/mpirun /usr/bin/mpiexec /usr/bin/orterun /usr/bin/mpirun.openmpi",
+                  {"openmpi.version", "openmpi.runs", "stack.mpi4py-ring"}),
+    "secret-left": ("mkdir -p /run/secrets && echo x > /run/secrets/ca-bundle", {"image.no_build_secrets"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BREAKAGES))
+def test_podman_check_catches_a_broken_image(user, built, name):
+    script, expected = BREAKAGES[name]
+    tag = f"imagekit-test/broken:{name}"
+    container = f"imagekit-test-break-{name}"
+    user.podman("rm", "-f", container)
+    made = user.podman("run", "--name", container, "--network", "none", "--entrypoint", "/bin/sh",
+                       "imagekit/debian-mpi:latest", "-c", script)
+    assert made.returncode == 0, made.stderr
+    try:
+        committed = user.podman("commit", "-q", container, tag)
+        assert committed.returncode == 0, committed.stderr
+        proc = user.imagekit("check", tag, "--engine", "podman", "--json")
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        report = json.loads(proc.stdout)
+        failed = {c["id"] for c in report["checks"] if c["status"] == "failed"}
+        assert expected <= failed, f"expected {expected} to fail, failed: {failed}"
+    finally:
+        user.podman("rm", "-f", container)
+        user.podman("rmi", "-f", tag)
+
+
+def _blobs_with(archive: Path, marker: bytes) -> list[str]:
+    """The members of an OCI archive (layers decompressed) whose bytes hold ``marker``."""
+    found = []
+    with tarfile.open(archive) as outer:
+        for member in outer.getmembers():
+            if not member.isfile():
+                continue
+            data = outer.extractfile(member).read()
+            if data[:2] == b"\x1f\x8b":
+                data = gzip.decompress(data)
+            if marker in data:
+                found.append(member.name)
+    return found
+
+
+SECRET_STACK = """\
+name: podman-secret-probe
+base: {image: imagekit/debian:bookworm, distro: debian12}
+components:
+  python: {pip: ["six==1.16.0"]}
+checks:
+  - {name: six, run: "python3 -c 'import six; print(six.__version__)'", expect: "1.16.0"}
+"""
+# What a leak looks like: a step that copies the secret into the image.
+LEAKING = """\
+FROM imagekit/debian:bookworm
+RUN --mount=type=secret,id=ca-bundle grep -q MARKER /run/secrets/ca-bundle && cp /run/secrets/ca-bundle /leaked.pem
+"""
+
+
+def test_ca_bundle_reaches_pip_as_a_secret_and_never_a_podman_layer(user, podman_base):
+    marker = f"imagekit-podman-marker-{os.getpid()}-{time.time_ns()}"
+    work = user.dir("secret")
+    bundle = work / "bundle.pem"
+    bundle.write_text(Path("/etc/ssl/certs/ca-certificates.crt").read_text() + f"\n# {marker}\n")
+    bundle.chmod(0o644)
+    (work / "stack.yaml").write_text(SECRET_STACK)
+    proc = user.imagekit("build", "--engine", "podman", str(work / "stack.yaml"), "--ca-bundle", str(bundle),
+                         "--no-cache", "--check", "--log-dir", str(work), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)[0]
+    assert result["check"]["ok"], result["check"]          # pip installed six through the bundle
+    archive = work / "image.tar"
+    saved = user.podman("save", "--format", "oci-archive", "-o", str(archive), result["build"]["image_id"])
+    assert saved.returncode == 0, saved.stderr
+    assert _blobs_with(archive, marker.encode()) == [], "the CA bundle leaked into the Podman image"
+    config = json.loads(user.podman("image", "inspect", "--format", "{{json .Config.Env}}",
+                                    result["build"]["image_id"]).stdout)
+    assert not any("PIP_CERT" in e for e in config or [])
+
+    # The same search finds the bundle in an image whose build copies the secret into a layer.
+    (work / "Dockerfile").write_text(LEAKING.replace("MARKER", marker))
+    leak = user.podman("build", "--pull=never", "--network=host", "--no-cache", "-q", "--secret",
+                       f"id={render.CA_SECRET_ID},src={bundle}", "-t", "imagekit-test/leak", str(work))
+    assert leak.returncode == 0, leak.stderr
+    try:
+        leaked = work / "leak.tar"
+        assert user.podman("save", "--format", "oci-archive", "-o", str(leaked), "imagekit-test/leak").returncode == 0
+        assert _blobs_with(leaked, marker.encode()), "the search missed a bundle copied into a layer"
+    finally:
+        user.podman("rmi", "-f", "imagekit-test/leak", "imagekit/podman-secret-probe:latest")
+
+
+def test_a_failing_podman_step_names_its_command_and_last_lines(user, podman_base):
+    work = user.dir("broken")
+    (work / "stack.yaml").write_text("name: podman-broken\nbase: {image: imagekit/debian:bookworm, distro: debian12}\n"
+                                     "components:\n  python: {packages: [doesnotexist]}\n")
+    proc = user.imagekit("build", "--engine", "podman", str(work / "stack.yaml"), "--log-dir", str(work))
+    assert proc.returncode == 1
+    assert "step: [" in proc.stderr and "python3-doesnotexist" in proc.stderr and "apt-get" in proc.stderr
+    assert "Unable to locate package python3-doesnotexist" in proc.stderr
+    assert "full log:" in proc.stderr and (work / "podman-broken-runtime.log").is_file()
+    assert user.podman("image", "exists", "imagekit/podman-broken:latest").returncode == 1
+
+
+def test_no_subordinate_ids_is_one_error_naming_the_fix_before_any_build(user):
+    """``nobody`` has no /etc/subuid or /etc/subgid range: the build stops before it starts."""
+    work = user.dir("nosubids")
+    work.chmod(0o777)
+    proc = user.run([str(USER_VENV / "bin" / "imagekit"), "build", "--engine", "podman", "debian-mpi"],
+                    user="nobody", env={"HOME": str(work), "XDG_RUNTIME_DIR": str(work)}, cwd=work)
+    assert proc.returncode == 3, proc.stderr
+    assert "subordinate" in proc.stderr and "nobody" in proc.stderr
+    assert "usermod --add-subuids" in proc.stderr and "--add-subgids" in proc.stderr
+    assert "Traceback" not in proc.stderr and "building" not in proc.stderr
+    assert len([l for l in proc.stderr.splitlines() if l.strip()]) <= 2, proc.stderr
+    assert not (work / "build").exists(), "nothing is written before the check"
