@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 #   docker.io                 the engine (Debian's 20.10, BuildKit built in)
 #   debootstrap               `imagekit base` (offline base images)
 #   squashfs-tools(-ng)       Enroot squashfs export (sqfstar / tar2sqfs), unsquashfs in tests
+#   pigz                      inflates gzip layers of registry, OCI and docker-save sources (gzip works too)
 #   docker-registry           the real local registry `imagekit push` is tested against
 #   openmpi-bin python3-mpi4py  host side of outside-in launches (host mpirun + docker run per rank)
 #   slurm-wlm munge libpmix2 libpmix-dev  a real single-node Slurm for the launch tests
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 #   openssh-client            inside-out launches (ssh-keygen for per-job keys)
 #   gcc                       the check tests compile stub libraries (libnccl.so.2, ...) for stub images
 #   openssl                   the registry tests sign the tokens of a Bearer-auth registry
-PACKAGES=(docker.io debootstrap squashfs-tools squashfs-tools-ng docker-registry openmpi-bin
+PACKAGES=(docker.io debootstrap squashfs-tools squashfs-tools-ng pigz docker-registry openmpi-bin
           python3-mpi4py slurm-wlm munge libpmix2 libpmix-dev shellcheck openssh-client gcc openssl)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }

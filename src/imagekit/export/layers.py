@@ -87,7 +87,9 @@ def _decompressor(media_type: str) -> list[str] | None:
     if media_type in TAR_TYPES:
         return None
     tool = "zstd" if media_type in ZSTD_TYPES else "gzip"
-    found = shutil.which(tool)
+    # pigz inflates on one thread too, but reads, writes and checks the CRC on others: about 1.5x
+    # gzip's speed here, and every layer is inflated twice (the plan, then the merge).
+    found = (tool == "gzip" and shutil.which("pigz")) or shutil.which(tool)
     if found is None:
         raise LayerError(f"a {media_type} layer needs {tool}, which is not installed",
                          f"apt-get install {tool}")
