@@ -90,3 +90,17 @@ def test_it_builds_on_the_offline_cuda_stack_and_its_checks_catch_a_broken_copy(
                    check=True, capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "1"})
     broken = {o.id: o.status for o in check.run("imagekit-test/efa-broken", check.stack_checks(s)).outcomes}
     assert {c for c in CHECKS if broken[c] == "failed"} == CHECKS, broken
+
+
+@pytest.mark.parametrize("distro, refused", [("ubuntu22", "needs libfabric 1.22 or newer and ubuntu22 has 1.11.0"),
+                                             ("ubuntu20", "does not know which libfabric ubuntu20 ships")])
+def test_ubuntu_bases_are_held_to_their_libfabric(tmp_path, site_mirror, distro, refused):
+    """Review finding 16: on the nvidia/cuda Ubuntu 22.04 base `platform_aws` was accepted (its libfabric
+    1.11 unknown to the rule); a distro whose libfabric is not known is refused, naming the ones that are."""
+    text = (f"name: efa-ubuntu\nbase: {{image: nvidia/cuda:12.6.3-devel-{distro[:6]}{distro[6:]}.04, "
+            f"distro: {distro}, arch: x86_64}}\n"
+            'components:\n  cuda: {version: "12.6.3"}\n  nccl: {version: "2.23.4-1", source: repo}\n'
+            f'  aws-ofi-nccl: {{version: "1.21.1", sha256: "{PIN}", platform_aws: true}}\n')
+    with pytest.raises(StackError, match=refused) as info:
+        _stack(tmp_path, site_mirror, text=text)
+    assert info.value.hint and ("debian13" in info.value.hint)

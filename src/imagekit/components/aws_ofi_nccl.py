@@ -24,8 +24,10 @@ from imagekit.schema import Option
 PREFIX = "/opt/amazon/aws-ofi-nccl"
 PLUGIN = "ofi"  # NCCL_NET_PLUGIN=ofi -> libnccl-net-ofi.so
 LIBRARY = f"libnccl-net-{PLUGIN}.so"
-# Debian's libfabric per distro (packages.debian.org); platform_aws needs >= 1.22 (upstream m4/ax_platform_aws.m4).
-LIBFABRIC = {"debian12": "1.17.0", "debian13": "2.1.0"}
+# The distro's libfabric (packages.debian.org; Ubuntu's as the second recipe review read it), each at least
+# the 1.11 aws-ofi-nccl needs (upstream m4/check_pkg_libfabric.m4); platform_aws needs >= 1.22
+# (m4/ax_platform_aws.m4). A distro not listed is refused: Ubuntu 20.04's 1.6 would fail configure.
+LIBFABRIC = {"debian12": "1.17.0", "debian13": "2.1.0", "ubuntu22": "1.11.0", "ubuntu24": "1.17.0"}
 PLATFORM_AWS_LIBFABRIC = (1, 22)
 
 
@@ -54,7 +56,11 @@ class AwsOfiNccl(Component):
 
     def check_stack(self) -> None:
         have = LIBFABRIC.get(self.stack.base.distro)
-        if self.enabled("platform_aws") and have and \
+        if have is None:
+            self.error(None, f"imagekit does not know which libfabric {self.stack.base.distro} ships, so it cannot "
+                       "tell whether aws-ofi-nccl builds on it (it needs libfabric 1.11 or newer)",
+                       "use a base of: " + ", ".join(sorted(LIBFABRIC)))
+        if self.enabled("platform_aws") and \
                 tuple(int(x) for x in have.split(".")[:2]) < PLATFORM_AWS_LIBFABRIC:
             self.error("platform_aws", f"`platform_aws: true` needs libfabric 1.22 or newer and "
                        f"{self.stack.base.distro} has {have} (aws-ofi-nccl configure: \"On AWS platforms, "
