@@ -82,3 +82,20 @@ def stage(text: str, name: str) -> str:
     parts = text.split(marker)
     devel, runtime = parts[1], parts[2] if len(parts) > 2 else ""
     return devel if name == "devel" else runtime
+
+
+def assert_built_labels(labels: dict[str, str], name: str) -> None:
+    """What every engine's build of the shipped stack ``name`` records: stack, target, the recipe's hash,
+    each component's version and source, and the checks."""
+    import json
+
+    from imagekit import render, stack
+
+    s = stack.load(name)
+    assert labels["io.imagekit.stack"] == name
+    assert labels["io.imagekit.target"] == "runtime"
+    assert labels["io.imagekit.recipe.sha256"] == render.recipe_hash(render.render(s))
+    for comp_name, comp in s.components.items():
+        assert labels[f"io.imagekit.component.{comp_name}.version"] == comp.version
+        assert labels[f"io.imagekit.component.{comp_name}.source"] == comp.source
+    assert json.loads(labels["io.imagekit.checks"])
