@@ -24,7 +24,7 @@ def _in_band(e, measured: float) -> bool:
 
 def test_catalogue_has_the_pinned_entries():
     """A new catalogue entry needs its own pinned test below."""
-    assert {p.stem for p in CATALOGUE} == {"dgx-h100", "dgx-a100", "hgx-a100-4hdr", "dgx-b200"}
+    assert {p.stem for p in CATALOGUE} == {"dgx-h100", "dgx-a100", "hgx-a100-4hdr", "dgx-b200", "dgx-1v", "dgx-2"}
 
 
 @pytest.mark.parametrize("path", CATALOGUE, ids=lambda p: p.stem)
@@ -90,6 +90,30 @@ def test_dgx_b200_pinned_to_cited_numbers():
     one = _exp("dgx-b200", 1, "NVLS")
     assert one.expected == pytest.approx(830) and _in_band(one, 830)  # NCCL #1807: 830+ on 8 x B200
     assert _exp("dgx-b200", 3, "Ring").bound.name == "network"  # 8 x 48 = 384 < 721.8
+
+
+def test_dgx_1v_pinned_to_cited_numbers():
+    """4 x EDR across nodes: the network bounds it at NCCL's 12 GB/s per EDR NIC, and the seed guides' 42 GB/s
+    (EDR behind PCIe gen 3) is in the band, with the algorithm unknown (Tree, the lowest) and with Ring: the
+    V100/EDR entries carry a tolerance of 15 % for it."""
+    s = systems.load("dgx-1v")
+    assert s.intra_gbs == pytest.approx(120.0)  # 6 NVLink 2 links x SM70_NVLINK_BW 20.0
+    assert s.nic_gbs == pytest.approx(12.0) and s.network_gbs == pytest.approx(48.0)  # NET_BW 12 per 100 Gb/s
+    one = _exp("dgx-1v", 1)
+    assert one.bound.name == "NVLink" and "hybrid cube-mesh" in one.bound.why
+    two = _exp("dgx-1v", 2)
+    assert two.algorithm == "Tree" and two.bound.name == "network" and _in_band(two, 42)  # the seed guides
+    assert _in_band(_exp("dgx-1v", 2, "Ring"), 42)
+
+
+def test_dgx_2_pinned_to_cited_numbers():
+    s = systems.load("dgx-2")
+    assert s.gpus_per_node == 16 and s.intra_gbs == pytest.approx(120.0) and not s.nvls
+    assert s.network_gbs == pytest.approx(96.0)  # 8 x EDR at NCCL's 12 GB/s per 100 Gb/s
+    two = _exp("dgx-2", 2)
+    assert two.algorithm == "Tree" and two.bound.name == "network" and _in_band(two, 82)  # the seed guides
+    assert _in_band(_exp("dgx-2", 2, "Ring"), 82) and not _in_band(_exp("dgx-2", 2, "Ring"), 80)
+    assert _exp("dgx-2", 1).bound.name == "NVLink"
 
 
 def test_busbw_factors_are_nccl_tests():

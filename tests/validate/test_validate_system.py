@@ -157,6 +157,33 @@ def test_nodes_and_gpus_per_node_give_the_shape_of_a_table_without_ranks():
     assert code == 9 and "16 ranks on one node, and system dgx-h100 has 8 GPUs per node" in out
 
 
+@pytest.mark.parametrize("system, hosts, gpus, gpu, busbw", [
+    ("dgx-1v", ("dgx1-a", "dgx1-b"), 8, "Tesla V100-SXM2-32GB", 42.0),
+    ("dgx-2", ("dgx2-a", "dgx2-b"), 16, "Tesla V100-SXM3-32GB", 82.0),
+])
+def test_the_seed_guides_tables_are_judged(system, hosts, gpus, gpu, busbw):
+    """The seed guides validate DGX-1 (4 x IB, 42 GB/s) and DGX-2/DGX-2H (8 x IB, 82 GB/s) with published tables
+    that list no ranks and carry no NCCL log: with --nodes they pass, and the transport is noted as not checked."""
+    def table(peak: float) -> str:
+        text, _ = nccl_tests_output(Spec(style="new", version="2.19.6", hosts=hosts, gpus_per_host=gpus,
+                                         check=False, peak_busbw=peak, gpu=gpu))
+        return _without_ranks(text)
+
+    code, out, _ = _invoke("-", "--system", system, "--nodes", "2", stdin=table(busbw))
+    assert code == 0, out
+    assert f"of what 2 x {gpus} V100 with" in out and "transport not checked" in out
+    code, out, _ = _invoke("-", "--system", system, "--nodes", "2", stdin=table(busbw * 0.7))
+    assert code == 1 and "below the band" in out, out
+
+
+def test_a_cube_mesh_joins_eight_gpus(tmp_path):
+    path = tmp_path / "mesh.yaml"
+    path.write_text((systems.SHIPPED_DIR / "dgx-1v.yaml").read_text().replace("per_node: 8 ", "per_node: 4 "))
+    with pytest.raises(StackError, match="a hybrid cube-mesh .* joins 8 GPUs, not 4") as info:
+        systems.load(str(path))
+    assert info.value.key == "gpus.per_node" and info.value.line == 7
+
+
 def test_the_rank_list_wins_over_nodes():
     text, _ = nccl_tests_output(_spec(372))
     code, out, _ = _invoke("-", "--system", "dgx-h100", "--nodes", "4", stdin=text + _log(env_algo="Ring"))

@@ -125,7 +125,9 @@ def _intra(s: System) -> Bound:
                      "(NCCL's topology figure)")
     gen = f"NVLink {s.nvlink_generation} " if s.nvlink_generation else "NVLink "
     return Bound("NVLink", s.intra_gbs, f"{s.nvlink_links} {gen}links x {_g(s.nvlink_link_busbw or 0)} GB/s per link "
-                 f"= {_g(s.intra_gbs)} GB/s per GPU" + (" through the NVSwitch" if s.fabric == "nvswitch" else ""))
+                 f"= {_g(s.intra_gbs)} GB/s per GPU" + {"nvswitch": " through the NVSwitch",
+                                                        "cube-mesh": " (NCCL's rings over the hybrid cube-mesh "
+                                                                     "use every link)"}.get(s.fabric, ""))
 
 
 def _network(s: System, times: float = 1.0, per_gpu: Optional[int] = None) -> Bound:

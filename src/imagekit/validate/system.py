@@ -25,7 +25,9 @@ PATH_ENV = "IMAGEKIT_SYSTEMS_PATH"
 # Site directories given on the command line (--systems-dir), searched first.
 extra_dirs: list[Path] = []
 
-FABRICS = ("nvswitch", "nvlink", "pcie")
+# nvswitch: every GPU reaches every other through NVSwitches; nvlink: a bridged pair; cube-mesh: DGX-1's
+# hybrid cube-mesh, where each GPU's links go to some of the others, and NCCL's rings still use all of them.
+FABRICS = ("nvswitch", "nvlink", "cube-mesh", "pcie")
 # Line rate per InfiniBand generation (Gb/s, 4x port); RoCE and EFA name no rate, so they need rate_gbps.
 IB_RATES = {"EDR": 100, "HDR": 200, "NDR": 400, "XDR": 800}
 NIC_KINDS = (*IB_RATES, "RoCE", "EFA")
@@ -265,7 +267,11 @@ def _contradictions(s: System, r: _Reader, gpus: dict, intra: dict, net: dict) -
     if s.fabric == "nvlink" and s.gpus_per_node > 2:
         raise r.error(gpus, "per_node", "gpus", f"{s.gpus_per_node} GPUs on direct NVLink (fabric: nvlink) are not "
                       "all connected to each other at full bandwidth; the model covers NVLink bridges of 2 GPUs",
-                      hint="use fabric: nvswitch for NVSwitch systems, or a baseline file")
+                      hint="use fabric: nvswitch for NVSwitch systems, cube-mesh for DGX-1's 8 GPUs, or a "
+                           "baseline file")
+    if s.fabric == "cube-mesh" and s.gpus_per_node != 8:
+        raise r.error(gpus, "per_node", "gpus", f"a hybrid cube-mesh (fabric: cube-mesh) joins 8 GPUs, "
+                      f"not {s.gpus_per_node}", hint="set per_node: 8, or the fabric the system has")
     if net:
         if s.nics_per_node > 0:
             kind = s.nic_kind or ""
