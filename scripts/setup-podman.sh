@@ -87,15 +87,4 @@ fi
 # (stderr apart: rootless Podman warns that "/" is not a shared mount, harmless for builds)
 driver=$(as_podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null) ||
     fail "podman info as $TEST_USER failed: $(as_podman info 2>&1 | tail -n 3)"
-# imagekit as the user runs: a venv on Debian's own python3 (the set-up's .venv may use an interpreter
-# under /root, which the user cannot read). .ci/run makes the same one; quick when it is there.
-USER_VENV=${IMAGEKIT_USER_VENV:-build/venv-distro}
-if ! as_root runuser -u "$TEST_USER" -- "$USER_VENV/bin/imagekit" --version >/dev/null 2>&1; then
-    [ -x /usr/bin/python3 ] || fail "no /usr/bin/python3 to make $USER_VENV for $TEST_USER"
-    log "making $USER_VENV with /usr/bin/python3 (imagekit for $TEST_USER)"
-    PYTHON=/usr/bin/python3 VENV=$USER_VENV bash scripts/setup.sh >/dev/null
-    as_root runuser -u "$TEST_USER" -- "$USER_VENV/bin/imagekit" --version >/dev/null 2>&1 ||
-        fail "$TEST_USER cannot run $(pwd)/$USER_VENV/bin/imagekit: every directory above the checkout must be readable (o+rx) by it"
-fi
-
 log "ready: $(podman --version), rootless as $TEST_USER (uid $uid), storage driver $driver"

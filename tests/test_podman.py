@@ -26,25 +26,25 @@ import pytest
 
 from imagekit import render
 from imagekit.export.image_source import open_source
+from export.users import OtherPython, other_python  # noqa: F401 - the fixture
 from needs import need
 from stack_helpers import assert_built_labels
 
 pytestmark = pytest.mark.engine
 
-ROOT = Path(__file__).resolve().parents[1]
-# A venv the test user can run: Debian's own python3 (the set-up's venv may use an interpreter under
-# /root, which the user cannot read). .ci/run and scripts/setup-podman.sh make it.
-USER_VENV = Path(os.environ.get("IMAGEKIT_USER_VENV", ROOT / "build" / "venv-distro"))
 
 
 class PodmanUser:
     """The test user, running commands with its own HOME, runtime directory and Podman store."""
 
-    def __init__(self, name: str, work: Path) -> None:
+    def __init__(self, name: str, work: Path, python: OtherPython) -> None:
         entry = pwd.getpwnam(name)
         self.name, self.uid, self.home, self.work = name, entry.pw_uid, entry.pw_dir, work
+        # imagekit as the user runs it: Debian's python3 with this checkout's code copied where any
+        # user can read it (users.py), wherever the checkout lies.
+        self.imagekit_argv = [str(python.python), "-m", "imagekit"]
         self.env = {"HOME": self.home, "XDG_RUNTIME_DIR": f"/run/user/{self.uid}",
-                    "IMAGEKIT_STORE": str(work / "store"), "PATH": "/usr/local/bin:/usr/bin:/bin"}
+                    "IMAGEKIT_STORE": str(work / "store"), **python.env()}
 
     def run(self, argv: list[str], *, user: str | None = None, env: dict | None = None,
             **kw) -> subprocess.CompletedProcess:
@@ -58,7 +58,7 @@ class PodmanUser:
         return self.run(["podman", *args], **kw)
 
     def imagekit(self, *args: str, **kw) -> subprocess.CompletedProcess:
-        return self.run([str(USER_VENV / "bin" / "imagekit"), *args], **kw)
+        return self.run([*self.imagekit_argv, *args], **kw)
 
     def dir(self, name: str) -> Path:
         path = self.work / name
@@ -68,16 +68,14 @@ class PodmanUser:
 
 
 @pytest.fixture(scope="module")
-def user(test_user) -> PodmanUser:
+def user(test_user, other_python) -> PodmanUser:
     need(None if shutil.which("podman") else "podman is not installed (bash scripts/setup-podman.sh)")
-    need(None if (USER_VENV / "bin" / "imagekit").is_file()
-         else f"no venv the test user can run at {USER_VENV} (bash scripts/setup-podman.sh)")
     # Not under pytest's own temporary directory: root's is closed to other users.
     work = Path(tempfile.mkdtemp(prefix="imagekit-podman-test-"))
     try:
         work.chmod(0o755)
         os.chown(work, pwd.getpwnam(test_user.name).pw_uid, -1)
-        u = PodmanUser(test_user.name, work)
+        u = PodmanUser(test_user.name, work, other_python)
         info = u.podman("info", "--format", "{{.Store.GraphDriverName}}")
         need(None if info.returncode == 0 else f"rootless podman does not work for {u.name}: {info.stderr[-500:]}")
         yield u
@@ -267,7 +265,7 @@ def test_no_subordinate_ids_is_one_error_naming_the_fix_before_any_build(user):
     """``nobody`` has no /etc/subuid or /etc/subgid range: the build stops before it starts."""
     work = user.dir("nosubids")
     work.chmod(0o777)
-    proc = user.run([str(USER_VENV / "bin" / "imagekit"), "build", "--engine", "podman", "debian-mpi"],
+    proc = user.run([*user.imagekit_argv, "build", "--engine", "podman", "debian-mpi"],
                     user="nobody", env={"HOME": str(work), "XDG_RUNTIME_DIR": str(work)}, cwd=work)
     assert proc.returncode == 3, proc.stderr
     assert "subordinate" in proc.stderr and "nobody" in proc.stderr
