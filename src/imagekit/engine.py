@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     import docker
 
 # The engines imagekit builds, checks and exports with: Docker (BuildKit, the default) and Podman
-# (rootless; imagekit.podman). Library calls take ``engine=``; the CLI's ``--engine`` builds it.
+# (rootless; imagekit.podman). Library calls take ``engine_name=``; the CLI's ``--engine`` sets it.
 ENGINES = ("docker", "podman")
 SETUP_HINT = "run `bash scripts/setup-engine.sh` (installs Debian's docker.io and starts dockerd)"
 NOT_FOUND_HINT = "build it with `imagekit build STACK`, or `docker pull`/`docker load` it"
