@@ -137,11 +137,13 @@ class Component:
                        "write the 64 lowercase hex digits `sha256sum FILE` prints")
         if self.upstream_file and self.source == "upstream" and self.opts.get("version") and not self.pin:
             filename, url = (t.format(**self.url_fields()) for t in self.upstream_file)
+            pinned = [v for (c, v) in sources.PINS if c == self.name]
             self.error("sha256" if self.where is not None and "sha256" in self.where else "version",
                        f"imagekit has no sha256 pin for {self.name} {self.version} ({url})",
-                       f'add `sha256: "<sha256 of {filename}>"` to {self.name} (`sha256sum {filename}`), '
-                       "or use a version imagekit pins: " + ", ".join(
-                           v for (c, v) in sources.PINS if c == self.name))
+                       f'pin upstream\'s {filename} (`sha256sum {filename}`) for the whole site in the site pins '
+                       f'file (--site FILE or ${sources.SITE_ENV}): `pins: {{{self.name}: {{"{self.pin_version}": '
+                       f'"<sha256>"}}}}`, or for this stack with `sha256: "<sha256>"` on {self.name}'
+                       + ("; or use a version imagekit pins: " + ", ".join(pinned) if pinned else ""))
         if self.source == "distro" and self.stack.base.family != "deb":
             self.error("source", "`source: distro` is only packaged here for Debian/Ubuntu bases",
                        "use `source: upstream` on this base")
@@ -170,15 +172,26 @@ class Component:
         return "unknown"
 
     @property
+    def pin_version(self) -> str:
+        """The version that names this component's release file in pins (NCCL's carries its revision)."""
+        return self.version
+
+    @property
     def pin(self) -> str | None:
-        return self.opts.get("sha256") or sources.PINS.get((self.name, self.version))
+        return self.opts.get("sha256") or sources.pin(self.name, self.pin_version)[0]
+
+    @property
+    def pin_origin(self) -> str:
+        if self.opts.get("sha256"):
+            return f"`sha256:` on {self.name} in {getattr(self.where, 'file', None) or self.stack.file}"
+        return sources.pin(self.name, self.pin_version)[1]
 
     def artifacts(self) -> list[sources.Artifact]:
         """The upstream files this component's build downloads (taken from the mirror when set)."""
         if not self.upstream_file or self.source != "upstream":
             return []
         filename, url = (t.format(**self.url_fields()) for t in self.upstream_file)
-        return [sources.Artifact(self.name, filename, url, self.pin)]
+        return [sources.Artifact(self.name, filename, url, self.pin, self.pin_origin, self.pin_version)]
 
     def url_fields(self) -> dict[str, str]:
         """Placeholders of ``upstream_file``."""

@@ -96,9 +96,9 @@ class Nccl(Component):
         return {"version": self.version, "tag": self.tag}
 
     @property
-    def pin(self) -> str | None:
+    def pin_version(self) -> str:
         # "2.23.4" and "2.23.4-1" name the same release file (the tag carries the revision).
-        return self.opts.get("sha256") or sources.PINS.get((self.name, self.tag))
+        return self.tag
 
     @property
     def prefix(self) -> str:
