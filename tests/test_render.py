@@ -232,7 +232,7 @@ HEADERS = [DEBIAN, CUDA, CUDA.replace("  distro: ubuntu22\n", "  distro: ubuntu2
            DEBIAN.replace("imagekit/debian:bookworm", "rockylinux:9").replace("debian12", "rockylinux9")]
 # Mostly valid values, so that many generated stacks render; some junk, so that errors are exercised.
 GOOD_VERSION = {"ofed": "2.9.1", "gdrcopy": "2.4.4", "ucx": "1.17.0", "pmix": "4.2.9", "openmpi": "4.1.7",
-                "nccl": "2.23.4-1", "nccl-tests": "2.13.11", "pytorch": "2.5.1", "horovod": "0.28.1"}
+                "nccl": "2.23.4-1", "nccl-tests": "2.13.11", "pytorch": "2.5.1"}
 BAD_VERSIONS = st.sampled_from(["5.0.5", "12", "abc", "", 12.4, 3, True])
 
 

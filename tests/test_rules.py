@@ -107,25 +107,7 @@ NEEDS_CASES = {
         "pytorch.cuda", DEBIAN, "  python: {}\n  pytorch: {version: '2.5.1'}\n",
         "pytorch:", "components.pytorch", ["`pytorch` needs the `cuda` component", "CUDA-matched"],
         "  python: {}\n  pytorch: {version: '2.5.1'}\n  cuda: {version: '12.4.1'}\n"),
-    ("horovod", "pytorch", None): c(
-        "horovod.pytorch", CUDA,
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.29.0'}\n",
-        "horovod:", "components.horovod", ["`horovod` needs the `pytorch` component"],
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.29.0'}\n"
-        "  pytorch: {version: '2.5.1'}\n"),
-    ("horovod", "mpi", None): c(
-        "horovod.openmpi", CUDA,
-        "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
-        "  horovod: {version: '0.29.0'}\n",
-        "horovod:", "components.horovod", ["`horovod` needs a component that provides `mpi`", "`openmpi`"],
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
-        "  horovod: {version: '0.29.0'}\n"),
-    ("horovod", "nccl", None): c(
-        "horovod.nccl", CUDA,
-        GPU_MPI + "  python: {}\n  pytorch: {version: '2.5.1'}\n  horovod: {version: '0.29.0'}\n",
-        "horovod:", "components.horovod", ["`horovod` needs the `nccl` component"],
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
-        "  horovod: {version: '0.29.0'}\n"),
+
 }
 
 CHECK_CASES = {
@@ -241,15 +223,6 @@ CHECK_CASES.update({
           ["`source: repo` needs an nvidia/cuda base", "use `source: pypi` for nccl (the wheel for CUDA 13)"],
           PYPI_CUDA + "  nccl: {source: pypi, version: '2.28.9'}\n"),
     ],
-    "horovod.check_stack": [
-        c("horovod-0.28-torch-2.5", CUDA,
-          "  cuda: {}\n  python: {}\n  openmpi: {version: '4.1.7', ucx: false}\n  nccl: {source: repo, version: '2.23.4-1'}\n"
-          "  pytorch: {version: '2.5.1'}\n  horovod:\n    version: '0.28.1'\n",
-          "version: '0.28.1'", "components.horovod.version",
-          ["Horovod 0.28.1 does not compile against PyTorch 2.5.1", "C++17", "use torch.distributed"],
-          "  cuda: {}\n  python: {}\n  openmpi: {version: '4.1.7', ucx: false}\n  nccl: {source: repo, version: '2.23.4-1'}\n"
-          "  pytorch: {version: '2.5.1'}\n"),
-    ],
     "pytorch.check_stack:arch": [
         c("pytorch-aarch64", CUDA + "  arch: aarch64\n", "  cuda: {}\n  python: {}\n  pytorch:\n    version: '2.5.1'\n",
           "version: '2.5.1'", "components.pytorch.version",
@@ -312,7 +285,7 @@ def test_fixed_stack_passes(tmp_path, case):
 
 # The components these tests know; a component added later brings its own rule cases in its own tests.
 KNOWN = {"cuda", "ofed", "gdrcopy", "ucx", "pmix", "openmpi", "nccl", "nccl-tests", "python", "pytorch",
-         "horovod", "sshd"}
+         "sshd"}
 
 
 def test_every_requirement_has_a_case():
@@ -366,3 +339,12 @@ def test_cuda_version_prefix_of_the_tag_is_accepted(tmp_path):
     for given in ("12", "12.4", "12.4.1"):
         s = stack_mod.load(write(tmp_path, CUDA + f"components:\n  cuda: {{version: '{given}'}}\n"))
         assert s.get("cuda").version == given
+
+
+def test_horovod_is_refused_by_name_with_the_replacement(tmp_path):
+    """Horovod is dead (0.28.1, 2023): the key names it, not "unknown key", and the fix is torch.distributed."""
+    body = "  cuda: {}\n  python: {}\n  pytorch: {version: '2.5.1'}\n  horovod:\n    version: '0.28.1'\n"
+    path = write(tmp_path, CUDA + "components:\n" + body)
+    expect_error(lambda: stack_mod.load(path), path, line_of(path, "horovod:"), "components.horovod",
+                 "Horovod is dead", "0.28.1 (2023)", "torch.distributed", "torchrun", "`pytorch` stack")
+    assert "horovod" not in registry() and "horovod" in components.RETIRED

@@ -4,13 +4,13 @@ The real offline image (OpenMPI, UCX, PMIx, rdma-core from Debian) gets, on top,
 stand-ins for what only exists with NVIDIA's packages, a GPU or a fabric: the
 tools print the output formats documented by (and read from the sources of)
 UCX's ``ucx_info``, Open MPI's ``ompi_info``/``mpirun``, PMIx's ``pmix_info``,
-``nvidia-smi -L``, rdma-core's ``ibv_devinfo -l``, nccl-tests' result footer and
-``horovodrun --check-build``; the libraries are real ELF shared objects with the
+``nvidia-smi -L``, rdma-core's ``ibv_devinfo -l`` and nccl-tests' result footer;
+the libraries are real ELF shared objects with the
 vendor's SONAME, compiled here (libnccl.so.2 answers ``ncclGetVersion``).
 
 ``Facts`` holds what the stubs report. ``GOOD`` is what a correct image of the
 CUDA stacks reports; ``BROKEN`` is the same formats with the facts of a broken
-build (wrong version, CPU-only wheel, no NCCL in Horovod, internal PMIx ...),
+build (wrong version, CPU-only wheel, internal PMIx ...),
 and ``BREAK_SCRIPT`` removes what presence checks look for.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit import engine
@@ -58,7 +58,6 @@ class Facts:
     torch_version: str = "2.5.1+cu124"
     torch_nccl: bool = True
     torch_cuda: bool = True
-    horovod: dict = field(default_factory=lambda: {"PyTorch": True, "MPI": True, "NCCL": True})
     hcas: tuple[str, ...] = ("mlx5_0", "mlx5_1")
     nccl_code: int = 22304              # NCCL 2.23.4: major*10000 + minor*100 + patch
     ucx_mt: bool = True                 # ucx_info -b: ENABLE_MT (built with --enable-mt)
@@ -72,7 +71,6 @@ BROKEN = Facts(
     ompi_version="4.1.2", pmls=("cm", "ob1"), pmix_component="pmix3x",  # distro-like MPI, internal PMIx
     ras=("simulator",), schizo=("ompi", "orte"), psec=("native", "none"), ompi_cuda=False, pmix_version="4.1.2", python_version="3.9.2",
     torch_version="2.5.1+cpu", torch_nccl=False, torch_cuda=False,      # the CPU wheel
-    horovod={"PyTorch": True, "MPI": True, "NCCL": False},               # built without HOROVOD_GPU_OPERATIONS
     hcas=(),                                                             # "0 HCAs found:"
     ucx_mt=False, ucx_cuda_build=False,                                  # UCX's default configure
     torch_nccl_version=(2, 23, 4),                                       # a system NCCL preloaded over torch's
@@ -242,27 +240,6 @@ esac
 """)
 
 
-def _horovodrun(f: Facts) -> str:
-    def box(name: str, on: bool) -> str:
-        return f"    [{'X' if on else ' '}] {name}"
-    h = f.horovod
-    table = "\n".join([
-        "Horovod v0.28.1:", "", "Available Frameworks:", box("TensorFlow", False), box("PyTorch", h["PyTorch"]),
-        box("MXNet", False), "", "Available Controllers:", box("MPI", h["MPI"]), box("Gloo", True), "",
-        "Available Tensor Operations:", box("NCCL", h["NCCL"]), box("DDL", False), box("CCL", False),
-        box("MPI", h["MPI"]), box("Gloo", True),
-    ])
-    return _sh(f"""case "$1" in
-  --check-build|-cb) cat <<'EOF'
-
-{table}
-EOF
-  ;;
-  *) echo "horovodrun stub: only --check-build" >&2; exit 2 ;;
-esac
-""")
-
-
 def _nccl_test(name: str) -> str:
     # nccl-tests' header, two result rows and the footer (writeResultFooter: "# %-20s : %g %s").
     return _sh(f"""cat <<'EOF'
@@ -293,7 +270,6 @@ def rootfs_files(f: Facts) -> dict[str, str]:
         "/usr/local/bin/python3": _python3(f),
         "/usr/local/bin/nvidia-smi": _nvidia_smi(),
         "/usr/local/bin/ibv_devinfo": _ibv_devinfo(f),
-        "/usr/local/bin/horovodrun": _horovodrun(f),
         "/usr/local/pmix/bin/pmix_info": _pmix_info(f),
         f"{SITE}/torch/__init__.py": f'"""Stub of PyTorch {f.torch_version} (imagekit tests)."""\n'
                                      f'__version__ = "{f.torch_version}"\nfrom . import cuda, distributed\n',

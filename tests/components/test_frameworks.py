@@ -1,4 +1,4 @@
-"""pytorch, horovod, nccl-tests and gdrcopy: CUDA-matched wheels and builds against the stack."""
+"""pytorch, nccl-tests and gdrcopy: CUDA-matched wheels and builds against the stack."""
 
 from __future__ import annotations
 
@@ -49,17 +49,6 @@ def test_custom_index(tmp_path):
     text = render_text(tmp_path, TORCH.replace('extras: ["torchvision==0.20.1"]',
                                                'index_url: "https://mirror.example.invalid/{cuda}/simple"'))
     assert "--index-url https://mirror.example.invalid/cu124/simple torch==2.5.1" in text
-
-
-def test_horovod_builds_against_the_stacks_nccl_and_mpi(tmp_path):
-    # No Horovod release compiles against a PyTorch imagekit knows (rules.py refuses such stacks,
-    # see test_rules), so the wiring is checked on the component itself.
-    stack = load_text(tmp_path, TORCH + '  nccl: {version: "2.23.4-1"}\n')
-    horovod = registry()["horovod"](stack, {"source": "pypi", "version": "0.28.1"})
-    devel = "\n".join(str(block) for block in horovod.devel())
-    assert "export HOROVOD_NCCL_HOME=/usr" in devel  # NCCL from the repo lives in /usr
-    assert "export HOROVOD_GPU_OPERATIONS=NCCL" in devel and "export HOROVOD_WITH_MPI=1" in devel
-    assert "pip install --no-build-isolation horovod==0.28.1" in devel
 
 
 def test_nccl_tests_build_with_mpi(tmp_path):

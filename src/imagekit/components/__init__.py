@@ -45,8 +45,16 @@ ROLES: dict[str, str] = {
     "python": "Python 3",
     "python-env": "a pip environment (/opt/venv) for components that install Python packages",
     "pytorch": "PyTorch in the pip environment",
-    "horovod": "Horovod",
     "sshd": "an OpenSSH server for inside-out launches",
+}
+# Components imagekit no longer ships, with why and what replaces them: a stack naming one is refused
+# with this text rather than "unknown key".
+RETIRED: dict[str, tuple[str, str]] = {
+    "horovod": ("Horovod is dead: its last release, 0.28.1 (2023), does not compile against PyTorch >= 2.1 "
+                "(C++14 against C++17 headers, horovod#3996) and no release has the fix",
+                "drop `horovod` and use PyTorch's own torch.distributed (DistributedDataParallel or FSDP, "
+                "launched with torchrun or one srun rank per GPU), which the `pytorch` component ships: see "
+                "the shipped `pytorch` stack"),
 }
 # Roles one image can fill only once: two MPIs or two NCCLs in one image load the wrong libraries.
 EXCLUSIVE_ROLES = ("cuda", "mpi", "ucx", "pmix", "nccl", "nccl-net-plugin")

@@ -1,7 +1,7 @@
 """NVIDIA HPC-X: Open MPI, UCX (with its multi-threaded build), UCC, HCOLL, SHARP and the SHARP NCCL plugin.
 
 One prebuilt tarball fills three roles: the stack's MPI (HPC-X's Open MPI, at
-``/opt/hpcx/ompi``, so nccl-tests and Horovod build against it as MPI_HOME),
+``/opt/hpcx/ompi``, so nccl-tests builds against it as MPI_HOME),
 its UCX, and the NCCL network plugin (``nccl_rdma_sharp_plugin/lib/libnccl-net.so``,
 which NCCL loads by that default name when NCCL_NET_PLUGIN is unset).
 

@@ -1,8 +1,8 @@
 """UCX: the communication layer under OpenMPI's ``pml ucx`` (and UCC, NCCL's UCX plugin).
 
 Built thread-safe (``--enable-mt``): without it Open MPI's UCX PML refuses
-MPI_THREAD_MULTIPLE and silently falls back to ob1 (TCP) for Horovod and any
-threaded MPI program (ompi ``pml_ucx.c``: "UCP worker does not support
+MPI_THREAD_MULTIPLE and silently falls back to ob1 (TCP) for any threaded MPI
+program (ompi ``pml_ucx.c``: "UCP worker does not support
 MPI_THREAD_MULTIPLE"). Only the libraries and tools are built: UCX's test
 apps and examples are not installed and some do not compile against CUDA 13.
 """
