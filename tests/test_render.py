@@ -117,8 +117,8 @@ def test_hpccm_globals_do_not_leak_between_stacks():
     forward = {(n, f): render.render(load(p, n), f) for p, n, f in CASES}
     backward = {(n, f): render.render(load(p, n), f) for p, n, f in reversed(CASES)}
     assert forward == backward
-    arm = forward[("nccl-tests-cu124-sbsa", "docker")]
-    x86 = forward[("nccl-tests-cu124-x86_64", "docker")]
+    arm = forward[("nccl-tests-cu129-sbsa", "docker")]
+    x86 = forward[("nccl-tests-cu129-x86_64", "docker")]
     assert "arm64-sbsa" in arm and "arm64-sbsa" not in x86
     assert "x86_64" in x86.split("io.imagekit.arch=")[1][:10]
 

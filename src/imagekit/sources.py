@@ -80,9 +80,7 @@ PINS: dict[tuple[str, str], str] = {
     ("nccl-tests", "2.19.6"): "adbd3d27ba6c00bd7b7cf98cc8811c6ad860427ecd5de59527466b21472c0d93",
     ("nccl-tests", "2.13.11"): "fc8477dd830aa331533482cffe63bfb2ed85d9b12aacbe01d7638fe598261952",
 }
-# aws-ofi-nccl: Spack pins GitHub's tag archives (up to 1.19.0), not the release files (`make dist`, with
-# configure and 3rd-party/) that imagekit builds from, so imagekit has no upstream pin for it: a stack
-# gives `sha256:`, or the site pins file does.
+
 
 
 class SourceError(ImagekitError):

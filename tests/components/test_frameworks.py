@@ -99,7 +99,7 @@ def test_nccl_tests_gencode(tmp_path, cuda, tests, archs):
 
 def test_nccl_tests_default_gencode_adds_blackwell_on_cuda_12_8(tmp_path):
     text = CUDA.replace("12.4.1", "12.8.1") + \
-        "components:\n  cuda: {}\n  nccl: {version: '2.23.4-1'}\n  nccl-tests: {version: '2.17.6', mpi: false}\n"
+        "components:\n  cuda: {}\n  nccl: {version: '2.25.1-1'}\n  nccl-tests: {version: '2.17.6', mpi: false}\n"
     assert load_text(tmp_path, text).get("nccl-tests").archs == ["80", "90", "100", "120"]
 
 

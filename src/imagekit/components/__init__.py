@@ -111,6 +111,9 @@ class Component:
     # The upstream release file that `source: upstream` builds from: (mirror file name, URL),
     # both with {version}. Components with one get a `sha256:` option and mirror support.
     upstream_file: ClassVar[tuple[str, str] | None] = None
+    # Known risks a stack may take on knowingly (`accept: [id]`), id -> what is accepted. A rule about
+    # one refuses the stack unless it is accepted; the image's labels record what was.
+    acceptable: ClassVar[dict[str, str]] = {}
 
     def __init__(self, stack: "Stack", opts: dict[str, Any], where: Any = None) -> None:
         self.stack = stack
@@ -127,10 +130,17 @@ class Component:
         if cls.upstream_file:
             common["sha256"] = Option(str, None, "sha256 of the upstream release file (default: imagekit's "
                                                  "pin for this version)")
+        if cls.acceptable:
+            common["accept"] = Option(list, [], "known risks this stack takes on knowingly: "
+                                      + "; ".join(f"{k} ({v})" for k, v in cls.acceptable.items()), item_type=str)
         return {**common, **cls.options}
 
     def configure(self) -> None:
         """Per-component validation after options are typed; raise with ``self.error``."""
+        for risk in self.opts.get("accept") or []:
+            if risk not in self.acceptable:
+                self.error("accept", f"{self.name} has no risk called {risk!r} to accept",
+                           "risks it knows: " + ", ".join(self.acceptable))
         version = self.opts.get("version")
         if version and not _VERSION.match(version):
             # Components parse the version (major for OpenMPI 5/PMIx labels, NCCL's version code):
@@ -159,6 +169,14 @@ class Component:
     def check_stack(self) -> None:
         """Rules about this component and the roles it uses, once every component is configured and
         every requirement met; raise with ``self.error``."""
+
+    def accepted(self, risk: str) -> bool:
+        return risk in (self.opts.get("accept") or [])
+
+    def refuse_unless_accepted(self, risk: str, key: str | None, message: str, hint: str) -> None:
+        """A rule a site may knowingly override: refused with the fix, and `accept: [risk]` as the way out."""
+        if not self.accepted(risk):
+            self.error(key, message, f"{hint}; or, knowing this, add `accept: [{risk}]` to {self.name}")
 
     def error(self, key: str | None, message: str, hint: str | None = None) -> StackError:
         file, line = (self.where.pos(key) if (self.where is not None and key in (self.where or {}))
@@ -264,7 +282,8 @@ class Component:
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "source": self.source,
                 **{k: v for k, v in self.opts.items()
-                   if k not in ("source", "version") and not (k == "sha256" and v is None)}}
+                   if k not in ("source", "version") and not (k == "sha256" and v is None)
+                   and not (k == "accept" and not v)}}
 
 
 _REGISTRY: dict[str, type[Component]] | None = None
