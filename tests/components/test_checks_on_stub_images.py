@@ -63,7 +63,7 @@ def collect() -> tuple[list[Entry], list[Entry]]:
     """All checks of all shipped stack variants, and those only the real offline image can pass.
 
     De-duplicated by id + kind + value + expectation: the same command is expected to print a
-    different version in different stacks (``ucx_info -v``: Debian's 1.13.1 offline, 1.17.0 in the
+    different version in different stacks (``ucx_info -v``: Debian's 1.13.1 offline, 1.20.1 in the
     CUDA stacks), and each expectation is a check of its own.
     """
     groups: dict[tuple, dict[str, Entry]] = {}
