@@ -319,7 +319,7 @@ def deep_merge(parent: Any, child: Any) -> Any:
 
 def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> Stack:
     from imagekit import rules
-    from imagekit.components import registry
+    from imagekit.components import RETIRED, registry
 
     base_raw = raw["base"]
     base = schema.validate(base_raw, BASE, context="base")
@@ -352,6 +352,10 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
     for cname, copts in comps_raw.items():
         if copts is False:
             continue
+        if cname in RETIRED:
+            file, line = comps_raw.pos(cname)
+            raise StackError(RETIRED[cname][0], file=file, line=line, key=f"components.{cname}",
+                             hint=RETIRED[cname][1])
         if cname not in known:
             raise schema.unknown_key(comps_raw, cname, list(known), "components")
         if copts is None or copts is True:

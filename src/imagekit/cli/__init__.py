@@ -64,7 +64,10 @@ class LazyGroup(click.Group):
 @click.option("--stacks-dir", "stacks_dirs", multiple=True, metavar="DIR",
               help="a site directory of stacks, searched before $IMAGEKIT_STACKS_PATH and the shipped "
                    "stacks (repeatable)")
-def main(stacks_dirs: tuple[str, ...]) -> None:
+@click.option("--site", "site", metavar="FILE",
+              help="a site pins file: sha256 pins for the files of the site's mirror that are not upstream's "
+                   "(overrides $IMAGEKIT_SITE)")
+def main(stacks_dirs: tuple[str, ...], site: str | None) -> None:
     """Build HPC/AI container images from declarative stacks.
 
     \b
@@ -76,7 +79,12 @@ def main(stacks_dirs: tuple[str, ...]) -> None:
       imagekit launch slurm --image ./mpi.sqsh --nodes 2 -- ./app
       imagekit validate nccl-tests.log --min-busbw 100
       imagekit --stacks-dir /site/stacks render site-nccl   # a site's own stacks first
+      imagekit --site /site/pins.yaml build debian-cuda --mirror /site/mirror
     """
+    if site or "imagekit.sources" in sys.modules:  # one process may run several commands (tests do)
+        from imagekit import sources
+
+        sources.site_file = site
     if stacks_dirs:
         from pathlib import Path
 
