@@ -46,7 +46,8 @@ def test_it_fills_the_net_plugin_role_and_sets_what_nccl_reads(tmp_path, site_mi
     assert s.provider("nccl-net-plugin").name == "aws-ofi-nccl" and s.roles()["libfabric"] == "aws-ofi-nccl"
     comp = s.get("aws-ofi-nccl")
     # Open MPI off pml ucx: no mlx device on EFA (review finding 13); AWS's recipe sets the same.
-    assert comp.environment() == {"NCCL_NET_PLUGIN": "ofi", "OMPI_MCA_pml": "^ucx", "OMPI_MCA_btl": "tcp,self"}
+    assert comp.environment() == {"NCCL_NET_PLUGIN": "ofi", "FI_PROVIDER": "efa", "OMPI_MCA_pml": "^ucx",
+                                  "OMPI_MCA_btl": "tcp,self"}
     assert image_facts.recipe_labels(s)["io.imagekit.component.aws-ofi-nccl.accepted"] == "no-gdr"
     assert {c.id for c in comp.checks()} == CHECKS
     from imagekit.components import forwarded_env_prefixes
@@ -74,6 +75,15 @@ def test_platform_aws_needs_a_newer_libfabric_than_bookworm(tmp_path, site_mirro
     with pytest.raises(StackError, match="needs libfabric 1.22 or newer and debian12 has 1.17.0") as info:
         _stack(tmp_path, site_mirror, extra=", platform_aws: true")
     assert info.value.key == "components.aws-ofi-nccl.platform_aws" and "debian13" in info.value.hint
+
+
+def test_the_provider_filter_is_the_stacks_and_refuses_shell_text(tmp_path, site_mirror):
+    """Review finding 2: unfiltered, the plugin would carry an IB cluster's traffic over libfabric's verbs."""
+    s = _stack(tmp_path, site_mirror, extra=', provider: "tcp;ofi_rxm"')
+    assert s.get("aws-ofi-nccl").environment()["FI_PROVIDER"] == "tcp;ofi_rxm"
+    with pytest.raises(StackError, match="libfabric provider names") as info:
+        _stack(tmp_path, site_mirror, extra=', provider: "efa; touch /tmp/x"')
+    assert info.value.key == "components.aws-ofi-nccl.provider"
 
 
 def test_it_needs_nccl(tmp_path, site_mirror):

@@ -54,6 +54,11 @@ class AwsOfiNccl(Component):
     options = {
         "platform_aws": Option(bool, False, "upstream's AWS platform support (EFA tuning, tuner plugin; "
                                             "needs libfabric >= 1.22)"),
+        # NCCL tries an external plugin before its own IB: unfiltered, the plugin would carry an IB
+        # cluster's traffic over libfabric's verbs provider; kept to efa it fails to start there, and
+        # NCCL falls back to its own IB (second CUDA review, finding 2).
+        "provider": Option(str, "efa", "the libfabric provider the image keeps to (FI_PROVIDER)",
+                           pattern=r"[a-z0-9_;]+", pattern_help="libfabric provider names, e.g. efa or tcp;ofi_rxm"),
     }
 
     def configure(self) -> None:
@@ -103,7 +108,7 @@ class AwsOfiNccl(Component):
             + super().runtime()
 
     def environment(self) -> dict[str, str]:
-        env = {"NCCL_NET_PLUGIN": PLUGIN}
+        env = {"NCCL_NET_PLUGIN": PLUGIN, "FI_PROVIDER": self.opts["provider"]}
         if getattr(self.stack.provider("mpi"), "name", None) == "openmpi":
             # On EFA there is no mlx device: pml ucx would run MPI over UCX's TCP, and a rank that sees no GPU
             # aborts in MPI_Init. AWS's recipe takes ob1 over TCP for MPI's bootstrap-sized traffic.
@@ -129,6 +134,7 @@ class AwsOfiNccl(Component):
                        expect=rf"NCCL_NET_PLUGIN={PLUGIN}\n\s*{re.escape(LIBRARY)} .*=> {re.escape(lib)}$"),
             checks.run("aws-ofi-nccl.interface", "the plugin exports an NCCL net plugin interface (ncclNetPlugin_v*)",
                        f"grep -ao 'ncclNetPlugin_v[0-9]*' {lib} | sort -u", expect=r"ncclNetPlugin_v\d+"),
-            checks.run("aws-ofi-nccl.fi_info", "libfabric lists its providers (fi_info -l)", "fi_info -l",
+            checks.run("aws-ofi-nccl.fi_info", "libfabric lists its providers (fi_info -l, unfiltered)",
+                       "env -u FI_PROVIDER fi_info -l",
                        expect=r"(?m)^(tcp|sockets|shm)"),
         ]
