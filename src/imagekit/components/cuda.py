@@ -132,8 +132,9 @@ class Cuda(Component):
         if version.split(".")[0].isdigit() and int(version.split(".")[0]) < 13:
             self.error("version", f"CUDA {version} has no compiler on PyPI: 12.x's nvidia-cuda-nvcc wheel "
                        "carries ptxas alone, not the nvcc driver",
-                       f"use a 13.x version ({', '.join(PYPI_VERSIONS[:4])}, ...), or an nvidia/cuda base "
-                       "with `source: base`")
+                       f"use a 13.x version ({', '.join(PYPI_VERSIONS[:4])}, ...), `source: distro` on a "
+                       "debian13 base (Debian's CUDA 12.4 toolkit, as the debian-cuda12 stack does), or an "
+                       "nvidia/cuda base with `source: base`")
         if version not in PYPI_VERSIONS:
             self.error("version", f"PyPI's cuda-toolkit has no version {version}",
                        "published: " + ", ".join(PYPI_VERSIONS))
