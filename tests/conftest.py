@@ -108,6 +108,28 @@ def cuda_images(base_image, site_mirror) -> tuple[str, str]:
     return runtime.tags[0], devel.tags[0]
 
 
+@pytest.fixture(scope="session")
+def trixie_base() -> str:
+    """Debian 13 with non-free (``imagekit base debian:trixie --components main,contrib,non-free``):
+    the CUDA 12 stack's toolkit is there."""
+    from imagekit import base_image as base
+
+    return base.ensure("debian:trixie", components=("main", "contrib", "non-free"), log=lambda *_: None)
+
+
+@pytest.fixture(scope="session")
+def cuda12_images(trixie_base, site_mirror) -> tuple[str, str]:
+    """The offline CUDA 12 stack's (runtime, devel) tags (debian-cuda12: R535+ drivers), built for real
+    from the site mirror and wheels: long on a cold cache, then fully cached."""
+    from imagekit import build, stack
+
+    cuda = stack.load("debian-cuda12", mirror=str(site_mirror))
+    logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
+    runtime = build.build(cuda, log_dir=logs)
+    devel = build.build(cuda, target="devel", log_dir=logs)
+    return runtime.tags[0], devel.tags[0]
+
+
 @pytest.fixture
 def write_stack(tmp_path):
     """Write a small stack file made by the test; returns its path."""

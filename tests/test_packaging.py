@@ -35,7 +35,7 @@ def test_the_wheel_lists_and_renders_the_shipped_stacks(wheel_venv):
     listed = _run(wheel_venv, str(wheel_venv / "venv/bin/imagekit"), "stacks", "--json")
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
-    assert {"debian-mpi", "debian-cuda", "nccl-tests", "pytorch"} <= {r["stack"] for r in rows}
+    assert {"debian-mpi", "debian-cuda", "debian-cuda12", "nccl-tests", "pytorch"} <= {r["stack"] for r in rows}
     assert {r["from"] for r in rows} == {"shipped"}
     assert all("site-packages" in r["file"] for r in rows), "stacks must come from the installed package"
     rendered = _run(wheel_venv, str(wheel_venv / "venv/bin/imagekit"), "render", "debian-mpi")

@@ -380,6 +380,7 @@ def test_shipped_stacks_all_load():
     names = {p.stem: [s.name for s in stack_mod.load_all(p)] for p in stack_mod.shipped()}
     assert names == {
         "debian-cuda": ["debian-cuda"],
+        "debian-cuda12": ["debian-cuda12"],
         "debian-mpi": ["debian-mpi"],
         "nccl-tests": ["nccl-tests-cu129-x86_64", "nccl-tests-cu129-sbsa"],
         "pytorch": ["pytorch"],
@@ -393,6 +394,25 @@ def test_shipped_debian_cuda_is_offline_and_pins_every_upstream_file():
     artifacts = sources.artifacts(s)
     assert {a.component for a in artifacts} == {"gdrcopy", "ucx", "pmix", "openmpi", "nccl-tests"}
     assert all(a.sha256 and len(a.sha256) == 64 for a in artifacts)
+
+
+def test_shipped_debian_cuda12_is_offline_cuda12_and_pins_every_upstream_file():
+    s = stack_mod.load("debian-cuda12")
+    assert s.base.image == "imagekit/debian:trixie" and (s.base.distro, s.base.arch) == ("debian13", "x86_64")
+    cuda = s.get("cuda")
+    assert (cuda.source, cuda.version, cuda.min_driver) == ("distro", "12.4.1", "525.60.13")
+    assert (s.get("nccl").source, s.get("nccl").wheel) == ("pypi", "nvidia-nccl-cu12==2.32.3")
+    assert (s.get("openmpi").version, s.get("pmix").version) == ("5.0.7", "5.0.7")
+    assert s.get("nccl-tests").archs == ["80", "90"]
+    artifacts = sources.artifacts(s)
+    assert {a.component for a in artifacts} == {"gdrcopy", "ucx", "pmix", "openmpi", "nccl-tests"}
+    assert all(a.sha256 and len(a.sha256) == 64 for a in artifacts)
+
+
+@pytest.mark.parametrize("name", ["debian-cuda12"])
+def test_a_shipped_cuda_stack_states_its_minimum_driver(name):
+    s = stack_mod.load(name)
+    assert f"R{s.get('cuda').min_driver.split('.')[0]}+" in s.description
 
 
 def test_shipped_nccl_tests_have_hopper_and_blackwell_code():

@@ -202,7 +202,7 @@ def test_stacks_json():
     result = invoke("stacks", "--json")
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert [r["stack"] for r in rows] == ["debian-cuda", "debian-mpi", "nccl-tests", "pytorch"]
+    assert [r["stack"] for r in rows] == ["debian-cuda", "debian-cuda12", "debian-mpi", "nccl-tests", "pytorch"]
     for row in rows:
         assert set(row) == {"stack", "file", "from", "description", "variants"}
         assert Path(row["file"]).is_file() and row["description"]
@@ -215,7 +215,8 @@ def test_stacks_text():
     result = invoke("stacks")
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("debian-cuda ") and lines[1].startswith("debian-mpi ")
+    assert lines[0].startswith("debian-cuda ") and lines[1].startswith("debian-cuda12 ")
+    assert lines[2].startswith("debian-mpi ")
     assert "  nccl-tests-cu129-sbsa" in lines
 
 
@@ -251,13 +252,13 @@ def test_matrix_json():
     result = invoke("matrix", "--json")
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert len(rows) == 5
+    assert len(rows) == 6
     arm = next(r for r in rows if r["variant"] == "nccl-tests-cu129-sbsa")
     assert arm["platform"] == "linux/arm64" and arm["arch"] == "aarch64" and arm["offline"] is False
     # The platform CI builds for is the one `imagekit build` passes to docker.
     assert all(r["platform"] == build.PLATFORMS[r["arch"]] for r in rows)
     here = json.loads(invoke("matrix", "--json", "--buildable-here").stdout)
-    assert [r["variant"] for r in here] == ["debian-cuda", "debian-mpi"]
+    assert [r["variant"] for r in here] == ["debian-cuda", "debian-cuda12", "debian-mpi"]
     assert {r["platform"] for r in here} == {"linux/amd64"}
 
 

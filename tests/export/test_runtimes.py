@@ -3,14 +3,14 @@
 The runtimes are the real ones, built from their sources by ``scripts/setup-cluster.sh``:
 Enroot 4.1.2, Pyxis 0.24.0 in Debian's Slurm 22.05 (the session's single-node cluster,
 ``tests/conftest.py: cluster``) and Apptainer 1.4.0. For each shipped stack that builds here
-(``debian-mpi``, ``debian-cuda``), the ``.sqsh`` of ``imagekit export`` (default preset and
+(``debian-mpi``, ``debian-cuda``, ``debian-cuda12``), the ``.sqsh`` of ``imagekit export`` (default preset and
 ``--preset enroot``) starts under ``srun --container-image`` as root and as an unprivileged user,
 under ``enroot create`` + ``enroot start``, and with Pyxis ``use_squashfuse=1``; the ``.sif`` under
 ``apptainer exec``/``run``/``inspect``/``sign``/``verify``. Inside each, every tool the stack puts on
 PATH resolves where Docker finds it, and the image's declared environment is what it declares,
 through Enroot's login shell too: the same under every runtime.
 
-This machine has no GPU: the CUDA image, which asks for GPUs (``NVIDIA_VISIBLE_DEVICES=all``), starts
+This machine has no GPU: the CUDA images, which ask for GPUs (``NVIDIA_VISIBLE_DEVICES=all``), start
 with ``NVIDIA_VISIBLE_DEVICES=void`` as on a GPU-less node. ``/dev/fuse`` here is root's only, so
 squashfuse (Pyxis ``use_squashfuse``) runs as root.
 """
@@ -32,7 +32,9 @@ from imagekit.components.openmpi import NO_FABRIC_ENV
 
 pytestmark = [pytest.mark.engine, pytest.mark.slurm]
 
-STACKS = ("debian-mpi", "debian-cuda")
+STACKS = ("debian-mpi", "debian-cuda", "debian-cuda12")
+# The session fixture that builds each shipped stack's images; the CUDA ones give (runtime, devel).
+BUILT_BY = {"debian-mpi": "mpi_image", "debian-cuda": "cuda_images", "debian-cuda12": "cuda12_images"}
 PRESETS = ("fast", "enroot")          # imagekit's default, and Enroot's own squash options
 VOID = {"NVIDIA_VISIBLE_DEVICES": "void"}
 # No fabric here: UCX (the CUDA image asks for pml ucx) may use shared memory and TCP.
@@ -76,8 +78,8 @@ def export_dir():
 
 @pytest.fixture(scope="session", params=STACKS)
 def shipped(request, export_dir) -> Exports:
-    image = (request.getfixturevalue("mpi_image") if request.param == "debian-mpi"
-             else request.getfixturevalue("cuda_images")[0])
+    built = request.getfixturevalue(BUILT_BY[request.param])
+    image = built if isinstance(built, str) else built[0]
     return Exports(request.param, image, export_dir)
 
 

@@ -46,7 +46,7 @@ def test_all_ok_on_a_matching_host():
     ({"shm_bytes": 64 << 20}, "/dev/shm", "warn", "--shm-size"),
     ({"memlock": 64 * 1024}, "memlock", "warn", "ulimit -l unlimited"),
     ({"infiniband": False}, "/dev/infiniband", "warn", "--device=/dev/infiniband"),
-    ({"driver": "470.82.01"}, "GPU driver", "fail", "upgrade the driver"),
+    ({"driver": "470.82.01"}, "GPU driver", "fail", "upgrade the host driver to >= 525.60.13"),
     ({"driver": None}, "GPU driver", "not checked", None),
     ({"mpirun_version": "5.0.3"}, "host mpirun", "fail", "Open MPI 4.1.4"),
     ({"mpirun_version": "4.0.7"}, "host mpirun", "warn", "4.1.x"),
@@ -232,3 +232,86 @@ def test_preflight_on_this_host_says_a_gpu_image_needs_void(base_image, tmp_path
     res = CliRunner().invoke(main, ["preflight", "--image", base_image, "--json"])
     gpu = {c["name"]: c for c in json.loads(res.output)["checks"]}["GPU runtime"]
     assert gpu["status"] == "ok", gpu
+
+
+# --- the host driver against the image's CUDA ----------------------------------------------------
+# There is no GPU (and no NVIDIA driver) on the machines that run these tests: the driver's version is
+# read from files and a program written in the documented formats (/proc/driver/nvidia/version as the
+# proprietary and the open kernel modules print it; `nvidia-smi --query-gpu=driver_version
+# --format=csv,noheader`, one line per GPU), and the image side from labels as `imagekit build` writes them.
+CUDA13 = {"io.imagekit.stack": "debian-cuda", "io.imagekit.components": "cuda,openmpi",
+          "io.imagekit.component.cuda.version": "13.0.2", "io.imagekit.component.cuda.min_driver": "580.65.06",
+          "io.imagekit.component.openmpi.version": "5.0.7"}
+CUDA12 = {**CUDA13, "io.imagekit.stack": "debian-cuda12", "io.imagekit.component.cuda.version": "12.4.1",
+          "io.imagekit.component.cuda.min_driver": "525.60.13"}
+
+
+@pytest.mark.parametrize("text, version", [
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n"
+     "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n", "535.183.01"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release Build  "
+     "(dvs-builder@U16-I3-B03-4-3)  Tue Jul 29 20:34:47 UTC 2025\nGCC version:  gcc version 12.3.0\n", "580.65.06"),
+])
+def test_driver_version_from_proc(tmp_path, monkeypatch, text, version):
+    """A stand-in for /proc/driver/nvidia/version (no driver here), in the two formats the modules write."""
+    proc = tmp_path / "version"
+    proc.write_text(text)
+    monkeypatch.setattr(pf, "PROC_DRIVER_VERSION", proc)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert pf._driver_version() == version
+
+
+def test_driver_version_from_nvidia_smi_and_none_without_a_driver(tmp_path, monkeypatch):
+    """Without /proc's file, a fake nvidia-smi on PATH answers as the real one does (a line per GPU)."""
+    monkeypatch.setattr(pf, "PROC_DRIVER_VERSION", tmp_path / "absent")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert pf._driver_version() is None, "a GPU-less host has no driver"
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text('#!/bin/sh\n[ "$1 $2" = "--query-gpu=driver_version --format=csv,noheader" ] || exit 9\n'
+                   "printf '550.54.15\\n550.54.15\\n'\n")
+    smi.chmod(0o755)
+    assert pf._driver_version() == "550.54.15"
+
+
+@pytest.mark.parametrize("labels, driver, status, words", [
+    # R535/R550/R570 hosts cannot run CUDA 13: both versions named, and the CUDA 12 stack offered.
+    (CUDA13, "535.183.01", "fail", ["needs driver >= 580.65.06", "this host has 535.183.01", "debian-cuda12"]),
+    (CUDA13, "570.124.06", "fail", ["needs driver >= 580.65.06", "570.124.06", "debian-cuda12"]),
+    (CUDA13, "580.65.06", "ok", ["580.65.06 runs CUDA 13.0.2"]),
+    # Too old for the CUDA 12 image as well: only an upgrade helps.
+    (CUDA13, "470.256.02", "fail", ["this host has 470.256.02", "upgrade the host driver to >= 580.65.06"]),
+    (CUDA12, "535.183.01", "ok", ["needs >= 525.60.13"]),
+    (CUDA12, "520.61.05", "fail", ["needs driver >= 525.60.13", "this host has 520.61.05"]),
+    # The label wins over the table: a later image may need more than its major's minimum.
+    ({**CUDA13, "io.imagekit.component.cuda.min_driver": "590.44.01"}, "580.95.05", "fail", [">= 590.44.01"]),
+    # Labels from before `min_driver`: the table still knows the major's minimum.
+    ({k: v for k, v in CUDA13.items() if not k.endswith("min_driver")}, "575.57.08", "fail", [">= 580.65.06"]),
+])
+def test_driver_against_the_images_cuda(labels, driver, status, words):
+    c = by_name(pf.run("img", labels=labels, host=pf.HostFacts(**{**HOST, "driver": driver})))["GPU driver"]
+    assert c.status == status, c
+    text = f"{c.detail} {c.fix or ''}"
+    assert all(w in text for w in words), c
+    if driver.startswith("470"):
+        assert "debian-cuda12" not in text, "a CUDA 12 image does not run on R470 either"
+
+
+def test_a_too_old_driver_stops_the_launch_with_one_error():
+    with pytest.raises(ImagekitError) as err:
+        pf.enforce("debian-cuda.sqsh", log=lambda _m: None, labels=CUDA13, host=pf.HostFacts(**{**HOST,
+                                                                                                "driver": "550.54.15"}))
+    assert str(err.value).startswith("preflight refused: GPU driver: the image's CUDA 13.0.2 needs driver "
+                                     ">= 580.65.06; this host has 550.54.15"), err.value
+    assert "debian-cuda12" in err.value.hint
+
+
+def test_a_gpu_less_host_still_runs_cuda_images_cpu_only():
+    """No driver: the driver check is not run, and a launch that sets NVIDIA_VISIBLE_DEVICES=void passes."""
+    img = image_facts.from_labels(CUDA13, ref="./debian-cuda.sqsh", env=CUDA_ENV)
+    checks = pf.run("./debian-cuda.sqsh", facts=img, host=pf.HostFacts(**GPU_LESS),
+                    gpu=GpuLaunch(runtime="enroot", here=True, launcher="slurm",
+                                  env={"NVIDIA_VISIBLE_DEVICES": "void"}))
+    assert by_name(checks)["GPU driver"].status == "not checked"
+    assert not pf.failed(checks), pf.format_checks(checks)

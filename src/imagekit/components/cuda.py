@@ -1,4 +1,4 @@
-"""CUDA: the base image's own (nvidia/cuda), or NVIDIA's CUDA toolkit wheels from PyPI.
+"""CUDA: the base image's own (nvidia/cuda), NVIDIA's toolkit wheels from PyPI, or Debian's toolkit.
 
 ``source: base`` records the base image's CUDA version so that NCCL, PyTorch
 and preflight use the right one. ``source: pypi`` installs the ``cuda-toolkit``
@@ -10,15 +10,37 @@ so UCX, Open MPI and nccl-tests build against it unchanged. Only CUDA 13's
 nvcc wheel carries the whole compiler driver (12.x's has ptxas alone), so the
 wheels are a toolchain from 13.0 on. The runtime stage keeps libcudart only.
 
-Debian's non-free ``nvidia-cuda-toolkit`` is not offered: it installs under
-/usr rather than a toolkit prefix, and it depends on every CUDA library
-(about 4.9 GB installed for trixie's 12.4, against about 0.4 GB here).
+``source: distro`` is the CUDA 12 toolchain that builds with no registry:
+12.x's wheels have no compiler, so the devel stage installs Debian 13's
+non-free ``nvidia-cuda-toolkit`` (12.4.1: nvcc, headers, every CUDA library,
+about 4.9 GB installed under /usr) and lays ``/usr/local/cuda-12.4`` over it
+(bin links, include -> /usr/include, lib64 with libcudart and link stubs),
+while the runtime stage copies only ``libcudart.so.12`` taken from the
+``nvidia-cuda-runtime-cu12`` wheel of the same release, so none of Debian's
+packages (and none of the driver libraries they depend on) reach it. Debian's
+package depends on the driver's libcuda1/libnvidia-ml1 (550); a container
+must use the host's driver (the GPU runtime mounts it), so a placeholder
+package provides those names and the link stubs come from the headers, as
+for the wheels. The CUDA 12.4 nvcc supports gcc <= 13 and trixie's gcc is
+14: Debian's package depends on g++-13 and its nvcc.profile puts
+/usr/lib/nvidia-cuda-toolkit/bin first on nvcc's PATH, whose gcc/g++
+wrappers run gcc-13, so nvcc's host compiler is 13 while C code (UCX, Open
+MPI) builds with the distro's gcc 14.
+
+Drivers: under CUDA minor-version compatibility a CUDA 12.x runtime runs on
+any R525+ driver (525.60.13 on Linux) and 13.x on R580+ (580.65.06), so
+``NVIDIA_REQUIRE_CUDA`` asks for the major's first minor (cuda>=12.0), not
+the toolkit's (cuda>=12.4 would make libnvidia-container refuse an R535
+driver, which reports CUDA 12.2). The label ``min_driver`` records the
+minimum for preflight.
 """
 
 from __future__ import annotations
 
 import base64
 import re
+
+from hpccm.primitives import comment, shell
 
 from imagekit import checks
 from imagekit.components import Component, _blocks
@@ -30,6 +52,21 @@ HOME = "/usr/local/cuda"
 PYPI_VERSIONS = ("13.0.0", "13.0.1", "13.0.2", "13.0.3", "13.1.0", "13.1.1", "13.1.2", "13.2.0", "13.2.1",
                  "13.2.2", "13.3.0", "13.3.1", "13.4.1", "13.4.2", "13.4.3", "13.5.0")
 WHEEL_EXTRAS = "nvcc,crt,nvvm,cudart,cccl,nvml"
+# Debian's nvidia-cuda-toolkit (non-free) per distro: (CUDA version, the nvidia-cuda-runtime-cuXX wheel
+# of the same release that the runtime stage takes libcudart from). Bookworm's is 11.8: too old for NCCL 2.2x.
+DISTRO_TOOLKITS = {"debian13": ("12.4.1", "12.4.127")}
+# The driver each CUDA major needs, under minor-version compatibility (NVIDIA, "CUDA Compatibility",
+# table "CUDA Toolkit and Minimum Required Driver Version for CUDA Minor Version Compatibility":
+# 11.x >= 450.80.02, 12.x >= 525.60.13, 13.x >= 580.65.06 on Linux). Minor-version compatibility
+# does not cover PTX newer than the driver: such PTX must be JIT-compiled by a driver that knows it.
+MIN_DRIVER = {"11": "450.80.02", "12": "525.60.13", "13": "580.65.06"}
+# nvcc tools Debian installs in /usr/bin that builds look for under $CUDA_HOME/bin.
+_DISTRO_TOOLS = ("nvcc", "ptxas", "cuobjdump", "nvdisasm", "fatbinary", "nvlink", "bin2c", "cudafe++", "nvprune",
+                 "cu++filt")
+# Provides Debian's CUDA packages depend on, so that apt installs no driver library into the image.
+_NO_DRIVER = (r"Package: imagekit-no-driver\nVersion: 1\nArchitecture: all\nMaintainer: imagekit\n"
+              r"Provides: libcuda.so.1 (= 550), libcuda-{mm}-1, libnvidia-ml.so.1 (= 550)\n"
+              r"Description: the host NVIDIA driver, mounted by the GPU runtime at run time\n")
 # SM architectures each CUDA release compiles for (nvcc --list-gpu-arch): CUDA 12.0 dropped
 # Kepler (sm_35/37), 12.8 added Blackwell (sm_100, sm_120), 12.9 sm_103/121, and 13.0 dropped
 # everything before Turing (sm_75).
@@ -59,10 +96,12 @@ for header, soname, name in (("cuda.h", "libcuda.so.1", "libcuda.so"), ("nvml.h"
 
 class Cuda(Component):
     name = "cuda"
-    summary = "CUDA: the base image's (nvidia/cuda) or NVIDIA's toolkit wheels (pypi, 13.x) as /usr/local/cuda"
+    summary = ("CUDA: the base image's (nvidia/cuda), NVIDIA's toolkit wheels (pypi, 13.x) or Debian's toolkit "
+               "(distro, 12.4 on trixie, devel only) as /usr/local/cuda")
     order = 0
     provides = ("cuda",)
-    sources = ("base", "pypi")
+    sources = ("base", "pypi", "distro")
+    distro_versions = {distro: version for distro, (version, _wheel) in DISTRO_TOOLKITS.items()}
     options = {
         "arch_list": Option(list, None, 'GPU architectures for CUDA code built in this stack, e.g. ["80", "90"] '
                                         "(default: per component)", item_type=str),
@@ -72,6 +111,8 @@ class Cuda(Component):
         super().configure()
         if self.source == "pypi":
             self._configure_pypi()
+        elif self.source == "distro":
+            self._configure_distro()
         elif self.opts.get("version"):
             found = _TAG.search(self.stack.base.image)
             if found and not found.group(1).startswith(self.opts["version"]) \
@@ -91,14 +132,27 @@ class Cuda(Component):
         if version.split(".")[0].isdigit() and int(version.split(".")[0]) < 13:
             self.error("version", f"CUDA {version} has no compiler on PyPI: 12.x's nvidia-cuda-nvcc wheel "
                        "carries ptxas alone, not the nvcc driver",
-                       f"use a 13.x version ({', '.join(PYPI_VERSIONS[:4])}, ...), or an nvidia/cuda base "
-                       "with `source: base`")
+                       f"use a 13.x version ({', '.join(PYPI_VERSIONS[:4])}, ...), `source: distro` on a "
+                       "debian13 base (Debian's CUDA 12.4 toolkit, as the debian-cuda12 stack does), or an "
+                       "nvidia/cuda base with `source: base`")
         if version not in PYPI_VERSIONS:
             self.error("version", f"PyPI's cuda-toolkit has no version {version}",
                        "published: " + ", ".join(PYPI_VERSIONS))
         if self.stack.base.family != "deb":
             self.error("source", "the wheels' layout step is written for Debian/Ubuntu bases",
                        "use a Debian or Ubuntu base, or `source: base`")
+
+    def _configure_distro(self) -> None:
+        distro = self.stack.base.distro
+        if distro not in DISTRO_TOOLKITS:
+            self.error("source", f"imagekit has no distro CUDA toolkit for {distro}",
+                       "Debian's nvidia-cuda-toolkit is used on: " + ", ".join(
+                           f"{d} (CUDA {v})" for d, (v, _) in DISTRO_TOOLKITS.items())
+                       + "; or use `source: pypi` (13.x) or an nvidia/cuda base with `source: base`")
+        wanted, shipped = self.opts.get("version"), DISTRO_TOOLKITS[distro][0]
+        if wanted and not shipped.startswith(wanted):
+            self.error("version", f"{distro}'s nvidia-cuda-toolkit is CUDA {shipped}, not {wanted}",
+                       f'drop `version:` or write "{shipped}"')
 
     def check_arch(self, key: str, arch: str, owner: Component | None = None) -> None:
         """Refuse a GPU architecture this CUDA cannot compile, naming the ones it can."""
@@ -113,7 +167,14 @@ class Cuda(Component):
 
     @property
     def version(self) -> str:
+        if self.source == "distro":
+            return DISTRO_TOOLKITS[self.stack.base.distro][0]
         return self.opts.get("version") or _TAG.search(self.stack.base.image).group(1)
+
+    @property
+    def min_driver(self) -> str | None:
+        """The oldest Linux driver that runs this CUDA (minor-version compatibility), or None if unknown."""
+        return MIN_DRIVER.get(self.major)
 
     @property
     def major_minor(self) -> str:
@@ -125,7 +186,7 @@ class Cuda(Component):
 
     @property
     def prefix(self) -> str:
-        return f"{HOME}-{self.major_minor}" if self.source == "pypi" else HOME
+        return f"{HOME}-{self.major_minor}" if self.source in ("pypi", "distro") else HOME
 
     @property
     def target_dir(self) -> str:
@@ -139,6 +200,8 @@ class Cuda(Component):
 
     # -- stages (pypi) ----------------------------------------------------
     def devel(self) -> list:
+        if self.source == "distro":
+            return self._distro_devel()
         if self.source != "pypi":
             return []
         stage, whl, tgt = "/var/tmp/cuda-wheels", f"/var/tmp/cuda-wheels/nvidia/cu{self.major}", self.target_dir
@@ -163,8 +226,49 @@ class Cuda(Component):
             _blocks.ldconfig_dir("cuda", f"{self.prefix}/lib64") + \
             _blocks.env({**self._run_env(), "PATH": f"{HOME}/bin:$PATH", "CUDA_HOME": HOME})
 
+    def _distro_devel(self) -> list:
+        tgt, stage, wheel = self.target_dir, "/var/tmp/cudart-wheel", DISTRO_TOOLKITS[self.stack.base.distro][1]
+        pkgs = "ca-certificates g++ gcc make nvidia-cuda-toolkit python3-minimal python3-pip"
+        install = [
+            "mkdir -p /var/tmp/no-driver/DEBIAN",
+            f"printf '{_NO_DRIVER.format(mm=self.major_minor)}' > /var/tmp/no-driver/DEBIAN/control",
+            "dpkg-deb --build /var/tmp/no-driver /var/tmp/no-driver.deb >/dev/null",
+            "dpkg -i /var/tmp/no-driver.deb",
+            "rm -rf /var/tmp/no-driver /var/tmp/no-driver.deb",
+            "apt-get update -y",
+            "if ! apt-cache show nvidia-cuda-toolkit >/dev/null 2>&1; then echo 'imagekit: no nvidia-cuda-toolkit: "
+            "the base needs the non-free component (imagekit base debian:trixie --components main,contrib,non-free)'"
+            " >&2; exit 1; fi",
+            f"DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {pkgs}",
+        ]
+        note = (f"CUDA {self.version} from Debian's nvidia-cuda-toolkit (non-free; devel only, nvcc runs gcc-13); "
+                "a placeholder package stands in for the driver the GPU runtime mounts")
+        if _blocks.docker():
+            apt = [comment(note), shell(commands=install, _arguments=_blocks.APT_CACHE)]
+        else:
+            apt = [comment(note), shell(commands=[*install, "rm -rf /var/lib/apt/lists/*"])]
+        return apt + _blocks.pip_run([
+            f"python3 -m pip download --no-deps --only-binary=:all: --dest {stage} "
+            f"nvidia-cuda-runtime-cu{self.major}=={wheel}",
+            f"python3 -m zipfile -e {stage}/nvidia_cuda_runtime_cu{self.major}-*.whl {stage}/whl",
+            f"mkdir -p {tgt}/lib/stubs {self.prefix}/bin",
+            f"cp {stage}/whl/nvidia/cuda_runtime/lib/libcudart.so.{self.major} {tgt}/lib/",
+            f"ln -s libcudart.so.{self.major} {tgt}/lib/libcudart.so",
+            f"for t in {' '.join(_DISTRO_TOOLS)}; do ln -s /usr/bin/$t {self.prefix}/bin/$t; done",
+            f"ln -s /usr/include {tgt}/include",
+            f"ln -s {self._target_rel}/include {self.prefix}/include",
+            f"ln -s {self._target_rel}/lib {self.prefix}/lib64",
+            f"echo {base64.b64encode(_STUB_SCRIPT.encode()).decode()} | base64 -d | "
+            f"python3 - /usr/include {tgt}/lib",
+            f"ln -sfn {self.prefix} {HOME}",
+            f"rm -rf {stage}",
+        ], f"libcudart {wheel} from the nvidia-cuda-runtime-cu{self.major} wheel (what the runtime stage keeps), "
+           f"laid out with Debian's nvcc and headers as {HOME}") + \
+            _blocks.ldconfig_dir("cuda", f"{self.prefix}/lib64") + \
+            _blocks.env({**self._run_env(), "PATH": f"{HOME}/bin:$PATH", "CUDA_HOME": HOME})
+
     def runtime(self) -> list:
-        if self.source != "pypi":
+        if self.source not in ("pypi", "distro"):
             return []
         lib = f"{self.target_dir}/lib"
         return _blocks.copy_from_devel(f"{lib}/libcudart.so.{self.major}") + \
@@ -175,11 +279,18 @@ class Cuda(Component):
     def _run_env(self) -> dict[str, str]:
         # What nvidia/cuda images set: the NVIDIA container runtime (and Enroot's nvidia hook) injects
         # the driver only into containers that ask for it.
+        # libnvidia-container refuses a driver whose CUDA version is below NVIDIA_REQUIRE_CUDA. Under
+        # minor-version compatibility any driver of the same major runs this runtime (R525+ for 12.x,
+        # which reports CUDA 12.0; R535 reports 12.2), so ask for the major's first minor: cuda>=12.4
+        # would refuse R535/R550 hosts that run the image fine.
         return {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
-                "NVIDIA_REQUIRE_CUDA": f"cuda>={self.major_minor}"}
+                "NVIDIA_REQUIRE_CUDA": f"cuda>={self.major}.0"}
 
     def labels(self) -> dict[str, str]:
-        return {"major": self.major, "prefix": self.prefix if self.source == "pypi" else HOME}
+        out = {"major": self.major, "prefix": self.prefix if self.source in ("pypi", "distro") else HOME}
+        if self.min_driver:
+            out["min_driver"] = self.min_driver
+        return out
 
     def checks(self) -> list:
         out = [
@@ -187,7 +298,7 @@ class Cuda(Component):
                        f"ls {HOME}/lib64/libcudart.so.{self.major}*"),
             checks.run("cuda.driver", "nvidia-smi sees a GPU", "nvidia-smi -L", expect="GPU 0", needs="gpu"),
         ]
-        if self.source == "pypi":
+        if self.source in ("pypi", "distro"):
             out.append(checks.run("cuda.nvcc", f"nvcc reports CUDA {self.major_minor}", f"{HOME}/bin/nvcc --version",
                                   expect=rf"release {re.escape(self.major_minor)}\b", target="devel"))
         return out

@@ -30,9 +30,14 @@ from imagekit.launch.gpu_env import GpuLaunch
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "not checked"
 SHM_MIN = 1 << 30  # NCCL and shared-memory BTLs want far more than Docker's 64 MiB default
-# Minimum Linux driver per CUDA major under minor-version compatibility
-# (NVIDIA "CUDA Compatibility", table 1: 11.x >= 450.80.02, 12.x >= 525.60.13, 13.x >= 580).
-CUDA_MIN_DRIVER = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 0, 0)}
+# Minimum Linux driver per CUDA major under minor-version compatibility, for images whose labels
+# predate `cuda.min_driver` (NVIDIA "CUDA Compatibility", minor-version compatibility table:
+# 11.x >= 450.80.02, 12.x >= 525.60.13, 13.x >= 580.65.06; components/cuda.py MIN_DRIVER).
+CUDA_MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+# The shipped stack to suggest when the host's driver is too old for an image's CUDA major:
+# (stack, its CUDA major) -- the suggestion is made only when the host's driver runs that one.
+OLDER_CUDA_STACK = {13: ("debian-cuda12", 12)}
+PROC_DRIVER_VERSION = Path("/proc/driver/nvidia/version")
 
 
 @dataclass
@@ -78,8 +83,10 @@ class HostFacts:
         return facts
 
 
-def _driver_version() -> str | None:
-    proc = Path("/proc/driver/nvidia/version")
+def _driver_version(proc: Path | None = None) -> str | None:
+    """The NVIDIA kernel driver's version: /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX
+    x86_64 Kernel Module  550.54.15 ..."), else ``nvidia-smi --query-gpu=driver_version``; None without one."""
+    proc = proc or PROC_DRIVER_VERSION
     if proc.is_file():
         m = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", proc.read_text())
         if m:
@@ -267,6 +274,15 @@ def check_infiniband(img: ImageFacts, host: HostFacts) -> Check:
                  "run on InfiniBand/RoCE nodes (Docker: --device=/dev/infiniband --cap-add=IPC_LOCK)")
 
 
+def _min_driver(img: ImageFacts, cuda: str) -> str | None:
+    """The image's minimum driver: its cuda.min_driver label, else the table for its CUDA major."""
+    provider = img.provider("cuda")
+    label = provider.fact("min_driver") if provider is not None else None
+    if label and re.fullmatch(r"\d+(\.\d+){0,2}", label):
+        return label
+    return CUDA_MIN_DRIVER.get(_major(cuda) or 0)
+
+
 def check_driver(img: ImageFacts, host: HostFacts) -> Check:
     if host.driver is None:
         return Check("GPU driver", SKIP, "no NVIDIA driver on this host")
@@ -274,16 +290,26 @@ def check_driver(img: ImageFacts, host: HostFacts) -> Check:
     if not cuda:
         return Check("GPU driver", SKIP if not img.known else OK,
                      f"driver {host.driver}; " + ("image CUDA unknown" if not img.known else "image has no CUDA"))
-    need = CUDA_MIN_DRIVER.get(_major(cuda) or 0)
+    need = _min_driver(img, cuda)
     if need is None:
         return Check("GPU driver", WARN, f"driver {host.driver}; no driver table entry for CUDA {cuda}",
                      "check NVIDIA's CUDA compatibility table")
-    if _tuple(host.driver) < need:
-        return Check("GPU driver", FAIL, f"driver {host.driver} is older than CUDA {cuda} needs "
-                     f"(>= {'.'.join(map(str, need))})",
-                     f"upgrade the driver, or build with a CUDA {_major(cuda) - 1}.x base "
-                     "(or add the cuda-compat package for forward compatibility on data-center GPUs)")
-    return Check("GPU driver", OK, f"driver {host.driver} runs CUDA {cuda}")
+    if not re.match(r"\d+", host.driver):
+        return Check("GPU driver", WARN, f"cannot read the host driver version {host.driver!r}",
+                     "check `nvidia-smi --query-gpu=driver_version --format=csv,noheader`")
+    if _tuple(host.driver) < _tuple(need):
+        needs = need
+        fix = f"upgrade the host driver to >= {needs} (R{_major(need)})"
+        older = OLDER_CUDA_STACK.get(_major(cuda) or 0)
+        if older is not None and CUDA_MIN_DRIVER.get(older[1]) \
+                and _tuple(host.driver) >= _tuple(CUDA_MIN_DRIVER[older[1]]):
+            fix = (f"use a CUDA {older[1]} image, which this driver runs: the {older[0]} stack "
+                   f"(`imagekit build {older[0]}`), or " + fix)
+        else:
+            fix += " (or add NVIDIA's cuda-compat forward-compatibility package, data-center GPUs only)"
+        return Check("GPU driver", FAIL, f"the image's CUDA {cuda} needs driver >= {needs}; this host has "
+                     f"{host.driver}", fix)
+    return Check("GPU driver", OK, f"driver {host.driver} runs CUDA {cuda} (needs >= {need})")
 
 
 def check_gpu_runtime(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None = None) -> Check:
