@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from imagekit import render, sources, stack
 from imagekit.cli import main
+
+# The stand-in mirror's own checksums, which tests/conftest.py hands every test as IMAGEKIT_SITE.
+SITE_PINS = Path(__file__).resolve().parent / "data" / "site-mirror-pins.yaml"
 
 GDRCOPY = "gdrcopy-2.5.1.tar.gz"
 
@@ -116,7 +120,6 @@ def _mirror_sums(site_mirror) -> dict[str, str]:
 
 def test_the_test_sites_pins_file_is_the_mirrors_sha256sums(site_mirror):
     """tests/data/site-mirror-pins.yaml holds every upstream source tarball SHA256SUMS lists, unchanged."""
-    from conftest import SITE_PINS
 
     from imagekit.components import registry
 
@@ -163,7 +166,6 @@ def test_a_mirror_file_matching_neither_pin_fails_once_naming_everything(site_mi
     result = CliRunner().invoke(main, ["--site", str(site), "render", "debian-cuda", "--mirror", str(site_mirror),
                                        "-o", str(out)])
     assert result.exit_code == 2 and "ucx: checksum mismatch" in result.output  # the next file is checked too
-    from conftest import SITE_PINS
 
     result = CliRunner().invoke(main, ["--site", str(SITE_PINS), "render", "debian-cuda", "--mirror",
                                        str(site_mirror), "-o", str(out)])
