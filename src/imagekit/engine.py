@@ -97,22 +97,6 @@ def docker_cli() -> str:
     return found
 
 
-def of(name: str):
-    """The module that answers ``inspect``, ``image_exists``, ``image_id`` and ``tag`` for the engine
-    ``name``: this one for docker, :mod:`imagekit.podman` for podman."""
-    if name == "docker":
-        import sys
-
-        return sys.modules[__name__]
-    if name == "podman":
-        from imagekit import podman
-
-        return podman
-    from imagekit.errors import UsageError
-
-    raise UsageError(f"unknown engine {name!r}", f"use one of: {', '.join(ENGINES)}")
-
-
 def available() -> bool:
     """True when a Docker engine answers (without raising): callers that can do without one."""
     try:

@@ -32,6 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from imagekit.engine import Image
 from imagekit.errors import EngineError
 
 ENGINE = "podman"
@@ -204,8 +205,6 @@ def build_argv(context: str, dockerfile: str, *, target: str, platform: str, iid
 
 def inspect(ref: str):
     """The image ``ref`` as an :class:`imagekit.engine.Image` (Docker's shape); ImageMissing if absent."""
-    from imagekit.engine import Image
-
     proc = run(["image", "inspect", "--format", "json", ref], check=False)
     if proc.returncode != 0:
         if "image not known" in proc.stderr or "no such image" in proc.stderr.lower() or "not found" in proc.stderr:

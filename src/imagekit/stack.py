@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import checks as checks_mod
-from imagekit import schema, sources, yamlpos
+from imagekit import rules, schema, sources, yamlpos
+from imagekit.components import registry
 from imagekit.errors import StackError
 from imagekit.schema import Option
 from imagekit.yamlpos import PosDict, PosList
@@ -318,9 +319,6 @@ def deep_merge(parent: Any, child: Any) -> Any:
 
 
 def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> Stack:
-    from imagekit import rules
-    from imagekit.components import registry
-
     base_raw = raw["base"]
     base = schema.validate(base_raw, BASE, context="base")
     name = top["name"] + "".join(f"-{v}" for v in variant.values())

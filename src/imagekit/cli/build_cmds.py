@@ -151,10 +151,10 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
             raise
         stack = None
     if stack is not None:
-        from imagekit import image_facts
+        from imagekit.image_facts import reader
 
         target = image or stack.image
-        specs = check_mod.stack_checks(stack, image_facts.read(target, engine_name).target or "runtime")
+        specs = check_mod.stack_checks(stack, reader.read(target, engine_name).target or "runtime")
     else:
         target = ref
         specs = check_mod.checks_from_image(ref, engine_name)

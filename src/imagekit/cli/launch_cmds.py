@@ -62,9 +62,9 @@ def _job_command(validate: bool, facts, command: tuple, image: str) -> tuple[lis
 
 def _facts(image: str, needed: bool):
     """The image's facts, read once per command for the benchmark choice and preflight alike."""
-    from imagekit import image_facts
+    from imagekit.image_facts import reader
 
-    return image_facts.read_or_reason(image) if needed else None
+    return reader.read_or_reason(image) if needed else None
 
 
 def _run_validated(run, gate_values: dict) -> int:

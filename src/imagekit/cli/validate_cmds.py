@@ -64,10 +64,10 @@ _GATE_OPTIONS = [
 
 def _image_nccl(image: str) -> str:
     """The NCCL version the image's labels record (read once, through image_facts)."""
-    from imagekit import image_facts
+    from imagekit.image_facts import reader
     from imagekit.errors import UsageError
 
-    facts = image_facts.read(image)
+    facts = reader.read(image)
     if facts.labels is None:
         raise UsageError(f"--image {image}: {facts.reason}", "give an engine image, or a .sqsh/.sif that is here")
     version = facts.role_version("nccl")

@@ -16,15 +16,13 @@ import importlib
 import pkgutil
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from imagekit import sources
 from imagekit.checks import Check
+from imagekit.components import _blocks
 from imagekit.errors import StackError
 from imagekit.schema import Option
-
-if TYPE_CHECKING:
-    from imagekit.stack import Stack
 
 SOURCES = ("upstream", "distro", "pypi", "repo", "base")
 
@@ -50,6 +48,20 @@ ROLES: dict[str, str] = {
 }
 # Roles one image can fill only once: two MPIs or two NCCLs in one image load the wrong libraries.
 EXCLUSIVE_ROLES = ("cuda", "mpi", "ucx", "pmix", "nccl", "nccl-net-plugin")
+
+
+class Stack(Protocol):
+    """What a component may ask of the stack it belongs to (:class:`imagekit.stack.Stack` is one).
+
+    A protocol, not the class: the stack builds its components, so the components must not import
+    the stack module back."""
+
+    file: str
+    mirror: str | None
+    base: Any                     # imagekit.stack.Base: .image, .distro, .arch, .family, ...
+    components: dict[str, "Component"]
+
+    def provider(self, role: str) -> "Component | None": ...
 
 
 @dataclass(frozen=True)
@@ -190,8 +202,6 @@ class Component:
     # -- stages ---------------------------------------------------------
     def packages(self, devel: bool) -> list[str]:
         """The distro packages for one stage (``source: distro``), named as the base's distro names them."""
-        from imagekit.components import _blocks
-
         return _blocks.distro_names(self.stack.base.distro, list(self.distro_packages)
                                     + (list(self.distro_devel_packages) if devel else []))
 
@@ -205,8 +215,6 @@ class Component:
 
     def devel(self) -> list:
         """The devel stage: distro packages (with headers), or the building blocks."""
-        from imagekit.components import _blocks
-
         if self.source == "distro":
             out = _blocks.apt_install(self.packages(devel=True), self.distro_note or None)
         else:
@@ -215,8 +223,6 @@ class Component:
 
     def runtime(self) -> list:
         """The runtime stage: runtime packages only, or what the blocks built, copied from devel."""
-        from imagekit.components import _blocks
-
         if self.source == "distro":
             out = _blocks.apt_install(self.packages(devel=False), self.distro_note or None)
         else:

@@ -15,8 +15,9 @@ from hpccm.common import container_type
 from hpccm.primitives import comment, copy, environment, shell
 
 from imagekit import quoting
-from imagekit.render import CA_SECRET_ID
 
+# The BuildKit secret Docker recipes mount the CA bundle from; `imagekit build` passes the bundle under it.
+CA_SECRET_ID = "ca-bundle"
 APT_CACHE = ("--mount=type=cache,target=/var/cache/apt,sharing=locked "
              "--mount=type=cache,target=/var/lib/apt,sharing=locked")
 PIP_CACHE = "--mount=type=cache,target=/root/.cache/pip"

@@ -20,6 +20,11 @@ JOB_LABEL = "io.imagekit.job"
 # Variables the MPI runtime hands to each rank; a container must see them to join the job.
 MPI_ENV_PREFIXES = ("OMPI_", "PMIX_", "OPAL_")
 SLURM_ENV_PREFIXES = ("SLURM_", "PMI_")
+# The tuning a user sets on the host for a component (NCCL_IB_HCA, UCX_TLS, FI_PROVIDER, ...), which
+# outside-in wrappers forward into rank containers. Each component declares its own (``forward_env``);
+# the run side never loads the components (HPCCM, the registry), so the union is kept here, in the
+# registry's order, and tests/components/test_forward_env.py fails when a component adds one.
+COMPONENT_ENV_PREFIXES = ("UCX_", "HCOLL_", "SHARP_", "UCC_", "NCCL_", "FI_", "OFI_NCCL_")
 _TOKEN = re.compile(r"[A-Za-z0-9_.-]+")
 WHERE = "launch"
 
