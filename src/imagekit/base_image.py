@@ -26,6 +26,7 @@ from pathlib import Path
 from imagekit import engine, engines, quoting
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import reader, writer
+from imagekit import podman
 
 # distro -> (suites known to debootstrap, the apt source file pattern to find a mirror)
 KNOWN = {
@@ -124,8 +125,6 @@ def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker") -> N
     changes += [f"LABEL {key}={quoting.dockerfile_string(value, 'base image', key)}" for key, value in
                 writer.base_labels(spec.distro, spec.suite, spec.mirror, list(spec.components)).items()]
     if engine_name == "podman":
-        from imagekit import podman
-
         import_cmd = [podman.cli(), "import"]
     else:
         import_cmd = [engine.docker_cli(), "import"]

@@ -23,6 +23,9 @@ from imagekit import engine, engines, image_facts
 from imagekit.checks import LOGIN_ENV, NO_SECRETS, elf_prefixes, stack_checks  # noqa: F401
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import reader
+from imagekit import podman
+from imagekit import records
+from imagekit.atomic import target
 
 MODULE = Path(__file__).parent / "data" / "testinfra_checks.py"
 # Hardware a check may need, and what offering it to the container means.
@@ -96,8 +99,6 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
         if hw not in HARDWARE:
             raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
     if engine_name == "podman":
-        from imagekit import podman
-
         image_id = podman.inspect(image).id  # a clear error when the image is not there
         hardware = [a for hw in with_ for a in PODMAN_HARDWARE[hw]]
         with podman.throwaway(image, options=["--network", "none", *hardware], purpose="check") as container:
@@ -136,13 +137,10 @@ def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: s
             raise ImagekitError("the testinfra run produced no results", "run with a working pytest-testinfra")
         report = Report(image=image, outcomes=_outcomes(xml_path, specs))
         counts = report.counts()
-        from imagekit import records
 
         records.add(image_id, "check", image=image, passed=counts["passed"],
                     failed=counts["failed"], not_run=counts["not-run"], with_=list(with_))
         if junit:
-            from imagekit.atomic import target
-
             with target(junit) as tmp:
                 shutil.copy(xml_path, tmp)
             report.junit = junit

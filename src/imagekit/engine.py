@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from imagekit.errors import EngineError
+from imagekit import owners
 
 if TYPE_CHECKING:
     import docker
@@ -76,7 +77,6 @@ def client():
         c.ping()
     except Exception as exc:  # docker raises several unrelated types here
         raise EngineError(f"no Docker engine answers ({_short(exc)})", SETUP_HINT) from None
-    from imagekit import owners
 
     try:
         owners.sweep_engine(c)  # containers and networks of imagekit runs that were killed
@@ -219,8 +219,6 @@ def throwaway(image: str, command: Sequence[str] = (), *, entrypoint: str | None
     shell that waits (``IDLE``), for ``docker exec``. An image with neither ENTRYPOINT
     nor CMD, given no command, gets ``/bin/sh`` as a placeholder.
     """
-    from imagekit import owners
-
     client()  # a clear error when no engine answers; sweeps what dead owners left
     cli = docker_cli()
     if idle:

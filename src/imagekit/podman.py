@@ -34,6 +34,7 @@ from typing import Iterator, Sequence
 
 from imagekit.engine import Image
 from imagekit.errors import EngineError
+from imagekit import owners
 
 ENGINE = "podman"
 SETUP_HINT = ("install Podman: `apt-get install podman uidmap slirp4netns` (Debian 12: Podman 4.3), "
@@ -242,8 +243,6 @@ def remove(*refs: str) -> None:
 @contextlib.contextmanager
 def throwaway(image: str, *, options: Sequence[str] = (), purpose: str = "tmp") -> Iterator[str]:
     """An idle container of ``image`` (for ``podman exec``), removed however the body ends."""
-    from imagekit import owners
-
     name = f"imagekit-{purpose}-{uuid.uuid4().hex[:12]}"
     run(["create", "--name", name, *owners.label_args(), "--entrypoint", IDLE[0], *options, image, *IDLE[1:]],
         what=f"creating a container of {image}")

@@ -51,6 +51,8 @@ from imagekit import atomic, quoting
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.export.output import (ExportResult, Progress, check_free_space, interrupt_on_sigterm,
                                     prepare_target, sha256_file)
+from imagekit.export import singularity_d
+from imagekit.export import squash
 
 LAUNCH = b"#!/usr/bin/env run-singularity\n"
 MAGIC = b"SIF_MAGIC"
@@ -311,8 +313,6 @@ def write_prefix(fh: BinaryIO, objects: list[_Object], descriptors: list[Descrip
 
 def definition_file(image: str) -> bytes:
     """What Apptainer records for a build from a URI: bootstrap agent and source."""
-    from imagekit.export import singularity_d
-
     return quoting.encode(singularity_d.definition(image))
 
 
@@ -346,7 +346,8 @@ def export(image: "str | Source", output: Path, *, compression: str = "gzip", sq
            progress: Callable[[int, bool], None] | None = None) -> ExportResult:
     """Write ``image`` (a local engine image or a :class:`~imagekit.export.image_source.Source`) as a
     SIF file at ``output`` (atomically)."""
-    from imagekit.export import singularity_d, squash
+    # Deferred: image_facts.reader reads SIF labels through this module, and preflight and launch
+    # must not load the registry client for that (the SIF format half is not a module of its own yet).
     from imagekit.export.image_source import Source, open_source
 
     source = image if isinstance(image, Source) else open_source(image)

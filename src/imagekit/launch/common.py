@@ -15,6 +15,7 @@ from pathlib import Path
 
 from imagekit import quoting
 from imagekit.errors import ImagekitError, UsageError
+from imagekit.atomic import write_text
 
 JOB_LABEL = "io.imagekit.job"
 # Variables the MPI runtime hands to each rank; a container must see them to join the job.
@@ -255,6 +256,4 @@ def quote(args: list[str]) -> str:
 
 def write_atomic(path: Path, text: str, mode: int = 0o755) -> Path:
     """Scripts and key files: written whole or not at all (see imagekit.atomic)."""
-    from imagekit.atomic import write_text
-
     return write_text(path, text, mode)

@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from imagekit.errors import StackError
+from imagekit import yamlpos
+from imagekit import schema
+from imagekit.validate.units import parse_size
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "systems"
 PATH_ENV = "IMAGEKIT_SYSTEMS_PATH"
@@ -114,8 +117,6 @@ def find(ref: str) -> Path:
 
 def load(ref: "str | Path") -> System:
     """A system by name (search path) or path; StackError (exit 2) naming file, line and key."""
-    from imagekit import yamlpos
-
     path = find(str(ref))
     data = yamlpos.load(path)
     return from_dict(data, str(path), default_name=path.stem)
@@ -152,7 +153,6 @@ class _Reader:
             return {}
         if not isinstance(value, dict):
             raise self.error(data, key, "", "expected a mapping")
-        from imagekit import schema
 
         for k in value:
             if k not in allowed:
@@ -191,7 +191,6 @@ def from_dict(data: Any, file: str = "<system>", default_name: str = "") -> Syst
     r = _Reader(file)
     if not isinstance(data, dict):
         raise StackError("a system model is a mapping (gpus, intra_node, network)", file=file)
-    from imagekit import schema
 
     for k in data:
         if k not in _TOP:
@@ -218,8 +217,6 @@ def from_dict(data: Any, file: str = "<system>", default_name: str = "") -> Syst
         s.gpudirect_rdma = r.get(net, "gpudirect_rdma", "network", bool, default=False)
     s.tolerance = r.get(data, "tolerance", "", float, default=DEFAULT_TOLERANCE, low=0.01, high=0.5)
     if data.get("bandwidth_from") is not None:
-        from imagekit.validate.units import parse_size
-
         try:
             s.bandwidth_from = parse_size(data["bandwidth_from"])
         except ValueError as exc:
