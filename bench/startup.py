@@ -7,13 +7,17 @@ libraries the process imported (`-X importtime` is not used: it slows the run it
 
 Run it before and after a change that moves imports, on the same machine:
 
-    python bench/startup.py [--runs 15] [--json]
+    python bench/startup.py [--runs 15] [--json] [--src OTHER_CHECKOUT/src]
+
+``--src`` runs another checkout's code with this interpreter (e.g. main's, for a before/after
+on the same machine in the same minute).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -30,6 +34,9 @@ COMMANDS: dict[str, list[str]] = {
 }
 
 
+ENV = dict(os.environ)
+
+
 def _argv(args: list[str]) -> list[str]:
     return [sys.executable, "-c", "import sys; from imagekit.cli import main; "
             "sys.argv[0] = 'imagekit'; main(prog_name='imagekit')", *args]
@@ -41,7 +48,7 @@ def _loaded(args: list[str]) -> list[str]:
              f"atexit.register(lambda: print(','.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr))\n"
              "from imagekit.cli import main\n"
              "main(prog_name='imagekit')\n")
-    proc = subprocess.run([sys.executable, "-c", probe, *args], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", probe, *args], cwd=REPO, capture_output=True, text=True, env=ENV)
     last = proc.stderr.strip().splitlines()[-1:] or [""]
     return [m for m in last[0].split(",") if m]
 
@@ -52,7 +59,7 @@ def measure(args: list[str], runs: int) -> dict:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run(_argv(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                       cwd=REPO)
+                       cwd=REPO, env=ENV)
         walls.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -66,10 +73,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--src", type=Path, help="a src/ directory to run instead of the installed imagekit")
     opts = parser.parse_args()
+    if opts.src:
+        ENV["PYTHONPATH"] = str(opts.src.resolve())
     # one untimed run each first, so that .pyc files exist and the page cache is warm
     for args in COMMANDS.values():
-        subprocess.run(_argv(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
+        subprocess.run(_argv(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=ENV)
     results = {name: measure(args, opts.runs) for name, args in COMMANDS.items()}
     if opts.json:
         print(json.dumps({"runs": opts.runs, "results": results}, indent=2))
