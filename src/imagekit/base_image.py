@@ -23,10 +23,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import engine, engines, quoting
+from imagekit import engine, engines, podman, quoting
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import reader, writer
-from imagekit import podman
 
 # distro -> (suites known to debootstrap, the apt source file pattern to find a mirror)
 KNOWN = {

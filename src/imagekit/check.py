@@ -17,15 +17,13 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from imagekit import engine, engines, image_facts, podman, records
 from imagekit import checks as checks_mod
-from imagekit import engine, engines, image_facts
+from imagekit.atomic import target
 # Which checks an image gets is the model's answer (the label writer needs it too); the runner re-exports it.
 from imagekit.checks import LOGIN_ENV, NO_SECRETS, elf_prefixes, stack_checks  # noqa: F401
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import reader
-from imagekit import podman
-from imagekit import records
-from imagekit.atomic import target
 
 MODULE = Path(__file__).parent / "data" / "testinfra_checks.py"
 # Hardware a check may need, and what offering it to the container means.

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from imagekit.errors import EngineError
 from imagekit import owners
+from imagekit.errors import EngineError
 
 if TYPE_CHECKING:
     import docker

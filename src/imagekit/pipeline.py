@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from imagekit.errors import ImagekitError
+from imagekit import podman, sources
 from imagekit import build as build_mod
-from imagekit import stack as stack_mod
-from imagekit import sources
-from imagekit import podman
 from imagekit import check as check_mod
+from imagekit import stack as stack_mod
+from imagekit.errors import ImagekitError
 from imagekit.export import export_image
 from imagekit.export.image_source import PODMAN
 

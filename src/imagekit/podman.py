@@ -32,9 +32,9 @@ import uuid
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from imagekit import owners
 from imagekit.engine import Image
 from imagekit.errors import EngineError
-from imagekit import owners
 
 ENGINE = "podman"
 SETUP_HINT = ("install Podman: `apt-get install podman uidmap slirp4netns` (Debian 12: Podman 4.3), "

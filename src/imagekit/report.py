@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import re
 
-from imagekit import engine, image_facts, records
-from imagekit import render, stack
+from imagekit import engine, image_facts, records, render, stack
 
 _INSTRUCTION = re.compile(r"^(RUN|COPY|ADD|ENV|LABEL|WORKDIR|ARG|USER|ENTRYPOINT|CMD|VOLUME|EXPOSE|SHELL)\b",
                           re.M)

@@ -44,16 +44,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import __version__, export
+from imagekit import __version__, atomic, engine, export
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
+from imagekit.export import export_image, squash
+from imagekit.export.output import check_free_space, interrupt_on_sigterm, prepare_target
+from imagekit.export.push import push_image
 from imagekit.registry import client as reg
 from imagekit.registry.reference import parse
-from imagekit.export import squash
-from imagekit import atomic
-from imagekit.export.output import check_free_space, interrupt_on_sigterm, prepare_target
-from imagekit import engine
-from imagekit.export import export_image
-from imagekit.export.push import push_image
 
 ENROOT_ARTIFACT_TYPE = "application/vnd.imagekit.enroot.v1"
 ENROOT_LAYER = "application/vnd.imagekit.enroot.layer.v1.squashfs"

@@ -13,8 +13,8 @@ import re
 import subprocess
 from dataclasses import asdict, dataclass
 
-from imagekit.errors import EngineError, UsageError
 from imagekit import engine
+from imagekit.errors import EngineError, UsageError
 
 DIGEST_RE = re.compile(r"digest: (sha256:[0-9a-f]{64}) size: (\d+)")
 

@@ -49,10 +49,9 @@ from typing import Any, BinaryIO, Callable
 
 from imagekit import atomic, quoting
 from imagekit.errors import ImagekitError, UsageError
+from imagekit.export import singularity_d, squash
 from imagekit.export.output import (ExportResult, Progress, check_free_space, interrupt_on_sigterm,
                                     prepare_target, sha256_file)
-from imagekit.export import singularity_d
-from imagekit.export import squash
 
 LAUNCH = b"#!/usr/bin/env run-singularity\n"
 MAGIC = b"SIF_MAGIC"

@@ -28,16 +28,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import __version__, procs, quoting
+from imagekit import __version__, engine, owners, procs, quoting
 from imagekit.errors import EngineError, ImagekitError, UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_image_env, check_job,
                                     check_token, new_job_id, quote, write_atomic)
 from imagekit.launch.signals import interruptible, shielded
-from imagekit.launch.slurm import check_sbatch
-from imagekit import engine
-from imagekit import owners
-from imagekit.launch.slurm import sbatch_header
+from imagekit.launch.slurm import check_sbatch, sbatch_header
 
 RUNTIMES = ("docker",)
 SCHEDULERS = ("local", "slurm")

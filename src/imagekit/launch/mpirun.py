@@ -18,15 +18,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import __version__, procs, quoting
-from imagekit.errors import UsageError
+from imagekit import __version__, engine, procs, quoting
+from imagekit.errors import EngineError, UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch import wrapper
 from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_image_env, check_job,
                                     check_token, new_job_id, quote, require_tool, write_atomic)
 from imagekit.launch.signals import interruptible, shielded
-from imagekit import engine
-from imagekit.errors import EngineError
 
 RUNTIMES = wrapper.RUNTIMES
 

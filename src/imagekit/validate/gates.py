@@ -32,16 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from imagekit import schema, yamlpos
 from imagekit.errors import UsageError
 from imagekit.validate import summary
-from imagekit.validate.model import Failure, MpiBenchRun, NcclTestsRun, Result, Verdict
-from imagekit.validate.nccl_log import canonical
-from imagekit.validate.units import format_size, parse_size
-from imagekit import schema
-from imagekit import yamlpos
 from imagekit.validate.expect import NotModeled, RunShape, expect, expected_transports
-from imagekit.validate.nccl_log import algorithm_for
+from imagekit.validate.model import Failure, MpiBenchRun, NcclTestsRun, Result, Verdict
+from imagekit.validate.nccl_log import algorithm_for, canonical
 from imagekit.validate.stragglers import find_spikes, find_stragglers
+from imagekit.validate.units import format_size, parse_size
 
 if TYPE_CHECKING:
     from imagekit.validate.system import System

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from imagekit.validate.model import NcclTestsRun, Result, TransportInfo
 from imagekit.validate.mpi_bench import MpiBenchParser
-from imagekit.validate.nccl_log import NcclLogParser
+from imagekit.validate.nccl_json import looks_like_json, parse_json
+from imagekit.validate.nccl_log import TRANSPORTS, NcclLogParser
 from imagekit.validate.nccl_tests import NcclTestsParser
 from imagekit.validate.text import clean_lines, normalize, unwrap, wrap_widths
-from imagekit.validate.nccl_json import looks_like_json, parse_json
-from imagekit.validate.nccl_log import TRANSPORTS
 
 
 def parse(data: "bytes | str", source: str = "-") -> Result:

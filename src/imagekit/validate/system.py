@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from imagekit import schema, yamlpos
 from imagekit.errors import StackError
-from imagekit import yamlpos
-from imagekit import schema
 from imagekit.validate.units import parse_size
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "systems"
