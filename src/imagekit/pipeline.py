@@ -10,7 +10,7 @@ from imagekit import build as build_mod
 from imagekit import check as check_mod
 from imagekit import stack as stack_mod
 from imagekit.errors import ImagekitError
-from imagekit.export import export_image
+from imagekit.export import export_image, formats
 from imagekit.export.image_source import PODMAN
 
 
@@ -30,6 +30,8 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
     Exports go through the export store (``store``: a directory, None for the default)
     unless ``use_store`` is false, as ``imagekit export`` does.
     """
+    for fmt in exports:        # refused before any build: `--export enrot` must not cost a build and the checks
+        formats.get(fmt)
     path, implied = stack_mod.find(ref)
     variant = variant or implied
     stacks = [stack_mod.load(path, variant)] if variant else stack_mod.load_all(path)
@@ -72,8 +74,7 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
             entry["exports"] = []
             Path(output_dir).mkdir(parents=True, exist_ok=True)
             for fmt in exports:
-                suffix = {"enroot": "sqsh", "sif": "sif"}.get(fmt, fmt)
-                out = Path(output_dir) / f"{stack.name}.{suffix}"
+                out = Path(output_dir) / f"{stack.name}{formats.get(fmt).suffix}"
                 log(f"exporting {image} -> {out}")
                 entry["exports"].append(_as_dict(export_image(
                     source, fmt, str(out), force=True, store=store, use_store=use_store,

@@ -46,7 +46,7 @@ from typing import Callable
 
 from imagekit import __version__, atomic, engine, export
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
-from imagekit.export import export_image, squash
+from imagekit.export import export_image, formats, squash
 from imagekit.export.output import check_free_space, interrupt_on_sigterm, prepare_target
 from imagekit.export.push import push_image
 from imagekit.registry import client as reg
@@ -91,8 +91,9 @@ class Kind:
 
 
 KINDS = {
-    "enroot": Kind("enroot", ENROOT_ARTIFACT_TYPE, reg.OCI_EMPTY, ENROOT_LAYER, ".sqsh", 0o644),
-    "sif": Kind("sif", SIF_CONFIG, SIF_CONFIG, SIF_LAYER, ".sif", 0o755),
+    "enroot": Kind("enroot", ENROOT_ARTIFACT_TYPE, reg.OCI_EMPTY, ENROOT_LAYER, formats.SUFFIX["enroot"],
+                   formats.FORMATS["enroot"].mode),
+    "sif": Kind("sif", SIF_CONFIG, SIF_CONFIG, SIF_LAYER, formats.SUFFIX["sif"], formats.FORMATS["sif"].mode),
 }
 
 

@@ -49,7 +49,7 @@ from typing import Any, BinaryIO, Callable
 
 from imagekit import atomic, quoting
 from imagekit.errors import ImagekitError, UsageError
-from imagekit.export import singularity_d, squash
+from imagekit.export import formats, singularity_d, squash
 from imagekit.export.output import (ExportResult, Progress, check_free_space, interrupt_on_sigterm,
                                     prepare_target, sha256_file)
 
@@ -73,7 +73,7 @@ FS_SQUASHFS = 1
 PART_SYSTEM, PART_PRIMSYS, PART_DATA, PART_OVERLAY = 1, 2, 3, 4
 OCI_CONFIG_NAME = "oci-config.json"
 INSPECT_METADATA_NAME = "inspect-metadata.json"
-FILE_MODE = 0o755  # before the umask, as apptainer/sif creates the file
+FILE_MODE = formats.FORMATS["sif"].mode  # before the umask, as apptainer/sif creates the file
 
 # Squashfs 4.0 superblock (Linux fs/squashfs/squashfs_fs.h), little-endian, 96 bytes: magic,
 # inode count, mkfs time, block size, fragment count, u16 compressor, block_log, flags, id count,
