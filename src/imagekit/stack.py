@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import checks as checks_mod
-from imagekit import rules, schema, sources, yamlpos
+from imagekit import rules, schema, searchpath, sources, yamlpos
 from imagekit.components import registry
 from imagekit.errors import StackError
 from imagekit.schema import Option
@@ -170,11 +170,7 @@ def search_path() -> list[Path]:
 def available() -> list[tuple[Path, Path]]:
     """Every stack file on the search path with the directory it came from; a name found in an
     earlier directory hides the same name further on."""
-    seen: dict[str, tuple[Path, Path]] = {}
-    for directory in search_path():
-        for path in sorted(directory.glob("*.yaml")):
-            seen.setdefault(path.stem, (path, directory))
-    return sorted(seen.values(), key=lambda pair: pair[0].stem)
+    return list(searchpath.files(search_path()).values())
 
 
 def shipped() -> list[Path]:
@@ -184,7 +180,7 @@ def shipped() -> list[Path]:
 def find(ref: str) -> tuple[Path, str | None]:
     """A stack path or name (or a variant name) -> (file, variant name or None)."""
     path = Path(ref)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in searchpath.SUFFIXES or path.exists():
         if not path.is_file():
             raise StackError("stack file not found", file=ref,
                              hint=f"shipped stacks: {', '.join(p.stem for p in shipped()) or 'none'}")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from imagekit import schema, yamlpos
+from imagekit import schema, searchpath, yamlpos
 from imagekit.errors import StackError
 from imagekit.validate.units import parse_size
 
@@ -90,16 +90,12 @@ def search_path() -> list[Path]:
 
 def available() -> dict[str, Path]:
     """Every system name on the search path; an earlier directory hides the same name further on."""
-    seen: dict[str, Path] = {}
-    for directory in search_path():
-        for path in sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml")):
-            seen.setdefault(path.stem, path)
-    return dict(sorted(seen.items()))
+    return {name: path for name, (path, _directory) in searchpath.files(search_path()).items()}
 
 
 def find(ref: str) -> Path:
     path = Path(ref)
-    if path.suffix in (".yaml", ".yml") or os.sep in ref or path.is_file():
+    if path.suffix in searchpath.SUFFIXES or os.sep in ref or path.is_file():
         if not path.is_file():
             raise StackError("system file not found", file=ref,
                              hint=f"known systems: {', '.join(available()) or 'none'}")
