@@ -43,6 +43,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     pytest.skip(f"no Docker engine: {problem}")
 
 
+# The stand-in mirror's own checksums: its tarballs are not upstream's files (see the file's header).
+SITE_PINS = Path(__file__).resolve().parent / "data" / "site-mirror-pins.yaml"
+# Set at import, so the stacks that tests load (and the imagekit processes they start) take the
+# mirror's files, as CI's site would; a test of upstream's own pins unsets it.
+os.environ.setdefault("IMAGEKIT_SITE", str(SITE_PINS))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _session_export_store(tmp_path_factory):
     """Session-scoped fixtures that export (built before any per-test store) use a store of the
@@ -61,6 +68,14 @@ def _own_export_store(tmp_path_factory, monkeypatch):
     """Each test gets an empty export store of its own (never the user's cache, never another
     test's entries), also for the imagekit processes it starts."""
     monkeypatch.setenv("IMAGEKIT_STORE", str(tmp_path_factory.mktemp("store")))
+
+
+@pytest.fixture(autouse=True)
+def _no_site_flag_left_behind():
+    """`imagekit --site FILE` run in-process (CliRunner) sets the module's flag: no later test sees it."""
+    yield
+    if "imagekit.sources" in sys.modules:
+        sys.modules["imagekit.sources"].site_file = None
 
 
 @pytest.fixture(scope="session")

@@ -155,3 +155,4 @@ def test_validate_jobs_system_gate_fails_a_single_node_run_and_passes_two(tmp_pa
 def test_build_job_takes_the_site_mirror():
     build_env = yaml.safe_load(WORKFLOW.read_text())["jobs"]["build"]["env"]
     assert build_env[sources.MIRROR_ENV] == "${{ vars.IMAGEKIT_MIRROR }}"
+    assert build_env[sources.SITE_ENV] == "${{ vars.IMAGEKIT_SITE }}"  # the mirror's own pins, when not upstream's

@@ -60,16 +60,16 @@ NEEDS_CASES = {
         ["`openmpi.cuda: true` needs the `cuda` component", "add `cuda` to components"],
         "  openmpi: {version: '4.1.7', ucx: false, cuda: true}\n  cuda: {}\n"),
     ("ucx", "gdrcopy", "gdrcopy"): c(
-        "ucx.gdrcopy", CUDA, "  cuda: {}\n  ucx: {version: '1.17.0', cuda: true, gdrcopy: true, ofed: false}\n",
+        "ucx.gdrcopy", CUDA, "  cuda: {}\n  ucx: {version: '1.18.1', cuda: true, gdrcopy: true, ofed: false}\n",
         "ucx:", "components.ucx.gdrcopy",
         ["`ucx.gdrcopy: true` needs the `gdrcopy` component", "set `gdrcopy: false` on ucx"],
-        "  cuda: {}\n  ucx: {version: '1.17.0', cuda: true, gdrcopy: true, ofed: false}\n"
+        "  cuda: {}\n  ucx: {version: '1.18.1', cuda: true, gdrcopy: true, ofed: false}\n"
         "  gdrcopy: {version: '2.4.4'}\n"),
     ("ucx", "cuda", "cuda"): c(
-        "ucx.cuda", CUDA, "  ucx: {version: '1.17.0', ofed: false,\n        cuda: true}\n",
+        "ucx.cuda", CUDA, "  ucx: {version: '1.18.1', ofed: false,\n        cuda: true}\n",
         "cuda: true", "components.ucx.cuda",
         ["`ucx.cuda: true` needs the `cuda` component"],
-        "  ucx: {version: '1.17.0', ofed: false, cuda: true}\n  cuda: {}\n"),
+        "  ucx: {version: '1.18.1', ofed: false, cuda: true}\n  cuda: {}\n"),
     ("ucx", "rdma", "ofed"): c(
         "ucx.ofed", DEBIAN, "  ucx:\n    source: distro\n    ofed: true\n",
         "ofed: true", "components.ucx.ofed",
@@ -107,25 +107,7 @@ NEEDS_CASES = {
         "pytorch.cuda", DEBIAN, "  python: {}\n  pytorch: {version: '2.5.1'}\n",
         "pytorch:", "components.pytorch", ["`pytorch` needs the `cuda` component", "CUDA-matched"],
         "  python: {}\n  pytorch: {version: '2.5.1'}\n  cuda: {version: '12.4.1'}\n"),
-    ("horovod", "pytorch", None): c(
-        "horovod.pytorch", CUDA,
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.29.0'}\n",
-        "horovod:", "components.horovod", ["`horovod` needs the `pytorch` component"],
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.29.0'}\n"
-        "  pytorch: {version: '2.5.1'}\n"),
-    ("horovod", "mpi", None): c(
-        "horovod.openmpi", CUDA,
-        "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
-        "  horovod: {version: '0.29.0'}\n",
-        "horovod:", "components.horovod", ["`horovod` needs a component that provides `mpi`", "`openmpi`"],
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
-        "  horovod: {version: '0.29.0'}\n"),
-    ("horovod", "nccl", None): c(
-        "horovod.nccl", CUDA,
-        GPU_MPI + "  python: {}\n  pytorch: {version: '2.5.1'}\n  horovod: {version: '0.29.0'}\n",
-        "horovod:", "components.horovod", ["`horovod` needs the `nccl` component"],
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
-        "  horovod: {version: '0.29.0'}\n"),
+
 }
 
 CHECK_CASES = {
@@ -136,10 +118,10 @@ CHECK_CASES = {
           ["`source: upstream` pmix is not used by `source: distro` openmpi", "use `source: distro` for pmix"],
           "  openmpi: {source: distro, ucx: false, pmix: true}\n  pmix: {source: distro}\n"),
         c("distro-openmpi-upstream-ucx", DEBIAN,
-          "  openmpi: {source: distro}\n  ucx: {version: '1.17.0', ofed: false}\n",
+          "  openmpi: {source: distro}\n  ucx: {version: '1.18.1', ofed: false}\n",
           "ucx:", "components.ucx.source", ["`source: upstream` ucx is not used"],
           # not using UCX from OpenMPI is the other way out
-          "  openmpi: {source: distro, ucx: false}\n  ucx: {version: '1.17.0', ofed: false}\n"),
+          "  openmpi: {source: distro, ucx: false}\n  ucx: {version: '1.18.1', ofed: false}\n"),
     ],
     "nccl.check_stack": [
         c("nccl-cuda-suffix-mismatch", CUDA,
@@ -230,25 +212,16 @@ PIN = "sha256: '" + "ab" * 32 + "'"
 CHECK_CASES.update({
     "openmpi.check_stack": [
         c("cuda-mpi-over-cpu-ucx", CUDA,
-          f"  cuda: {{}}\n  ucx:\n    version: '1.17.0'\n    ofed: false\n  openmpi: {{version: '4.1.7', cuda: true}}\n",
-          "version: '1.17.0'", "components.ucx.cuda",
+          f"  cuda: {{}}\n  ucx:\n    version: '1.18.1'\n    ofed: false\n  openmpi: {{version: '4.1.7', cuda: true}}\n",
+          "version: '1.18.1'", "components.ucx.cuda",
           ["`openmpi.cuda: true` over pml ucx needs a CUDA-enabled UCX", "set `cuda: true` on ucx"],
-          "  cuda: {}\n  ucx: {version: '1.17.0', ofed: false, cuda: true}\n  openmpi: {version: '4.1.7', cuda: true}\n"),
+          "  cuda: {}\n  ucx: {version: '1.18.1', ofed: false, cuda: true}\n  openmpi: {version: '4.1.7', cuda: true}\n"),
     ],
     "nccl.check_stack:repo": [
         c("nccl-repo-on-wheel-cuda", DEBIAN, PYPI_CUDA + "  nccl:\n    source: repo\n    version: '2.23.4-1'\n",
           "source: repo", "components.nccl.source",
           ["`source: repo` needs an nvidia/cuda base", "use `source: pypi` for nccl (the wheel for CUDA 13)"],
           PYPI_CUDA + "  nccl: {source: pypi, version: '2.28.9'}\n"),
-    ],
-    "horovod.check_stack": [
-        c("horovod-0.28-torch-2.5", CUDA,
-          "  cuda: {}\n  python: {}\n  openmpi: {version: '4.1.7', ucx: false}\n  nccl: {source: repo, version: '2.23.4-1'}\n"
-          "  pytorch: {version: '2.5.1'}\n  horovod:\n    version: '0.28.1'\n",
-          "version: '0.28.1'", "components.horovod.version",
-          ["Horovod 0.28.1 does not compile against PyTorch 2.5.1", "C++17", "use torch.distributed"],
-          "  cuda: {}\n  python: {}\n  openmpi: {version: '4.1.7', ucx: false}\n  nccl: {source: repo, version: '2.23.4-1'}\n"
-          "  pytorch: {version: '2.5.1'}\n"),
     ],
     "pytorch.check_stack:arch": [
         c("pytorch-aarch64", CUDA + "  arch: aarch64\n", "  cuda: {}\n  python: {}\n  pytorch:\n    version: '2.5.1'\n",
@@ -284,7 +257,7 @@ CONFIGURE_CASES += [
     c("ucx-too-old-for-cuda-12", CUDA, "  cuda: {}\n  ucx:\n    version: '1.12.1'\n    " + PIN + "\n    ofed: false\n    cuda: true\n",
       "version: '1.12.1'", "components.ucx.version",
       ["UCX 1.12.1 does not build against CUDA 12", "1.14.1"],
-      "  cuda: {}\n  ucx: {version: '1.17.0', ofed: false, cuda: true}\n"),
+      "  cuda: {}\n  ucx: {version: '1.18.1', ofed: false, cuda: true}\n"),
     c("sha256-not-a-digest", DEBIAN, "  pmix:\n    version: '4.2.9'\n    sha256: \"x'; touch /pwned; '\"\n",
       "sha256:", "components.pmix.sha256",
       ["is not a sha256 digest", "64 lowercase hex digits"], "  pmix: {version: '4.2.9'}\n"),
@@ -294,6 +267,61 @@ CONFIGURE_CASES += [
       ["OpenMPI 5.0.7 needs PMIx 4.2.0 or newer", "pmix_min_version"],
       "  pmix: {version: '4.2.9'}\n  openmpi: {version: '5.0.7', ucx: false, pmix: true}\n"),
 ]
+
+# -- the second CUDA review's finding 16 (and 6, 9): each case fails on the code before these rules ----
+CUDA126 = CUDA.replace("12.4.1", "12.6.3")
+CUDA128 = CUDA.replace("12.4.1", "12.8.1")
+UBUNTU24_CUDA = CUDA126.replace("ubuntu22.04", "ubuntu24.04").replace("distro: ubuntu22", "distro: ubuntu24")
+CHECK_CASES.update({
+    "ucx.check_stack": [
+        c("ucx-before-1.19.1-on-cuda-13", DEBIAN, PYPI_CUDA + "  ucx:\n    version: '1.18.1'\n    cuda: true\n"
+          "    ofed: false\n",
+          "version: '1.18.1'", "components.ucx.version",
+          ["UCX 1.18.1 predates CUDA 13", "1.19.1", 'use UCX "1.19.1" or newer',
+           "add `accept: [ucx-before-cuda13]` to ucx"],
+          PYPI_CUDA + "  ucx: {version: '1.20.1', cuda: true, ofed: false}\n"),
+        c("ucx-1.18.1-accepted-on-cuda-13", DEBIAN, PYPI_CUDA + "  ucx:\n    version: '1.18.1'\n    cuda: true\n"
+          "    ofed: false\n",
+          "version: '1.18.1'", "components.ucx.version", ["UCX 1.18.1 predates CUDA 13"],
+          PYPI_CUDA + "  ucx: {version: '1.18.1', cuda: true, ofed: false, accept: [ucx-before-cuda13]}\n"),
+        c("ucx-1.17-hooks-on-x86_64", CUDA, "  cuda: {}\n  ucx:\n    version: '1.17.0'\n    cuda: true\n"
+          "    ofed: false\n",
+          "version: '1.17.0'", "components.ucx.version",
+          ["UCX 1.17.0 cannot hook libcuda from R575+ drivers on x86_64", "openucx/ucx#10627",
+           'use UCX "1.18.1" or newer'],
+          "  cuda: {}\n  ucx: {version: '1.18.1', cuda: true, ofed: false}\n"),
+    ],
+    "nccl.check_stack:cuda-minor": [
+        # a.yaml: NVIDIA's repo has no 2.18.5 package for CUDA 12.6 (the old rule checked only the suffix).
+        c("nccl-2.18.5-on-cuda-12.6", CUDA126, "  cuda: {}\n  nccl:\n    source: repo\n    version: '2.18.5-1'\n",
+          "version: '2.18.5-1'", "components.nccl.version",
+          ["NVIDIA's repo has no libnccl2=2.18.5-1+cuda12.6", "NCCL 2.18.5 predates CUDA 12.6",
+           'use NCCL "2.22.3-1" or newer for CUDA 12.6'],
+          "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n"),
+    ],
+    "nccl.check_stack:blackwell": [
+        c("nccl-before-2.25-for-sm100", CUDA128, "  cuda: {arch_list: ['90', '100']}\n  nccl:\n    source: pypi\n"
+          "    version: '2.23.4'\n",
+          "version: '2.23.4'", "components.nccl.version",
+          ["NCCL 2.23.4 cannot drive Blackwell (sm_100 in this stack)", "2.25.1", 'use NCCL "2.25.1" or newer'],
+          "  cuda: {arch_list: ['90', '100']}\n  nccl: {source: pypi, version: '2.28.9'}\n"),
+    ],
+    "ofed.check_stack:doca-distro": [
+        # b.yaml: DOCA 2.5.0 on Ubuntu 24.04.
+        c("doca-2.5-on-ubuntu24", UBUNTU24_CUDA, "  ofed:\n    flavor: doca\n    version: '2.5.0'\n",
+          "version: '2.5.0'", "components.ofed.version",
+          ["DOCA 2.5.0 predates ubuntu24", "no ubuntu24 tree before DOCA 2.7.0", 'use DOCA "2.7.0" or newer'],
+          "  ofed: {flavor: doca, version: '2.9.1'}\n"),
+    ],
+    "openmpi.check_stack:pmix-4.2.3": [
+        c("ompi-4.1.5-with-pmix-4.2.9", CUDA, "  pmix: {version: '4.2.9', " + PIN + "}\n  openmpi:\n"
+          "    version: '4.1.5'\n    " + PIN + "\n    ucx: false\n    pmix: true\n",
+          "version: '4.1.5'", "components.openmpi.version",
+          ["Open MPI 4.1.5 cannot use PMIx 4.2.9", "from 4.1.6", 'use Open MPI "4.1.8"'],
+          "  pmix: {version: '4.2.9'}\n  openmpi: {version: '4.1.8', ucx: false, pmix: true}\n"),
+    ],
+})
+
 
 ALL = [*NEEDS_CASES.values(), *[x for cases in CHECK_CASES.values() for x in cases], *CONFIGURE_CASES]
 
@@ -312,7 +340,7 @@ def test_fixed_stack_passes(tmp_path, case):
 
 # The components these tests know; a component added later brings its own rule cases in its own tests.
 KNOWN = {"cuda", "ofed", "gdrcopy", "ucx", "pmix", "openmpi", "nccl", "nccl-tests", "python", "pytorch",
-         "horovod", "sshd"}
+         "sshd"}
 
 
 def test_every_requirement_has_a_case():
@@ -366,3 +394,13 @@ def test_cuda_version_prefix_of_the_tag_is_accepted(tmp_path):
     for given in ("12", "12.4", "12.4.1"):
         s = stack_mod.load(write(tmp_path, CUDA + f"components:\n  cuda: {{version: '{given}'}}\n"))
         assert s.get("cuda").version == given
+
+
+def test_horovod_is_refused_by_name_with_the_replacement(tmp_path):
+    """Horovod is dead (0.28.1, 2023): the key names it, not "unknown key", and the fix is torch.distributed."""
+    body = "  cuda: {}\n  python: {}\n  pytorch: {version: '2.5.1'}\n  horovod:\n    version: '0.28.1'\n"
+    path = write(tmp_path, CUDA + "components:\n" + body)
+    expect_error(lambda: stack_mod.load(path), path, line_of(path, "horovod:"), "components.horovod",
+                 "Horovod is dead", "0.28.1 (2023)", "torch.distributed", "torchrun", "`pytorch` stack")
+    assert "horovod" not in registry() and "horovod" in components.RETIRED
+

@@ -110,8 +110,107 @@ def test_every_builtin_pin_is_a_sha256():
     assert sources.PINS and all(len(v) == 64 and int(v, 16) >= 0 for v in sources.PINS.values())
 
 
-def test_the_shipped_cuda_stack_pins_match_the_mirror(site_mirror):
-    """debian-cuda's pins are the stand-in mirror's files (SHA256SUMS), which differ from upstream's."""
-    sums = dict(reversed(line.split()) for line in (site_mirror / "SHA256SUMS").read_text().splitlines())
-    for artifact in sources.artifacts(stack.load("debian-cuda", mirror=str(site_mirror))):
-        assert sums.get(artifact.filename) == artifact.sha256, artifact.filename
+def _mirror_sums(site_mirror) -> dict[str, str]:
+    return dict(reversed(line.split()) for line in (site_mirror / "SHA256SUMS").read_text().splitlines())
+
+
+def test_the_test_sites_pins_file_is_the_mirrors_sha256sums(site_mirror):
+    """tests/data/site-mirror-pins.yaml holds every upstream source tarball SHA256SUMS lists, unchanged."""
+    from conftest import SITE_PINS
+
+    from imagekit.components import pinnable, registry
+
+    pins = sources._read_site(SITE_PINS, pinnable())
+    listed = {}
+    for name, digest in _mirror_sums(site_mirror).items():
+        for component, cls in registry().items():
+            if cls.upstream_file and name.startswith(component + "-") and name[len(component) + 1][0].isdigit():
+                listed[(component, name[len(component) + 1:].split(".tar")[0])] = digest
+    assert pins == listed
+
+
+def test_the_shipped_cuda_stack_carries_upstreams_pins_not_the_mirrors(site_mirror, monkeypatch):
+    """Without a site file debian-cuda checks upstream's release files; the stand-in mirror's differ."""
+    monkeypatch.delenv("IMAGEKIT_SITE")
+    sums = _mirror_sums(site_mirror)
+    arts = sources.artifacts(stack.load("debian-cuda", mirror=str(site_mirror)))
+    assert arts
+    for artifact in arts:
+        assert artifact.sha256 == sources.PINS[(artifact.component, artifact.version)], artifact.filename
+        assert sums.get(artifact.filename) != artifact.sha256, artifact.filename
+    assert "sha256:" not in (stack.SHIPPED_DIR / "debian-cuda.yaml").read_text()
+
+
+def test_a_mirror_file_matching_neither_pin_fails_once_naming_everything(site_mirror, monkeypatch, tmp_path):
+    """The stand-in mirror's gdrcopy is not upstream's file: the shipped stack stops on it before any build
+    with one error naming the file, component, expected (and where it came from) and got digests, and
+    the site pins file fixes it."""
+    monkeypatch.delenv("IMAGEKIT_SITE")
+    out = tmp_path / "ctx" / "Dockerfile"
+    result = CliRunner().invoke(main, ["render", "debian-cuda", "--mirror", str(site_mirror), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    got = _mirror_sums(site_mirror)[GDRCOPY]
+    text = result.output
+    assert text.count("imagekit: error:") == 1
+    assert "gdrcopy: checksum mismatch for gdrcopy-2.5.1.tar.gz" in text
+    assert f"expected: {sources.PINS[('gdrcopy', '2.5.1')]} (imagekit's pin of upstream's release file)" in text
+    assert f"got:      {got}" in text and str(site_mirror / GDRCOPY) in text
+    assert f'pins: {{gdrcopy: {{"2.5.1": "{got}"}}}}' in text  # the fix, ready to paste
+    assert not out.exists()
+
+    site = tmp_path / "site.yaml"
+    site.write_text(f'pins:\n  gdrcopy: {{"2.5.1": "{got}"}}\n')
+    result = CliRunner().invoke(main, ["--site", str(site), "render", "debian-cuda", "--mirror", str(site_mirror),
+                                       "-o", str(out)])
+    assert result.exit_code == 2 and "ucx: checksum mismatch" in result.output  # the next file is checked too
+    from conftest import SITE_PINS
+
+    result = CliRunner().invoke(main, ["--site", str(SITE_PINS), "render", "debian-cuda", "--mirror",
+                                       str(site_mirror), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"echo '{got}  /var/tmp/{GDRCOPY}' | sha256sum -c -" in out.read_text()
+
+
+def test_a_site_pin_replaces_imagekits_and_a_stack_sha256_replaces_both(write_stack, tmp_path, monkeypatch):
+    site = tmp_path / "site.yaml"
+    site.write_text('pins:\n  gdrcopy:\n    "2.5.1": "' + "cd" * 32 + '"\n')
+    monkeypatch.setenv("IMAGEKIT_SITE", str(site))
+    text = _stack_text("x").replace(', sha256: "x"', "")
+    s = stack.load(write_stack(text))
+    assert s.get("gdrcopy").pin == "cd" * 32 and "site pins file" in s.get("gdrcopy").pin_origin
+    assert stack.load(write_stack(_stack_text("ab" * 32), "own.yaml")).get("gdrcopy").pin == "ab" * 32
+    monkeypatch.delenv("IMAGEKIT_SITE")
+    assert stack.load(write_stack(text, "up.yaml")).get("gdrcopy").pin == sources.PINS[("gdrcopy", "2.5.1")]
+
+
+@pytest.mark.parametrize("body, where, says", [
+    ('pins:\n  gdrcopy:\n    latest: "' + "ab" * 32 + '"\n', ":3: pins.gdrcopy.latest:", "not a release version"),
+    ('pins:\n  gdrcopy: {"2.5.1": "abc"}\n', ":2: pins.gdrcopy.2.5.1:", "is not a sha256 digest"),
+    ('pins:\n  gdrcpy: {"2.5.1": "' + "ab" * 32 + '"}\n', ":2: pins.gdrcpy:", "did you mean 'gdrcopy'"),
+    ('pins:\n  cuda: {"13.0.2": "' + "ab" * 32 + '"}\n', ":2: pins.cuda:", "valid keys: aws-ofi-nccl"),
+    ('pin:\n  gdrcopy: {}\n', ":1: pin:", "did you mean 'pins'"),
+])
+def test_a_bad_site_pins_file_is_refused_with_file_line_and_key(write_stack, tmp_path, body, where, says):
+    site = tmp_path / "site.yaml"
+    site.write_text(body)
+    path = write_stack(_stack_text("x").replace(', sha256: "x"', ""))
+    result = CliRunner().invoke(main, ["--site", str(site), "render", str(path)])
+    assert result.exit_code == 2, result.output
+    assert f"{site}{where}" in result.output and says in result.output
+
+
+def test_an_unpinned_version_says_how_to_pin_it_in_the_site_file(write_stack, monkeypatch):
+    """aws-ofi-nccl's release files have no upstream pin imagekit could read: the error says where one goes."""
+    monkeypatch.delenv("IMAGEKIT_SITE")
+    path = write_stack("""\
+name: efa
+base: {image: imagekit/debian:bookworm, distro: debian12}
+components:
+  cuda: {source: pypi, version: "13.0.2"}
+  nccl: {source: pypi, version: "2.28.9"}
+  aws-ofi-nccl: {version: "1.21.1"}
+""")
+    result = CliRunner().invoke(main, ["render", str(path)])
+    assert result.exit_code == 2, result.output
+    assert ":6: components.aws-ofi-nccl.version: imagekit has no sha256 pin for aws-ofi-nccl 1.21.1" in result.output
+    assert '--site FILE or $IMAGEKIT_SITE): `pins: {aws-ofi-nccl: {"1.21.1": "<sha256>"}}`' in result.output

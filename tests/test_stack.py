@@ -381,8 +381,7 @@ def test_shipped_stacks_all_load():
     assert names == {
         "debian-cuda": ["debian-cuda"],
         "debian-mpi": ["debian-mpi"],
-        "nccl-tests": ["nccl-tests-cu124-x86_64", "nccl-tests-cu124-sbsa",
-                       "nccl-tests-cu126-x86_64", "nccl-tests-cu126-sbsa"],
+        "nccl-tests": ["nccl-tests-cu129-x86_64", "nccl-tests-cu129-sbsa"],
         "pytorch": ["pytorch"],
     }
 
@@ -396,10 +395,11 @@ def test_shipped_debian_cuda_is_offline_and_pins_every_upstream_file():
     assert all(a.sha256 and len(a.sha256) == 64 for a in artifacts)
 
 
-def test_shipped_nccl_tests_have_hopper_code():
+def test_shipped_nccl_tests_have_hopper_and_blackwell_code():
     for s in stack_mod.load_all(stack_mod.find("nccl-tests")[0]):
         tests = s.get("nccl-tests")
-        assert tests.version == "2.17.6" and "90" in tests.archs, s.name
+        assert tests.version == "2.19.6" and {"90", "100"} <= set(tests.archs), s.name
+        assert s.get("nccl").version >= "2.25.1" and s.base.runtime.endswith(("-base-ubuntu22.04")), s.name
 
 
 def test_shipped_pytorch_has_one_nccl_and_no_horovod():

@@ -8,46 +8,81 @@ taken from the mirror instead, verified on the host before the build starts,
 and handed to the build through its context (``sources/FILE``). Either way
 the build itself checks the pin again before it configures anything, so a
 recipe rendered by plain HPCCM is checked too.
+
+Pins: imagekit ships upstream's own sha256 of each release file (``PINS``), so a
+site whose mirror holds upstream's files builds the shipped stacks as shipped.
+A site whose mirror holds files of its own making (rebuilt from git tags,
+patched) says so once, in a site pins file (``--site FILE`` or
+``IMAGEKIT_SITE``)::
+
+    pins:
+      ucx: {"1.18.1": "<sha256 of the site's ucx-1.18.1.tar.gz>"}
+
+A site pin replaces imagekit's pin for that component and version in every
+stack; a stack's own ``sha256:`` replaces both.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import urllib.parse
 import urllib.request
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit.errors import ImagekitError
+from imagekit import schema, yamlpos
+from imagekit.errors import ImagekitError, StackError
 
 MIRROR_ENV = "IMAGEKIT_MIRROR"
+SITE_ENV = "IMAGEKIT_SITE"
+# The site pins file given on the command line (--site); it wins over $IMAGEKIT_SITE.
+site_file: str | None = None
 CONTEXT_DIR = "sources"  # inside the build context (and beside a rendered recipe)
 BUILD_DIR = "/var/tmp"   # where HPCCM's generic blocks unpack
 
 
 # sha256 of upstream's published release files (the URLs in each component's ``upstream_file``),
 # keyed by (component, version); a stack's `sha256:` replaces them. Read from Spack's package
-# recipes (spack/spack-packages 1e8cf05, repos/spack_repo/builtin/packages/<name>/package.py), which
+# recipes (spack/spack-packages 1e8cf05, July 2026: repos/spack_repo/builtin/packages/<name>/package.py), which
 # verify them on every download; cross-checked against older spack/spack copies.
 PINS: dict[tuple[str, str], str] = {
     ("openmpi", "4.1.7"): "54a33cb7ad81ff0976f15a6cc8003c3922f0f3d8ceed14e1813ef3603f22cd34",
     ("openmpi", "4.1.4"): "92912e175fd1234368c8730c03f4996fe5942e7479bb1d10059405e7f2b3930d",
+    ("openmpi", "4.1.8"): "466f68e3132a1dc02710cc2011fafced8336d98359fa2dae4dddcfd5719f12a9",
     ("openmpi", "5.0.7"): "119f2009936a403334d0df3c0d74d5595a32d99497f9b1d41e90019fee2fc2dd",
+    ("openmpi", "5.0.8"): "53131e1a57e7270f645707f8b0b65ba56048f5b5ac3f68faabed3eb0d710e449",
+    ("openmpi", "5.0.9"): "dfb72762531170847af3e4a0f21d77d7b23cf36f67ce7ce9033659273677d80b",
+    ("openmpi", "5.0.10"): "0acecc4fc218e5debdbcb8a41d182c6b0f1d29393015ed763b2a91d5d7374cc6",
     ("ucx", "1.17.0"): "34658e282f99f89ce7a991c542e9727552734ac6ad408c52f22b4c2653b04276",
     ("ucx", "1.18.1"): "8018dd75f11b5e8d6e57dcdb5b798d2c1f000982c353efde1f3170025c6c3b4c",
     ("ucx", "1.13.1"): "efc37829b68e131d2acc82a3fd4334bfd611156a756837ffeb650ab9a9dd3828",
+    ("ucx", "1.19.1"): "dea5d821fce05b6ffe175a74e6e148386dd85791409fc71242f3d1369100fd8a",
+    ("ucx", "1.20.0"): "7c8a6093cada179aa1d851b83625e3b25ed5658966e309de5118c27a038c7ef9",
+    ("ucx", "1.20.1"): "545c419a7b5e04643cb8bff5a19b3b5071a8f8f0605f1e8efb36f8f3d7bfb9d3",
     ("pmix", "4.2.9"): "6b11f4fd5c9d7f8e55fc6ebdee9af04b839f44d06044e58cea38c87c168784b3",
     ("pmix", "4.2.2"): "935b2f492e4bc409017f1425a83366aa72a7039605ea187c9fac7bb1371cd73c",
     ("pmix", "5.0.7"): "b9e6ad482fcdcb58c9b9553ae56956b6d7df875d5605b6ecb96adaff16b2b07a",
+    ("pmix", "5.0.8"): "bf5f0a341d0ec7f465627a7570f4dcda3b931bc859256428a35f6c72f13462d0",
+    ("pmix", "5.0.9"): "38d0667636e35a092e61f97be2dd84481f4cf566bfca11bb73c6b3d5da993b7a",
+    ("pmix", "5.0.10"): "78663f6b932589d68e24feaf7f8a948d60be68d91965f3effbacb4cd88cf9a95",
     ("gdrcopy", "2.4.4"): "8802f7bc4a589a610118023bdcdd83c10a56dea399acf6eeaac32e8cc10739a8",
     ("gdrcopy", "2.5.1"): "c6d5ebb7dabb89d798f27609511735595004da73af28d93ac041bb5290c4cbec",
     ("nccl", "2.23.4-1"): "6b946b70a9d2d01871842cbd15ec56488d358abe9a0f3767e372fddc3e241ba7",
-    # nccl-tests 2.17.6: a Spack overlay of builtin nccl_tests (the builtin lists the version).
+    ("nccl", "2.28.9-1"): "f349860336c6b7fb97b22bed9c729142f3531a0e82826c1204d01e44af8b9cb9",
+    ("nccl", "2.29.7-1"): "e67239212c395bfdb398a7519491840d06fdf6b599c299f97c7ed0109777bba1",
     ("nccl-tests", "2.17.6"): "38974e70342150ede0e3fb8fd24bfe60ccbde90fa20241716ba8bb338e6b61a0",
+    # Not in Spack: GitHub's tag archives (archive/vX.tar.gz) are `git archive --prefix=nccl-tests-X/ vX
+    # | gzip -n`, which reproduces Spack's pins for 2.13.6, 2.16.3 and 2.17.6 byte for byte; these two
+    # were made the same way from NVIDIA/nccl-tests's tags (v2.19.6 a0b82b2, v2.13.11 8dfeab9).
+    ("nccl-tests", "2.19.6"): "adbd3d27ba6c00bd7b7cf98cc8811c6ad860427ecd5de59527466b21472c0d93",
+    ("nccl-tests", "2.13.11"): "fc8477dd830aa331533482cffe63bfb2ed85d9b12aacbe01d7638fe598261952",
 }
+
 
 
 class SourceError(ImagekitError):
@@ -56,12 +91,85 @@ class SourceError(ImagekitError):
     exit_code = 2
 
 
+def site_path() -> str | None:
+    """The site pins file in force: --site, else $IMAGEKIT_SITE, else none."""
+    return site_file or os.environ.get(SITE_ENV) or None
+
+
+_SITE_CACHE: dict[tuple[str, float], dict[tuple[str, str], str]] = {}
+
+
+def site_pins(pinnable: Collection[str]) -> dict[tuple[str, str], str]:
+    """(component, version) -> sha256 from the site pins file, validated (file, line and key on errors);
+    ``pinnable``: the components with upstream release files (the caller knows them: this module
+    sits below the components and does not import them)."""
+    path = site_path()
+    if not path:
+        return {}
+    try:
+        stamp = os.stat(path).st_mtime
+    except OSError:
+        raise StackError("site pins file not found", file=path,
+                         hint=f"give an existing file with --site or ${SITE_ENV}, or unset it") from None
+    key = (str(Path(path).resolve()), stamp)
+    if key not in _SITE_CACHE:
+        _SITE_CACHE[key] = _read_site(Path(path), pinnable)
+    return _SITE_CACHE[key]
+
+
+def _read_site(path: Path, pinnable: Collection[str]) -> dict[tuple[str, str], str]:
+    data = yamlpos.load(path)
+    example = 'pins: {ucx: {"1.18.1": "<sha256 of ucx-1.18.1.tar.gz>"}}'
+    if not isinstance(data, dict):
+        raise StackError("a site pins file is a mapping with `pins:`", file=str(path),
+                         line=getattr(data, "line", 1), hint=example)
+    for top in data:
+        if top != "pins":
+            raise schema.unknown_key(data, top, ["pins"], "")
+    pins = data.get("pins") or {}
+    if not isinstance(pins, dict):
+        file, line = data.pos("pins")
+        raise StackError("expected component -> {version: sha256}", file=file, line=line, key="pins", hint=example)
+    out: dict[tuple[str, str], str] = {}
+    for component, versions in pins.items():
+        file, line = pins.pos(component)
+        if component not in pinnable:
+            raise schema.unknown_key(pins, component, sorted(pinnable), "pins")
+        if not isinstance(versions, dict):
+            raise StackError("expected a mapping of version -> sha256", file=file, line=line,
+                             key=f"pins.{component}", hint=example)
+        for version, digest in versions.items():
+            vfile, vline = versions.pos(version) if hasattr(versions, "pos") else (file, line)
+            where = f"pins.{component}.{version}"
+            if not re.fullmatch(r"\d+(\.\d+)*(-\d+)?", version):
+                raise StackError(f"{version!r} is not a release version", file=vfile, line=vline, key=where,
+                                 hint='write it as the stack does, quoted: "1.18.1" (NCCL: "2.28.9-1")')
+            if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise StackError(f"{digest!r} is not a sha256 digest", file=vfile, line=vline, key=where,
+                                 hint="write the 64 lowercase hex digits `sha256sum FILE` prints")
+            out[(component, version)] = digest
+    return out
+
+
+def pin(component: str, version: str, pinnable: Collection[str]) -> tuple[str | None, str]:
+    """(sha256, where it comes from) for an upstream release file: the site pins file, then imagekit's
+    own pins of upstream's files; (None, ...) when neither has it."""
+    site = site_pins(pinnable).get((component, version))
+    if site:
+        return site, f"the site pins file {site_path()}"
+    if (component, version) in PINS:
+        return PINS[(component, version)], "imagekit's pin of upstream's release file"
+    return None, "no pin"
+
+
 @dataclass(frozen=True)
 class Artifact:
     component: str
     filename: str      # the upstream release file name, as a mirror stores it
     url: str           # where upstream publishes it
     sha256: str | None
+    origin: str = "imagekit's pin of upstream's release file"  # where the pin came from, for errors
+    version: str = ""  # the key a site pins file uses for it
 
     def check_command(self, mirrored: bool) -> str:
         """The in-build check of the copied (mirror) or downloaded (URL) file; fails the step on a mismatch."""
@@ -145,9 +253,11 @@ def _verify(artifact: Artifact, path: Path, where: str) -> None:
         raise SourceError(
             f"{artifact.component}: checksum mismatch for {artifact.filename}\n"
             f"  upstream: {artifact.url}\n  mirror:   {where}\n"
-            f"  pinned:   {artifact.sha256}\n  found:    {found}",
-            f"replace the mirror's file with upstream's, or pin this file with "
-            f"`sha256: \"{found}\"` on {artifact.component} if your site rebuilt it deliberately")
+            f"  expected: {artifact.sha256} ({artifact.origin})\n  got:      {found}",
+            f"replace the mirror's file with upstream's; or, if the site made this file deliberately, pin it "
+            f"for every stack in the site pins file (--site FILE or ${SITE_ENV}): "
+            f"`pins: {{{artifact.component}: {{\"{artifact.version}\": \"{found}\"}}}}`, or for one stack with "
+            f"`sha256: \"{found}\"` on {artifact.component}")
 
 
 def artifacts(stack) -> list[Artifact]:
@@ -167,6 +277,7 @@ def stage(stack, context: str | os.PathLike) -> list[Path]:
     for artifact in artifacts(stack):
         src = fetch(artifact, stack.mirror)
         target = dest / artifact.filename
+        target.unlink(missing_ok=True)  # an earlier staging's link: linking over it would fail
         try:
             os.link(src, target)
         except OSError:  # another filesystem: copy (the mirror may be read-only NFS)

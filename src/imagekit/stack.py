@@ -18,7 +18,7 @@ from typing import Any
 
 from imagekit import checks as checks_mod
 from imagekit import rules, schema, searchpath, sources, yamlpos
-from imagekit.components import registry
+from imagekit.components import RETIRED, registry
 from imagekit.errors import StackError
 from imagekit.schema import Option
 from imagekit.yamlpos import PosDict, PosList
@@ -346,6 +346,10 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
     for cname, copts in comps_raw.items():
         if copts is False:
             continue
+        if cname in RETIRED:
+            file, line = comps_raw.pos(cname)
+            raise StackError(RETIRED[cname][0], file=file, line=line, key=f"components.{cname}",
+                             hint=RETIRED[cname][1])
         if cname not in known:
             raise schema.unknown_key(comps_raw, cname, list(known), "components")
         if copts is None or copts is True:

@@ -126,7 +126,7 @@ def test_unknown_stack_name(tmp_path):
 def test_matrix_stack_without_variant():
     result = invoke("render", "nccl-tests")
     assert result.exit_code == 2
-    assert "4 matrix variants; choose one" in result.stderr and "--variant" in result.stderr
+    assert "2 matrix variants; choose one" in result.stderr and "--variant" in result.stderr
 
 
 def test_bad_format_is_a_usage_error():
@@ -142,11 +142,12 @@ def test_render_stdout_matches_golden():
     assert result.stdout == (GOLDEN / "debian-mpi.docker").read_text()
 
 
-def test_render_variant_singularity_by_variant_name():
-    result = invoke("render", "nccl-tests-cu126-sbsa", "--format", "singularity")
+def test_render_variant_singularity_by_variant_name(monkeypatch):
+    monkeypatch.delenv("IMAGEKIT_SITE", raising=False)  # the goldens are the recipes as shipped
+    result = invoke("render", "nccl-tests-cu129-sbsa", "--format", "singularity")
     assert result.exit_code == 0
-    assert result.stdout == (GOLDEN / "nccl-tests-cu126-sbsa.singularity").read_text()
-    short = invoke("render", "nccl-tests", "--variant", "cu126-sbsa", "--format", "singularity")
+    assert result.stdout == (GOLDEN / "nccl-tests-cu129-sbsa.singularity").read_text()
+    short = invoke("render", "nccl-tests", "--variant", "cu129-sbsa", "--format", "singularity")
     assert short.stdout == result.stdout
 
 
@@ -207,8 +208,7 @@ def test_stacks_json():
         assert Path(row["file"]).is_file() and row["description"]
     by = {r["stack"]: r for r in rows}
     assert by["debian-mpi"]["variants"] == []
-    assert by["nccl-tests"]["variants"] == ["nccl-tests-cu124-x86_64", "nccl-tests-cu124-sbsa",
-                                            "nccl-tests-cu126-x86_64", "nccl-tests-cu126-sbsa"]
+    assert by["nccl-tests"]["variants"] == ["nccl-tests-cu129-x86_64", "nccl-tests-cu129-sbsa"]
 
 
 def test_stacks_text():
@@ -216,26 +216,26 @@ def test_stacks_text():
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert lines[0].startswith("debian-cuda ") and lines[1].startswith("debian-mpi ")
-    assert "  nccl-tests-cu126-sbsa" in lines
+    assert "  nccl-tests-cu129-sbsa" in lines
 
 
 def test_show_json():
-    result = invoke("show", "nccl-tests-cu124-sbsa", "--json")
+    result = invoke("show", "nccl-tests-cu129-sbsa", "--json")
     assert result.exit_code == 0
     info = json.loads(result.stdout)
-    assert info["name"] == "nccl-tests-cu124-sbsa" and info["stack"] == "nccl-tests"
-    assert info["variant"] == {"cuda": "cu124", "arch": "sbsa"}
-    assert info["base"] == {"image": "nvidia/cuda:12.4.1-devel-ubuntu22.04",
-                            "runtime": "nvidia/cuda:12.4.1-runtime-ubuntu22.04", "distro": "ubuntu22",
+    assert info["name"] == "nccl-tests-cu129-sbsa" and info["stack"] == "nccl-tests"
+    assert info["variant"] == {"cuda": "cu129", "arch": "sbsa"}
+    assert info["base"] == {"image": "nvidia/cuda:12.9.1-devel-ubuntu22.04",
+                            "runtime": "nvidia/cuda:12.9.1-base-ubuntu22.04", "distro": "ubuntu22",
                             "arch": "aarch64"}
-    assert info["tags"] == ["registry.example.org/hpc/nccl-tests:2.17.6-cu124-sbsa"]
-    assert info["image"] == "imagekit/nccl-tests-cu124-sbsa:latest"
+    assert info["tags"] == ["registry.example.org/hpc/nccl-tests:2.19.6-cu129-sbsa"]
+    assert info["image"] == "imagekit/nccl-tests-cu129-sbsa:latest"
     comps = {c["name"]: c for c in info["components"]}
     assert list(comps) == ["cuda", "ofed", "gdrcopy", "ucx", "pmix", "openmpi", "nccl", "nccl-tests"]
-    assert comps["cuda"] == {"name": "cuda", "version": "12.4.1", "source": "base", "arch_list": None}
-    assert comps["openmpi"]["pmix"] is True and comps["openmpi"]["version"] == "4.1.7"
+    assert comps["cuda"] == {"name": "cuda", "version": "12.9.1", "source": "base", "arch_list": None}
+    assert comps["openmpi"]["pmix"] is True and comps["openmpi"]["version"] == "5.0.10"
     assert comps["nccl"]["source"] == "repo"
-    assert comps["nccl-tests"]["version"] == "2.17.6"
+    assert comps["nccl-tests"]["version"] == "2.19.6"
     assert "sha256" not in comps["openmpi"], "imagekit's own pin is not repeated as a stack option"
 
 
@@ -251,8 +251,8 @@ def test_matrix_json():
     result = invoke("matrix", "--json")
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert len(rows) == 7
-    arm = next(r for r in rows if r["variant"] == "nccl-tests-cu126-sbsa")
+    assert len(rows) == 5
+    arm = next(r for r in rows if r["variant"] == "nccl-tests-cu129-sbsa")
     assert arm["platform"] == "linux/arm64" and arm["arch"] == "aarch64" and arm["offline"] is False
     # The platform CI builds for is the one `imagekit build` passes to docker.
     assert all(r["platform"] == build.PLATFORMS[r["arch"]] for r in rows)

@@ -4,13 +4,13 @@ The real offline image (OpenMPI, UCX, PMIx, rdma-core from Debian) gets, on top,
 stand-ins for what only exists with NVIDIA's packages, a GPU or a fabric: the
 tools print the output formats documented by (and read from the sources of)
 UCX's ``ucx_info``, Open MPI's ``ompi_info``/``mpirun``, PMIx's ``pmix_info``,
-``nvidia-smi -L``, rdma-core's ``ibv_devinfo -l``, nccl-tests' result footer and
-``horovodrun --check-build``; the libraries are real ELF shared objects with the
+``nvidia-smi -L``, rdma-core's ``ibv_devinfo -l`` and nccl-tests' result footer;
+the libraries are real ELF shared objects with the
 vendor's SONAME, compiled here (libnccl.so.2 answers ``ncclGetVersion``).
 
 ``Facts`` holds what the stubs report. ``GOOD`` is what a correct image of the
 CUDA stacks reports; ``BROKEN`` is the same formats with the facts of a broken
-build (wrong version, CPU-only wheel, no NCCL in Horovod, internal PMIx ...),
+build (wrong version, CPU-only wheel, internal PMIx ...),
 and ``BREAK_SCRIPT`` removes what presence checks look for.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit import engine
@@ -44,23 +44,23 @@ UCX_DOMAINS = {
 
 @dataclass(frozen=True)
 class Facts:
-    ucx_version: str = "1.17.0"
+    ucx_version: str = "1.20.1"
     ucx_transports: tuple[str, ...] = tuple(UCX_DOMAINS)
-    ompi_version: str = "4.1.7"
+    ompi_version: str = "5.0.10"
     pmls: tuple[str, ...] = ("cm", "ob1", "ucx")
     pmix_component: str = "ext3x"       # OpenMPI 4.1's component for an external PMIx >= 3
+    with_pmix: str = "/usr/local/pmix"  # Open MPI 5's configure line (ompi_info --parsable): no pmix framework
     ras: tuple[str, ...] = ("simulator", "slurm")
     schizo: tuple[str, ...] = ("flux", "ompi", "orte", "slurm")  # 4.x: "slurm" is srun direct launch
     psec: tuple[str, ...] = ("munge", "native", "none")          # PMIx's security plugins
     ompi_cuda: bool = True
-    pmix_version: str = "4.2.9"
+    pmix_version: str = "5.0.10"
     python_version: str = "3.10.12"     # Ubuntu 22.04's python3, the CUDA stacks' base
     torch_version: str = "2.5.1+cu124"
     torch_nccl: bool = True
     torch_cuda: bool = True
-    horovod: dict = field(default_factory=lambda: {"PyTorch": True, "MPI": True, "NCCL": True})
     hcas: tuple[str, ...] = ("mlx5_0", "mlx5_1")
-    nccl_code: int = 22304              # NCCL 2.23.4: major*10000 + minor*100 + patch
+    nccl_code: int = 22809              # NCCL 2.28.9: major*10000 + minor*100 + patch
     ucx_mt: bool = True                 # ucx_info -b: ENABLE_MT (built with --enable-mt)
     ucx_cuda_build: bool = True         # ucx_info -b: HAVE_CUDA
     torch_nccl_version: tuple = (2, 21, 5)  # torch.cuda.nccl.version(): the nvidia-nccl-cu12 torch 2.5.1 pins
@@ -70,9 +70,8 @@ GOOD = Facts()
 BROKEN = Facts(
     ucx_version="1.16.0", ucx_transports=("self", "tcp", "sysv", "posix", "cma"),  # no CUDA build, no HCA
     ompi_version="4.1.2", pmls=("cm", "ob1"), pmix_component="pmix3x",  # distro-like MPI, internal PMIx
-    ras=("simulator",), schizo=("ompi", "orte"), psec=("native", "none"), ompi_cuda=False, pmix_version="4.1.2", python_version="3.9.2",
+    ras=("simulator",), schizo=("ompi", "orte"), psec=("native", "none"), ompi_cuda=False, pmix_version="4.1.2", with_pmix="internal", python_version="3.9.2",
     torch_version="2.5.1+cpu", torch_nccl=False, torch_cuda=False,      # the CPU wheel
-    horovod={"PyTorch": True, "MPI": True, "NCCL": False},               # built without HOROVOD_GPU_OPERATIONS
     hcas=(),                                                             # "0 HCAs found:"
     ucx_mt=False, ucx_cuda_build=False,                                  # UCX's default configure
     torch_nccl_version=(2, 23, 4),                                       # a system NCCL preloaded over torch's
@@ -106,7 +105,7 @@ rm -rf /usr/local/nccl /etc/ld.so.conf.d/nccl.conf
 ln -s cuda-12.4 /usr/local/cuda
 ln -sf libcudart.so.12.4.127 {CUDA}/lib64/libcudart.so.12
 ln -sf libgdrapi.so.2.4 /usr/local/gdrcopy/lib/libgdrapi.so.2
-ln -sf libnccl.so.2.23.4 {LIBDIR}/libnccl.so.2
+ln -sf libnccl.so.2.28.9 {LIBDIR}/libnccl.so.2
 chmod 755 /usr/local/bin/* /usr/local/pmix/bin/* /usr/local/nccl-tests/bin/*
 ldconfig
 """
@@ -177,6 +176,7 @@ def _ompi_info(f: Facts) -> str:
         "mca:mpi:base:param:mpi_built_with_cuda_support:source:default",
         "mca:mpi:base:param:mpi_built_with_cuda_support:status:read-only",
         "mca:mpi:base:param:mpi_built_with_cuda_support:type:bool",
+        f"config:cli:'--prefix=/usr/local/openmpi' '--with-pmix={f.with_pmix}' '--with-ucx=/usr/local/ucx'",
     ])
     return _sh(f"""case "$*" in
   *--parsable*) cat <<'EOF'
@@ -199,6 +199,13 @@ def _mpirun(f: Facts) -> str:
 fi
 exec /usr/bin/mpirun "$@"
 """)
+
+
+def _prte_info(f: Facts) -> str:
+    # Open MPI 5 launches through PRRTE, whose prte_info lists the resource managers it can read.
+    comp = f"(MCA v2.1.0, API v2.0.0, Component v{f.ompi_version})"
+    rows = [("PRRTE", "3.0.13"), ("Prefix", "/usr/local/openmpi")] + [("MCA ras", f"{c} {comp}") for c in f.ras]
+    return _sh("cat <<'EOF'\n" + "\n".join(f"{k:>24}: {v}" for k, v in rows) + "\nEOF\n")
 
 
 def _pmix_info(f: Facts) -> str:
@@ -242,27 +249,6 @@ esac
 """)
 
 
-def _horovodrun(f: Facts) -> str:
-    def box(name: str, on: bool) -> str:
-        return f"    [{'X' if on else ' '}] {name}"
-    h = f.horovod
-    table = "\n".join([
-        "Horovod v0.28.1:", "", "Available Frameworks:", box("TensorFlow", False), box("PyTorch", h["PyTorch"]),
-        box("MXNet", False), "", "Available Controllers:", box("MPI", h["MPI"]), box("Gloo", True), "",
-        "Available Tensor Operations:", box("NCCL", h["NCCL"]), box("DDL", False), box("CCL", False),
-        box("MPI", h["MPI"]), box("Gloo", True),
-    ])
-    return _sh(f"""case "$1" in
-  --check-build|-cb) cat <<'EOF'
-
-{table}
-EOF
-  ;;
-  *) echo "horovodrun stub: only --check-build" >&2; exit 2 ;;
-esac
-""")
-
-
 def _nccl_test(name: str) -> str:
     # nccl-tests' header, two result rows and the footer (writeResultFooter: "# %-20s : %g %s").
     return _sh(f"""cat <<'EOF'
@@ -293,8 +279,8 @@ def rootfs_files(f: Facts) -> dict[str, str]:
         "/usr/local/bin/python3": _python3(f),
         "/usr/local/bin/nvidia-smi": _nvidia_smi(),
         "/usr/local/bin/ibv_devinfo": _ibv_devinfo(f),
-        "/usr/local/bin/horovodrun": _horovodrun(f),
         "/usr/local/pmix/bin/pmix_info": _pmix_info(f),
+        "/usr/local/bin/prte_info": _prte_info(f),
         f"{SITE}/torch/__init__.py": f'"""Stub of PyTorch {f.torch_version} (imagekit tests)."""\n'
                                      f'__version__ = "{f.torch_version}"\nfrom . import cuda, distributed\n',
         f"{SITE}/torch/cuda.py": f"def is_available():\n    return {f.torch_cuda}\n\n\n"
@@ -316,7 +302,7 @@ def compile_libraries(out: Path, nccl_code: int) -> dict[str, Path]:
     src.write_text(STUB_C)
     libs = {f"{CUDA}/lib64/libcudart.so.12.4.127": ("libcudart.so.12", []),
             "/usr/local/gdrcopy/lib/libgdrapi.so.2.4": ("libgdrapi.so.2", []),
-            f"{LIBDIR}/libnccl.so.2.23.4": ("libnccl.so.2", [
+            f"{LIBDIR}/libnccl.so.2.28.9": ("libnccl.so.2", [
                 f"-DNCCL_CODE={nccl_code}",
                 f'-DNCCL_VERSION_STRING="NCCL version {nccl_code // 10000}.{nccl_code // 100 % 100}.'
                 f'{nccl_code % 100}+cuda12.4"'])}

@@ -18,6 +18,7 @@ import pytest
 from added_alone import assert_added_alone
 from imagekit import build, check, engine, stack
 from imagekit.errors import StackError
+from imagekit.image_facts import writer
 
 PIN = "79f99d3fa604e82ab1b6df57ce63c19bbc53a6b646826bc5fd93c3b422a39961"  # the stand-in mirror's file
 EFA = """\
@@ -25,7 +26,7 @@ name: debian-cuda-efa
 extends: debian-cuda
 description: the offline CUDA stack with aws-ofi-nccl over Debian's libfabric
 components:
-  aws-ofi-nccl: {{version: "1.21.1", sha256: "{pin}"{extra}}}
+  aws-ofi-nccl: {{version: "1.21.1", sha256: "{pin}", accept: [no-gdr]{extra}}}
 """
 CHECKS = {"aws-ofi-nccl.plugin", "aws-ofi-nccl.ldd", "aws-ofi-nccl.nccl_finds_it", "aws-ofi-nccl.interface",
           "aws-ofi-nccl.fi_info"}
@@ -45,11 +46,30 @@ def test_it_fills_the_net_plugin_role_and_sets_what_nccl_reads(tmp_path, site_mi
     s = _stack(tmp_path, site_mirror)
     assert s.provider("nccl-net-plugin").name == "aws-ofi-nccl" and s.roles()["libfabric"] == "aws-ofi-nccl"
     comp = s.get("aws-ofi-nccl")
-    assert comp.environment() == {"NCCL_NET_PLUGIN": "ofi"}
+    # Open MPI off pml ucx: no mlx device on EFA (review finding 13); AWS's recipe sets the same.
+    assert comp.environment() == {"NCCL_NET_PLUGIN": "ofi", "FI_PROVIDER": "efa", "OMPI_MCA_pml": "^ucx",
+                                  "OMPI_MCA_btl": "tcp,self"}
+    assert writer.recipe_labels(s)["io.imagekit.component.aws-ofi-nccl.accepted"] == "no-gdr"
     assert {c.id for c in comp.checks()} == CHECKS
     from imagekit.components import forwarded_env_prefixes
 
     assert {"FI_", "OFI_NCCL_"} <= set(forwarded_env_prefixes())  # FI_PROVIDER reaches outside-in ranks
+
+
+@pytest.mark.parametrize("distro", ["debian12", "ubuntu22"])
+def test_the_distros_libfabric_without_gpudirect_rdma_is_refused_unless_accepted(tmp_path, site_mirror, distro):
+    """Review findings 2 and 16 (d.yaml): no distro builds libfabric with CUDA, so the plugin would stage every
+    transfer through host memory; refused at the component's line, with `accept: [no-gdr]` as the way out."""
+    text = EFA.format(pin=PIN, extra="").replace(", accept: [no-gdr]", "")
+    if distro == "ubuntu22":
+        text = (f"name: efa-ubuntu\nbase: {{image: nvidia/cuda:12.6.3-devel-ubuntu22.04, distro: ubuntu22}}\n"
+                'components:\n  cuda: {}\n  nccl: {version: "2.23.4-1", source: repo}\n'
+                f'  aws-ofi-nccl: {{version: "1.21.1", sha256: "{PIN}"}}\n')
+    with pytest.raises(StackError, match=f"over {distro}'s libfabric .* has no GPUDirect RDMA") as info:
+        _stack(tmp_path, site_mirror, text=text)
+    assert info.value.key == "components.aws-ofi-nccl" and "add `accept: [no-gdr]` to aws-ofi-nccl" in info.value.hint
+    assert _stack(tmp_path, site_mirror, text=text.replace('"}}\n', '", accept: [no-gdr]}}\n').replace(
+        '"}\n', '", accept: [no-gdr]}\n')).get("aws-ofi-nccl").accepted("no-gdr")
 
 
 def test_platform_aws_needs_a_newer_libfabric_than_bookworm(tmp_path, site_mirror):
@@ -58,9 +78,18 @@ def test_platform_aws_needs_a_newer_libfabric_than_bookworm(tmp_path, site_mirro
     assert info.value.key == "components.aws-ofi-nccl.platform_aws" and "debian13" in info.value.hint
 
 
+def test_the_provider_filter_is_the_stacks_and_refuses_shell_text(tmp_path, site_mirror):
+    """Review finding 2: unfiltered, the plugin would carry an IB cluster's traffic over libfabric's verbs."""
+    s = _stack(tmp_path, site_mirror, extra=', provider: "tcp;ofi_rxm"')
+    assert s.get("aws-ofi-nccl").environment()["FI_PROVIDER"] == "tcp;ofi_rxm"
+    with pytest.raises(StackError, match="libfabric provider names") as info:
+        _stack(tmp_path, site_mirror, extra=', provider: "efa; touch /tmp/x"')
+    assert info.value.key == "components.aws-ofi-nccl.provider"
+
+
 def test_it_needs_nccl(tmp_path, site_mirror):
     text = ("name: efa-no-nccl\nextends: debian-cuda\ncomponents:\n  nccl: false\n  nccl-tests: false\n"
-            f'  aws-ofi-nccl: {{version: "1.21.1", sha256: "{PIN}"}}\n')
+            f'  aws-ofi-nccl: {{version: "1.21.1", sha256: "{PIN}", accept: [no-gdr]}}\n')
     with pytest.raises(StackError, match="`aws-ofi-nccl` needs the `nccl` component"):
         _stack(tmp_path, site_mirror, text=text)
 
@@ -100,7 +129,7 @@ def test_ubuntu_bases_are_held_to_their_libfabric(tmp_path, site_mirror, distro,
     text = (f"name: efa-ubuntu\nbase: {{image: nvidia/cuda:12.6.3-devel-{distro[:6]}{distro[6:]}.04, "
             f"distro: {distro}, arch: x86_64}}\n"
             'components:\n  cuda: {version: "12.6.3"}\n  nccl: {version: "2.23.4-1", source: repo}\n'
-            f'  aws-ofi-nccl: {{version: "1.21.1", sha256: "{PIN}", platform_aws: true}}\n')
+            f'  aws-ofi-nccl: {{version: "1.21.1", sha256: "{PIN}", platform_aws: true, accept: [no-gdr]}}\n')
     with pytest.raises(StackError, match=refused) as info:
         _stack(tmp_path, site_mirror, text=text)
     assert info.value.hint and ("debian13" in info.value.hint)

@@ -1,14 +1,14 @@
 """Every check of every shipped stack catches a broken image, including the checks that need CUDA, a GPU or a fabric.
 
 These run against STUBS. The real components of the CUDA stacks (CUDA, gdrcopy,
-NVIDIA's NCCL, upstream UCX/PMIx/OpenMPI builds, nccl-tests, PyTorch, Horovod,
+NVIDIA's NCCL, upstream UCX/PMIx/OpenMPI builds, nccl-tests, PyTorch,
 DOCA OFED) and a GPU or RDMA fabric cannot exist on this machine (no GPU, no
 NVIDIA registry or GitHub). So the real offline image gets stand-ins that print
 the output formats documented by the real tools (see stub_image.py: each format
 and its source), plus real ELF libraries with the vendors' SONAMEs; the real
 Debian OpenMPI still starts the ranks. Every collected check must pass on the
 good stub image and fail on the broken one (wrong versions, a CPU-only torch,
-Horovod without NCCL, missing libraries and binaries, baked-in keys). What stubs
+missing libraries and binaries, baked-in keys). What stubs
 cannot show is that a given real system prints these formats: that is what
 ``imagekit check IMAGE --with gpu,fabric`` on a real node is for.
 
@@ -63,7 +63,7 @@ def collect() -> tuple[list[Entry], list[Entry]]:
     """All checks of all shipped stack variants, and those only the real offline image can pass.
 
     De-duplicated by id + kind + value + expectation: the same command is expected to print a
-    different version in different stacks (``ucx_info -v``: Debian's 1.13.1 offline, 1.17.0 in the
+    different version in different stacks (``ucx_info -v``: Debian's 1.13.1 offline, 1.20.1 in the
     CUDA stacks), and each expectation is a check of its own.
     """
     groups: dict[tuple, dict[str, Entry]] = {}

@@ -1,4 +1,4 @@
-"""pytorch, horovod, nccl-tests and gdrcopy: CUDA-matched wheels and builds against the stack."""
+"""pytorch, nccl-tests and gdrcopy: CUDA-matched wheels and builds against the stack."""
 
 from __future__ import annotations
 
@@ -51,17 +51,6 @@ def test_custom_index(tmp_path):
     assert "--index-url https://mirror.example.invalid/cu124/simple torch==2.5.1" in text
 
 
-def test_horovod_builds_against_the_stacks_nccl_and_mpi(tmp_path):
-    # No Horovod release compiles against a PyTorch imagekit knows (rules.py refuses such stacks,
-    # see test_rules), so the wiring is checked on the component itself.
-    stack = load_text(tmp_path, TORCH + '  nccl: {version: "2.23.4-1"}\n')
-    horovod = registry()["horovod"](stack, {"source": "pypi", "version": "0.28.1"})
-    devel = "\n".join(str(block) for block in horovod.devel())
-    assert "export HOROVOD_NCCL_HOME=/usr" in devel  # NCCL from the repo lives in /usr
-    assert "export HOROVOD_GPU_OPERATIONS=NCCL" in devel and "export HOROVOD_WITH_MPI=1" in devel
-    assert "pip install --no-build-isolation horovod==0.28.1" in devel
-
-
 def test_nccl_tests_build_with_mpi(tmp_path):
     rendered = render_text(tmp_path, TESTS)
     devel = stage(rendered, "devel")
@@ -110,7 +99,7 @@ def test_nccl_tests_gencode(tmp_path, cuda, tests, archs):
 
 def test_nccl_tests_default_gencode_adds_blackwell_on_cuda_12_8(tmp_path):
     text = CUDA.replace("12.4.1", "12.8.1") + \
-        "components:\n  cuda: {}\n  nccl: {version: '2.23.4-1'}\n  nccl-tests: {version: '2.17.6', mpi: false}\n"
+        "components:\n  cuda: {}\n  nccl: {version: '2.25.1-1'}\n  nccl-tests: {version: '2.17.6', mpi: false}\n"
     assert load_text(tmp_path, text).get("nccl-tests").archs == ["80", "90", "100", "120"]
 
 

@@ -22,8 +22,8 @@ def _loads_nccl(variant: str) -> str:
 
 
 @pytest.mark.parametrize("variant, loaded", [
-    ("nccl-tests-cu124-x86_64", "/usr/lib/x86_64-linux-gnu/libnccl.so.2.23.4"),
-    ("nccl-tests-cu124-sbsa", "/usr/lib/aarch64-linux-gnu/libnccl.so.2.23.4"),
+    ("nccl-tests-cu129-x86_64", "/usr/lib/x86_64-linux-gnu/libnccl.so.2.28.9"),
+    ("nccl-tests-cu129-sbsa", "/usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9"),
 ])
 def test_the_repo_nccls_multiarch_path_passes(variant, loaded):
     assert re.search(_loads_nccl(variant), loaded)
@@ -36,7 +36,7 @@ def test_the_repo_nccls_multiarch_path_passes(variant, loaded):
     "",                                                                        # not loaded at all
 ])
 def test_another_nccl_fails(loaded):
-    assert not re.search(_loads_nccl("nccl-tests-cu124-x86_64"), loaded)
+    assert not re.search(_loads_nccl("nccl-tests-cu129-x86_64"), loaded)
 
 
 def test_a_prefix_is_taken_literally():

@@ -9,7 +9,7 @@ from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 UPSTREAM = CUDA + """\
 components:
   cuda: {}
-  ucx: {version: "1.17.0", cuda: true, ofed: false}
+  ucx: {version: "1.18.1", cuda: true, ofed: false}
   pmix: {version: "4.2.9"}
   openmpi: {version: "4.1.7", pmix: true, cuda: true, slurm: true}
 """
@@ -56,7 +56,7 @@ def test_openmpi_5_drops_the_4x_only_flags(tmp_path):
     text = CUDA + """\
 components:
   cuda: {}
-  ucx: {version: "1.17.0", cuda: true, ofed: false}
+  ucx: {version: "1.18.1", cuda: true, ofed: false}
   pmix: {version: "5.0.7"}
   openmpi: {version: "5.0.7", pmix: true, cuda: true}
 """
@@ -101,7 +101,7 @@ def test_checks_follow_the_options(tmp_path):
 
 def test_upstream_with_ucx_asks_for_pml_ucx_and_never_falls_back_silently(tmp_path):
     """Review defect 14: with UCX built in, OMPI_MCA_pml=ucx makes an unusable UCX an error, not ob1 over TCP."""
-    s = load_text(tmp_path, CUDA + "components:\n  cuda: {}\n  ucx: {version: '1.17.0', cuda: true, ofed: false}\n"
+    s = load_text(tmp_path, CUDA + "components:\n  cuda: {}\n  ucx: {version: '1.18.1', cuda: true, ofed: false}\n"
                   "  openmpi: {version: '4.1.7', cuda: true}\n")
     assert s.get("openmpi").environment()["OMPI_MCA_pml"] == "ucx"
     assert s.get("ucx").environment()["UCX_VFS_ENABLE"] == "no"

@@ -16,7 +16,7 @@ def test_every_module_defines_one_component():
     assert by_module == modules
     # A new component is one new module: this list pins the core, not the whole set.
     assert set(registry()) >= {"cuda", "ofed", "gdrcopy", "ucx", "pmix", "openmpi", "nccl", "nccl-tests",
-                               "python", "pytorch", "horovod", "sshd"}
+                               "python", "pytorch", "sshd"}
 
 
 def test_registry_is_in_layer_order():
@@ -25,8 +25,7 @@ def test_registry_is_in_layer_order():
     names = list(registry())
     # Low-level pieces first so that bumping a framework rebuilds only the layers above.
     assert names.index("cuda") < names.index("ofed") < names.index("ucx") < names.index("openmpi") \
-        < names.index("nccl") < names.index("nccl-tests") < names.index("python") < names.index("pytorch") \
-        < names.index("horovod")
+        < names.index("nccl") < names.index("nccl-tests") < names.index("python") < names.index("pytorch")
 
 
 def test_component_declarations_are_consistent():
@@ -67,7 +66,7 @@ def test_roles_are_known_and_filled():
 
 
 def test_mpi_providers_offer_a_home():
-    # nccl-tests and Horovod build against "the stack's MPI" through .home (MPI_HOME).
+    # nccl-tests builds against "the stack's MPI" through .home (MPI_HOME).
     for name in providers_of("mpi"):
         assert isinstance(getattr(registry()[name], "home", None), property), name
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from imagekit.image_facts import writer
 from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 
 FULL = CUDA + """\
@@ -9,7 +10,7 @@ components:
   cuda: {}
   ofed: {flavor: doca, version: "2.9.1"}
   gdrcopy: {version: "2.4.4"}
-  ucx: {version: "1.17.0", cuda: true, gdrcopy: true, knem: true, xpmem: true}
+  ucx: {version: "1.18.1", cuda: true, gdrcopy: true, knem: true, xpmem: true}
 """
 
 
@@ -26,13 +27,13 @@ def test_all_options_on(tmp_path):
         assert flag in flags, flag
     devel, runtime = stage(text, "devel"), stage(text, "runtime")
     # KNEM and XPMEM user-space parts are built before UCX, and copied to the runtime.
-    assert devel.index("knem") < devel.index("ucx-1.17.0") and devel.index("xpmem") < devel.index("ucx-1.17.0")
+    assert devel.index("knem") < devel.index("ucx-1.18.1") and devel.index("xpmem") < devel.index("ucx-1.18.1")
     for prefix in ("/usr/local/knem", "/usr/local/xpmem", "/usr/local/ucx"):
         assert f"COPY --from=devel {prefix} {prefix}" in runtime
 
 
 def test_all_options_off(tmp_path):
-    flags = configure_line(render_text(tmp_path, CUDA + "components:\n  ucx: {version: '1.17.0', ofed: false}\n"))
+    flags = configure_line(render_text(tmp_path, CUDA + "components:\n  ucx: {version: '1.18.1', ofed: false}\n"))
     for flag in ("--without-cuda", "--without-gdrcopy", "--without-knem", "--without-xpmem", "--without-verbs"):
         assert flag in flags, flag
     # Thread-safe always: without it Open MPI's pml ucx refuses MPI_THREAD_MULTIPLE and falls back to TCP.
@@ -50,8 +51,11 @@ def test_cuda_13_compat_define_before_ucx_1_19(tmp_path):
     # UCX < 1.19 names a CUDA typedef that CUDA 13 only has under its versioned name.
     define = "CPPFLAGS=-DPFN_cuMemGetHandleForAddressRange=PFN_cuMemGetHandleForAddressRange_v11070"
     ucx = "  ucx: {version: '1.18.1', cuda: true, ofed: false}\n"
-    cuda13 = DEBIAN + "components:\n  cuda: {source: pypi, version: '13.0.2'}\n" + ucx
+    cuda13 = DEBIAN + "components:\n  cuda: {source: pypi, version: '13.0.2'}\n" + ucx.replace(
+        "ofed: false", "ofed: false, accept: [ucx-before-cuda13]")  # refused otherwise: test_rules
     assert define in stage(render_text(tmp_path, cuda13), "devel")
+    labels = writer.recipe_labels(load_text(tmp_path, cuda13))
+    assert labels["io.imagekit.component.ucx.accepted"] == "ucx-before-cuda13"  # the image says what it took on
     cuda12 = CUDA + "components:\n  cuda: {}\n" + ucx
     assert "PFN_cuMemGetHandleForAddressRange" not in render_text(tmp_path, cuda12)
 

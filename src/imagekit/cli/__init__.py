@@ -45,7 +45,7 @@ COMMANDS: dict[str, str] = {
 # commands' own help.
 SUMMARIES: dict[str, str] = {
     "stacks": "List the stacks (site directories first, then the shipped ones), their matrix variants, "
-              "and where each came from.",
+              "and where each came from; with --outdated, what each pins and what is newer.",
     "show": "Show the resolved stack: base, every component with version and source.",
     "render": "Render a stack to a Dockerfile or a Singularity definition (HPCCM).",
     "matrix": "List every stack x variant x arch to build, for CI to consume.",
@@ -97,7 +97,10 @@ class LazyGroup(click.Group):
 @click.option("--stacks-dir", "stacks_dirs", multiple=True, metavar="DIR",
               help="a site directory of stacks, searched before $IMAGEKIT_STACKS_PATH and the shipped "
                    "stacks (repeatable)")
-def main(stacks_dirs: tuple[str, ...]) -> None:
+@click.option("--site", "site", metavar="FILE",
+              help="a site pins file: sha256 pins for the files of the site's mirror that are not upstream's "
+                   "(overrides $IMAGEKIT_SITE)")
+def main(stacks_dirs: tuple[str, ...], site: str | None) -> None:
     """Build HPC/AI container images from declarative stacks.
 
     \b
@@ -109,7 +112,12 @@ def main(stacks_dirs: tuple[str, ...]) -> None:
       imagekit launch slurm --image ./mpi.sqsh --nodes 2 -- ./app
       imagekit validate nccl-tests.log --min-busbw 100
       imagekit --stacks-dir /site/stacks render site-nccl   # a site's own stacks first
+      imagekit --site /site/pins.yaml build debian-cuda --mirror /site/mirror
     """
+    if site or "imagekit.sources" in sys.modules:  # one process may run several commands (tests do)
+        from imagekit import sources
+
+        sources.site_file = site
     if stacks_dirs:
         # Deferred (tests/test_import_layers.py lists it): the stack model loads YAML and HPCCM,
         # which --help must not pay for.

@@ -43,8 +43,16 @@ ROLES: dict[str, str] = {
     "python": "Python 3",
     "python-env": "a pip environment (/opt/venv) for components that install Python packages",
     "pytorch": "PyTorch in the pip environment",
-    "horovod": "Horovod",
     "sshd": "an OpenSSH server for inside-out launches",
+}
+# Components imagekit no longer ships, with why and what replaces them: a stack naming one is refused
+# with this text rather than "unknown key".
+RETIRED: dict[str, tuple[str, str]] = {
+    "horovod": ("Horovod is dead: its last release, 0.28.1 (2023), does not compile against PyTorch >= 2.1 "
+                "(C++14 against C++17 headers, horovod#3996) and no release has the fix",
+                "drop `horovod` and use PyTorch's own torch.distributed (DistributedDataParallel or FSDP, "
+                "launched with torchrun or one srun rank per GPU), which the `pytorch` component ships: see "
+                "the shipped `pytorch` stack"),
 }
 # Roles one image can fill only once: two MPIs or two NCCLs in one image load the wrong libraries.
 EXCLUSIVE_ROLES = ("cuda", "mpi", "ucx", "pmix", "nccl", "nccl-net-plugin")
@@ -115,6 +123,9 @@ class Component:
     # The upstream release file that `source: upstream` builds from: (mirror file name, URL),
     # both with {version}. Components with one get a `sha256:` option and mirror support.
     upstream_file: ClassVar[tuple[str, str] | None] = None
+    # Known risks a stack may take on knowingly (`accept: [id]`), id -> what is accepted. A rule about
+    # one refuses the stack unless it is accepted; the image's labels record what was.
+    acceptable: ClassVar[dict[str, str]] = {}
 
     def __init__(self, stack: "Stack", opts: dict[str, Any], where: Any = None) -> None:
         self.stack = stack
@@ -131,10 +142,17 @@ class Component:
         if cls.upstream_file:
             common["sha256"] = Option(str, None, "sha256 of the upstream release file (default: imagekit's "
                                                  "pin for this version)")
+        if cls.acceptable:
+            common["accept"] = Option(list, [], "known risks this stack takes on knowingly: "
+                                      + "; ".join(f"{k} ({v})" for k, v in cls.acceptable.items()), item_type=str)
         return {**common, **cls.options}
 
     def configure(self) -> None:
         """Per-component validation after options are typed; raise with ``self.error``."""
+        for risk in self.opts.get("accept") or []:
+            if risk not in self.acceptable:
+                self.error("accept", f"{self.name} has no risk called {risk!r} to accept",
+                           "risks it knows: " + ", ".join(self.acceptable))
         version = self.opts.get("version")
         if version and not _VERSION.match(version):
             # Components parse the version (major for OpenMPI 5/PMIx labels, NCCL's version code):
@@ -149,11 +167,13 @@ class Component:
                        "write the 64 lowercase hex digits `sha256sum FILE` prints")
         if self.upstream_file and self.source == "upstream" and self.opts.get("version") and not self.pin:
             filename, url = (t.format(**self.url_fields()) for t in self.upstream_file)
+            pinned = [v for (c, v) in sources.PINS if c == self.name]
             self.error("sha256" if self.where is not None and "sha256" in self.where else "version",
                        f"imagekit has no sha256 pin for {self.name} {self.version} ({url})",
-                       f'add `sha256: "<sha256 of {filename}>"` to {self.name} (`sha256sum {filename}`), '
-                       "or use a version imagekit pins: " + ", ".join(
-                           v for (c, v) in sources.PINS if c == self.name))
+                       f'pin upstream\'s {filename} (`sha256sum {filename}`) for the whole site in the site pins '
+                       f'file (--site FILE or ${sources.SITE_ENV}): `pins: {{{self.name}: {{"{self.pin_version}": '
+                       f'"<sha256>"}}}}`, or for this stack with `sha256: "<sha256>"` on {self.name}'
+                       + ("; or use a version imagekit pins: " + ", ".join(pinned) if pinned else ""))
         if self.source == "distro" and self.stack.base.family != "deb":
             self.error("source", "`source: distro` is only packaged here for Debian/Ubuntu bases",
                        "use `source: upstream` on this base")
@@ -161,6 +181,14 @@ class Component:
     def check_stack(self) -> None:
         """Rules about this component and the roles it uses, once every component is configured and
         every requirement met; raise with ``self.error``."""
+
+    def accepted(self, risk: str) -> bool:
+        return risk in (self.opts.get("accept") or [])
+
+    def refuse_unless_accepted(self, risk: str, key: str | None, message: str, hint: str) -> None:
+        """A rule a site may knowingly override: refused with the fix, and `accept: [risk]` as the way out."""
+        if not self.accepted(risk):
+            self.error(key, message, f"{hint}; or, knowing this, add `accept: [{risk}]` to {self.name}")
 
     def error(self, key: str | None, message: str, hint: str | None = None) -> StackError:
         file, line = (self.where.pos(key) if (self.where is not None and key in (self.where or {}))
@@ -182,15 +210,26 @@ class Component:
         return "unknown"
 
     @property
+    def pin_version(self) -> str:
+        """The version that names this component's release file in pins (NCCL's carries its revision)."""
+        return self.version
+
+    @property
     def pin(self) -> str | None:
-        return self.opts.get("sha256") or sources.PINS.get((self.name, self.version))
+        return self.opts.get("sha256") or sources.pin(self.name, self.pin_version, pinnable())[0]
+
+    @property
+    def pin_origin(self) -> str:
+        if self.opts.get("sha256"):
+            return f"`sha256:` on {self.name} in {getattr(self.where, 'file', None) or self.stack.file}"
+        return sources.pin(self.name, self.pin_version, pinnable())[1]
 
     def artifacts(self) -> list[sources.Artifact]:
         """The upstream files this component's build downloads (taken from the mirror when set)."""
         if not self.upstream_file or self.source != "upstream":
             return []
         filename, url = (t.format(**self.url_fields()) for t in self.upstream_file)
-        return [sources.Artifact(self.name, filename, url, self.pin)]
+        return [sources.Artifact(self.name, filename, url, self.pin, self.pin_origin, self.pin_version)]
 
     def url_fields(self) -> dict[str, str]:
         """Placeholders of ``upstream_file``."""
@@ -249,7 +288,8 @@ class Component:
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "source": self.source,
                 **{k: v for k, v in self.opts.items()
-                   if k not in ("source", "version") and not (k == "sha256" and v is None)}}
+                   if k not in ("source", "version") and not (k == "sha256" and v is None)
+                   and not (k == "accept" and not v)}}
 
 
 _REGISTRY: dict[str, type[Component]] | None = None
@@ -270,6 +310,11 @@ def registry() -> dict[str, type[Component]]:
                     found[value.name] = value
         _REGISTRY = dict(sorted(found.items(), key=lambda kv: (kv[1].order, kv[0])))
     return _REGISTRY
+
+
+def pinnable() -> set[str]:
+    """The components with upstream release files, which a site pins file may pin."""
+    return {name for name, cls in registry().items() if cls.upstream_file}
 
 
 def providers_of(role: str) -> list[str]:

@@ -9,6 +9,10 @@ sets ``NCCL_NET_PLUGIN=ofi`` and registers the plugin's directory with
 ldconfig; upstream's second copy named ``libnccl-net.so`` (what NCCL loads with
 no ``NCCL_NET_PLUGIN``) is left out, so nothing loads it behind the user's back.
 
+imagekit carries no upstream pin for it: Spack pins GitHub's tag archives (up to 1.19.0), not the
+release files (``make dist``, with ``configure`` and ``3rd-party/``) built here, so a stack gives
+``sha256:`` or the site pins file does.
+
 ``platform_aws`` (upstream's EFA tuning and the tuner plugin) needs libfabric
 1.22 or newer, which Debian 12's 1.17 is not.
 """
@@ -43,9 +47,18 @@ class AwsOfiNccl(Component):
     upstream_file = ("aws-ofi-nccl-{version}.tar.gz",
                      "https://github.com/aws/aws-ofi-nccl/releases/download/v{version}/aws-ofi-nccl-{version}.tar.gz")
     prefix = PREFIX
+    acceptable = {
+        "no-gdr": "the distro's libfabric, built without CUDA: no GPUDirect RDMA, every transfer staged "
+                  "through host memory",
+    }
     options = {
         "platform_aws": Option(bool, False, "upstream's AWS platform support (EFA tuning, tuner plugin; "
                                             "needs libfabric >= 1.22)"),
+        # NCCL tries an external plugin before its own IB: unfiltered, the plugin would carry an IB
+        # cluster's traffic over libfabric's verbs provider; kept to efa it fails to start there, and
+        # NCCL falls back to its own IB (second CUDA review, finding 2).
+        "provider": Option(str, "efa", "the libfabric provider the image keeps to (FI_PROVIDER)",
+                           pattern=r"[a-z0-9_;]+", pattern_help="libfabric provider names, e.g. efa or tcp;ofi_rxm"),
     }
 
     def configure(self) -> None:
@@ -60,6 +73,14 @@ class AwsOfiNccl(Component):
             self.error(None, f"imagekit does not know which libfabric {self.stack.base.distro} ships, so it cannot "
                        "tell whether aws-ofi-nccl builds on it (it needs libfabric 1.11 or newer)",
                        "use a base of: " + ", ".join(sorted(LIBFABRIC)))
+        # No distro builds libfabric with CUDA (Debian 12's 1.17 has no cuPointerGetAttribute, no libcuda;
+        # hmem_cuda.c is compiled only #if HAVE_CUDA): the plugin then logs "without GPUDirect RDMA
+        # support" and forces NCCL_PROTO=simple (second CUDA review, finding 2).
+        self.refuse_unless_accepted(
+            "no-gdr", None, f"aws-ofi-nccl over {self.stack.base.distro}'s libfabric {have} has no GPUDirect RDMA: "
+            "the distro builds libfabric without CUDA, so NCCL stages every network transfer through host memory",
+            "for EFA use AWS's EFA installer libfabric (built with CUDA), which imagekit does not package yet; for "
+            "a test or a fabric without GPU RDMA, accept it")
         if self.enabled("platform_aws") and \
                 tuple(int(x) for x in have.split(".")[:2]) < PLATFORM_AWS_LIBFABRIC:
             self.error("platform_aws", f"`platform_aws: true` needs libfabric 1.22 or newer and "
@@ -87,7 +108,12 @@ class AwsOfiNccl(Component):
             + super().runtime()
 
     def environment(self) -> dict[str, str]:
-        return {"NCCL_NET_PLUGIN": PLUGIN}
+        env = {"NCCL_NET_PLUGIN": PLUGIN, "FI_PROVIDER": self.opts["provider"]}
+        if getattr(self.stack.provider("mpi"), "name", None) == "openmpi":
+            # On EFA there is no mlx device: pml ucx would run MPI over UCX's TCP, and a rank that sees no GPU
+            # aborts in MPI_Init. AWS's recipe takes ob1 over TCP for MPI's bootstrap-sized traffic.
+            env.update({"OMPI_MCA_pml": "^ucx", "OMPI_MCA_btl": "tcp,self"})
+        return env
 
     def labels(self) -> dict[str, str]:
         return {"prefix": PREFIX, "plugin": PLUGIN, "libfabric": LIBFABRIC.get(self.stack.base.distro, "distro"),
@@ -108,6 +134,7 @@ class AwsOfiNccl(Component):
                        expect=rf"NCCL_NET_PLUGIN={PLUGIN}\n\s*{re.escape(LIBRARY)} .*=> {re.escape(lib)}$"),
             checks.run("aws-ofi-nccl.interface", "the plugin exports an NCCL net plugin interface (ncclNetPlugin_v*)",
                        f"grep -ao 'ncclNetPlugin_v[0-9]*' {lib} | sort -u", expect=r"ncclNetPlugin_v\d+"),
-            checks.run("aws-ofi-nccl.fi_info", "libfabric lists its providers (fi_info -l)", "fi_info -l",
+            checks.run("aws-ofi-nccl.fi_info", "libfabric lists its providers (fi_info -l, unfiltered)",
+                       "env -u FI_PROVIDER fi_info -l",
                        expect=r"(?m)^(tcp|sockets|shm)"),
         ]

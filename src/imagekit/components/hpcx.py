@@ -1,7 +1,7 @@
 """NVIDIA HPC-X: Open MPI, UCX (with its multi-threaded build), UCC, HCOLL, SHARP and the SHARP NCCL plugin.
 
 One prebuilt tarball fills three roles: the stack's MPI (HPC-X's Open MPI, at
-``/opt/hpcx/ompi``, so nccl-tests and Horovod build against it as MPI_HOME),
+``/opt/hpcx/ompi``, so nccl-tests builds against it as MPI_HOME),
 its UCX, and the NCCL network plugin (``nccl_rdma_sharp_plugin/lib/libnccl-net.so``,
 which NCCL loads by that default name when NCCL_NET_PLUGIN is unset).
 
@@ -78,6 +78,15 @@ class Hpcx(Component):
                        f"{cuda.version}", f'drop `cuda:` (it follows the cuda component: "cuda{cuda.major}")')
         if self.opts["ofed"] == "doca_ofed" and self._minor < (2, 21):
             self.error("ofed", f"HPC-X {self.version} has no doca_ofed build (from 2.21)", "use `ofed: mlnx_ofed`")
+        rdma = self.stack.provider("rdma")
+        flavor = getattr(rdma, "opts", {}).get("flavor")
+        wanted = {"doca": "doca_ofed", "mlnx": "mlnx_ofed", "inbox": "inbox"}.get(flavor)
+        if wanted and wanted != self.opts["ofed"]:
+            # HPC-X's UCX, HCOLL and SHARP are linked against that OFED's rdma-core (its verbs providers).
+            self.error("ofed", f"HPC-X's {self.opts['ofed']} build does not match the image's RDMA user space "
+                       f"({rdma.name} flavor {flavor}: {wanted})",
+                       f"use `ofed: {wanted}`" + (" (HPC-X 2.21 or later)" if wanted == "doca_ofed" else "")
+                       + f", or the ofed flavor HPC-X's {self.opts['ofed']} build is for")
 
     @property
     def _minor(self) -> tuple[int, int]:

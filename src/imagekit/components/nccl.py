@@ -33,6 +33,20 @@ WHEELS = {
 }
 
 
+# The first NCCL release NVIDIA packaged for each CUDA minor: the one the nvidia/cuda images of that minor
+# first carried (their NV_LIBNCCL_PACKAGE_VERSION; 13.0: the first nvidia-nccl-cu13 wheel). An NCCL
+# released before a CUDA minor has no `+cudaX.Y` package in the repo. Where unsure, the earlier release
+# is listed, so the rule never refuses a package that exists.
+FIRST_FOR_CUDA = {"12.0": "2.16.2", "12.1": "2.17.1", "12.2": "2.18.3", "12.3": "2.19.3", "12.4": "2.20.5",
+                  "12.5": "2.21.5", "12.6": "2.22.3", "12.8": "2.25.1", "12.9": "2.26.5", "13.0": "2.27.7"}
+# NCCL 2.25.1 ("Add Blackwell/SM100 support": kernels, graph search speeds, NVLink domain limits).
+BLACKWELL = (2, 25, 1)
+
+
+def _vtuple(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version.split("-")[0])[:3])
+
+
 class Nccl(Component):
     name = "nccl"
     summary = "NCCL: the CUDA image's repo package, a source build, or the PyPI wheel"
@@ -75,10 +89,31 @@ class Nccl(Component):
                 self.error("source", f"`source: repo` needs an nvidia/cuda base (its CUDA apt repo); this stack's "
                            f"CUDA comes from {cuda.source}", "use `source: pypi` for nccl (the wheel for CUDA "
                            f"{cuda.major})")
+            first = FIRST_FOR_CUDA.get(cuda.major_minor)
+            if self.source == "repo" and first and _vtuple(self.version) < _vtuple(first):
+                self.error("version", f"NVIDIA's repo has no libnccl2={self.tag}+cuda{cuda.major_minor}: NCCL "
+                           f"{self.version.split('-')[0]} predates CUDA {cuda.major_minor}, whose first NCCL is "
+                           f"{first}", f'use NCCL "{first}-1" or newer for CUDA {cuda.major_minor}, or a base image '
+                           f"of the CUDA minor NCCL {self.version.split('-')[0]} was released for")
+            self._check_blackwell(cuda)
         elif self.source != "pypi" or not wanted:
             self.error("source", "NCCL needs a CUDA version and this stack has no cuda component",
                        "add `cuda: {}` (version read from the base image), or use "
                        '`source: pypi` with `cuda: "12"` for the CUDA-major wheel')
+
+    def _check_blackwell(self, cuda) -> None:
+        """Code for Blackwell (sm_100 and later) in the stack needs an NCCL that knows Blackwell."""
+        archs = list(cuda.opts.get("arch_list") or [])
+        for component in self.stack.components.values():
+            if component is not self and isinstance(getattr(type(component), "archs", None), property):
+                archs += list(component.archs)  # what it compiles for (nccl-tests' gencode or its default)
+        blackwell = sorted({a for a in archs if a.isdigit() and int(a) >= 100}, key=int)
+        if blackwell and _vtuple(self.version) < BLACKWELL:
+            self.error("version", f"NCCL {self.version} cannot drive Blackwell (sm_{', sm_'.join(blackwell)} in this "
+                       "stack): Blackwell support came in NCCL 2.25.1 (\"Add Blackwell/SM100 support\"), and "
+                       "older releases have no sm_100 kernels or graph search speeds for it",
+                       'use NCCL "2.25.1" or newer (current: 2.28.9), or drop sm_100 and later from the GPU '
+                       "architectures")
 
     @property
     def cuda(self) -> str:
@@ -96,9 +131,9 @@ class Nccl(Component):
         return {"version": self.version, "tag": self.tag}
 
     @property
-    def pin(self) -> str | None:
+    def pin_version(self) -> str:
         # "2.23.4" and "2.23.4-1" name the same release file (the tag carries the revision).
-        return self.opts.get("sha256") or sources.PINS.get((self.name, self.tag))
+        return self.tag
 
     @property
     def prefix(self) -> str:
@@ -117,7 +152,9 @@ class Nccl(Component):
             "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
             f"--allow-change-held-packages --allow-downgrades {pinned}",
             f"apt-mark hold {' '.join(packages)}",
-            "rm -rf /var/lib/apt/lists/*"])
+            # The stacks drop docker-clean for their cache mounts; this step has none, so its .debs
+            # (hundreds of MB for libnccl-dev) would stay in the layer.
+            "apt-get clean", "rm -rf /var/lib/apt/lists/*"])
 
     def building_blocks(self) -> list:
         from hpccm.building_blocks import generic_build

@@ -8,11 +8,16 @@ repos are signed-by and it is the current NVIDIA distribution.
 
 from __future__ import annotations
 
+import re
+
 from imagekit import checks
 from imagekit.components import Component
 from imagekit.schema import Option
 
 INBOX_TOOLS = ["infiniband-diags", "perftest", "rdmacm-utils"]
+# The first DOCA release with a repository tree for each distro that came out after DOCA 2.0: DOCA 2.7.0
+# (mid 2024) added Ubuntu 24.04, which DOCA 2.5/2.6 predate. Distros not listed are not judged.
+DOCA_FIRST = {"ubuntu24": (2, 7, 0)}
 RUNTIME_PACKAGES = ("ibverbs-providers", "ibverbs-utils", "libibumad3", "libibverbs1", "librdmacm1")
 
 
@@ -47,6 +52,14 @@ class Ofed(Component):
         if self.opts.get("flavor") == "mlnx" and self.stack.base.arch == "aarch64" \
                 and self.stack.base.distro.startswith("ubuntu24"):
             self.error("flavor", "MLNX OFED has no ubuntu24 aarch64 build", "use `flavor: doca`")
+        first = DOCA_FIRST.get(self.stack.base.distro)
+        if self.opts.get("flavor") == "doca" and first and self.opts.get("version"):
+            have = tuple(int(x) for x in re.findall(r"\d+", self.version)[:3])
+            if have < first:
+                wanted = ".".join(map(str, first))
+                self.error("version", f"DOCA {self.version} predates {self.stack.base.distro}: NVIDIA's DOCA "
+                           f"repository has no {self.stack.base.distro} tree before DOCA {wanted}",
+                           f'use DOCA "{wanted}" or newer ("2.9.1" LTS; "2.10.0" or later for ConnectX-8)')
 
     def building_blocks(self) -> list:
         from hpccm.building_blocks import doca_ofed, mlnx_ofed

@@ -24,6 +24,10 @@ PREFIX = "/usr/local/openmpi"
 NO_FABRIC_ENV = "OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any OMPI_MCA_opal_warn_on_missing_libcuda=0"
 
 
+def _vt(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version)[:3])
+
+
 class Openmpi(Component):
     name = "openmpi"
     summary = "OpenMPI with UCX (pml ucx), external PMIx, CUDA and Slurm options"
@@ -63,6 +67,12 @@ class Openmpi(Component):
                 and tuple(int(x) for x in re.findall(r"\d+", pmix.version)[:2]) < (4, 2):
             pmix.error("version", f"OpenMPI {self.version} needs PMIx 4.2.0 or newer, not {pmix.version} "
                        "(ompi VERSION: pmix_min_version=4.2.0)", 'use PMIx "4.2.9" or "5.0.7"')
+        if self.source == "upstream" and self.series == "4.1" and pmix is not None and self.enabled("pmix") \
+                and pmix.source == "upstream" and _vt(self.version) < (4, 1, 6) and _vt(pmix.version) >= (4, 2, 3):
+            # Open MPI 4.1.6 NEWS: "properly handle PMIx v>=4.2.3"; before it, its pmix4x glue breaks on them.
+            self.error("version", f"Open MPI {self.version} cannot use PMIx {pmix.version}: Open MPI 4.1 handles "
+                       "PMIx 4.2.3 and later only from 4.1.6 (Open MPI NEWS)",
+                       'use Open MPI "4.1.8" (or "5.0.10" with PMIx 5), or PMIx "4.2.2"')
 
     def check_stack(self) -> None:
         """CUDA-aware MPI over pml ucx moves GPU buffers through UCX: a UCX without CUDA cannot."""

@@ -1,8 +1,8 @@
 """UCX: the communication layer under OpenMPI's ``pml ucx`` (and UCC, NCCL's UCX plugin).
 
 Built thread-safe (``--enable-mt``): without it Open MPI's UCX PML refuses
-MPI_THREAD_MULTIPLE and silently falls back to ob1 (TCP) for Horovod and any
-threaded MPI program (ompi ``pml_ucx.c``: "UCP worker does not support
+MPI_THREAD_MULTIPLE and silently falls back to ob1 (TCP) for any threaded MPI
+program (ompi ``pml_ucx.c``: "UCP worker does not support
 MPI_THREAD_MULTIPLE"). Only the libraries and tools are built: UCX's test
 apps and examples are not installed and some do not compile against CUDA 13.
 """
@@ -48,6 +48,10 @@ class Ucx(Component):
     distro_note = "UCX (distro)"
     distro_versions = {"debian12": "1.13.1", "debian13": "1.18.1", "debian11": "1.10.1", "ubuntu22": "1.12.1",
                        "ubuntu24": "1.16.0"}
+    acceptable = {
+        "ucx-before-cuda13": "UCX < 1.19.1 built against CUDA 13, which upstream never released it for",
+        "ucx-cuda-hooks": "UCX < 1.18.1 with CUDA on x86_64, whose memory hooks fail on R575+ drivers",
+    }
 
     def configure(self) -> None:
         super().configure()
@@ -62,6 +66,27 @@ class Ucx(Component):
             self.error("version", f"UCX {self.version} does not build against CUDA 12 (fixed in 1.14.1: "
                        "UCX NEWS, \"Fixed compatibility with CUDA 12\")", 'use UCX "1.14.1" or newer')
 
+    def check_stack(self) -> None:
+        cuda = self.stack.provider("cuda")
+        if self.source != "upstream" or not self.enabled("cuda") or cuda is None:
+            return
+        version = _version_tuple(self.version)
+        if int(cuda.major) >= 13 and version < (1, 19, 1):
+            # Finding 9 of the second CUDA review: a release built against a CUDA it predates, patched
+            # to compile, is not what upstream tested; CUDA-aware MPI with cuMem/VMM buffers (NCCL >= 2.19,
+            # PyTorch's expandable segments) is where it breaks.
+            self.refuse_unless_accepted(
+                "ucx-before-cuda13", "version",
+                f"UCX {self.version} predates CUDA 13: upstream added CUDA 13 in 1.19.1 (UCX NEWS: \"Added "
+                "CUDA 13 support to the release pipeline\") and 1.20.0, and this build would only compile "
+                "with a typedef patched in", 'use UCX "1.19.1" or newer ("1.20.1")')
+        elif self.stack.base.arch == "x86_64" and version < (1, 18, 1):
+            self.refuse_unless_accepted(
+                "ucx-cuda-hooks", "version",
+                f"UCX {self.version} cannot hook libcuda from R575+ drivers on x86_64 (openucx/ucx#10627, fixed "
+                "in 1.18.1 and 1.19.0): its memory and registration caches then miss cudaFree, which "
+                "crashes CUDA-aware MPI", 'use UCX "1.18.1" or newer ("1.20.1")')
+
     @property
     def prefix(self) -> str:
         return PREFIX if self.source == "upstream" else "/usr"
@@ -71,7 +96,7 @@ class Ucx(Component):
         of its versioned name; UCX 1.19 switched to the versioned name, and this does the same."""
         cuda = self.stack.provider("cuda")
         if self.enabled("cuda") and cuda is not None and int(cuda.major) >= 13 \
-                and _version_tuple(self.version) < (1, 19):
+                and _version_tuple(self.version) < (1, 19) and self.accepted("ucx-before-cuda13"):
             return ["CPPFLAGS=-DPFN_cuMemGetHandleForAddressRange=PFN_cuMemGetHandleForAddressRange_v11070"]
         return []
 
@@ -85,7 +110,9 @@ class Ucx(Component):
             blocks.append(xpmem())
         (artifact,) = self.artifacts()
         src = sources.block_source(self.stack, artifact)
-        opts = ["--enable-mt", "--disable-static", "--enable-optimizations", "--disable-logging",
+        # Logging stays in (UCX's default, as HPC-X and most sites ship it): UCX_LOG_LEVEL is how a field
+        # problem is triaged.
+        opts = ["--enable-mt", "--disable-static", "--enable-optimizations",
                 "--disable-debug", "--disable-assertions", "--disable-params-check", "--disable-doxygen-doc",
                 "--without-java", "--without-go", "--without-rocm",
                 "--with-cuda=/usr/local/cuda" if self.enabled("cuda") else "--without-cuda",

@@ -37,6 +37,8 @@ def recipe_labels(stack: "Stack") -> dict[str, str]:
         for key, value in comp.labels().items():
             if value != "":
                 labels[component_label(name, key)] = value
+        if comp.opts.get("accept"):  # the risks the stack took on knowingly travel with the image
+            labels[component_label(name, "accepted")] = ",".join(comp.opts["accept"])
     for role, name in sorted(stack.roles().items()):
         labels[role_label(role)] = name
         comp = stack.components[name]

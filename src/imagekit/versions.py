@@ -1,0 +1,163 @@
+"""Versions as data: each pin of a stack against what is served today.
+
+A pin is a component's version (or a pip requirement with ``==``) as the stack
+file writes it. PyPI pins (NCCL and CUDA wheels, torch, pip requirements) are
+compared with what pip's own configured index serves (``pip index versions``:
+its index-url, extra-index-url and find-links, so a site's proxy or mirror
+answers, and no host is named here). NCCL from NVIDIA's apt repo is compared with
+the NCCL wheel of the same CUDA major (the same releases; the apt repo itself is
+the registry's, out of reach here). Upstream release files are compared with the
+site mirror's listing when a mirror directory is given, and with the versions
+imagekit (and the site pins file) pin otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from imagekit import components, sources
+from imagekit.errors import ImagekitError
+
+
+@dataclass
+class Row:
+    stack: str
+    component: str
+    package: str        # what is looked up: a PyPI name, or the upstream file's name pattern
+    pinned: str
+    newest: str | None  # newest served, None when nothing is served (or nothing could be asked)
+    behind: str         # "yes", "no", "not served", "unknown"
+    where: str          # "package index", "site mirror", "imagekit pins"
+    file: str | None = None
+    line: int | None = None
+    key: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class IndexError_(ImagekitError):
+    """pip itself could not be run."""
+
+    exit_code = 2
+
+
+_INDEX_CACHE: dict[str, list[str]] = {}
+
+
+def served(package: str) -> list[str]:
+    """The versions pip's configured index serves for ``package``, newest first ([] when none)."""
+    if package not in _INDEX_CACHE:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package,
+                                   "--disable-pip-version-check"], capture_output=True, text=True, timeout=180)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise IndexError_(f"cannot ask the package index about {package}: {exc}",
+                              "check pip's index settings (pip config list)") from None
+        found = re.search(r"^Available versions: (.*)$", proc.stdout, re.M)
+        _INDEX_CACHE[package] = [v.strip() for v in found.group(1).split(",")] if found else []
+    return _INDEX_CACHE[package]
+
+
+def _newest(versions: list[str]) -> str | None:
+    parsed = []
+    for v in versions:
+        try:
+            parsed.append((Version(v), v))
+        except InvalidVersion:
+            continue
+    return max(parsed)[1] if parsed else None
+
+
+def _behind(pinned: str, newest: str | None, available: list[str]) -> str:
+    if newest is None:
+        return "not served"
+    try:
+        if not any(Version(v) == Version(pinned) for v in available):
+            return "not served"
+        return "yes" if Version(pinned) < Version(newest) else "no"
+    except InvalidVersion:
+        return "unknown"
+
+
+def _pos(component, key: str = "version") -> tuple[str | None, int | None]:
+    where = component.where
+    if where is not None and hasattr(where, "pos") and key in where:
+        return where.pos(key)
+    return getattr(where, "file", component.stack.file), getattr(where, "line", None)
+
+
+def _pypi_pins(component) -> list[tuple[str, str, str]]:
+    """(PyPI name, pinned version, option key) for what this component takes from the package index."""
+    name, version = component.name, component.opts.get("version")
+    if name == "nccl" and version and component.source in ("pypi", "repo") and component.cuda:
+        # The repo's libnccl2 and the wheel are the same NCCL release, packaged twice.
+        return [(f"nvidia-nccl-cu{component.cuda.split('.')[0]}", version.split("-")[0], "version")]
+    if name == "cuda" and component.source == "pypi" and version:
+        return [("cuda-toolkit", version, "version")]
+    if name == "pytorch" and version:
+        return [("torch", version, "version")]
+    out = []
+    for req in component.opts.get("pip") or []:
+        found = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([^\s;,]+)\s*", req)
+        if found:
+            out.append((found.group(1), found.group(3), "pip"))
+    return out
+
+
+def _mirror_versions(component, mirror: str) -> list[str]:
+    """Versions of this component's release file in a mirror directory."""
+    template = component.upstream_file[0].replace("{tag}", "{version}")
+    if template.count("{version}") != 1 or re.search(r"\{(?!version\})", template):
+        return []  # named by more than its version (HPC-X's build label): not listable
+    head, tail = (re.escape(part) for part in template.split("{version}"))
+    pattern = re.compile(head + r"(\d[\w.+-]*?)" + tail)
+    return [m.group(1) for path in sorted(Path(mirror).iterdir()) if (m := pattern.fullmatch(path.name))]
+
+
+def rows(stack, mirror: str | None = None) -> list[Row]:
+    """One row per pin of ``stack`` (a resolved variant)."""
+    out = []
+    for component in stack.components.values():
+        for package, pinned, key in _pypi_pins(component):
+            available = served(package)
+            newest = _newest(available)
+            file, line = _pos(component, key)
+            out.append(Row(stack.stack_name, component.name, package, pinned, newest,
+                           _behind(pinned, newest, available), "package index", file, line,
+                           f"components.{component.name}.{key}"))
+        if component.upstream_file and component.source == "upstream" and component.opts.get("version"):
+            pinned = component.pin_version
+            if mirror and not sources._is_url(mirror) and Path(mirror).is_dir():
+                available, where = _mirror_versions(component, mirror), "site mirror"
+            else:
+                pins = {**sources.PINS, **sources.site_pins(components.pinnable())}
+                available, where = [v for (c, v) in pins if c == component.name], "imagekit pins"
+            newest = _newest(available)
+            file, line = _pos(component)
+            behind = _behind(pinned, newest, available)
+            if behind == "not served" and where == "imagekit pins":
+                behind = "unknown"  # a stack's own `sha256:` pins what imagekit does not list
+            out.append(Row(stack.stack_name, component.name,
+                           component.upstream_file[0].replace("{tag}", "{version}"), pinned, newest, behind, where,
+                           file, line, f"components.{component.name}.version"))
+    return out
+
+
+def report(stacks: list, mirror: str | None = None) -> list[Row]:
+    """Rows for every variant of every stack, one per distinct pin of each stack file."""
+    seen, out = set(), []
+    for stack in stacks:
+        for row in rows(stack, mirror):
+            key = (row.stack, row.component, row.package, row.pinned)
+            if key not in seen:
+                seen.add(key)
+                out.append(row)
+    return out

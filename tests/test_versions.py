@@ -1,0 +1,98 @@
+"""`imagekit stacks --outdated`: each pin against what the package index and the site mirror serve."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from imagekit import stack as stack_mod
+from imagekit import versions
+from imagekit.cli import main
+
+STACK = """\
+name: small
+base: {image: imagekit/debian:bookworm, distro: debian12}
+components:
+  nccl: {source: pypi, version: "2.21.5", cuda: "12"}
+  python:
+    pip: ["mpi4py==%s"]
+"""
+
+
+@pytest.fixture
+def stub_index(tmp_path, monkeypatch):
+    """A local PEP 503 simple index (file://), made here, as pip's only configured index: it serves
+    nvidia-nccl-cu12 2.21.5 and 2.28.9 and mpi4py 4.0.1. No network: this is the offline test."""
+    root = tmp_path / "simple"
+    for name, files in {"nvidia-nccl-cu12": ["nvidia_nccl_cu12-2.21.5-py3-none-any.whl",
+                                             "nvidia_nccl_cu12-2.28.9-py3-none-any.whl"],
+                        "mpi4py": ["mpi4py-4.0.1-py3-none-any.whl"]}.items():
+        (root / name).mkdir(parents=True)
+        (root / name / "index.html").write_text(
+            "<html><body>" + "".join(f'<a href="../../files/{f}">{f}</a>' for f in files) + "</body></html>")
+    for key in [k for k in os.environ if k.startswith("PIP_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # pip reads no config file: only this index
+    monkeypatch.setenv("PIP_INDEX_URL", root.as_uri())
+    monkeypatch.setattr(versions, "_INDEX_CACHE", {})
+    return root
+
+
+def test_outdated_compares_each_pin_with_the_stub_index(stub_index, write_stack):
+    path = write_stack(STACK % "4.0.1")
+    result = CliRunner().invoke(main, ["stacks", "--outdated", "--json", str(path)])
+    assert result.exit_code == 0, result.output
+    rows = {r["component"] + ":" + r["package"]: r for r in json.loads(result.stdout)}
+    nccl = rows["nccl:nvidia-nccl-cu12"]
+    assert (nccl["pinned"], nccl["newest"], nccl["behind"], nccl["where"]) == ("2.21.5", "2.28.9", "yes", "package index")
+    assert nccl["line"] == 4 and nccl["key"] == "components.nccl.version"
+    assert (rows["python:mpi4py"]["newest"], rows["python:mpi4py"]["behind"]) == ("4.0.1", "no")
+    text = CliRunner().invoke(main, ["stacks", "--outdated", str(path)]).stdout
+    assert "small\n" in text and "nccl          2.21.5     2.28.9     yes" in text
+
+
+def test_a_pin_the_index_does_not_serve_is_one_error_naming_file_line_and_key(stub_index, write_stack):
+    path = write_stack(STACK % "9.9.9")
+    result = CliRunner().invoke(main, ["stacks", "--outdated", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.count("imagekit: error:") == 1
+    assert f"{path}:6: components.python.pip: the package index does not serve mpi4py 9.9.9 (newest: 4.0.1)" \
+        in result.stderr
+
+
+def test_an_nccl_wheel_pypi_does_not_publish_is_refused_at_load_before_any_build(write_stack):
+    path = write_stack(STACK.replace("2.21.5", "2.99.1") % "4.0.1")
+    result = CliRunner().invoke(main, ["render", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}:4: components.nccl.version: PyPI has no nvidia-nccl-cu12 2.99.1" in result.stderr
+
+
+def test_upstream_pins_against_the_site_mirror_listing(site_mirror, write_stack, monkeypatch):
+    monkeypatch.setattr(versions, "served", lambda package: [])  # only the mirror is asked here
+    path = write_stack("""\
+name: mpi
+base: {image: imagekit/debian:bookworm, distro: debian12}
+components:
+  pmix: {version: "4.2.2"}
+  ucx: {version: "1.13.1", ofed: false}
+""")
+    rows = {r.component: r for r in versions.report(stack_mod.load_all(path), str(site_mirror))}
+    assert (rows["pmix"].newest, rows["pmix"].behind, rows["pmix"].where) == ("5.0.7", "yes", "site mirror")
+    assert (rows["ucx"].newest, rows["ucx"].behind) == ("1.18.1", "yes")
+    without = {r.component: r for r in versions.report(stack_mod.load_all(path))}
+    assert without["pmix"].where == "imagekit pins" and without["pmix"].newest == "5.0.10"
+
+
+def test_outdated_against_the_real_package_index(write_stack, monkeypatch):
+    """For real: pip's configured index (PyPI here) serves newer NCCL wheels than 2.21.5 (2024)."""
+    monkeypatch.setattr(versions, "_INDEX_CACHE", {})
+    path = write_stack(STACK % "4.0.1")
+    result = CliRunner().invoke(main, ["stacks", "--outdated", "--json", str(path)])
+    assert result.exit_code == 0, result.output
+    nccl = next(r for r in json.loads(result.stdout) if r["component"] == "nccl")
+    from packaging.version import Version
+
+    assert nccl["behind"] == "yes" and Version(nccl["newest"]) >= Version("2.32.3")
