@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from imagekit import image_facts
+from imagekit.image_facts import reader, writer
 from imagekit.check import stack_checks
 from imagekit.image_facts import LabelSchemaError
 from stack_helpers import DEBIAN, load_text
@@ -26,7 +27,7 @@ components:
 
 def _labels(tmp_path, text=MPI_STACK, target="runtime"):
     s = load_text(tmp_path, text)
-    return s, {**image_facts.recipe_labels(s), **image_facts.build_labels(s, target, "ab" * 32)}
+    return s, {**writer.recipe_labels(s), **writer.build_labels(s, target, "ab" * 32)}
 
 
 def test_labels_round_trip_as_typed_facts(tmp_path):
@@ -92,14 +93,14 @@ def test_roles_of_a_bundle_record_the_version_of_what_fills_them(tmp_path, monke
     s, _ = _labels(tmp_path)
     mpi = s.get("openmpi")
     monkeypatch.setattr(type(mpi), "role_versions", lambda self: {"mpi": "9.9.9"})
-    labels = image_facts.recipe_labels(s)
+    labels = writer.recipe_labels(s)
     assert labels[image_facts.role_label("mpi", "version")] == "9.9.9"
     assert image_facts.role_label("pmix", "version") not in labels
     assert image_facts.from_labels(labels).role_version("mpi") == "9.9.9"
 
 
 def test_missing_file_images_say_why():
-    facts = image_facts.read("./nowhere.sqsh")
+    facts = reader.read("./nowhere.sqsh")
     assert facts.labels is None and "not on this host" in facts.reason
 
 
@@ -117,12 +118,12 @@ def test_an_image_its_sqsh_and_its_sif_give_the_same_facts(tmp_path, base_image)
     cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
     proc = subprocess.run(cmd + [str(tmp_path / "ctx")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    from_engine = image_facts.read(tag)
+    from_engine = reader.read(tag)
     assert from_engine.known and from_engine.provider("mpi").name == "openmpi"
     for fmt, name in (("enroot", "x.sqsh"), ("sif", "x.sif")):
         out = tmp_path / name
         export_image(tag, fmt, out)
-        from_file = image_facts.read(str(out))
+        from_file = reader.read(str(out))
         assert from_file.known, (fmt, from_file.reason)
         assert {**from_file.as_dict(), "ref": tag} == from_engine.as_dict(), fmt
         assert from_file.checks == from_engine.checks and from_file.benchmark == from_engine.benchmark
@@ -141,7 +142,7 @@ def test_recorded_env_travels_with_the_facts():
     assert facts.env == {"NVIDIA_VISIBLE_DEVICES": "all"}
     unread = image_facts.from_labels(None, ref="img", reason="not here")
     assert unread.env is None and unread.reason == "not here"
-    assert image_facts.read("./nowhere.sif").env is None    # not on this host: unknown, not empty
+    assert reader.read("./nowhere.sif").env is None    # not on this host: unknown, not empty
 
 
 def test_a_squashfs_without_labels_still_gives_its_env(tmp_path):
@@ -152,7 +153,7 @@ def test_a_squashfs_without_labels_still_gives_its_env(tmp_path):
     out = tmp_path / "plain.sqsh"
     subprocess.run(["mksquashfs", str(root), str(out), "-quiet", "-no-progress"], check=True,
                    stdout=subprocess.DEVNULL)
-    facts = image_facts.read(str(out))
+    facts = reader.read(str(out))
     assert facts.labels is None and "records no labels" in facts.reason
     assert facts.env == {"PATH": "/usr/bin", "NVIDIA_VISIBLE_DEVICES": "all"}
 
@@ -164,13 +165,13 @@ def test_the_env_reads_the_same_from_an_image_its_sqsh_and_its_sif(tmp_path, bas
     import gpu_image
 
     tag = gpu_image.build(base_image)
-    from_engine = image_facts.read(tag)
+    from_engine = reader.read(tag)
     assert from_engine.env is not None and from_engine.env.items() >= gpu_image.ENV.items()
     assert from_engine.labels is not None and not from_engine.known     # unlabelled: env read all the same
     for fmt, name in (("enroot", "gpu.sqsh"), ("sif", "gpu.sif")):
-        from_file = image_facts.read(str(gpu_image.export(tag, fmt, tmp_path / name)))
+        from_file = reader.read(str(gpu_image.export(tag, fmt, tmp_path / name)))
         assert from_file.env == from_engine.env, fmt
-    plain = image_facts.read(base_image)
+    plain = reader.read(base_image)
     assert plain.env is not None and "NVIDIA_VISIBLE_DEVICES" not in plain.env
 
 
@@ -188,7 +189,7 @@ def test_the_readme_documents_every_label_written(tmp_path):
         for name in full:
             patterns.append(re.escape(name).replace("NAME", "[^.]+").replace("ROLE", "[^.]+").replace("KEY", "[^.]+"))
     _s, labels = _labels(tmp_path)
-    labels.update(image_facts.base_labels("debian", "bookworm", "http://mirror", ["main"]))
+    labels.update(writer.base_labels("debian", "bookworm", "http://mirror", ["main"]))
     for key in labels:
         if key.startswith(image_facts.PREFIX):
             assert any(re.fullmatch(p, key) for p in patterns), f"{key} is not documented in README.md"

@@ -57,3 +57,13 @@ def test_build_export_goes_through_the_named_store_or_none(mpi_image, tmp_path):
     direct = build("--no-store")
     assert direct["store_entry"] == "" and not direct["store_hit"]
     assert (out / "debian-mpi.sqsh").stat().st_size == direct["bytes"]
+
+
+def test_an_unknown_export_format_is_refused_before_building(tmp_path):
+    """With an engine that could build, `--export enrot` fails first: no build log, no output."""
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    result = CliRunner().invoke(main, ["build", "debian-mpi", "--export", "enroot,enrot", "-o", str(out),
+                                       "--log-dir", str(logs)])
+    assert result.exit_code == 2, result.output
+    assert "unknown export format 'enrot'" in result.output and "use one of: enroot, sif" in result.output
+    assert not logs.exists() and not out.exists()

@@ -126,10 +126,10 @@ def test_rootless_build_has_the_labels_checks_and_export_of_the_docker_path(user
     assert statuses["image.no_build_secrets"] == "passed"
     assert statuses["ofed.devices"] == "not-run"
     # The export: an Enroot squashfs whose labels are the image's.
-    from imagekit import image_facts
+    from imagekit.image_facts import reader
 
     (export,) = built["exports"]
-    facts = image_facts.read(export["path"])
+    facts = reader.read(export["path"])
     assert facts.stack == "debian-mpi" and facts.labels["io.imagekit.recipe.sha256"] == labels[
         "io.imagekit.recipe.sha256"]
 

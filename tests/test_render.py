@@ -21,7 +21,8 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from imagekit import image_facts, render, rules
+from imagekit import render, rules
+from imagekit.image_facts import writer
 from imagekit import stack as stack_mod
 from imagekit.components import providers_of, registry
 from imagekit.errors import StackError, UsageError
@@ -165,7 +166,7 @@ def test_unknown_format():
 
 def test_labels_name_every_component_version_and_source():
     s = load(STACKS / "debian-mpi.yaml", "debian-mpi")
-    labels = image_facts.recipe_labels(s)
+    labels = writer.recipe_labels(s)
     assert labels["io.imagekit.stack"] == "debian-mpi"
     assert labels["io.imagekit.components"] == "sshd,ofed,ucx,pmix,openmpi,nccl,python"
     assert labels["io.imagekit.component.openmpi.pmix"] == "true"
@@ -309,7 +310,7 @@ def test_generated_stacks_render_or_raise_stack_error(text):
             first = render.render(s, fmt)
             assert render.render(s, fmt) == first
             assert render.render(s, fmt, single_stage=True) != first
-        labels = image_facts.recipe_labels(s)
+        labels = writer.recipe_labels(s)
         assert labels["io.imagekit.components"] == ",".join(s.components)
         for comp in s.components.values():
             comp.checks()  # must not raise on any accepted stack

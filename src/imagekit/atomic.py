@@ -12,6 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from imagekit import owners, quoting
+
 
 def current_umask() -> int:
     """This process's umask, read without changing it (another thread may be creating files)."""
@@ -32,8 +34,6 @@ def target(path: str | os.PathLike, mode: int = 0o644, sync: bool = False) -> It
     (large exports on shared filesystems). Any exception, KeyboardInterrupt included, removes
     the temporary file.
     """
-    from imagekit import owners
-
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     owners.sweep_parts(final)  # what a killed earlier run left (never a live writer's)
@@ -54,8 +54,6 @@ def target(path: str | os.PathLike, mode: int = 0o644, sync: bool = False) -> It
 
 def write_text(path: str | os.PathLike, text: str, mode: int = 0o644) -> Path:
     """UTF-8; non-UTF-8 bytes that came in through argv (surrogateescape) are written back as they came."""
-    from imagekit import quoting
-
     with target(path, mode) as tmp:
         tmp.write_bytes(quoting.encode(text))
     return Path(path)

@@ -23,8 +23,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import quoting
+from imagekit import engine, engines, podman, quoting
 from imagekit.errors import ImagekitError, UsageError
+from imagekit.image_facts import reader, writer
 
 # distro -> (suites known to debootstrap, the apt source file pattern to find a mirror)
 KNOWN = {
@@ -100,11 +101,9 @@ def host_mirror(distro: str, apt_dir: Path = Path("/etc/apt")) -> str | None:
 def ensure(name: str, *, mirror: str | None = None, tag: str | None = None, force: bool = False,
            components: tuple[str, ...] = ("main",), log=print, engine_name: str = "docker") -> str:
     """Make the base image unless an image with that tag already exists; return its tag."""
-    from imagekit import engine, image_facts
-
     spec = parse(name, mirror, tag, components)
-    if not force and engine.of(engine_name).image_exists(spec.tag):
-        had = ",".join(image_facts.read(spec.tag, engine_name).base_components) or "main"
+    if not force and engines.of(engine_name).image_exists(spec.tag):
+        had = ",".join(reader.read(spec.tag, engine_name).base_components) or "main"
         if had == ",".join(spec.components):
             log(f"base image {spec.tag} exists; reusing it (--force to rebuild)")
             return spec.tag
@@ -114,8 +113,6 @@ def ensure(name: str, *, mirror: str | None = None, tag: str | None = None, forc
 
 
 def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker") -> None:
-    from imagekit import engine, image_facts
-
     created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     changes = [
         'CMD ["/bin/bash"]',
@@ -125,10 +122,8 @@ def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker") -> N
         f"LABEL org.opencontainers.image.created={created}",
     ]
     changes += [f"LABEL {key}={quoting.dockerfile_string(value, 'base image', key)}" for key, value in
-                image_facts.base_labels(spec.distro, spec.suite, spec.mirror, list(spec.components)).items()]
+                writer.base_labels(spec.distro, spec.suite, spec.mirror, list(spec.components)).items()]
     if engine_name == "podman":
-        from imagekit import podman
-
         import_cmd = [podman.cli(), "import"]
     else:
         import_cmd = [engine.docker_cli(), "import"]

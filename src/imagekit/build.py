@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import engine, image_facts, podman, procs, render, sources
+from imagekit import engine, engines, podman, procs, render, sources
 from imagekit.errors import ImagekitError, UsageError
+from imagekit.image_facts import writer
 
 TARGETS = ("runtime", "devel")
 # The stack's arch decides the platform: a build on another arch's host must not silently take
@@ -84,7 +85,7 @@ def image_name(stack, target: str) -> str:
 
 def check_bases(stack, engine_name: str = "docker") -> None:
     """Refuse early when a local-only base image is missing, naming the command that makes it."""
-    images = engine.of(engine_name)
+    images = engines.of(engine_name)
     for ref in {stack.base.image, stack.base.runtime}:
         if images.image_exists(ref):
             continue
@@ -109,7 +110,7 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
     """
     if target not in TARGETS:
         raise UsageError(f"unknown target {target!r}", f"use one of: {', '.join(TARGETS)}")
-    images = engine.of(engine_name)
+    images = engines.of(engine_name)
     if engine_name == "podman" and (cache_from or inline_cache):
         raise UsageError("--cache-from and --inline-cache are BuildKit's registry cache",
                          "drop them with --engine podman: its layer cache is the local store")
@@ -124,7 +125,7 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
     bundle = resolve_ca_bundle(ca_bundle)
     text = render.render(stack, "docker", single_stage=single_stage)
     digest = render.recipe_hash(text)
-    labels = {**image_facts.build_labels(stack, target, digest), **(extra_labels or {})}
+    labels = {**writer.build_labels(stack, target, digest), **(extra_labels or {})}
 
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -17,24 +17,19 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from imagekit import engine, engines, image_facts, podman, records
 from imagekit import checks as checks_mod
-from imagekit import engine
+from imagekit.atomic import target
+# Which checks an image gets is the model's answer (the label writer needs it too); the runner re-exports it.
+from imagekit.checks import LOGIN_ENV, NO_SECRETS, elf_prefixes, stack_checks  # noqa: F401
 from imagekit.errors import ImagekitError, UsageError
+from imagekit.image_facts import reader
 
 MODULE = Path(__file__).parent / "data" / "testinfra_checks.py"
 # Hardware a check may need, and what offering it to the container means.
 HARDWARE = {"gpu": ["--gpus", "all"], "fabric": ["--device", "/dev/infiniband", "--ulimit", "memlock=-1"]}
 # Podman 4.3 has no --gpus: GPUs come through CDI (nvidia-ctk cdi generate); memlock stays the user's.
 PODMAN_HARDWARE = {"gpu": ["--device", "nvidia.com/gpu=all"], "fabric": ["--device", "/dev/infiniband"]}
-# Asked of every image: no secret may be baked into a layer.
-NO_SECRETS = [
-    checks_mod.absent("image.no_ssh_private_keys", "/root/.ssh/id_* /home/*/.ssh/id_* /etc/ssh/ssh_host_*_key",
-                      "no ssh private keys in the image"),
-    checks_mod.absent("image.no_build_secrets", "/run/secrets/* /root/.docker/config.json /root/.pip/pip.conf",
-                      "no build secrets or registry credentials in the image"),
-]
-# Asked of every image: Enroot and Pyxis start commands through a login shell, as root and as users.
-LOGIN_ENV = checks_mod.login_env("image.login_env", [0, 65534])
 
 
 @dataclass
@@ -70,36 +65,10 @@ class Report:
                 "checks": [asdict(o) for o in self.outcomes]}
 
 
-def stack_checks(stack, target: str = "runtime") -> list[checks_mod.Check]:
-    """Every check for the ``target`` image: the components', the stack file's, and the generic ones.
-
-    The devel image gets them all; the runtime image leaves out what only devel carries (nvcc).
-    """
-    out = []
-    for component in stack.components.values():
-        out += component.checks()
-    prefixes = elf_prefixes(stack)
-    generic = [checks_mod.ldd_closure("image.ldd_closure", prefixes)] if prefixes else []
-    return [c for c in out + list(stack.checks) + generic + NO_SECRETS + [LOGIN_ENV]
-            if c.target is None or c.target == target]
-
-
-def elf_prefixes(stack) -> list[str]:
-    """The install prefixes the stack's components own (not /usr itself: dpkg keeps that closed)."""
-    out: list[str] = []
-    for component in stack.components.values():
-        prefix = getattr(component, "prefix", None)
-        if prefix and prefix not in ("/usr", "/usr/local") and prefix not in out:
-            out.append(prefix)
-    return out
-
-
 def checks_from_image(image: str, engine_name: str = "docker") -> list[dict]:
     """The checks the image's label carries, as JSON objects; each is refused here, naming the image,
     if no kind reads it (the label is the image builder's text)."""
-    from imagekit import image_facts
-
-    specs = image_facts.read(image, engine_name=engine_name).checks
+    specs = reader.read(image, engine_name=engine_name).checks
     if not specs:
         raise UsageError(f"image {image} carries no imagekit checks (label {image_facts.CHECKS})",
                          "give the stack: `imagekit check STACK --image IMAGE`")
@@ -128,14 +97,12 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
         if hw not in HARDWARE:
             raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
     if engine_name == "podman":
-        from imagekit import podman
-
         image_id = podman.inspect(image).id  # a clear error when the image is not there
         hardware = [a for hw in with_ for a in PODMAN_HARDWARE[hw]]
         with podman.throwaway(image, options=["--network", "none", *hardware], purpose="check") as container:
             return _run_in(container, image, specs, podman.cli(), junit=junit, with_=with_, assume=assume,
                            image_id=image_id, backend="podman")
-    image_id = engine.of(engine_name).inspect(image).id  # a clear error when the image is not there
+    image_id = engines.of(engine_name).inspect(image).id  # a clear error when the image is not there
     cli = engine.docker_cli()
     hardware = [a for hw in with_ for a in HARDWARE[hw]]
     with engine.throwaway(image, options=["--network", "none", *hardware], idle=True, purpose="check") as container:
@@ -168,13 +135,10 @@ def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: s
             raise ImagekitError("the testinfra run produced no results", "run with a working pytest-testinfra")
         report = Report(image=image, outcomes=_outcomes(xml_path, specs))
         counts = report.counts()
-        from imagekit import records
 
         records.add(image_id, "check", image=image, passed=counts["passed"],
                     failed=counts["failed"], not_run=counts["not-run"], with_=list(with_))
         if junit:
-            from imagekit.atomic import target
-
             with target(junit) as tmp:
                 shutil.copy(xml_path, tmp)
             report.junit = junit

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from imagekit import owners
 from imagekit.errors import EngineError
 
 if TYPE_CHECKING:
@@ -76,7 +77,6 @@ def client():
         c.ping()
     except Exception as exc:  # docker raises several unrelated types here
         raise EngineError(f"no Docker engine answers ({_short(exc)})", SETUP_HINT) from None
-    from imagekit import owners
 
     try:
         owners.sweep_engine(c)  # containers and networks of imagekit runs that were killed
@@ -95,22 +95,6 @@ def docker_cli() -> str:
     if found is None:
         raise EngineError("no docker client found", SETUP_HINT)
     return found
-
-
-def of(name: str):
-    """The module that answers ``inspect``, ``image_exists``, ``image_id`` and ``tag`` for the engine
-    ``name``: this one for docker, :mod:`imagekit.podman` for podman."""
-    if name == "docker":
-        import sys
-
-        return sys.modules[__name__]
-    if name == "podman":
-        from imagekit import podman
-
-        return podman
-    from imagekit.errors import UsageError
-
-    raise UsageError(f"unknown engine {name!r}", f"use one of: {', '.join(ENGINES)}")
 
 
 def available() -> bool:
@@ -235,8 +219,6 @@ def throwaway(image: str, command: Sequence[str] = (), *, entrypoint: str | None
     shell that waits (``IDLE``), for ``docker exec``. An image with neither ENTRYPOINT
     nor CMD, given no command, gets ``/bin/sh`` as a placeholder.
     """
-    from imagekit import owners
-
     client()  # a clear error when no engine answers; sweeps what dead owners left
     cli = docker_cli()
     if idle:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from imagekit import podman, sources
+from imagekit import build as build_mod
+from imagekit import check as check_mod
+from imagekit import stack as stack_mod
 from imagekit.errors import ImagekitError
+from imagekit.export import export_image, formats
+from imagekit.export.image_source import PODMAN
 
 
 def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", single_stage: bool = False,
@@ -24,23 +30,18 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
     Exports go through the export store (``store``: a directory, None for the default)
     unless ``use_store`` is false, as ``imagekit export`` does.
     """
-    from imagekit import build as build_mod
-    from imagekit import stack as stack_mod
-
+    for fmt in exports:        # refused before any build: `--export enrot` must not cost a build and the checks
+        formats.get(fmt)
     path, implied = stack_mod.find(ref)
     variant = variant or implied
     stacks = [stack_mod.load(path, variant)] if variant else stack_mod.load_all(path)
     if mirror:
-        from imagekit import sources
-
         for one in stacks:
             one.mirror = sources.resolve_mirror(one.file, None, mirror)
     if tags and len(stacks) > 1:
         raise ImagekitError("--tag with several matrix variants would give them all the same tag",
                             "add --variant NAME, or use {placeholders} in the stack's tags")
     if engine_name == "podman":
-        from imagekit import podman
-
         podman.preflight()   # the user's subordinate ids: one error before anything starts
     results = []
     for stack in stacks:
@@ -55,8 +56,6 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
         entry["build"].pop("labels", None)
         image = result.tags[0]
         if run_checks:
-            from imagekit import check as check_mod
-
             report = check_mod.run(image, check_mod.stack_checks(stack, target), engine_name=engine_name)
             entry["check"] = report.as_dict()
             counts = report.counts()
@@ -69,17 +68,13 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
                 again = f"imagekit check {image}" + (" --engine podman" if engine_name == "podman" else "")
                 raise ImagekitError(f"checks failed for {image}; nothing exported", f"see `{again}`")
         if exports:
-            from imagekit.export import export_image
-            from imagekit.export.image_source import PODMAN
-
             # Podman's image is read from the user's store (skopeo's containers-storage: form).
             source = f"{PODMAN}{image}" if engine_name == "podman" else image
 
             entry["exports"] = []
             Path(output_dir).mkdir(parents=True, exist_ok=True)
             for fmt in exports:
-                suffix = {"enroot": "sqsh", "sif": "sif"}.get(fmt, fmt)
-                out = Path(output_dir) / f"{stack.name}.{suffix}"
+                out = Path(output_dir) / f"{stack.name}{formats.get(fmt).suffix}"
                 log(f"exporting {image} -> {out}")
                 entry["exports"].append(_as_dict(export_image(
                     source, fmt, str(out), force=True, store=store, use_store=use_store,

@@ -32,6 +32,8 @@ import uuid
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from imagekit import owners
+from imagekit.engine import Image
 from imagekit.errors import EngineError
 
 ENGINE = "podman"
@@ -204,8 +206,6 @@ def build_argv(context: str, dockerfile: str, *, target: str, platform: str, iid
 
 def inspect(ref: str):
     """The image ``ref`` as an :class:`imagekit.engine.Image` (Docker's shape); ImageMissing if absent."""
-    from imagekit.engine import Image
-
     proc = run(["image", "inspect", "--format", "json", ref], check=False)
     if proc.returncode != 0:
         if "image not known" in proc.stderr or "no such image" in proc.stderr.lower() or "not found" in proc.stderr:
@@ -243,8 +243,6 @@ def remove(*refs: str) -> None:
 @contextlib.contextmanager
 def throwaway(image: str, *, options: Sequence[str] = (), purpose: str = "tmp") -> Iterator[str]:
     """An idle container of ``image`` (for ``podman exec``), removed however the body ends."""
-    from imagekit import owners
-
     name = f"imagekit-{purpose}-{uuid.uuid4().hex[:12]}"
     run(["create", "--name", name, *owners.label_args(), "--entrypoint", IDLE[0], *options, image, *IDLE[1:]],
         what=f"creating a container of {image}")

@@ -12,13 +12,15 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from imagekit import __version__
+from imagekit import __version__, image_facts, quoting
+from imagekit.components import _blocks
+# The BuildKit secret's name lives with the blocks that mount it; `imagekit build` passes the bundle under it.
+from imagekit.components._blocks import CA_SECRET_ID  # noqa: F401
 from imagekit.errors import UsageError
+from imagekit.image_facts import writer
 
 FORMATS = ("docker", "singularity")
 SINGULARITY_VERSION = "3.2"  # first with multi-stage definitions
-# The BuildKit secret Docker recipes mount the CA bundle from; `imagekit build` passes the bundle under it.
-CA_SECRET_ID = "ca-bundle"
 
 
 def reset_hpccm(fmt: str) -> None:
@@ -45,8 +47,6 @@ def stage_parts(stack, target: str) -> list[tuple[str, list]]:
     """The blocks of one stage between its ``FROM`` and its labels, each with its owner (a
     component's name or OWN_LAYERS), in layer order: ``populate`` renders them, and ``imagekit
     report`` aligns an image's history with them."""
-    from imagekit.components import _blocks
-
     if target == "devel":
         parts = [(OWN_LAYERS, _blocks.apt_cache_setup())]
         parts += [(name, list(c.devel())) for name, c in stack.components.items()]
@@ -60,11 +60,9 @@ def populate(devel, runtime, stack, *, single_stage: bool = False) -> None:
     """Fill two hpccm Stages (devel, runtime) for ``stack`` in the current HPCCM format."""
     from hpccm.primitives import baseimage, comment, label
 
-    from imagekit import image_facts
-
     base = stack.base
     common = {"_distro": base.hpccm_distro, "_arch": base.arch, "_bootstrap": base.bootstrap}
-    labels = image_facts.recipe_labels(stack)
+    labels = writer.recipe_labels(stack)
     # Only the file's name: the full path depends on the checkout and on how the
     # stack was named, and would change the recipe hash (io.imagekit.recipe.sha256).
     devel += comment(f"imagekit {__version__}: stack {stack.name} ({Path(stack.file).name}); "
@@ -82,9 +80,6 @@ def populate(devel, runtime, stack, *, single_stage: bool = False) -> None:
 def _quoted(labels: dict[str, str]) -> dict[str, str]:
     """HPCCM writes label values verbatim: Docker needs them quoted (and ``$`` escaped, or it
     substitutes build variables), Singularity's %labels takes the rest of the line as is."""
-    from imagekit import quoting
-    from imagekit.components import _blocks
-
     if not _blocks.docker():
         return {k: quoting.definition_line(v, "recipe", f"label {k}") for k, v in labels.items()}
     return {k: quoting.dockerfile_string(v, "recipe", f"label {k}") for k, v in labels.items()}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from imagekit import engine, image_facts, records
+from imagekit import engine, image_facts, records, render, stack
 
 _INSTRUCTION = re.compile(r"^(RUN|COPY|ADD|ENV|LABEL|WORKDIR|ARG|USER|ENTRYPOINT|CMD|VOLUME|EXPOSE|SHELL)\b",
                           re.M)
@@ -50,8 +50,6 @@ def _attribute(facts: image_facts.ImageFacts, layers: list[dict]) -> bool:
     if not name:
         return False
     try:
-        from imagekit import render, stack
-
         resolved = stack.load(name)
         render.reset_hpccm("docker")
         owners: list[str] = []

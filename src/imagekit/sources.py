@@ -31,9 +31,11 @@ import shutil
 import tempfile
 import urllib.parse
 import urllib.request
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from imagekit import schema, yamlpos
 from imagekit.errors import ImagekitError, StackError
 
 MIRROR_ENV = "IMAGEKIT_MIRROR"
@@ -97,8 +99,10 @@ def site_path() -> str | None:
 _SITE_CACHE: dict[tuple[str, float], dict[tuple[str, str], str]] = {}
 
 
-def site_pins() -> dict[tuple[str, str], str]:
-    """(component, version) -> sha256 from the site pins file, validated (file, line and key on errors)."""
+def site_pins(pinnable: Collection[str]) -> dict[tuple[str, str], str]:
+    """(component, version) -> sha256 from the site pins file, validated (file, line and key on errors);
+    ``pinnable``: the components with upstream release files (the caller knows them: this module
+    sits below the components and does not import them)."""
     path = site_path()
     if not path:
         return {}
@@ -109,14 +113,11 @@ def site_pins() -> dict[tuple[str, str], str]:
                          hint=f"give an existing file with --site or ${SITE_ENV}, or unset it") from None
     key = (str(Path(path).resolve()), stamp)
     if key not in _SITE_CACHE:
-        _SITE_CACHE[key] = _read_site(Path(path))
+        _SITE_CACHE[key] = _read_site(Path(path), pinnable)
     return _SITE_CACHE[key]
 
 
-def _read_site(path: Path) -> dict[tuple[str, str], str]:
-    from imagekit import schema, yamlpos
-    from imagekit.components import registry
-
+def _read_site(path: Path, pinnable: Collection[str]) -> dict[tuple[str, str], str]:
     data = yamlpos.load(path)
     example = 'pins: {ucx: {"1.18.1": "<sha256 of ucx-1.18.1.tar.gz>"}}'
     if not isinstance(data, dict):
@@ -129,7 +130,6 @@ def _read_site(path: Path) -> dict[tuple[str, str], str]:
     if not isinstance(pins, dict):
         file, line = data.pos("pins")
         raise StackError("expected component -> {version: sha256}", file=file, line=line, key="pins", hint=example)
-    pinnable = {name for name, cls in registry().items() if cls.upstream_file}
     out: dict[tuple[str, str], str] = {}
     for component, versions in pins.items():
         file, line = pins.pos(component)
@@ -151,10 +151,10 @@ def _read_site(path: Path) -> dict[tuple[str, str], str]:
     return out
 
 
-def pin(component: str, version: str) -> tuple[str | None, str]:
+def pin(component: str, version: str, pinnable: Collection[str]) -> tuple[str | None, str]:
     """(sha256, where it comes from) for an upstream release file: the site pins file, then imagekit's
     own pins of upstream's files; (None, ...) when neither has it."""
-    site = site_pins().get((component, version))
+    site = site_pins(pinnable).get((component, version))
     if site:
         return site, f"the site pins file {site_path()}"
     if (component, version) in PINS:

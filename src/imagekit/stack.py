@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import checks as checks_mod
-from imagekit import schema, sources, yamlpos
+from imagekit import rules, schema, searchpath, sources, yamlpos
+from imagekit.components import RETIRED, registry
 from imagekit.errors import StackError
 from imagekit.schema import Option
 from imagekit.yamlpos import PosDict, PosList
@@ -169,11 +170,7 @@ def search_path() -> list[Path]:
 def available() -> list[tuple[Path, Path]]:
     """Every stack file on the search path with the directory it came from; a name found in an
     earlier directory hides the same name further on."""
-    seen: dict[str, tuple[Path, Path]] = {}
-    for directory in search_path():
-        for path in sorted(directory.glob("*.yaml")):
-            seen.setdefault(path.stem, (path, directory))
-    return sorted(seen.values(), key=lambda pair: pair[0].stem)
+    return list(searchpath.files(search_path()).values())
 
 
 def shipped() -> list[Path]:
@@ -183,7 +180,7 @@ def shipped() -> list[Path]:
 def find(ref: str) -> tuple[Path, str | None]:
     """A stack path or name (or a variant name) -> (file, variant name or None)."""
     path = Path(ref)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in searchpath.SUFFIXES or path.exists():
         if not path.is_file():
             raise StackError("stack file not found", file=ref,
                              hint=f"shipped stacks: {', '.join(p.stem for p in shipped()) or 'none'}")
@@ -318,9 +315,6 @@ def deep_merge(parent: Any, child: Any) -> Any:
 
 
 def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> Stack:
-    from imagekit import rules
-    from imagekit.components import RETIRED, registry
-
     base_raw = raw["base"]
     base = schema.validate(base_raw, BASE, context="base")
     name = top["name"] + "".join(f"-{v}" for v in variant.values())

@@ -22,7 +22,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from imagekit import sources
+from imagekit import components, sources
 from imagekit.errors import ImagekitError
 
 
@@ -138,7 +138,7 @@ def rows(stack, mirror: str | None = None) -> list[Row]:
             if mirror and not sources._is_url(mirror) and Path(mirror).is_dir():
                 available, where = _mirror_versions(component, mirror), "site mirror"
             else:
-                pins = {**sources.PINS, **sources.site_pins()}
+                pins = {**sources.PINS, **sources.site_pins(components.pinnable())}
                 available, where = [v for (c, v) in pins if c == component.name], "imagekit pins"
             newest = _newest(available)
             file, line = _pos(component)

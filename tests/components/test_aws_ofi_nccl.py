@@ -16,8 +16,9 @@ import subprocess
 import pytest
 
 from added_alone import assert_added_alone
-from imagekit import build, check, engine, image_facts, stack
+from imagekit import build, check, engine, stack
 from imagekit.errors import StackError
+from imagekit.image_facts import writer
 
 PIN = "79f99d3fa604e82ab1b6df57ce63c19bbc53a6b646826bc5fd93c3b422a39961"  # the stand-in mirror's file
 EFA = """\
@@ -48,7 +49,7 @@ def test_it_fills_the_net_plugin_role_and_sets_what_nccl_reads(tmp_path, site_mi
     # Open MPI off pml ucx: no mlx device on EFA (review finding 13); AWS's recipe sets the same.
     assert comp.environment() == {"NCCL_NET_PLUGIN": "ofi", "FI_PROVIDER": "efa", "OMPI_MCA_pml": "^ucx",
                                   "OMPI_MCA_btl": "tcp,self"}
-    assert image_facts.recipe_labels(s)["io.imagekit.component.aws-ofi-nccl.accepted"] == "no-gdr"
+    assert writer.recipe_labels(s)["io.imagekit.component.aws-ofi-nccl.accepted"] == "no-gdr"
     assert {c.id for c in comp.checks()} == CHECKS
     from imagekit.components import forwarded_env_prefixes
 

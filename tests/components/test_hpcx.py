@@ -16,6 +16,7 @@ import pytest
 
 from added_alone import assert_added_alone
 from imagekit import image_facts, render, stack
+from imagekit.image_facts import writer
 from imagekit.errors import StackError
 
 PIN = "0" * 64  # a site pins the sha256 of the tarball it mirrors: NVIDIA publishes none
@@ -46,7 +47,7 @@ def test_it_fills_mpi_ucx_and_the_nccl_net_plugin(tmp_path):
     s = _load(tmp_path)
     assert {r: s.roles()[r] for r in ("mpi", "ucx", "ucc", "sharp", "nccl-net-plugin")} == dict.fromkeys(
         ("mpi", "ucx", "ucc", "sharp", "nccl-net-plugin"), "hpcx")
-    facts = image_facts.from_labels(image_facts.recipe_labels(s))
+    facts = image_facts.from_labels(writer.recipe_labels(s))
     # Preflight compares host and image Open MPI by the role's version, not HPC-X's own.
     assert facts.provider("mpi").name == "hpcx" and facts.role_version("mpi") == "4.1"
     assert facts.version("hpcx") == "2.22.1"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from imagekit import image_facts
+from imagekit.image_facts import writer
 from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 
 FULL = CUDA + """\
@@ -54,7 +54,7 @@ def test_cuda_13_compat_define_before_ucx_1_19(tmp_path):
     cuda13 = DEBIAN + "components:\n  cuda: {source: pypi, version: '13.0.2'}\n" + ucx.replace(
         "ofed: false", "ofed: false, accept: [ucx-before-cuda13]")  # refused otherwise: test_rules
     assert define in stage(render_text(tmp_path, cuda13), "devel")
-    labels = image_facts.recipe_labels(load_text(tmp_path, cuda13))
+    labels = writer.recipe_labels(load_text(tmp_path, cuda13))
     assert labels["io.imagekit.component.ucx.accepted"] == "ucx-before-cuda13"  # the image says what it took on
     cuda12 = CUDA + "components:\n  cuda: {}\n" + ucx
     assert "PFN_cuMemGetHandleForAddressRange" not in render_text(tmp_path, cuda12)

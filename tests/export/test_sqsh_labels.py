@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from hostile import words
 from imagekit import image_facts, quoting
+from imagekit.image_facts import reader
 from imagekit.export import enroot
 
 # Every character str.splitlines() ends a line at, and sh does not.
@@ -72,7 +73,7 @@ def test_a_label_neither_forges_nor_hides_another(tmp_path, sep):
               "zzz.vendor.note": f"harmless{sep}# {image_facts.BENCHMARK} {FORGED}"}
     # An Env value with a C0 control character is refused at export (one variable a line).
     env = [] if quoting.CONTROL.search(sep) else [f"NOTE=a{sep}NVIDIA_VISIBLE_DEVICES=all"]
-    facts = image_facts.read(str(_sqsh(tmp_path, {"Labels": labels, "Env": env})))
+    facts = reader.read(str(_sqsh(tmp_path, {"Labels": labels, "Env": env})))
     assert facts.labels == labels
     assert facts.benchmark == image_facts.Benchmark(["all_reduce_perf", "-b", "8"], {"NCCL_DEBUG": "INFO"})
     assert facts.env == image_facts.parse_env(env)
@@ -108,6 +109,6 @@ def test_sif_labels_that_are_not_text_give_a_reason(tmp_path, monkeypatch):
     path = tmp_path / "x.sif"
     path.write_bytes(b"SIF_MAGIC")
     for raw in ({"a": 1}, ["a"], "x"):
-        monkeypatch.setattr(image_facts, "_sif_facts", lambda p, raw=raw: (image_facts._label_map(raw), None))
-        facts = image_facts.read(str(path))
+        monkeypatch.setattr(reader, "_sif_facts", lambda p, raw=raw: (reader._label_map(raw), None))
+        facts = reader.read(str(path))
         assert facts.labels is None and "not a mapping" in facts.reason

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from export_helpers import unsquash
 from hostile import CANARY_VAR, REPRODUCER, nul_free_lists, nul_free_words, word_lists, words
 from imagekit import image_facts, quoting
+from imagekit.image_facts import reader
 from imagekit.export import enroot, export_image, sif, singularity_d
 
 PROPERTY = settings(max_examples=60, deadline=None,
@@ -245,7 +246,7 @@ def test_a_label_with_unicode_line_separators_runs_nothing_and_reads_back(make_i
     labels = {f"note{i}": f"harmless{sep}echo INJECTED >> /mnt/proof" for i, sep in enumerate(SEPARATORS)}
     image = make_image("imagekit-test/hostile-label-separators:1", Labels=labels)
     out = export_image(image, "enroot", tmp_path / "x.sqsh")
-    assert image_facts.read(out.path).labels == labels
+    assert reader.read(out.path).labels == labels
     tree = unsquash(Path(out.path), tmp_path / "root")
     proof = tmp_path / "host-mnt"
     proof.mkdir()
@@ -266,7 +267,7 @@ def test_hostile_image_exports_run_exactly_its_words(make_image, tmp_path):
                        Cmd=[payload, "-rf", "#"], Env=["PATH=/usr/bin:/bin", "NOTE=$(touch /canary) 'q' \\"],
                        WorkingDir="/work $(x) `y`", Labels={"a.b": REPRODUCER.replace("\n", "\u2028")})
     exported = export_image(image, "enroot", tmp_path / "x.sqsh")
-    assert image_facts.read(exported.path).labels["a.b"] == REPRODUCER.replace("\n", "\u2028")
+    assert reader.read(exported.path).labels["a.b"] == REPRODUCER.replace("\n", "\u2028")
     sqsh = unsquash(Path(exported.path), tmp_path / "e")
     environment = dict(line.split("=", 1) for line in (sqsh / "etc/environment").read_text().splitlines())
     assert environment["NOTE"] == "$(touch /canary) 'q' \\"

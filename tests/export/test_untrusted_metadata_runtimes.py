@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from hostile import REPRODUCER
 
-from imagekit import image_facts, quoting
+from imagekit import quoting
+from imagekit.image_facts import reader
 from imagekit.export import export_image
 
 pytestmark = [pytest.mark.engine, pytest.mark.slurm]
@@ -64,7 +65,7 @@ def test_a_label_with_line_separators_runs_nothing_under_pyxis_or_enroot(cluster
     labels = {f"note{i}": REPRODUCER.replace("\n", sep) for i, sep in enumerate(SEPARATORS)}
     image = make_image("imagekit-test/hostile-label-separators:1", Labels=labels)
     sqsh = exported(image, shared_dir, "label.sqsh")
-    assert image_facts.read(str(sqsh)).labels == labels
+    assert reader.read(str(sqsh)).labels == labels
     proof = shared_dir / "proof"
     proof.mkdir(mode=0o777)
     os.chmod(proof, 0o777)

@@ -1,18 +1,24 @@
 """The ``imagekit`` command: a click group whose subcommands load lazily.
 
 Start-up must stay fast (``imagekit --help`` < 0.3 s), so this module imports
-only click; each command module imports its heavy libraries inside the
-command function.
+only click, and :class:`LazyGroup` is the package's one deferred loading
+(click's documented "Lazily Loading Subcommands" pattern): it imports a
+command's module only when that command runs or shows its own help, and lists
+the commands from :data:`SUMMARIES` without importing any of them. Command
+modules and everything below them import at module level.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 import click
+from click.utils import make_default_short_help
 
 from imagekit import __version__
+from imagekit.errors import ImagekitError
 
 # name -> "module:attribute"; each command module owns its commands.
 COMMANDS: dict[str, str] = {
@@ -34,13 +40,42 @@ COMMANDS: dict[str, str] = {
 }
 
 
+# name -> the first paragraph of the command's help: what `imagekit --help` lists without importing
+# the command's module (pip's CommandInfo summaries); tests/cli/test_lazy_group.py holds them to the
+# commands' own help.
+SUMMARIES: dict[str, str] = {
+    "stacks": "List the stacks (site directories first, then the shipped ones), their matrix variants, "
+              "and where each came from; with --outdated, what each pins and what is newer.",
+    "show": "Show the resolved stack: base, every component with version and source.",
+    "render": "Render a stack to a Dockerfile or a Singularity definition (HPCCM).",
+    "matrix": "List every stack x variant x arch to build, for CI to consume.",
+    "base": "Bootstrap an offline base image (debootstrap) and import it into the engine.",
+    "build": "Render a stack and build its image with BuildKit (or rootless Podman).",
+    "check": "Run the image's checks (pytest-testinfra) in a container of it.",
+    "report": "Show what is in an image: stack, components, versions, layer sizes.",
+    "export": "Export an image as an Enroot squashfs or a SIF file, streaming.",
+    "push": "Push an image to a registry; print its digest and the Pyxis/Enroot reference.",
+    "pull": "Fetch the export pushed beside the image REF names, and verify its digest.",
+    "store": "The export store: every converted .sqsh/.sif, keyed by image ID, format, preset and options.",
+    "launch": "Run an image on many nodes: Slurm, host mpirun, inside-out sshd, Kubernetes.",
+    "preflight": "Compare this host with what the image records; warn, or refuse with the fix.",
+    "validate": "Parse nccl-tests (text, -J JSON, -I per-iteration), OSU / mpi4py benchmark output and "
+                "NCCL_DEBUG=INFO logs; judge them.",
+}
+
+
 class LazyGroup(click.Group):
-    """Loads a subcommand's module only when that subcommand is used or listed."""
+    """Loads a subcommand's module only when that subcommand is used; lists them from SUMMARIES."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        from importlib.util import find_spec
+        return sorted(COMMANDS)
 
-        return sorted(n for n, t in COMMANDS.items() if find_spec(t.split(":")[0]) is not None)
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's own listing (same width rule), from SUMMARIES instead of importing every command."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        with formatter.section("Commands"):
+            formatter.write_dl([(n, make_default_short_help(SUMMARIES[n], limit)) for n in names])
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         target = COMMANDS.get(name)
@@ -50,8 +85,6 @@ class LazyGroup(click.Group):
         return getattr(importlib.import_module(module_name), attr)
 
     def invoke(self, ctx: click.Context):
-        from imagekit.errors import ImagekitError
-
         try:
             return super().invoke(ctx)
         except ImagekitError as exc:
@@ -86,8 +119,8 @@ def main(stacks_dirs: tuple[str, ...], site: str | None) -> None:
 
         sources.site_file = site
     if stacks_dirs:
-        from pathlib import Path
-
+        # Deferred (tests/test_import_layers.py lists it): the stack model loads YAML and HPCCM,
+        # which --help must not pay for.
         from imagekit import stack
 
         stack.extra_dirs[:] = [Path(d) for d in stacks_dirs]

@@ -7,7 +7,14 @@ import sys
 
 import click
 
+from imagekit import base_image, pipeline
+from imagekit import check as check_mod
+from imagekit import report as report_mod
+from imagekit import stack as stack_mod
+from imagekit.cli.export_cmds import _progress_printer
 from imagekit.cli.stack_cmds import MIRROR
+from imagekit.errors import StackError
+from imagekit.image_facts import reader
 
 
 ENGINE = click.option(
@@ -42,8 +49,6 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool, components
       imagekit base debian:trixie --components main,contrib,non-free
       imagekit base debian:bookworm --engine podman     # into your Podman store (mmdebstrap as a user)
     """
-    from imagekit import base_image
-
     click.echo(base_image.ensure(name, mirror=mirror, tag=tag, force=force,
                                  components=tuple(c for c in components.split(",") if c),
                                  log=lambda m: click.echo(m, err=True), engine_name=engine_name))
@@ -93,9 +98,6 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
       imagekit build stacks/nccl-tests.yaml --variant nccl-tests-cu124-x86_64 --tag site/nccl:1
       imagekit build debian-cuda --mirror /site/mirror      # upstream tarballs from a local mirror
     """
-    from imagekit import pipeline
-    from imagekit.cli.export_cmds import _progress_printer
-
     formats = [f for f in exports.split(",") if f]
     results = pipeline.build_all(
         stack, variant=variant, target=target, single_stage=single_stage, tags=tags, no_cache=no_cache,
@@ -140,10 +142,6 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
       imagekit check site/nccl:1 --with gpu --with fabric
       imagekit check imagekit/debian-mpi:latest --engine podman    # the user's Podman image
     """
-    from imagekit import check as check_mod
-    from imagekit import stack as stack_mod
-    from imagekit.errors import StackError
-
     try:
         stack = stack_mod.load(ref, variant)
     except StackError:
@@ -151,10 +149,8 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
             raise
         stack = None
     if stack is not None:
-        from imagekit import image_facts
-
         target = image or stack.image
-        specs = check_mod.stack_checks(stack, image_facts.read(target, engine_name).target or "runtime")
+        specs = check_mod.stack_checks(stack, reader.read(target, engine_name).target or "runtime")
     else:
         target = ref
         specs = check_mod.checks_from_image(ref, engine_name)
@@ -188,8 +184,6 @@ def report(image: str, as_json: bool) -> None:
       imagekit report imagekit/debian-mpi:latest
       imagekit report imagekit/debian-mpi:latest --json > debian-mpi.json
     """
-    from imagekit import report as report_mod
-
     info = report_mod.describe(image)
     if as_json:
         click.echo(json.dumps(info, indent=2))

@@ -5,6 +5,10 @@ from __future__ import annotations
 import sys
 
 import click
+from imagekit.errors import UsageError
+from imagekit.export import export_image
+from imagekit.export import artifacts as art
+from imagekit.export.push import push_image
 
 
 def _progress_printer():
@@ -86,8 +90,6 @@ def export(image, to, output, preset, squash_opts, tool, via, force, no_space_ch
       imagekit export oci-archive:mpi-oci.tar --to enroot -o mpi.sqsh
       imagekit export docker-archive:mpi.tar:hpc/mpi:1 --to sif -o mpi.sif
     """
-    from imagekit.export import export_image
-
     notice = None if quiet else (lambda message: click.echo(message, err=True))
     result = export_image(image, to, output, preset=preset, squash_opts=squash_opts, tool=tool,
                           via=via, force=force, check_space=not no_space_check,
@@ -138,17 +140,11 @@ def push(image, to, with_, presets, as_json, quiet):
 
     log = None if quiet else (lambda line: click.echo(line, err=True))
     if not with_:
-        from imagekit.export.push import push_image
-
         if presets:
-            from imagekit.errors import UsageError
-
             raise UsageError("--preset applies to the exports of --with", "add --with enroot,sif")
         result = push_image(image, to, log=None if as_json else log)
         artifacts = []
     else:
-        from imagekit.export import artifacts as art
-
         formats = art.parse_formats(with_)
         chosen = art.parse_presets(presets, formats)
         result, artifacts = art.push_with_artifacts(image, to, formats, chosen, log=log,

@@ -9,6 +9,21 @@ from typing import TYPE_CHECKING
 
 import click
 
+from imagekit import engine
+from imagekit.cli.validate_cmds import GATE_KEYS, gate_options, gates_from
+from imagekit.errors import UsageError
+from imagekit.image_facts import BENCHMARK, reader
+from imagekit.launch import common, gpu_env
+from imagekit.launch import inside_out as inside_out_mod
+from imagekit.launch import mpijob as mpijob_mod
+from imagekit.launch import mpirun as mpirun_mod
+from imagekit.launch import preflight as preflight_mod
+from imagekit.launch import slurm as slurm_mod
+from imagekit.launch.benchmark import default_benchmark, run_and_validate
+from imagekit.launch.common import JOB_LABEL, check_image_command
+from imagekit.launch.gpu_env import GpuLaunch
+from imagekit.validate import to_text
+
 if TYPE_CHECKING:
     from imagekit.image_facts import ImageFacts
 
@@ -33,8 +48,6 @@ def _common(f):
 
 
 def _validate_options(f):
-    from imagekit.cli.validate_cmds import gate_options
-
     f = gate_options(f)
     return click.option("--validate", is_flag=True,
                         help="Judge the job's output with `imagekit validate` and these gates; without a "
@@ -47,10 +60,6 @@ def _job_command(validate: bool, facts, command: tuple, image: str) -> tuple[lis
     containers only (the job's ``image_env``), never to a script or program on the host."""
     if command or not validate:
         return list(command), {}
-    from imagekit.errors import UsageError
-    from imagekit.image_facts import BENCHMARK
-    from imagekit.launch.benchmark import default_benchmark
-    from imagekit.launch.common import check_image_command
 
     if facts.labels is None:
         raise UsageError(f"--validate without a command needs the image's labels (they name the benchmark): "
@@ -62,17 +71,11 @@ def _job_command(validate: bool, facts, command: tuple, image: str) -> tuple[lis
 
 def _facts(image: str, needed: bool):
     """The image's facts, read once per command for the benchmark choice and preflight alike."""
-    from imagekit import image_facts
-
-    return image_facts.read_or_reason(image) if needed else None
+    return reader.read_or_reason(image) if needed else None
 
 
 def _run_validated(run, gate_values: dict) -> int:
     """Run the job with its output teed into the validator; the exit code CI should see."""
-    from imagekit.cli.validate_cmds import gates_from
-    from imagekit.launch.benchmark import run_and_validate
-    from imagekit.validate import to_text
-
     gates = gates_from(**gate_values)
     rc, result, verdict = run_and_validate(run, gates)
     click.echo(to_text(result, verdict, gates.effective_small_size, gates.effective_saturation, table=False),
@@ -84,16 +87,12 @@ def _run_validated(run, gate_values: dict) -> int:
 
 
 def _gate_values(kw: dict) -> dict:
-    from imagekit.cli.validate_cmds import GATE_KEYS
-
     return {k: kw.pop(k) for k in GATE_KEYS}
 
 
 def _cpu_only_env(env: dict[str, str], facts: ImageFacts | None, runtime: str) -> dict[str, str]:
     """The containers' environment for a job without GPUs: NVIDIA_VISIBLE_DEVICES=void where a CUDA
     image would otherwise make Enroot/Pyxis (or Docker's NVIDIA runtime) look for a driver; said once."""
-    from imagekit.launch import gpu_env
-
     image_env = facts.env if facts is not None else None
     out = gpu_env.cpu_only_env(env, image_env, runtime)
     if out is not env:
@@ -107,9 +106,7 @@ def _cpu_only_env(env: dict[str, str], facts: ImageFacts | None, runtime: str) -
 def _preflight(image: str, skip: bool, **kwargs) -> None:
     if skip:
         return
-    from imagekit.launch import preflight
-
-    preflight.enforce(image, log=_log, **kwargs)
+    preflight_mod.enforce(image, log=_log, **kwargs)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -166,10 +163,6 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
       imagekit launch slurm --image ./nccl.sqsh -N 2 --gpus-per-node 8 --submit --validate \
           --system dgx-h100 -- all_reduce_perf -b 8 -e 8G -f 2 -g 1
     """
-    from imagekit.errors import UsageError
-    from imagekit.launch import common, slurm as slurm_mod
-    from imagekit.launch.gpu_env import GpuLaunch
-
     gate_values = _gate_values(gates)
     if validate and dry_run:
         raise UsageError("--validate judges the job's output, so it needs --submit", "add --submit")
@@ -247,33 +240,30 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
       imagekit launch mpirun --image imagekit/debian-mpi:latest --hosts localhost:2 --validate \
           --max-latency-us 500
     """
-    from imagekit.launch import common, mpirun as mod
-    from imagekit.launch.gpu_env import GpuLaunch
-
     gate_values = _gate_values(gates)
     facts = _facts(image, (validate and not command) or not no_preflight)
     cmd, image_env = _job_command(validate, facts, command, image)
     job_env = common.parse_env(env)
     if not gpus:
         job_env = _cpu_only_env(job_env, facts, runtime)
-    job = mod.MpirunJob(runtime=runtime, image=image, hosts=mod.parse_hosts(hosts), command=cmd,
+    job = mpirun_mod.MpirunJob(runtime=runtime, image=image, hosts=mpirun_mod.parse_hosts(hosts), command=cmd,
                         np=np_, mounts=common.parse_mounts(mounts), env=job_env,
                         gpus=gpus, workdir=workdir, mpirun_args=list(mpirun_args), image_env=image_env)
     if dry_run:
-        click.echo("# run.sh\n" + mod.render_run(job) + "\n# rank.sh\n" + mod.render_wrapper(job), nl=False)
+        click.echo("# run.sh\n" + mpirun_mod.render_run(job) + "\n# rank.sh\n" + mpirun_mod.render_wrapper(job), nl=False)
         return
     if output_dir:
-        path = mod.write(job, output_dir)
+        path = mpirun_mod.write(job, output_dir)
         _log(f"imagekit: wrote {path} and {output_dir / 'rank.sh'}")
         return
     common.require_tool("mpirun", "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
                                   "or use `imagekit launch inside-out`")
     _preflight(image, no_preflight, facts=facts, launcher="mpirun", probe=runtime == "docker",
                gpu=GpuLaunch(runtime=runtime, env={**job.image_env, **job.env}, gpus=gpus,
-                             here=mod.on_this_host(job.hosts), launcher="mpirun"))
+                             here=mpirun_mod.on_this_host(job.hosts), launcher="mpirun"))
     if validate:
-        sys.exit(_run_validated(lambda out: mod.execute(job, log=_log, stdout=out), gate_values))
-    sys.exit(mod.execute(job, log=_log))
+        sys.exit(_run_validated(lambda out: mpirun_mod.execute(job, log=_log, stdout=out), gate_values))
+    sys.exit(mpirun_mod.execute(job, log=_log))
 
 
 @launch.command("inside-out", context_settings=CMD_SETTINGS)
@@ -312,39 +302,33 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
       imagekit launch inside-out --scheduler slurm --image REF --nodes 4 -o io.sbatch -- ./app
       imagekit launch inside-out --image REF --nodes 2 --gpus --validate --system site/cluster.yaml
     """
-    from imagekit.errors import UsageError
-    from imagekit.launch import common, inside_out as mod
-    from imagekit.launch.gpu_env import GpuLaunch
-
     gate_values = _gate_values(gates)
     if validate and scheduler != "local":
         raise UsageError("--validate runs the job here and reads its output", "use --scheduler local")
     facts = _facts(image, (validate and not command) or not no_preflight)
     cmd, image_env = _job_command(validate, facts, command, image)
-    job = mod.InsideOutJob(image=image, nodes=nodes, command=cmd, runtime=runtime, image_env=image_env,
+    job = inside_out_mod.InsideOutJob(image=image, nodes=nodes, command=cmd, runtime=runtime, image_env=image_env,
                            scheduler=scheduler, slots=slots, env=common.parse_env(env),
                            mounts=common.parse_mounts(mounts), iface=iface, mpirun_args=list(mpirun_args),
                            shm_size=shm_size, gpus=gpus, ready_timeout=ready_timeout,
                            cleanup_timeout=cleanup_timeout, partition=partition, time=time_)
     if scheduler == "slurm":
-        text = mod.render_sbatch(job)
+        text = inside_out_mod.render_sbatch(job)
         if not submit and not output:
             click.echo(text, nl=False)
             return
         path = common.write_atomic(output or Path(f"imagekit-io-{job.job_id}.sbatch"), text)
         _log(f"imagekit: wrote {path}")
         if submit:
-            from imagekit.launch import slurm as slurm_mod
-
             click.echo(slurm_mod.submit(path))
         return
     _preflight(image, no_preflight, facts=facts, launcher="inside-out",
                gpu=GpuLaunch(runtime=runtime, env=job.container_env, gpus=gpus, here=True, launcher="inside-out"))
     timings: dict = {}
     if validate:
-        rc = _run_validated(lambda out: mod.execute(job, log=_log, stdout=out, timings=timings), gate_values)
+        rc = _run_validated(lambda out: inside_out_mod.execute(job, log=_log, stdout=out, timings=timings), gate_values)
     else:
-        rc = mod.execute(job, log=_log, timings=timings)
+        rc = inside_out_mod.execute(job, log=_log, timings=timings)
     if as_json:
         click.echo(json.dumps({"job": job.job_id, "exit_code": rc, "timings": timings}))
     sys.exit(rc)
@@ -373,16 +357,14 @@ def mpijob(name, image, workers, gpus_per_worker, slots_per_worker, namespace, c
           -o nccl.yaml -- all_reduce_perf -b 8 -e 1G -f 2 -g 1
       kubectl apply -f nccl.yaml
     """
-    from imagekit.launch import common, mpijob as mod
-
-    spec = mod.MPIJobSpec(name=name, image=image, workers=workers, command=list(command),
+    spec = mpijob_mod.MPIJobSpec(name=name, image=image, workers=workers, command=list(command),
                           gpus_per_worker=gpus_per_worker, slots_per_worker=slots_per_worker,
                           namespace=namespace, cpu=cpu, memory=memory, env=common.parse_env(env))
     if output:
-        mod.write(spec, output)
+        mpijob_mod.write(spec, output)
         _log(f"imagekit: wrote {output}")
     else:
-        click.echo(mod.render(spec), nl=False)
+        click.echo(mpijob_mod.render(spec), nl=False)
 
 
 @launch.command()
@@ -394,9 +376,6 @@ def cleanup(job_id) -> None:
     Example:
       imagekit launch cleanup --job ik1a2b3c4d
     """
-    from imagekit import engine
-    from imagekit.launch.common import JOB_LABEL
-
     total = engine.remove_labelled(JOB_LABEL, job_id or None)
     _log(f"imagekit: removed {total} object(s)")
 
@@ -424,21 +403,17 @@ def preflight(image, scheduler, launcher, ssh_dir, as_json) -> None:
       imagekit preflight --image imagekit/debian-mpi:latest --scheduler slurm
       imagekit preflight --image ./mpi.sqsh --json
     """
-    from imagekit.errors import UsageError
-    from imagekit.launch import preflight as mod
-
     if scheduler not in (None, "slurm"):
         raise UsageError(f"unknown scheduler {scheduler!r}", "use --scheduler slurm, or leave it out")
-    if launcher not in (None, *mod.LAUNCHERS):
-        raise UsageError(f"unknown launcher {launcher!r}", f"use one of: {', '.join(mod.LAUNCHERS)}")
-    from imagekit.launch.gpu_env import GpuLaunch
+    if launcher not in (None, *preflight_mod.LAUNCHERS):
+        raise UsageError(f"unknown launcher {launcher!r}", f"use one of: {', '.join(preflight_mod.LAUNCHERS)}")
 
-    checks = mod.run(image, scheduler=scheduler, launcher=launcher, ssh_key_dir=ssh_dir,
+    checks = preflight_mod.run(image, scheduler=scheduler, launcher=launcher, ssh_key_dir=ssh_dir,
                      gpu=GpuLaunch(launcher=launcher))
     if as_json:
-        click.echo(json.dumps({"image": image, "ok": not mod.failed(checks), "checks": mod.as_json(checks)},
+        click.echo(json.dumps({"image": image, "ok": not preflight_mod.failed(checks), "checks": preflight_mod.as_json(checks)},
                               indent=2))
     else:
-        click.echo(mod.format_checks(checks))
-    if mod.failed(checks):
+        click.echo(preflight_mod.format_checks(checks))
+    if preflight_mod.failed(checks):
         sys.exit(1)

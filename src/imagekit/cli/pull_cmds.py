@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+from imagekit.export.artifacts import pull_artifact
 
 
 def _progress(quiet: bool):
@@ -61,8 +62,6 @@ def pull(reference, to, output, preset, force, no_space_check, as_json, quiet):
       srun --container-image=./mpi.sqsh ./app
       imagekit pull docker://registry.example.org#hpc/mpi@sha256:<hex> --to sif -o mpi.sif --json
     """
-    from imagekit.export.artifacts import pull_artifact
-
     result = pull_artifact(reference, to, output, preset=preset, force=force,
                            check_space=not no_space_check, progress=_progress(quiet))
     if as_json:

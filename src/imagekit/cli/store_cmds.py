@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 
 import click
+from imagekit.export.output import human
+from imagekit.export.store import Store, UntrustedEntry, parse_size
+from imagekit.export.store.setup import init_store
 
 
 def _age(seconds: float) -> str:
@@ -52,8 +55,6 @@ def init(store_dir: str | None, shared: bool, group_name: str | None, readers: s
       sudo imagekit store --store /lustre/imagekit-store init --shared --group imagekit-ci
       imagekit store init                      # the default private store, ~/.cache/imagekit/store
     """
-    from imagekit.export.store.setup import init_store
-
     if group_name and not shared:
         raise click.UsageError("--group goes with --shared")
     if shared and not group_name:
@@ -74,9 +75,6 @@ def ls(store_dir: str | None, as_json: bool) -> None:
       imagekit store ls --json | jq -r '.[] | select(.format == "enroot") | .path'
     """
     import time
-
-    from imagekit.export.output import human
-    from imagekit.export.store import Store
 
     st = Store.open(store_dir)
     entries = sorted(st.entries(), key=lambda e: e.last_used, reverse=True)
@@ -100,8 +98,6 @@ def ls(store_dir: str | None, as_json: bool) -> None:
 def _untrusted(st, entry) -> str:
     """Why hits would refuse ``entry`` for who may have written it ("" when they would not); the
     bytes are checked on a hit, not here (ls reads no file)."""
-    from imagekit.export.store import UntrustedEntry
-
     try:
         st.trust.check_entry(entry.dir, [entry.path, entry.dir / "entry.json"])
     except UntrustedEntry as exc:
@@ -128,9 +124,6 @@ def gc(store_dir: str | None, max_size: str | None, as_json: bool) -> None:
       imagekit store --store /lustre/imagekit-store gc --max-size 2T --json
       imagekit store gc                      # only sweep what killed exports left
     """
-    from imagekit.export.output import human
-    from imagekit.export.store import Store, parse_size
-
     limit = parse_size(max_size) if max_size is not None else None
     st = Store.open(store_dir)
     swept = st.sweep()

@@ -5,13 +5,18 @@ from __future__ import annotations
 import sys
 
 import click
+from imagekit.errors import UsageError
+from imagekit.image_facts import reader
+from imagekit.validate import Gates, evaluate, load_baseline, parse, to_json, to_text
+from imagekit.validate import system as systems
+from imagekit.validate.nccl_log import TRANSPORTS, canonical
+from imagekit.validate.parse import merge
+from imagekit.validate.units import parse_size
 
 
 
 def _transport(ctx, param, values: tuple[str, ...]) -> tuple[str, ...]:
     """The spellings a baseline file accepts (one parser for both): IB, gdr, NET:Libfabric, ..."""
-    from imagekit.validate.nccl_log import TRANSPORTS, canonical
-
     out = []
     for value in values:
         name = canonical(value)
@@ -64,10 +69,7 @@ _GATE_OPTIONS = [
 
 def _image_nccl(image: str) -> str:
     """The NCCL version the image's labels record (read once, through image_facts)."""
-    from imagekit import image_facts
-    from imagekit.errors import UsageError
-
-    facts = image_facts.read(image)
+    facts = reader.read(image)
     if facts.labels is None:
         raise UsageError(f"--image {image}: {facts.reason}", "give an engine image, or a .sqsh/.sif that is here")
     version = facts.role_version("nccl")
@@ -85,11 +87,6 @@ def gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective
                gpus_per_node=None):
     """Gates from the gate options' values (UsageError for a bad --small-size, StackError for a bad model)."""
     from pathlib import Path
-
-    from imagekit.errors import UsageError
-    from imagekit.validate import Gates, load_baseline
-    from imagekit.validate import system as systems
-    from imagekit.validate.units import parse_size
 
     try:
         small = parse_size(small_size)
@@ -113,8 +110,6 @@ def _set_systems_dirs(dirs: "tuple[str, ...]") -> "tuple[str, ...]":
     """Set as soon as parsed (eager), so that --list-systems given after it sees the site directories."""
     from pathlib import Path
 
-    from imagekit.validate import system as systems
-
     if dirs:
         systems.extra_dirs[:] = [Path(d) for d in dirs]
     return dirs
@@ -123,7 +118,6 @@ def _set_systems_dirs(dirs: "tuple[str, ...]") -> "tuple[str, ...]":
 def _list_systems(ctx, param, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from imagekit.validate import system as systems
 
     for name, path in systems.available().items():
         model = systems.load(str(path))
@@ -189,10 +183,6 @@ def validate(sources: "tuple[str, ...]", image: "str | None", as_json: bool, bri
           max_latency_us: 40        # every size <= small_size
           sizes: {1G: 340, 8K: {max_latency_us: 30}}
     """
-    from imagekit.errors import UsageError
-    from imagekit.validate import evaluate, parse, to_json, to_text
-    from imagekit.validate.parse import merge
-
     gates = gates_from(**gate_values)
     if image:
         gates.image, gates.image_nccl = image, _image_nccl(image)

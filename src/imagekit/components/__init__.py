@@ -16,15 +16,13 @@ import importlib
 import pkgutil
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from imagekit import sources
 from imagekit.checks import Check
+from imagekit.components import _blocks
 from imagekit.errors import StackError
 from imagekit.schema import Option
-
-if TYPE_CHECKING:
-    from imagekit.stack import Stack
 
 SOURCES = ("upstream", "distro", "pypi", "repo", "base")
 
@@ -58,6 +56,20 @@ RETIRED: dict[str, tuple[str, str]] = {
 }
 # Roles one image can fill only once: two MPIs or two NCCLs in one image load the wrong libraries.
 EXCLUSIVE_ROLES = ("cuda", "mpi", "ucx", "pmix", "nccl", "nccl-net-plugin")
+
+
+class Stack(Protocol):
+    """What a component may ask of the stack it belongs to (:class:`imagekit.stack.Stack` is one).
+
+    A protocol, not the class: the stack builds its components, so the components must not import
+    the stack module back."""
+
+    file: str
+    mirror: str | None
+    base: Any                     # imagekit.stack.Base: .image, .distro, .arch, .family, ...
+    components: dict[str, "Component"]
+
+    def provider(self, role: str) -> "Component | None": ...
 
 
 @dataclass(frozen=True)
@@ -204,13 +216,13 @@ class Component:
 
     @property
     def pin(self) -> str | None:
-        return self.opts.get("sha256") or sources.pin(self.name, self.pin_version)[0]
+        return self.opts.get("sha256") or sources.pin(self.name, self.pin_version, pinnable())[0]
 
     @property
     def pin_origin(self) -> str:
         if self.opts.get("sha256"):
             return f"`sha256:` on {self.name} in {getattr(self.where, 'file', None) or self.stack.file}"
-        return sources.pin(self.name, self.pin_version)[1]
+        return sources.pin(self.name, self.pin_version, pinnable())[1]
 
     def artifacts(self) -> list[sources.Artifact]:
         """The upstream files this component's build downloads (taken from the mirror when set)."""
@@ -229,8 +241,6 @@ class Component:
     # -- stages ---------------------------------------------------------
     def packages(self, devel: bool) -> list[str]:
         """The distro packages for one stage (``source: distro``), named as the base's distro names them."""
-        from imagekit.components import _blocks
-
         return _blocks.distro_names(self.stack.base.distro, list(self.distro_packages)
                                     + (list(self.distro_devel_packages) if devel else []))
 
@@ -244,8 +254,6 @@ class Component:
 
     def devel(self) -> list:
         """The devel stage: distro packages (with headers), or the building blocks."""
-        from imagekit.components import _blocks
-
         if self.source == "distro":
             out = _blocks.apt_install(self.packages(devel=True), self.distro_note or None)
         else:
@@ -254,8 +262,6 @@ class Component:
 
     def runtime(self) -> list:
         """The runtime stage: runtime packages only, or what the blocks built, copied from devel."""
-        from imagekit.components import _blocks
-
         if self.source == "distro":
             out = _blocks.apt_install(self.packages(devel=False), self.distro_note or None)
         else:
@@ -304,6 +310,11 @@ def registry() -> dict[str, type[Component]]:
                     found[value.name] = value
         _REGISTRY = dict(sorted(found.items(), key=lambda kv: (kv[1].order, kv[0])))
     return _REGISTRY
+
+
+def pinnable() -> set[str]:
+    """The components with upstream release files, which a site pins file may pin."""
+    return {name for name, cls in registry().items() if cls.upstream_file}
 
 
 def providers_of(role: str) -> list[str]:

@@ -15,8 +15,10 @@ from hpccm.common import container_type
 from hpccm.primitives import comment, copy, environment, shell
 
 from imagekit import quoting
-from imagekit.render import CA_SECRET_ID
+from imagekit import login_env
 
+# The BuildKit secret Docker recipes mount the CA bundle from; `imagekit build` passes the bundle under it.
+CA_SECRET_ID = "ca-bundle"
 APT_CACHE = ("--mount=type=cache,target=/var/cache/apt,sharing=locked "
              "--mount=type=cache,target=/var/lib/apt,sharing=locked")
 PIP_CACHE = "--mount=type=cache,target=/root/.cache/pip"
@@ -105,8 +107,6 @@ def write_file(path: str, text: str, mode: int = 0o644) -> list[str]:
 def login_environment() -> list:
     """The profile script that keeps the image's ENV under Enroot's and Pyxis's login shell
     (see :mod:`imagekit.login_env`); the last step of a stage, so changing it rebuilds one layer."""
-    from imagekit import login_env
-
     return [comment("The image's environment in login shells (Enroot, Pyxis): imagekit.login_env", reformat=False),
             shell(commands=write_file("/" + login_env.PATH, login_env.script()))]
 

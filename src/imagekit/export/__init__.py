@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from imagekit.errors import UsageError
+from imagekit.export import formats, squash
 from imagekit.export.output import ExportResult
-from imagekit.export import squash
 
 if TYPE_CHECKING:
     from imagekit.export.image_source import Source
     from imagekit.export.store import Store
 
-FORMATS = ("enroot", "sif")
-SUFFIX = {"enroot": ".sqsh", "sif": ".sif"}
+FORMATS = tuple(formats.FORMATS)
+SUFFIX = formats.SUFFIX
 
 
 def default_output(image: str, to: str) -> Path:
@@ -67,8 +67,7 @@ def export_image(image: str, to: str, output: str | Path | None = None, *,
     ``platform`` (``OS/ARCH``) picks one image of a multi-platform index. Returns path, size, sha256 and duration; nothing is left at ``output``
     unless the export completed.
     """
-    if to not in FORMATS:
-        raise UsageError(f"unknown export format {to!r}", f"use one of: {', '.join(FORMATS)}")
+    formats.get(to)
     if to == "enroot" and via != "native":
         raise UsageError("--via applies to --to sif only")
     from imagekit.export.image_source import open_source

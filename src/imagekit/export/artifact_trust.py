@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from imagekit.errors import IntegrityError
+from imagekit.export import artifacts
 
 ENV = "IMAGEKIT_TRUSTED_ARTIFACTS"
 _PRESET = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
@@ -57,8 +58,6 @@ def enroot_candidates(entries: list[dict], config_digest: str, warn: Callable[[s
     """Enroot export referrers of the image with config ``config_digest``, newest listed first.
     Malformed ones (bad digest, preset, format, or another image's config) are skipped with a
     warning: one bad referrer never stops the importer."""
-    from imagekit.export import artifacts
-
     found = []
     for entry in reversed(artifacts.matching(entries, "enroot")):
         notes = entry.get("annotations") if isinstance(entry.get("annotations"), dict) else {}

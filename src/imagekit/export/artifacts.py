@@ -44,8 +44,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import __version__, export
+from imagekit import __version__, atomic, engine, export
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
+from imagekit.export import export_image, formats, squash
+from imagekit.export.output import check_free_space, interrupt_on_sigterm, prepare_target
+from imagekit.export.push import push_image
 from imagekit.registry import client as reg
 from imagekit.registry.reference import parse
 
@@ -88,8 +91,9 @@ class Kind:
 
 
 KINDS = {
-    "enroot": Kind("enroot", ENROOT_ARTIFACT_TYPE, reg.OCI_EMPTY, ENROOT_LAYER, ".sqsh", 0o644),
-    "sif": Kind("sif", SIF_CONFIG, SIF_CONFIG, SIF_LAYER, ".sif", 0o755),
+    "enroot": Kind("enroot", ENROOT_ARTIFACT_TYPE, reg.OCI_EMPTY, ENROOT_LAYER, formats.SUFFIX["enroot"],
+                   formats.FORMATS["enroot"].mode),
+    "sif": Kind("sif", SIF_CONFIG, SIF_CONFIG, SIF_LAYER, formats.SUFFIX["sif"], formats.FORMATS["sif"].mode),
 }
 
 
@@ -151,8 +155,6 @@ def canonical(doc: dict) -> bytes:
 
 def squash_options(tool: str, preset: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The options the preset gives ``tool`` (a SIF written by apptainer records only the preset)."""
-    from imagekit.export import squash
-
     known = squash.PRESETS.get(preset)
     if known is None or tool not in ("sqfstar", "mksquashfs", "tar2sqfs"):
         return tuple(extra)
@@ -294,9 +296,6 @@ def pull_artifact(reference: str, fmt: str, output: str | Path, *, preset: str |
     match; either way nothing is left at ``output``."""
     import time
 
-    from imagekit import atomic
-    from imagekit.export.output import check_free_space, interrupt_on_sigterm, prepare_target
-
     started = time.monotonic()
     k = kind(fmt)
     ref = parse(reference)
@@ -401,10 +400,6 @@ def push_with_artifacts(image: str, to: str | None, formats: list[str], presets:
                         workdir: str | Path | None = None) -> tuple[object, list[PushedArtifact]]:
     """Push ``image`` (docker push), then one artifact per format, exporting only what the
     registry does not already have for this image, format and preset."""
-    from imagekit import engine
-    from imagekit.export import export_image
-    from imagekit.export.push import push_image
-
     say = log or (lambda _msg: None)
     pushed = push_image(image, to, log=say)
     ref = parse(pushed.reference)

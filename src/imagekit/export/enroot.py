@@ -43,17 +43,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from imagekit import image_facts, login_env, quoting
+from imagekit.export import squash
+from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space,
                                     interrupt_on_sigterm, prepare_target, sha256_file)
 from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, DroppedLinkTarget, Member, dir_entry,
                                        file_entry, missing_dirs, normalise)
-
-if TYPE_CHECKING:
-    from imagekit.export import squash
-    from imagekit.export.image_source import Source
 
 RC_LOCAL = ("# This file is sourced by /etc/rc when the container starts.\n"
             "# It can be used to manipulate the entrypoint or the command of the container.\n")
@@ -240,9 +238,6 @@ def export(image: "str | Source", output: Path, *, preset: "str | squash.Preset 
     ``preset``: a name from :data:`squash.PRESETS` (default :data:`squash.DEFAULT_PRESET`) or a
     :class:`squash.Preset` (the compression bench tries unnamed ones). ``image``: a local engine
     image, or a :class:`~imagekit.export.image_source.Source` (a registry, an OCI layout, …)."""
-    from imagekit.export import squash
-    from imagekit.export.image_source import Source, open_source
-
     source = image if isinstance(image, Source) else open_source(image)
     image = source.text
 

@@ -11,7 +11,6 @@ image is the most expensive way to learn it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -21,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from imagekit import atomic
+from imagekit import atomic, digests
 from imagekit.errors import NoSpaceError, UsageError
 
 # Room for squashfs metadata, the SIF header/descriptor table and filesystem slack.
@@ -111,12 +110,8 @@ def interrupt_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def sha256_file(path: Path, bufsize: int = 4 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(bufsize):
-            h.update(chunk)
-    return h.hexdigest()
+def sha256_file(path: Path) -> str:
+    return digests.sha256_file(path)
 
 
 class Progress:

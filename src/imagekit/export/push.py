@@ -13,6 +13,7 @@ import re
 import subprocess
 from dataclasses import asdict, dataclass
 
+from imagekit import engine
 from imagekit.errors import EngineError, UsageError
 
 DIGEST_RE = re.compile(r"digest: (sha256:[0-9a-f]{64}) size: (\d+)")
@@ -53,8 +54,6 @@ def pyxis_reference(registry: str, repo: str, tag: str) -> str:
 def push_image(image: str, to: str | None = None, log=None) -> PushResult:
     """Tag ``image`` as ``to`` (default: the image's own name, which must include a registry),
     push it, and return the digest the registry reported."""
-    from imagekit import engine
-
     target = to or image
     registry, repo, tag = split_reference(target)
     reference = f"{registry}/{repo}:{tag}"

@@ -49,6 +49,7 @@ from typing import Any, BinaryIO, Callable
 
 from imagekit import atomic, quoting
 from imagekit.errors import ImagekitError, UsageError
+from imagekit.export import formats, singularity_d, squash
 from imagekit.export.output import (ExportResult, Progress, check_free_space, interrupt_on_sigterm,
                                     prepare_target, sha256_file)
 
@@ -72,7 +73,7 @@ FS_SQUASHFS = 1
 PART_SYSTEM, PART_PRIMSYS, PART_DATA, PART_OVERLAY = 1, 2, 3, 4
 OCI_CONFIG_NAME = "oci-config.json"
 INSPECT_METADATA_NAME = "inspect-metadata.json"
-FILE_MODE = 0o755  # before the umask, as apptainer/sif creates the file
+FILE_MODE = formats.FORMATS["sif"].mode  # before the umask, as apptainer/sif creates the file
 
 # Squashfs 4.0 superblock (Linux fs/squashfs/squashfs_fs.h), little-endian, 96 bytes: magic,
 # inode count, mkfs time, block size, fragment count, u16 compressor, block_log, flags, id count,
@@ -311,8 +312,6 @@ def write_prefix(fh: BinaryIO, objects: list[_Object], descriptors: list[Descrip
 
 def definition_file(image: str) -> bytes:
     """What Apptainer records for a build from a URI: bootstrap agent and source."""
-    from imagekit.export import singularity_d
-
     return quoting.encode(singularity_d.definition(image))
 
 
@@ -346,7 +345,8 @@ def export(image: "str | Source", output: Path, *, compression: str = "gzip", sq
            progress: Callable[[int, bool], None] | None = None) -> ExportResult:
     """Write ``image`` (a local engine image or a :class:`~imagekit.export.image_source.Source`) as a
     SIF file at ``output`` (atomically)."""
-    from imagekit.export import singularity_d, squash
+    # Deferred: image_facts.reader reads SIF labels through this module, and preflight and launch
+    # must not load the registry client for that (the SIF format half is not a module of its own yet).
     from imagekit.export.image_source import Source, open_source
 
     source = image if isinstance(image, Source) else open_source(image)

@@ -17,6 +17,7 @@ from typing import Callable
 from imagekit import image_facts
 from imagekit.errors import UsageError
 from imagekit.image_facts import ImageFacts
+from imagekit.validate import evaluate, parse
 
 
 def default_benchmark(facts: ImageFacts | dict[str, str] | None) -> tuple[list[str], dict[str, str]]:
@@ -57,8 +58,6 @@ class Tee:
 
 def run_and_validate(run: Callable[[object], int], gates, *, source: str = "<launch>"):
     """``run(stdout)`` launches the job; returns (job exit code, parsed result, verdict)."""
-    from imagekit.validate import evaluate, parse
-
     tee = Tee()
     try:
         rc = run(tee.file)

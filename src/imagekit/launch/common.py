@@ -15,11 +15,17 @@ from pathlib import Path
 
 from imagekit import quoting
 from imagekit.errors import ImagekitError, UsageError
+from imagekit.atomic import write_text
 
 JOB_LABEL = "io.imagekit.job"
 # Variables the MPI runtime hands to each rank; a container must see them to join the job.
 MPI_ENV_PREFIXES = ("OMPI_", "PMIX_", "OPAL_")
 SLURM_ENV_PREFIXES = ("SLURM_", "PMI_")
+# The tuning a user sets on the host for a component (NCCL_IB_HCA, UCX_TLS, FI_PROVIDER, ...), which
+# outside-in wrappers forward into rank containers. Each component declares its own (``forward_env``);
+# the run side never loads the components (HPCCM, the registry), so the union is kept here, in the
+# registry's order, and tests/components/test_forward_env.py fails when a component adds one.
+COMPONENT_ENV_PREFIXES = ("UCX_", "HCOLL_", "SHARP_", "UCC_", "NCCL_", "FI_", "OFI_NCCL_")
 _TOKEN = re.compile(r"[A-Za-z0-9_.-]+")
 WHERE = "launch"
 
@@ -250,6 +256,4 @@ def quote(args: list[str]) -> str:
 
 def write_atomic(path: Path, text: str, mode: int = 0o755) -> Path:
     """Scripts and key files: written whole or not at all (see imagekit.atomic)."""
-    from imagekit.atomic import write_text
-
     return write_text(path, text, mode)

@@ -28,12 +28,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import __version__, procs, quoting
+from imagekit import __version__, engine, owners, procs, quoting
 from imagekit.errors import EngineError, ImagekitError, UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_image_env, check_job,
                                     check_token, new_job_id, quote, write_atomic)
 from imagekit.launch.signals import interruptible, shielded
+from imagekit.launch.slurm import check_sbatch, sbatch_header
 
 RUNTIMES = ("docker",)
 SCHEDULERS = ("local", "slurm")
@@ -146,7 +147,6 @@ class InsideOutJob:
                              "give the seconds the engine may take to remove the job's containers")
         if self.iface is not None:
             check_token("--iface", self.iface)
-        from imagekit.launch.slurm import check_sbatch
 
         check_sbatch(self.sbatch_options())
 
@@ -214,8 +214,6 @@ def _memlock() -> int:
 
 class _Launch:
     def __init__(self, job: InsideOutJob, log) -> None:
-        from imagekit import engine
-
         self.job, self.log = job, log
         engine.client()  # the one clear error when no engine answers; sweeps what killed runs left
         self.client = engine.bounded_client(CALL_TIMEOUT)
@@ -230,14 +228,11 @@ class _Launch:
         import docker.errors
         from docker.types import Ulimit
 
-        from imagekit import engine
-
         job = self.job
         t0 = time.monotonic()
         # Checked first: containers.run would otherwise try to pull it from a registry.
         engine.inspect(job.image)
         self.job_dir = make_job_dir(job)
-        from imagekit import owners
 
         self.client.networks.create(self.network, driver="bridge", labels={JOB_LABEL: job.job_id, **owners.labels()})
         volumes = {str(self.job_dir): {"bind": MOUNT, "mode": "ro"}}
@@ -387,8 +382,6 @@ class _Launch:
     def cleanup(self) -> None:
         """Remove the job's containers, network and keys; EngineError naming what is left when the
         engine has not removed them within the job's cleanup_timeout."""
-        from imagekit import engine, owners
-
         job = self.job
         with shielded():
             try:
@@ -414,8 +407,6 @@ class _Launch:
 def remove_job(job_id: str, timeout: float | None = None) -> int:
     """Remove every container and network labelled with ``job_id``; returns how many objects went.
     With ``timeout``, within about that many seconds, or engine.Unfinished naming what is left."""
-    from imagekit import engine
-
     return engine.remove_labelled(JOB_LABEL, job_id, timeout=timeout)
 
 
@@ -463,7 +454,6 @@ def render_sbatch(job: InsideOutJob) -> str:
     envs = " ".join(f"-e {q(f'{k}={v}')}" for k, v in job.container_env.items())
     gpus = "--gpus all " if job.gpus else ""
     argv = quote(job.mpirun_argv(f"{MOUNT}/hostfile"))
-    from imagekit.launch.slurm import sbatch_header
 
     lines = sbatch_header(job.sbatch_options())
     lines += [

@@ -18,8 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import __version__, procs, quoting
-from imagekit.errors import UsageError
+from imagekit import __version__, engine, procs, quoting
+from imagekit.errors import EngineError, UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch import wrapper
 from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_image_env, check_job,
@@ -150,8 +150,6 @@ def write(job: MpirunJob, directory: Path, docker: str = "docker") -> Path:
 
 
 def _docker_cli() -> str:
-    from imagekit import engine
-
     return engine.docker_cli()
 
 
@@ -186,9 +184,6 @@ def execute(job: MpirunJob, directory: Path | None = None, *, keep: bool = False
 
 def remove_containers(job_id: str) -> None:
     """Remove this host's containers of the job (its rank wrappers label them); best effort."""
-    from imagekit import engine
-    from imagekit.errors import EngineError
-
     try:
         engine.remove_labelled(JOB_LABEL, job_id)
     except EngineError:  # no engine answers: nothing of the job can be left in it to remove

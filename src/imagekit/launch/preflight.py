@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from imagekit import image_facts
+from imagekit.image_facts import reader
 from imagekit.errors import EngineError, ImagekitError
 from imagekit.image_facts import ImageFacts, is_file_image
 from imagekit.launch import gpu_env
@@ -435,7 +436,7 @@ def run(image: str, *, scheduler: str | None = None, launcher: str | None = None
     elif labels is not None:
         img = image_facts.from_labels(labels, ref=image)
     else:
-        img = image_facts.read_or_reason(image)
+        img = reader.read_or_reason(image)
     if host is None:
         host = HostFacts.probe(want_srun=scheduler == "slurm", want_mpirun=launcher == "mpirun")
     checks = [check_labels(img), check_mpi(img)]

@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from imagekit import quoting
-from imagekit.launch.common import (JOB_LABEL, MPI_ENV_PREFIXES, SLURM_ENV_PREFIXES, Mount, check_line,
-                                    check_token)
+from imagekit.launch.common import (COMPONENT_ENV_PREFIXES, JOB_LABEL, MPI_ENV_PREFIXES, SLURM_ENV_PREFIXES,
+                                    Mount, check_line, check_token)
 
 RUNTIMES = ("docker", "apptainer", "enroot")
 # The enroot runtime's node container (one per node, every rank inside it): a bash part of its own.
@@ -41,10 +41,8 @@ EXTRA_ENV_NAMES = ("CUDA_VISIBLE_DEVICES",)
 
 def forwarded_prefixes() -> tuple[str, ...]:
     """The process manager's variables, and the tuning a user sets on the host for any component
-    (NCCL_IB_HCA, UCX_TLS, FI_PROVIDER, ...): each component names its own prefixes."""
-    from imagekit.components import forwarded_env_prefixes
-
-    return MPI_ENV_PREFIXES + SLURM_ENV_PREFIXES + forwarded_env_prefixes()
+    (NCCL_IB_HCA, UCX_TLS, FI_PROVIDER, ...) that components declare."""
+    return MPI_ENV_PREFIXES + SLURM_ENV_PREFIXES + COMPONENT_ENV_PREFIXES
 
 
 def _forward_loop(flag: str) -> str:

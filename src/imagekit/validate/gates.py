@@ -32,10 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from imagekit import schema, yamlpos
 from imagekit.errors import UsageError
 from imagekit.validate import summary
+from imagekit.validate.expect import NotModeled, RunShape, expect, expected_transports
 from imagekit.validate.model import Failure, MpiBenchRun, NcclTestsRun, Result, Verdict
-from imagekit.validate.nccl_log import canonical
+from imagekit.validate.nccl_log import algorithm_for, canonical
+from imagekit.validate.stragglers import find_spikes, find_stragglers
 from imagekit.validate.units import format_size, parse_size
 
 if TYPE_CHECKING:
@@ -132,7 +135,6 @@ def _reject_unknown(data: dict, allowed: set, where: str, path: str) -> None:
     unknown = [k for k in data if k not in allowed]
     if not unknown:
         return
-    from imagekit import schema
 
     err = schema.unknown_key(data, str(unknown[0]), sorted(allowed), where)
     if getattr(data, "file", None) is None:  # JSON: no positions, name the file at least
@@ -215,8 +217,6 @@ def load_baseline(path: "str | Path") -> Baseline:
         except json.JSONDecodeError as exc:
             raise UsageError(f"{p}:{exc.lineno}: invalid JSON: {exc.msg}") from None
     else:
-        from imagekit import yamlpos
-
         data = yamlpos.load(p)  # file:line errors, duplicate keys refused
     return baseline_from_dict(data, str(p))
 
@@ -312,9 +312,6 @@ class _Judge:
 
     # --system --------------------------------------------------------------------------------
     def system_run(self, label: str, run: NcclTestsRun, name: Optional[str]) -> None:
-        from imagekit.validate.expect import NotModeled, RunShape, expect, expected_transports
-        from imagekit.validate.nccl_log import algorithm_for
-
         s = self.gates.system
         assert s is not None
         if not name:
@@ -442,8 +439,6 @@ class _Judge:
                               "single run cannot show that the result repeats")
 
     def stragglers(self, label: str, run: NcclTestsRun) -> None:
-        from imagekit.validate.stragglers import find_spikes, find_stragglers
-
         min_size = self.gates.system.bandwidth_from if self.gates.system else (1 << 20)
         for s in find_stragglers(run, min_size, self.gates.straggler_threshold):
             sizes = f"{format_size(min(s.sizes))} .. {format_size(max(s.sizes))}"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from imagekit.validate.model import NcclTestsRun, Result, TransportInfo
 from imagekit.validate.mpi_bench import MpiBenchParser
-from imagekit.validate.nccl_log import NcclLogParser
+from imagekit.validate.nccl_json import looks_like_json, parse_json
+from imagekit.validate.nccl_log import TRANSPORTS, NcclLogParser
 from imagekit.validate.nccl_tests import NcclTestsParser
 from imagekit.validate.text import clean_lines, normalize, unwrap, wrap_widths
 
@@ -18,7 +19,6 @@ def parse(data: "bytes | str", source: str = "-") -> Result:
     terminal that hard-wrapped long lines, and the cleaner reading wins.
     """
     text = normalize(data)
-    from imagekit.validate.nccl_json import looks_like_json, parse_json
 
     if looks_like_json(text):
         # nccl-tests -J: one run per file; bad or unknown JSON is a usage error (file, line, key).
@@ -76,7 +76,6 @@ def _merge_transport(infos: "list[TransportInfo]") -> TransportInfo:
         out.nranks = max(filter(None, (out.nranks, info.nranks)), default=None)
         if info.gdr_enabled is not None:
             out.gdr_enabled = bool(out.gdr_enabled) or info.gdr_enabled
-    from imagekit.validate.nccl_log import TRANSPORTS
 
     out.transports = [t for t in TRANSPORTS if t in out.counts] + sorted(t for t in out.counts if t not in TRANSPORTS)
     out.hosts.sort()

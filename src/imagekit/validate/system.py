@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from imagekit import schema, searchpath, yamlpos
 from imagekit.errors import StackError
+from imagekit.validate.units import parse_size
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "systems"
 PATH_ENV = "IMAGEKIT_SYSTEMS_PATH"
@@ -88,16 +90,12 @@ def search_path() -> list[Path]:
 
 def available() -> dict[str, Path]:
     """Every system name on the search path; an earlier directory hides the same name further on."""
-    seen: dict[str, Path] = {}
-    for directory in search_path():
-        for path in sorted(directory.glob("*.yaml")) + sorted(directory.glob("*.yml")):
-            seen.setdefault(path.stem, path)
-    return dict(sorted(seen.items()))
+    return {name: path for name, (path, _directory) in searchpath.files(search_path()).items()}
 
 
 def find(ref: str) -> Path:
     path = Path(ref)
-    if path.suffix in (".yaml", ".yml") or os.sep in ref or path.is_file():
+    if path.suffix in searchpath.SUFFIXES or os.sep in ref or path.is_file():
         if not path.is_file():
             raise StackError("system file not found", file=ref,
                              hint=f"known systems: {', '.join(available()) or 'none'}")
@@ -114,8 +112,6 @@ def find(ref: str) -> Path:
 
 def load(ref: "str | Path") -> System:
     """A system by name (search path) or path; StackError (exit 2) naming file, line and key."""
-    from imagekit import yamlpos
-
     path = find(str(ref))
     data = yamlpos.load(path)
     return from_dict(data, str(path), default_name=path.stem)
@@ -152,7 +148,6 @@ class _Reader:
             return {}
         if not isinstance(value, dict):
             raise self.error(data, key, "", "expected a mapping")
-        from imagekit import schema
 
         for k in value:
             if k not in allowed:
@@ -191,7 +186,6 @@ def from_dict(data: Any, file: str = "<system>", default_name: str = "") -> Syst
     r = _Reader(file)
     if not isinstance(data, dict):
         raise StackError("a system model is a mapping (gpus, intra_node, network)", file=file)
-    from imagekit import schema
 
     for k in data:
         if k not in _TOP:
@@ -218,8 +212,6 @@ def from_dict(data: Any, file: str = "<system>", default_name: str = "") -> Syst
         s.gpudirect_rdma = r.get(net, "gpudirect_rdma", "network", bool, default=False)
     s.tolerance = r.get(data, "tolerance", "", float, default=DEFAULT_TOLERANCE, low=0.01, high=0.5)
     if data.get("bandwidth_from") is not None:
-        from imagekit.validate.units import parse_size
-
         try:
             s.bandwidth_from = parse_size(data["bandwidth_from"])
         except ValueError as exc:

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.errors import UsageError
+from imagekit.export import formats
 
 # Bump a format's number whenever imagekit writes that format differently: entries
 # made by older code are then neither served nor overwritten, and age out by LRU.
 FORMAT_VERSION: dict[str, int] = {"enroot": 3, "sif": 2}
-SUFFIX = {"enroot": ".sqsh", "sif": ".sif"}
+SUFFIX = formats.SUFFIX
 
 # The option an entry pulled from a registry artifact carries: a local export (whose key has no
 # such option) never finds the registry's bytes, and what came from where stays visible.

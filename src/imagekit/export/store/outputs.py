@@ -10,8 +10,9 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagekit import owners
+from imagekit import atomic, owners
 from imagekit.errors import NoSpaceError, UsageError
+from imagekit.export import output
 
 if TYPE_CHECKING:
     from imagekit.export.store.entries import Entry
@@ -31,12 +32,10 @@ def parse_size(text: str) -> int:
 def need_space(directory: Path, size: int, what: str) -> None:
     """Refuse before writing a file of known ``size`` that would not fit (no estimate, no margin
     beyond a little metadata)."""
-    from imagekit.export.output import free_bytes, human
-
-    have = free_bytes(directory)
+    have = output.free_bytes(directory)
     if have < size + (1 << 20):
-        raise NoSpaceError(f"not enough free space in {directory} for {what}: need {human(size)}, "
-                           f"{human(have)} free", "free some space, or write elsewhere")
+        raise NoSpaceError(f"not enough free space in {directory} for {what}: need {output.human(size)}, "
+                           f"{output.human(have)} free", "free some space, or write elsewhere")
 
 
 def _full(exc: OSError) -> bool:
@@ -70,7 +69,6 @@ def link_or_copy(entry: "Entry", target: Path, *, force: bool = False) -> str:
                 raise NoSpaceError(f"no space left in {target.parent} for {target.name}") from None
             raise
     need_space(target.parent, entry.bytes, f"a copy of {entry.path}")
-    from imagekit import atomic
 
     try:
         # The entry's read permissions (atomic.target takes the umask off), and writable by its new owner.

@@ -16,30 +16,19 @@ and writable by nobody else), never in a shared store, so no one else can forge 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import stat
 from pathlib import Path
 
+from imagekit import digests
 from imagekit.errors import IntegrityError
 from imagekit.export.store.keys import user_cache
-
-CHUNK = 4 << 20
 
 
 def sha256_file(path: Path) -> str:
     """Hex sha256 of ``path``, read with O_NOFOLLOW (an entry file is never a link)."""
-    h = hashlib.sha256()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        while n := os.readv(fd, [buf]):
-            h.update(view[:n])
-    finally:
-        os.close(fd)
-    return h.hexdigest()
+    return digests.sha256_file(path, nofollow=True)
 
 
 class Stamps:

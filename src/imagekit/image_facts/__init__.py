@@ -1,9 +1,11 @@
-"""The image-facts contract: every ``io.imagekit.*`` label, written and read here only.
+"""The image-facts contract: every ``io.imagekit.*`` label, named and parsed here only.
 
-The build side writes what it knows about a resolved stack into image labels;
-the run side (report, check, preflight, launch, validate) reads them back as
-one typed :class:`ImageFacts`, from an engine image, an exported Enroot
-``.sqsh`` or a ``.sif``. Sites that read the labels themselves find the schema
+The build side writes what it knows about a resolved stack into image labels
+(:mod:`imagekit.image_facts.writer`); the run side (report, check, preflight,
+launch, validate) reads them back as one typed :class:`ImageFacts`, from an
+engine image, an exported Enroot ``.sqsh`` or a ``.sif``
+(:mod:`imagekit.image_facts.reader`). This module needs neither a stack nor an
+engine: both halves import it, and it imports neither. Sites that read the labels themselves find the schema
 in the README ("Image labels"); its version is ``io.imagekit.schema``.
 
 The image's environment (``Config.Env``) is read in the same pass, from the same
@@ -25,16 +27,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from imagekit import __version__
-from imagekit.errors import EngineError, UsageError
-
-if TYPE_CHECKING:
-    from imagekit.stack import Stack
+from imagekit import __version__, quoting
+from imagekit.errors import UsageError
 
 SCHEMA = 2
 PREFIX = "io.imagekit."
@@ -43,10 +40,22 @@ STACK, VERSION, ARCH, COMPONENTS = (PREFIX + k for k in ("stack", "version", "ar
 TARGET, RECIPE_SHA256, CHECKS, BENCHMARK = (PREFIX + k for k in ("target", "recipe.sha256", "checks", "benchmark"))
 BASE, BASE_MIRROR, BASE_COMPONENTS = (PREFIX + k for k in ("base", "base.mirror", "base.components"))
 FILE_SUFFIXES = (".sqsh", ".squashfs", ".sif")
-# Schema 1 had no roles; besides imagekit's own component names, labels written by hand or by other
-# tools used these names, which preflight understood then and still does.
-SCHEMA1_ROLES = {"mpich": "mpi", "mvapich2": "mpi", "intel-mpi": "mpi", "mlnx-ofed": "rdma",
-                 "doca-ofed": "rdma", "rdma-core": "rdma", "openssh": "sshd", "openssh-server": "sshd"}
+# Schema 1 had no roles; they follow from the component names. Frozen here as data (as
+# container-structure-test freezes its old schemas), never derived from today's component classes:
+# a component whose ``provides`` changes must not change what old labels mean. imagekit's own names
+# (the twelve components of ddad1c7, where schema 2 replaced schema 1: later components never wrote
+# schema 1), then names that labels written by hand or by other tools used, which preflight
+# understood then and still does.
+SCHEMA1_ROLES: dict[str, tuple[str, ...]] = {
+    "cuda": ("cuda",), "gdrcopy": ("gdrcopy",), "horovod": ("horovod",), "nccl": ("nccl",),
+    "nccl-tests": (), "ofed": ("rdma",), "openmpi": ("mpi",), "pmix": ("pmix",),
+    "python": ("python", "python-env"), "pytorch": ("pytorch",), "sshd": ("sshd",), "ucx": ("ucx",),
+    "mpich": ("mpi",), "mvapich2": ("mpi",), "intel-mpi": ("mpi",), "mlnx-ofed": ("rdma",),
+    "doca-ofed": ("rdma",), "rdma-core": ("rdma",), "openssh": ("sshd",), "openssh-server": ("sshd",),
+}
+# The benchmarks a schema-1 image implied (nccl-tests' all_reduce; python's mpi4py ring test).
+SCHEMA1_NCCL_TESTS = (("all_reduce_perf", "-b", "8", "-e", "1G", "-f", "2", "-g", "1"), {"NCCL_DEBUG": "INFO"})
+SCHEMA1_MPI4PY = (("python3", "-m", "mpi4py.bench", "ringtest", "-n", "1024", "-l", "1000"), {})
 
 
 class LabelSchemaError(UsageError):
@@ -59,56 +68,6 @@ def component_label(name: str, key: str) -> str:
 
 def role_label(role: str, key: str | None = None) -> str:
     return f"{PREFIX}role.{role}" + (f".{key}" if key else "")
-
-
-# -- writing ---------------------------------------------------------------------------------
-
-def recipe_labels(stack: "Stack") -> dict[str, str]:
-    """The labels the recipe carries for ``stack`` (the build adds :func:`build_labels`)."""
-    labels = {
-        SCHEMA_LABEL: str(SCHEMA),
-        STACK: stack.name,
-        VERSION: __version__,
-        ARCH: stack.base.arch,
-        COMPONENTS: ",".join(stack.components),
-        "org.opencontainers.image.title": stack.name,
-    }
-    if stack.description:
-        labels["org.opencontainers.image.description"] = stack.description
-    for name, comp in stack.components.items():
-        labels[component_label(name, "version")] = comp.version
-        labels[component_label(name, "source")] = comp.source
-        for key, value in comp.labels().items():
-            if value != "":
-                labels[component_label(name, key)] = value
-        if comp.opts.get("accept"):  # the risks the stack took on knowingly travel with the image
-            labels[component_label(name, "accepted")] = ",".join(comp.opts["accept"])
-    for role, name in sorted(stack.roles().items()):
-        labels[role_label(role)] = name
-        comp = stack.components[name]
-        if comp.role_versions()[role] != comp.version:  # a bundle: HPC-X 2.22 fills "mpi" with its Open MPI
-            labels[role_label(role, "version")] = comp.role_versions()[role]
-    for comp in stack.components.values():
-        bench = comp.benchmark()
-        if bench is not None:
-            labels[BENCHMARK] = json.dumps({"command": bench[0], "env": bench[1]}, sort_keys=True,
-                                           separators=(",", ":"))
-            break
-    return labels
-
-
-def build_labels(stack: "Stack", target: str, recipe_sha256: str) -> dict[str, str]:
-    """What the build adds on top of the recipe's labels: the recipe hash, the target, the checks."""
-    from imagekit.check import stack_checks
-
-    checks = json.dumps([c.as_dict() for c in stack_checks(stack, target)], separators=(",", ":"))
-    return {RECIPE_SHA256: recipe_sha256, TARGET: target, CHECKS: checks}
-
-
-def base_labels(distro: str, suite: str, mirror: str, components: list[str]) -> dict[str, str]:
-    """Labels of a base image that ``imagekit base`` bootstraps."""
-    return {BASE: f"{distro}:{suite}", BASE_MIRROR: mirror, BASE_COMPONENTS: ",".join(components),
-            VERSION: __version__}
 
 
 # -- the .sqsh form: labels as comments at the top of Enroot's /etc/rc -------------------------
@@ -125,8 +84,6 @@ _RC_KEY_BAD = re.compile(r"[\s\x00-\x1f\x7f]")
 
 def check_rc_label(key: str, value: str, where: str = "image") -> None:
     """Refuse a label that would not read back as itself from a ``# KEY VALUE`` line."""
-    from imagekit import quoting
-
     quoting.valid_text(key, where, "label name")
     hint = ("Enroot's .sqsh keeps each label as one `# NAME VALUE` comment line at the top of /etc/rc; "
             "rebuild the image without that label (a label a base image set is replaced by a LABEL "
@@ -309,22 +266,15 @@ def _schema(labels: dict[str, str], ref: str) -> int:
 
 def _schema1_roles(components: dict[str, ComponentFacts]) -> tuple[dict[str, Role], Benchmark | None]:
     """Schema 1 recorded no roles: they follow from the component names imagekit knew then."""
-    from imagekit.components import registry
-
-    known = registry()
     roles: dict[str, Role] = {}
     for name, comp in components.items():
-        provides = getattr(known.get(name), "provides", None) or (
-            (SCHEMA1_ROLES[name],) if name in SCHEMA1_ROLES else ())
-        for role in provides:
+        for role in SCHEMA1_ROLES.get(name, ()):
             roles.setdefault(role, Role(name, comp.version))
-    from imagekit.components import nccl_tests, python
-
     bench = None
     if "nccl-tests" in components:
-        bench = Benchmark(list(nccl_tests.BENCHMARK), dict(nccl_tests.BENCHMARK_ENV))
+        bench = Benchmark(list(SCHEMA1_NCCL_TESTS[0]), dict(SCHEMA1_NCCL_TESTS[1]))
     elif "mpi4py" in (components.get("python") or ComponentFacts("", "", "")).facts.get("packages", "").split(","):
-        bench = Benchmark(list(python.MPI4PY_RING), {})
+        bench = Benchmark(list(SCHEMA1_MPI4PY[0]), dict(SCHEMA1_MPI4PY[1]))
     return roles, bench
 
 
@@ -369,28 +319,6 @@ def is_file_image(ref: str) -> bool:
     return ref.startswith(("/", ".")) or ref.endswith(FILE_SUFFIXES)
 
 
-def read(ref: str, engine_name: str = "docker") -> ImageFacts:
-    """The facts of an engine image (``engine_name``: docker, or the user's podman store), an
-    Enroot ``.sqsh`` or a ``.sif``; unreadable labels give ``labels=None`` and the reason (a
-    missing engine image is an EngineError, as everywhere)."""
-    if not is_file_image(ref):
-        from imagekit import engine
-
-        image = engine.of(engine_name).inspect(ref)
-        return from_labels(image.labels, ref=ref, env=parse_env(image.config.get("Env") or []))
-    path = Path(ref)
-    if not path.is_file():
-        # Often right: the path may exist only on the compute nodes (a shared job directory).
-        return ImageFacts(ref=ref, reason=f"{ref} is a file image that is not on this host; its labels were not read")
-    try:
-        labels, env = _sif_facts(path) if _is_sif(path) else _squashfs_facts(path)
-    except (OSError, ValueError) as exc:
-        return ImageFacts(ref=ref, reason=f"cannot read the labels of {ref}: {exc}")
-    if labels is None:
-        return ImageFacts(ref=ref, reason=f"{ref} records no labels", env=env)
-    return from_labels(labels, ref=ref, env=env)
-
-
 def parse_env(entries: list[str]) -> dict[str, str]:
     """``NAME=VALUE`` entries (``Config.Env``, or Enroot's ``/etc/environment`` lines) as a mapping.
 
@@ -402,68 +330,3 @@ def parse_env(entries: list[str]) -> dict[str, str]:
         if sep and name and not name.startswith("#"):
             env[name.strip()] = value
     return env
-
-
-def read_or_reason(ref: str) -> ImageFacts:
-    """Like :func:`read`, but an image the engine cannot give becomes ``labels=None`` with the reason."""
-    try:
-        return read(ref)
-    except EngineError as exc:
-        return ImageFacts(ref=ref, reason=exc.message)
-
-
-def _is_sif(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        head = fh.read(64)
-    return b"SIF_MAGIC" in head
-
-
-def _sif_facts(path: Path) -> tuple[dict[str, str] | None, dict[str, str] | None]:
-    """Labels and environment from the OCI config object (imagekit's and Apptainer's SIFs); without
-    one (older Singularity), labels from the partition's .singularity.d/labels.json and no environment
-    (its env scripts are shell, not data)."""
-    from imagekit.export import sif
-
-    info = sif.read_sif(path)
-    for d in info.descriptors:
-        if d.name == sif.OCI_CONFIG_NAME:
-            config = json.loads(info.read(d))
-            if isinstance(config, dict) and isinstance(config.get("config"), dict):
-                config = config["config"]
-            if not isinstance(config, dict):
-                raise ValueError("its OCI config is not a JSON object")
-            return _label_map(config.get("Labels")), parse_env(config.get("Env") or [])
-    part = info.primary_partition()
-    text = _unsquashfs_cat(path, ".singularity.d/labels.json", offset=part.offset)
-    return _label_map(json.loads(text) if text else None), None
-
-
-def _label_map(raw: Any) -> dict[str, str] | None:
-    """Labels from JSON (a SIF's OCI config or labels.json): a mapping of text to text, or none."""
-    if not raw:
-        return None
-    if not (isinstance(raw, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items())):
-        raise ValueError("its labels are not a mapping of names to text")
-    return dict(raw)
-
-
-def _squashfs_facts(path: Path) -> tuple[dict[str, str] | None, dict[str, str]]:
-    """Enroot keeps labels as ``# key value`` comments at the top of /etc/rc (:func:`rc_labels`)
-    and the environment in /etc/environment, one ``NAME=VALUE`` a line; a squashfs without that
-    file gives Enroot, and so us, no variables."""
-    labels = rc_labels(_unsquashfs_cat(path, "etc/rc") or "")
-    # Enroot reads /etc/environment with awk and sed: only "\n" ends a line (str.splitlines would
-    # also split a value at U+2028, a form feed, ..., and make up variables Enroot never sets).
-    env = parse_env((_unsquashfs_cat(path, "etc/environment") or "").split("\n"))
-    return labels or None, env
-
-
-def _unsquashfs_cat(path: Path, member: str, offset: int = 0) -> str | None:
-    cmd = ["unsquashfs", *(["-o", str(offset)] if offset else []), "-cat", str(path), member]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=120)
-    except FileNotFoundError:
-        raise ValueError("unsquashfs is not installed (Debian: squashfs-tools)") from None
-    if proc.returncode != 0:
-        return None
-    return proc.stdout.decode("utf-8", "replace")

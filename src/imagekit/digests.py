@@ -1,0 +1,30 @@
+"""The sha256 of a file, read in large chunks: one loop for exports, store entries and downloads."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+CHUNK = 4 << 20
+
+
+def sha256_and_size(path: str | os.PathLike, *, nofollow: bool = False) -> tuple[str, int]:
+    """(hex sha256, bytes read) of ``path``; ``nofollow`` refuses a symbolic link (O_NOFOLLOW), for
+    files that must never be one (a store entry)."""
+    h = hashlib.sha256()
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    size = 0
+    fd = os.open(path, os.O_RDONLY | (os.O_NOFOLLOW if nofollow else 0))
+    try:
+        while n := os.readv(fd, [buf]):
+            h.update(view[:n])
+            size += n
+    finally:
+        os.close(fd)
+    return h.hexdigest(), size
+
+
+def sha256_file(path: str | os.PathLike, *, nofollow: bool = False) -> str:
+    """Hex sha256 of ``path`` (see :func:`sha256_and_size`)."""
+    return sha256_and_size(path, nofollow=nofollow)[0]

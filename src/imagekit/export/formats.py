@@ -1,0 +1,33 @@
+"""The export formats: name, file suffix and file mode, written here once.
+
+The export stage, the store, the registry artifacts and ``imagekit build --export`` all read this
+table, so an unknown format is refused the same way everywhere, and before any work starts. It
+imports nothing but the errors: the store's lookup and the Pyxis importer stay light.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from imagekit.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    suffix: str      # of an exported file, with its dot
+    mode: int        # of an exported file, before the umask: a SIF runs as a program, as apptainer makes it
+
+
+FORMATS: dict[str, Format] = {
+    "enroot": Format("enroot", ".sqsh", 0o644),
+    "sif": Format("sif", ".sif", 0o755),
+}
+SUFFIX: dict[str, str] = {f.name: f.suffix for f in FORMATS.values()}
+
+
+def get(name: str) -> Format:
+    """The format ``name``; a UsageError naming the valid ones otherwise."""
+    if name not in FORMATS:
+        raise UsageError(f"unknown export format {name!r}", f"use one of: {', '.join(FORMATS)}")
+    return FORMATS[name]

@@ -1,0 +1,65 @@
+"""Writing the image-facts contract: the labels a recipe and a build put on an image.
+
+The build side's half of :mod:`imagekit.image_facts` (which names and parses the labels): it
+needs a resolved stack, so it sits above the model, beside the renderer that uses it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from imagekit import __version__
+from imagekit.checks import stack_checks
+from imagekit.image_facts import (ARCH, BASE, BASE_COMPONENTS, BASE_MIRROR, BENCHMARK, CHECKS, COMPONENTS,
+                                  RECIPE_SHA256, SCHEMA, SCHEMA_LABEL, STACK, TARGET, VERSION, component_label,
+                                  role_label)
+
+if TYPE_CHECKING:
+    from imagekit.stack import Stack
+
+
+def recipe_labels(stack: "Stack") -> dict[str, str]:
+    """The labels the recipe carries for ``stack`` (the build adds :func:`build_labels`)."""
+    labels = {
+        SCHEMA_LABEL: str(SCHEMA),
+        STACK: stack.name,
+        VERSION: __version__,
+        ARCH: stack.base.arch,
+        COMPONENTS: ",".join(stack.components),
+        "org.opencontainers.image.title": stack.name,
+    }
+    if stack.description:
+        labels["org.opencontainers.image.description"] = stack.description
+    for name, comp in stack.components.items():
+        labels[component_label(name, "version")] = comp.version
+        labels[component_label(name, "source")] = comp.source
+        for key, value in comp.labels().items():
+            if value != "":
+                labels[component_label(name, key)] = value
+        if comp.opts.get("accept"):  # the risks the stack took on knowingly travel with the image
+            labels[component_label(name, "accepted")] = ",".join(comp.opts["accept"])
+    for role, name in sorted(stack.roles().items()):
+        labels[role_label(role)] = name
+        comp = stack.components[name]
+        if comp.role_versions()[role] != comp.version:  # a bundle: HPC-X 2.22 fills "mpi" with its Open MPI
+            labels[role_label(role, "version")] = comp.role_versions()[role]
+    for comp in stack.components.values():
+        bench = comp.benchmark()
+        if bench is not None:
+            labels[BENCHMARK] = json.dumps({"command": bench[0], "env": bench[1]}, sort_keys=True,
+                                           separators=(",", ":"))
+            break
+    return labels
+
+
+def build_labels(stack: "Stack", target: str, recipe_sha256: str) -> dict[str, str]:
+    """What the build adds on top of the recipe's labels: the recipe hash, the target, the checks."""
+    checks = json.dumps([c.as_dict() for c in stack_checks(stack, target)], separators=(",", ":"))
+    return {RECIPE_SHA256: recipe_sha256, TARGET: target, CHECKS: checks}
+
+
+def base_labels(distro: str, suite: str, mirror: str, components: list[str]) -> dict[str, str]:
+    """Labels of a base image that ``imagekit base`` bootstraps."""
+    return {BASE: f"{distro}:{suite}", BASE_MIRROR: mirror, BASE_COMPONENTS: ",".join(components),
+            VERSION: __version__}
