@@ -68,12 +68,13 @@ def test_devel_image_has_debians_nvcc_12_4_with_gcc_13(cuda12_images):
     outcomes = _outcomes(devel, check.checks_from_image(devel))
     assert outcomes["cuda.nvcc"].status == "passed", outcomes["cuda.nvcc"].detail
     assert not [i for i, o in outcomes.items() if o.status == "failed"]
-    # CUDA 12.4 supports gcc <= 13; trixie's gcc is 14, and Debian's nvcc.profile runs gcc-13 for nvcc.
+    # CUDA 12.4 supports gcc <= 13; trixie's gcc is 14. Debian's nvcc.profile puts wrappers named gcc/g++
+    # first on nvcc's PATH, which run gcc-13: cudafe++ is told the host compiler's version (--gnu_version).
     proc = _run(devel, "gcc -dumpversion; cd /tmp && printf '__global__ void k(){}\\nint main(){k<<<1,1>>>();}\\n'"
-                       " > t.cu && nvcc -v -o t t.cu 2>&1 | grep -c -- 'g++-13\\|gcc-13' ")
+                       " > t.cu && nvcc -v -o t t.cu 2>&1 | grep -o -m1 -- '--gnu_version=[0-9]*'")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    gcc, via_13 = proc.stdout.split()
-    assert gcc.startswith("14") and int(via_13) > 0, proc.stdout
+    gcc, host = proc.stdout.split()
+    assert gcc.startswith("14") and host.startswith("--gnu_version=13"), proc.stdout
 
 
 def test_no_driver_library_and_no_debian_cuda_package_in_either_image(cuda12_images):
