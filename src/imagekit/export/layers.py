@@ -95,9 +95,10 @@ def _decompressor(media_type: str) -> list[str] | None:
     if media_type in TAR_TYPES:
         return None
     tool = "zstd" if media_type in ZSTD_TYPES else "gzip"
-    # pigz inflates on one thread too, but reads, writes and checks the CRC on others: about 1.5x
-    # gzip's speed here.
-    found = (tool == "gzip" and shutil.which("pigz")) or shutil.which(tool)
+    # Inflating is most of a merge's CPU. ISA-L's igzip (Debian's isal) inflates about 2.5x faster
+    # than pigz, and pigz (which reads, writes and checks the CRC on threads of their own) about
+    # 1.5x faster than gzip; all three check the CRC and refuse a cut-short stream.
+    found = (tool == "gzip" and (shutil.which("igzip") or shutil.which("pigz"))) or shutil.which(tool)
     if found is None:
         raise LayerError(f"a {media_type} layer needs {tool}, which is not installed",
                          f"apt-get install {tool}")
