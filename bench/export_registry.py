@@ -56,6 +56,8 @@ def main() -> int:
     args = ap.parse_args()
     from local_registry import running_registry
 
+    from imagekit.export.layers import GZIP_TYPES
+
     images = args.image or [i for i in DEFAULT_IMAGES
                             if subprocess.run([DOCKER, "image", "inspect", i], capture_output=True).returncode == 0]
     enroot = shutil.which("enroot")
@@ -68,7 +70,10 @@ def main() -> int:
                 repo = "bench/" + image.split("/")[-1].split(":")[0]
                 tag = image.rsplit(":", 1)[-1]
                 subprocess.run([DOCKER, "tag", image, f"{addr}/{repo}:{tag}"], check=True)
-                subprocess.run([DOCKER, "push", f"{addr}/{repo}:{tag}"], check=True, capture_output=True)
+                try:
+                    subprocess.run([DOCKER, "push", f"{addr}/{repo}:{tag}"], check=True, capture_output=True)
+                finally:   # the push needs the tag, nothing after it does (the image keeps its own name)
+                    subprocess.run([DOCKER, "rmi", f"{addr}/{repo}:{tag}"], capture_output=True)
                 methods: dict[str, list[str]] = {}
                 env = {**os.environ, "ENROOT_ALLOW_HTTP": "yes", "ENROOT_CACHE_PATH": str(workdir / "ecache"),
                        "ENROOT_DATA_PATH": str(workdir / "edata"), "ENROOT_TEMP_PATH": str(workdir)}
@@ -99,8 +104,11 @@ def main() -> int:
     print(f"\n{'image':<30} {'method':<36} {'wall s':>8} {'cpu s':>8} {'x wall':>7} {'x cpu':>7}")
     for image, name, wall, cpu, xw, xc in rows:
         print(f"{image:<30} {name:<36} {wall:>8.1f} {cpu:>8.1f} {xw:>7.2f} {xc:>7.2f}")
+    from imagekit.export.layers import _decompressor
+
     print(f"\nratios: enroot import docker:// / row, median of {args.runs} paired runs; "
-          "engine rows are the same image from the local Docker engine")
+          "engine rows are the same image from the local Docker engine; gzip layers inflated by "
+          f"{_decompressor(sorted(GZIP_TYPES)[0])[0]}")
     return 0
 
 

@@ -350,6 +350,9 @@ class _Merge:
                         self.whiteout.setdefault(target, index)
                         self.whiteouts.setdefault(target, []).append(index)
                         whited.add(target)
+                    # The directory it sits in is in this layer even when nothing else there is.
+                    if parts and not self.deleted(index, parts[-1], parts[:-1]):
+                        self.parents(parts)
                     reader.copy(raw.data_size, None)
                     continue
                 gone = self.deleted(index, path, parts)
