@@ -292,8 +292,9 @@ class _Merge:
         self.pointed_by.setdefault(node, []).append(link.node)
 
     def found(self, path: str, layer: int, node: Node) -> None:
-        """The first entry at ``path`` in ``layer`` (``node``, or a directory): the content of links above it that name
-        ``path`` (the target their layer saw), unless a whiteout in between removed it."""
+        """The first entry at ``path`` in ``layer`` (``node``, or a directory): the content of the
+        links above it that name ``path`` (the target their layer saw), unless a whiteout in
+        between removed it."""
         waiters = self.waiting.get(path)
         if not waiters:
             return
