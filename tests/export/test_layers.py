@@ -178,3 +178,33 @@ def test_gzip_layers_are_decompressed():
     buf.seek(0)
     with tarfile.open(fileobj=buf) as tar:
         assert tar.extractfile("g").read() == b"zipped"
+
+
+@pytest.mark.parametrize("tool", ["igzip", "pigz", "gzip"])
+def test_each_inflater_reads_a_layer_and_refuses_a_damaged_one(tool, monkeypatch):
+    """Whichever inflater is installed (igzip first, then pigz, then gzip): a good layer reads, and
+    one whose stored CRC is wrong (its digest names the damaged bytes, so only the inflater can
+    tell) fails with one error."""
+    import gzip
+    import shutil
+
+    found = shutil.which(tool)
+    if found is None:
+        pytest.skip(f"{tool} is not installed")
+    monkeypatch.setattr(L.shutil, "which", lambda name: found if name in (tool, "gzip") else None)
+    assert L._decompressor(sorted(L.GZIP_TYPES)[0])[0] == found
+    good = gzip.compress(layer_tar([("f", "g", b"zipped" * 1000)]))
+    bad = bytearray(good)
+    bad[-8] ^= 0xFF                  # the CRC-32 in the gzip trailer
+    for data, ok in ((good, True), (bytes(bad), False)):
+        layer = Layer(digest=sha(data), size=len(data), media_type=sorted(L.GZIP_TYPES)[0],
+                      feed=lambda o, d=data: o.write(d), where="layer 1")
+        buf = io.BytesIO()
+        if ok:
+            merge([layer], buf)
+            buf.seek(0)
+            with tarfile.open(fileobj=buf) as tar:
+                assert tar.extractfile("g").read() == b"zipped" * 1000
+        else:
+            with pytest.raises(LayerError, match="does not decompress"):
+                merge([layer], buf)

@@ -165,8 +165,14 @@ def layer_tar(layer: Layer) -> Iterator[BinaryIO]:
             pass
         ok = True
     finally:
+        gave_up = 0        # the decompressor's status when it stopped on its own before the reader
         if not ok and proc is not None:
-            proc.kill()
+            try:
+                # A tar stream cut short: the decompressor has usually stopped on damage it names
+                # better than the tar reader can (igzip writes nothing of a stream whose CRC fails).
+                gave_up = proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         stream.close()
         feeder.join()
         rc, detail = 0, ""
@@ -177,7 +183,7 @@ def layer_tar(layer: Layer) -> Iterator[BinaryIO]:
                 proc.stderr.close()
         if failure:
             raise failure[0]
-        if ok and rc != 0:
+        if rc != 0 and (ok or gave_up):
             raise LayerError(f"{layer.where} ({layer.digest}) does not decompress: {detail[-300:]}",
                              "the layer is damaged; push or save the image again")
 
