@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 #   docker.io                 the engine (Debian's 20.10, BuildKit built in)
 #   debootstrap               `imagekit base` (offline base images)
 #   squashfs-tools(-ng)       Enroot squashfs export (sqfstar / tar2sqfs), unsquashfs in tests
-#   pigz                      inflates gzip layers of registry, OCI and docker-save sources (gzip works too)
+#   isal pigz                 inflate gzip layers of registry, OCI and docker-save sources (igzip first;
+#                             pigz or gzip work too, slower)
 #   docker-registry           the real local registry `imagekit push` is tested against
 #   openmpi-bin python3-mpi4py  host side of outside-in launches (host mpirun + docker run per rank)
 #   slurm-wlm munge libpmix2 libpmix-dev  a real single-node Slurm for the launch tests
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 #   openssh-client            inside-out launches (ssh-keygen for per-job keys)
 #   gcc                       the check tests compile stub libraries (libnccl.so.2, ...) for stub images
 #   openssl                   the registry tests sign the tokens of a Bearer-auth registry
-PACKAGES=(docker.io debootstrap squashfs-tools squashfs-tools-ng pigz docker-registry openmpi-bin
+PACKAGES=(docker.io debootstrap squashfs-tools squashfs-tools-ng isal pigz docker-registry openmpi-bin
           python3-mpi4py slurm-wlm munge libpmix2 libpmix-dev shellcheck openssh-client gcc openssl)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }

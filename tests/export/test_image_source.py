@@ -186,3 +186,48 @@ def test_an_artifact_is_not_an_image(tmp_path):
 def test_a_layout_without_that_tag_names_the_tags_it_has(tmp_path):
     layout = oci_layout(tmp_path / "layout", [[("f", "a", b"a")]], tag="v1")
     _fails(f"oci:{layout}:v2", tmp_path / "x.sqsh", r"no image tagged 'v2' \(it has: v1\)")
+
+
+@pytest.fixture(scope="module")
+def own_registry(tmp_path_factory):
+    """A real registry whose storage the test can reach (to damage a blob the way a failing disk
+    or a tampering mirror would; the registry checks digests on push, so nothing else can)."""
+    from local_registry import running_registry
+
+    root = tmp_path_factory.mktemp("own-registry")
+    with running_registry(root) as addr:
+        yield addr, root
+
+
+def _client(addr: str, tmp_path: Path):
+    from imagekit.registry import RegistryClient
+
+    return RegistryClient(addr, env={"HOME": str(tmp_path), "ENROOT_CONFIG_PATH": str(tmp_path / "enroot"),
+                                     "DOCKER_CONFIG": str(tmp_path / "docker")})
+
+
+def test_a_platform_missing_from_the_registry_index(own_registry, tmp_path):
+    from local_registry import push_test_image
+
+    addr, _ = own_registry
+    push_test_image(_client(addr, tmp_path), "t/multi", "1", architectures=("amd64", "arm64"))
+    _fails(f"docker://{addr}/t/multi:1", tmp_path / "x.sqsh", r"no riscv64 image \(it has: amd64, arm64\)",
+           platform="linux/riscv64")
+
+
+def test_a_registry_layer_whose_bytes_do_not_match_its_digest(own_registry, tmp_path):
+    """The registry serves a layer of the right length with other bytes (still a valid tar): the
+    digest, checked as the layer streams, is the only thing that tells."""
+    import json
+
+    from local_registry import blob_path, push_test_image
+
+    addr, root = own_registry
+    client = _client(addr, tmp_path)
+    pushed = push_test_image(client, "t/damaged", "1", payload=b"the real payload\n")
+    manifest = json.loads(client.get_manifest("t/damaged", pushed["digest"]).body)
+    layer = manifest["layers"][0]["digest"]
+    data = blob_path(root, layer)
+    body = data.read_bytes()
+    data.write_bytes(body.replace(b"the real payload", b"the fake payload", 1))
+    _fails(f"docker://{addr}/t/damaged:1", tmp_path / "x.sqsh", f"blob {layer} arrived as sha256:")

@@ -80,6 +80,41 @@ def test_hard_link_whose_first_name_a_later_layer_deletes_keeps_the_content():
     assert tree["k/c"][0].islnk() and tree["k/c"][0].linkname == "k/b"
 
 
+def test_each_layer_is_read_once():
+    """The merge is one pass: every layer's feeder (a registry download, an inflate) runs once."""
+    calls: list[int] = []
+    stack = as_layers([("d", "a", 0o700), ("f", "a/x", b"x"), ("f", "a/y", b"y"), ("h", "a/z", "a/x")],
+                      [("f", "a/.wh.y", b""), ("f", "b", b"b")], [("h", "c", "a/x"), ("f", "a/.wh.x", b"")])
+    for i, layer in enumerate(stack):
+        layer.feed = lambda out, feed=layer.feed, i=i: (calls.append(i), feed(out))
+    buf = io.BytesIO()
+    merge(stack, buf)
+    assert sorted(calls) == [0, 1, 2]
+    buf.seek(0)
+    with tarfile.open(fileobj=buf) as tar:
+        assert sorted(tar.getnames()) == ["a", "a/z", "b", "c"]
+
+
+def test_a_file_deleted_above_keeps_its_content_for_a_link_later_in_its_own_layer():
+    """The file has gone by when its layer names the link: that one layer is read again for it."""
+    calls: list[int] = []
+    stack = as_layers([("d", "k"), ("f", "k/a", b"A"), ("h", "k/b", "k/a")], [("f", "k/.wh.a", b"")])
+    for i, layer in enumerate(stack):
+        layer.feed = lambda out, feed=layer.feed, i=i: (calls.append(i), feed(out))
+    buf = io.BytesIO()
+    merge(stack, buf)
+    assert sorted(calls) == [0, 0, 1]
+    buf.seek(0)
+    with tarfile.open(fileobj=buf) as tar:
+        assert sorted(tar.getnames()) == ["k", "k/b"]
+        assert tar.extractfile("k/b").read() == b"A"
+
+
+def test_a_directory_a_layer_names_only_by_a_whiteout_in_it_stays():
+    tree = merged([("d", "a", 0o700), ("f", "a/x", b"x")], [("f", "a/.wh.x", b"")])
+    assert set(tree) == {"a"} and tree["a"][0].mode == 0o755   # made by the upper layer (overlayfs)
+
+
 def test_hard_link_keeps_the_content_its_layer_saw_when_a_later_layer_replaces_the_target():
     tree = merged([("d", "r"), ("f", "r/a", b"old")], [("h", "r/b", "r/a")], [("f", "r/a", b"new")])
     assert tree["r/a"][1] == b"new" and tree["r/b"][1] == b"old"
@@ -143,3 +178,33 @@ def test_gzip_layers_are_decompressed():
     buf.seek(0)
     with tarfile.open(fileobj=buf) as tar:
         assert tar.extractfile("g").read() == b"zipped"
+
+
+@pytest.mark.parametrize("tool", ["igzip", "pigz", "gzip"])
+def test_each_inflater_reads_a_layer_and_refuses_a_damaged_one(tool, monkeypatch):
+    """Whichever inflater is installed (igzip first, then pigz, then gzip): a good layer reads, and
+    one whose stored CRC is wrong (its digest names the damaged bytes, so only the inflater can
+    tell) fails with one error."""
+    import gzip
+    import shutil
+
+    found = shutil.which(tool)
+    if found is None:
+        pytest.skip(f"{tool} is not installed")
+    monkeypatch.setattr(L.shutil, "which", lambda name: found if name in (tool, "gzip") else None)
+    assert L._decompressor(sorted(L.GZIP_TYPES)[0])[0] == found
+    good = gzip.compress(layer_tar([("f", "g", b"zipped" * 1000)]))
+    bad = bytearray(good)
+    bad[-8] ^= 0xFF                  # the CRC-32 in the gzip trailer
+    for data, ok in ((good, True), (bytes(bad), False)):
+        layer = Layer(digest=sha(data), size=len(data), media_type=sorted(L.GZIP_TYPES)[0],
+                      feed=lambda o, d=data: o.write(d), where="layer 1")
+        buf = io.BytesIO()
+        if ok:
+            merge([layer], buf)
+            buf.seek(0)
+            with tarfile.open(fileobj=buf) as tar:
+                assert tar.extractfile("g").read() == b"zipped" * 1000
+        else:
+            with pytest.raises(LayerError, match="does not decompress"):
+                merge([layer], buf)

@@ -2,25 +2,33 @@
 
 The export path with no engine (a registry, an OCI layout, a ``docker save`` tarball) has the
 image's layer tars, not a container. They are applied the way the OCI image spec's changeset rules
-and overlayfs do it, but as a stream: nothing is unpacked on disk. Two passes over the layers:
+and overlayfs do it, but as a stream: nothing is unpacked on disk, and each layer is read (and
+inflated) once, newest first. When a layer is read, every layer above it is known, so whether each
+of its members survives is known too: a higher layer replaces it (an entry at the same path) or
+deletes it (a ``.wh.NAME`` whiteout, a ``.wh..wh..opq`` opaque marker on a parent, a non-directory
+where a parent directory was). What survives is copied byte for byte. A directory goes out once,
+with the header of the highest layer that has it, before anything inside it (a layer that holds a
+member but not its parent makes the parent, 0755 root, as the engine's ``mkdir -p`` does).
 
-1. Headers only: for every path, the highest layer that replaces it (an entry at the same path),
-   deletes it (a ``.wh.NAME`` whiteout, a ``.wh..wh..opq`` opaque marker on a parent, a non-directory
-   where a parent directory was), each directory's last header, and each hard link's content (the
-   entry its target named when its layer was applied, which may lie in a lower layer).
-2. The members again, in layer order: what no higher layer replaces or deletes is copied byte for
-   byte. A directory goes out once, with its final header, before the first member inside it. A file
-   that a higher layer deletes, but that a surviving hard link still names, goes out under that
-   link's name, and the other links point there.
+Hard links are written last, when every name they can point at has gone out. A link's content is
+the entry its target named when the link's layer was applied: the first entry at the target found
+below the link (or before it in its own layer). A file that a higher layer deletes but that a
+surviving hard link still names goes out under that link's name, and the other links point there;
+when that link comes later in the file's own layer, the file was already passed by, and that one
+layer is read again at the end for it (the only case that reads a layer twice).
 
 Layers are checked against their digests as they stream (the feeder raises at the end of a layer
 whose bytes do not hash to its digest; the export then writes nothing). Docker's init layer (empty
 ``/etc/hosts``, ``/etc/hostname``, ``/etc/resolv.conf``, ``/etc/mtab`` → ``/proc/mounts``, ``/.dockerenv``,
 ``/dev/console``, and ``/dev/pts``, ``/dev/shm``, ``/proc``, ``/sys`` where missing) sits above the image's
 layers in every container ``docker export`` reads, so it is applied here as a last layer: both paths
-give one tree, and Enroot and Apptainer bind their own files over these at start anyway. A member
-whose parent its layer does not name gets that parent made in its layer (0755, root), as the engine
-makes it.
+give one tree, and Enroot and Apptainer bind their own files over these at start anyway. It is held
+in memory: its files replace the image's, but go out after the image's layers (their parents keep
+the image's attributes), and its directories only where the image has none.
+
+One difference from applying the layers in order: a layer that names a directory after something
+inside it (no builder writes layers so; tar and Docker put the parent first) gets that directory
+with the attributes ``mkdir -p`` gives, as the member inside it had to go out first.
 """
 
 from __future__ import annotations
@@ -87,9 +95,10 @@ def _decompressor(media_type: str) -> list[str] | None:
     if media_type in TAR_TYPES:
         return None
     tool = "zstd" if media_type in ZSTD_TYPES else "gzip"
-    # pigz inflates on one thread too, but reads, writes and checks the CRC on others: about 1.5x
-    # gzip's speed here, and every layer is inflated twice (the plan, then the merge).
-    found = (tool == "gzip" and shutil.which("pigz")) or shutil.which(tool)
+    # Inflating is most of a merge's CPU. ISA-L's igzip (Debian's isal) inflates about 2.5x faster
+    # than pigz, and pigz (which reads, writes and checks the CRC on threads of their own) about
+    # 1.5x faster than gzip; all three check the CRC and refuse a cut-short stream.
+    found = (tool == "gzip" and (shutil.which("igzip") or shutil.which("pigz"))) or shutil.which(tool)
     if found is None:
         raise LayerError(f"a {media_type} layer needs {tool}, which is not installed",
                          f"apt-get install {tool}")
@@ -156,8 +165,14 @@ def layer_tar(layer: Layer) -> Iterator[BinaryIO]:
             pass
         ok = True
     finally:
+        gave_up = 0        # the decompressor's status when it stopped on its own before the reader
         if not ok and proc is not None:
-            proc.kill()
+            try:
+                # A tar stream cut short: the decompressor has usually stopped on damage it names
+                # better than the tar reader can (igzip writes nothing of a stream whose CRC fails).
+                gave_up = proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         stream.close()
         feeder.join()
         rc, detail = 0, ""
@@ -168,7 +183,7 @@ def layer_tar(layer: Layer) -> Iterator[BinaryIO]:
                 proc.stderr.close()
         if failure:
             raise failure[0]
-        if ok and rc != 0:
+        if rc != 0 and (ok or gave_up):
             raise LayerError(f"{layer.where} ({layer.digest}) does not decompress: {detail[-300:]}",
                              "the layer is damaged; push or save the image again")
 
@@ -177,30 +192,6 @@ def _parts(path: str) -> list[str]:
     """The proper ancestors of ``path``, outermost first."""
     bits = path.split("/")
     return ["/".join(bits[:i]) for i in range(1, len(bits))]
-
-
-@dataclass
-class Plan:
-    """What the header pass learns (see the module docstring)."""
-
-    entry: dict[str, int] = field(default_factory=dict)       # highest layer with a member at the path
-    nondir: dict[str, int] = field(default_factory=dict)      # ... with a non-directory there
-    whiteout: dict[str, int] = field(default_factory=dict)    # ... with a whiteout of the path
-    opaque: dict[str, int] = field(default_factory=dict)      # ... that made the directory opaque
-    final_dir: dict[str, list[bytes]] = field(default_factory=dict)
-    content: dict[tuple[int, str], tuple[int, str]] = field(default_factory=dict)   # link -> content entry
-    holders: dict[tuple[int, str], list[tuple[int, str]]] = field(default_factory=dict)
-    ignored: set[tuple[int, str]] = field(default_factory=set)   # weak directories that found one
-
-    def exists(self, path: str) -> bool:
-        return path in self.entry and self.entry[path] > self.whiteout.get(path, -1)
-
-    def deleted(self, layer: int, path: str) -> bool:
-        """Whether a layer above ``layer`` replaces or deletes ``path`` from it."""
-        if max(self.entry.get(path, -1), self.whiteout.get(path, -1)) > layer:
-            return True
-        return any(max(self.nondir.get(a, -1), self.whiteout.get(a, -1), self.opaque.get(a, -1)) > layer
-                   for a in _parts(path))
 
 
 def _marker(path: str) -> tuple[str, str] | None:
@@ -234,113 +225,279 @@ def _implicit_dir(path: str) -> list[bytes]:
     return [info.tobuf(format=tarfile.PAX_FORMAT)]
 
 
-def plan(layers: Sequence[Layer]) -> Plan:
-    """Pass 1: read every layer's headers."""
-    p = Plan()
-    for index, layer in enumerate(layers):
-        here: set[str] = set()       # directories this layer has, named or implied
+Node = tuple[int, int]       # (layer index, member number in the layer)
+_DIR: Node = (-1, -1)        # what a link resolves to when its target is a directory
+
+
+@dataclass
+class _Link:
+    node: Node
+    path: str
+    target: str
+    raw: RawMember
+    alive: bool               # no higher layer replaces or deletes it
+    where: str
+    whited: bool              # its layer whited the target out before naming it
+    points: Node | None = None
+
+
+@dataclass
+class _Merge:
+    """What the layers above the one being read say (see the module docstring). Each map holds the
+    highest layer that did it: newest first, the first to set a path is the highest."""
+
+    layers: Sequence[Layer]
+    dst: BinaryIO
+    entry: dict[str, int] = field(default_factory=dict)       # a member at the path (a directory made too)
+    nondir: dict[str, int] = field(default_factory=dict)      # ... a non-directory there
+    whiteout: dict[str, int] = field(default_factory=dict)    # ... a whiteout of the path
+    whiteouts: dict[str, list[int]] = field(default_factory=dict)   # every layer with one
+    opaque: dict[str, int] = field(default_factory=dict)      # ... made the directory opaque
+    emitted: set[str] = field(default_factory=set)            # names written (or held for a link)
+    links: dict[Node, _Link] = field(default_factory=dict)
+    waiting: dict[str, list[Node]] = field(default_factory=dict)   # links whose target is below
+    pointed_by: dict[Node, list[Node]] = field(default_factory=dict)
+    content_name: dict[Node, str] = field(default_factory=dict)   # content a link may name -> its name
+
+    def deleted(self, layer: int, path: str, parts: list[str]) -> bool:
+        """Whether a layer above ``layer`` replaces or deletes ``path`` from it."""
+        if self.entry.get(path, -1) > layer or self.whiteout.get(path, -1) > layer:
+            return True
+        return any(self.nondir.get(a, -1) > layer or self.whiteout.get(a, -1) > layer
+                   or self.opaque.get(a, -1) > layer for a in parts)
+
+    def exists(self, path: str) -> bool:
+        return path in self.entry and self.entry[path] > self.whiteout.get(path, -1)
+
+    def parents(self, parts: list[str]) -> None:
+        # Not written yet: no layer above or before this member in its own layer named it, so its
+        # layer made it (see the module docstring for the one exception).
+        for anc in parts:
+            if anc not in self.emitted:
+                for block in _implicit_dir(anc):
+                    self.dst.write(block)
+                self.emitted.add(anc)
+
+    def write(self, blocks: list[bytes], path: str, parts: list[str]) -> None:
+        self.parents(parts)
+        for block in blocks:
+            self.dst.write(block)
+        self.emitted.add(path)
+
+    def holders(self, node: Node) -> list[_Link]:
+        """The links whose content is ``node``, lowest layer first."""
+        out, todo = [], list(self.pointed_by.get(node, ()))
+        while todo:
+            link = self.links[todo.pop()]
+            out.append(link)
+            todo.extend(self.pointed_by.get(link.node, ()))
+        return sorted(out, key=lambda link: link.node)
+
+    def point(self, link: _Link, node: Node) -> None:
+        link.points = node
+        self.pointed_by.setdefault(node, []).append(link.node)
+
+    def found(self, path: str, layer: int, node: Node) -> None:
+        """The first entry at ``path`` in ``layer`` (``node``, or a directory): the content of the
+        links above it that name ``path`` (the target their layer saw), unless a whiteout in
+        between removed it."""
+        waiters = self.waiting.get(path)
+        if not waiters:
+            return
+        keep = []
+        for ln in waiters:
+            link = self.links[ln]
+            if ln[0] == layer:       # named later in this layer: its target lies further down
+                keep.append(ln)
+                continue
+            if link.whited or any(layer < w < ln[0] for w in self.whiteouts.get(path, ())):
+                raise LayerError(f"{link.where}: /{link.path} is a hard link to /{path}, which no layer "
+                                 "below it or before it holds", "rebuild the image")
+            self.point(link, node)
+        if keep:
+            self.waiting[path] = keep
+        else:
+            del self.waiting[path]
+
+    def content(self, link: _Link) -> Node:
+        node = link.points
+        while node in self.links:
+            node = self.links[node].points   # type: ignore[index]
+        return node   # type: ignore[return-value]
+
+    # --- one layer ---------------------------------------------------------------------------
+
+    def apply(self, index: int) -> None:
+        layer = self.layers[index]
+        here: set[str] = set()            # directories this layer has, named or made
+        first: dict[str, Node] = {}       # the first entry at each path in this layer
+        whited: set[str] = set()          # targets this layer whited out so far
+        dst = self.dst
         with layer_tar(layer) as stream:
-            for reader, raw in _members(stream, layer.where):
-                reader.copy(raw.data_size, None)
-                path = raw.member.name
+            for seq, (reader, raw) in enumerate(_members(stream, layer.where)):
+                path, typ = raw.member.name, raw.member.type
                 if not path:
+                    reader.copy(raw.data_size, None)
                     continue
-                if not layer.weak_dirs:
-                    # A member whose parent its layer does not name: the engine makes the parent in this
-                    # layer (`mkdir -p`, 0755), and that directory's attributes then win (overlayfs).
-                    for anc in _parts(path):
-                        if anc not in here:
-                            here.add(anc)
-                            p.entry[anc] = index
-                            p.final_dir[anc] = _implicit_dir(anc)
+                node = (index, seq)
+                parts = _parts(path)
+                for anc in parts:
+                    if anc not in here:
+                        here.add(anc)
+                        self.entry.setdefault(anc, index)
+                        if anc not in first:
+                            first[anc] = _DIR
+                            self.found(anc, index, _DIR)
                 mark = _marker(path)
                 if mark is not None:
                     kind, target = mark
-                    (p.opaque if kind == "opaque" else p.whiteout)[target] = index
-                    if kind == "whiteout":
-                        p.final_dir.pop(target, None)
+                    if kind == "opaque":
+                        self.opaque.setdefault(target, index)
+                    else:
+                        self.whiteout.setdefault(target, index)
+                        self.whiteouts.setdefault(target, []).append(index)
+                        whited.add(target)
+                    # The directory it sits in is in this layer even when nothing else there is.
+                    if parts and not self.deleted(index, parts[-1], parts[:-1]):
+                        self.parents(parts)
+                    reader.copy(raw.data_size, None)
                     continue
-                if raw.member.type == HARDLINK:
-                    target = tarstream.normalise(raw.member.linkname)
-                    held = p.entry.get(target)
-                    if held is None or p.whiteout.get(target, -1) > held:
-                        raise LayerError(f"{layer.where}: /{path} is a hard link to /{target}, which no layer "
-                                         "below it or before it holds", "rebuild the image")
-                    content = p.content.get((held, target), (held, target))
-                    p.content[(index, path)] = content
-                    p.holders.setdefault(content, []).append((index, path))
-                if raw.member.type == DIRECTORY:
-                    if layer.weak_dirs and p.exists(path):
-                        p.ignored.add((index, path))
-                        continue
+                gone = self.deleted(index, path, parts)
+                self.entry.setdefault(path, index)
+                if typ == DIRECTORY:
                     here.add(path)
-                    p.final_dir[path] = [*raw.blocks, bytes(raw.hdr)]
+                    if path not in first:
+                        first[path] = _DIR
+                        self.found(path, index, _DIR)
+                    if not gone and path not in self.emitted:
+                        self.write([*raw.blocks, bytes(raw.hdr)], path, parts)
+                    reader.copy(raw.data_size, None)
+                    continue
+                self.nondir.setdefault(path, index)
+                # A link's target is what its layer held before it (a link to its own name: below).
+                prior = first.get(tarstream.normalise(raw.member.linkname)) if typ == HARDLINK else None
+                if path not in first:
+                    first[path] = node
+                    self.found(path, index, node)
+                if typ == HARDLINK:
+                    target = tarstream.normalise(raw.member.linkname)
+                    alive = not gone and path not in self.emitted
+                    link = _Link(node, path, target, raw, alive, layer.where, target in whited)
+                    self.links[node] = link
+                    if alive:      # its parents go out now, with this layer's view of them
+                        self.parents(parts)
+                        self.emitted.add(path)
+                    if prior is not None:
+                        self.point(link, prior)
+                    else:
+                        self.waiting.setdefault(target, []).append(node)
+                    continue
+                if not gone:
+                    if path in self.emitted:     # the same name twice in one layer: the first stays
+                        reader.copy(raw.data_size, None)
+                        continue
+                    self.write([*raw.blocks, bytes(raw.hdr)], path, parts)
+                    reader.copy(raw.data_size, dst)
+                    self.content_name[node] = path
+                    continue
+                alive_holders = [h for h in self.holders(node) if h.alive]
+                if alive_holders:    # deleted here, but a hard link above still names the content
+                    name = alive_holders[0].path
+                    self.write(tarstream.renamed(raw, name=name), name, _parts(name))
+                    reader.copy(raw.data_size, dst)
+                    self.content_name[node] = name
                 else:
-                    p.nondir[path] = index
-                    p.final_dir.pop(path, None)
-                p.entry[path] = index
-    return p
+                    reader.copy(raw.data_size, None)
+
+    def reread(self, index: int, wanted: dict[int, str]) -> None:
+        """Read layer ``index`` again for the members numbered in ``wanted``: deleted files whose
+        surviving links came after them in their own layer. Each goes out under its link's name."""
+        layer = self.layers[index]
+        with layer_tar(layer) as stream:
+            for seq, (reader, raw) in enumerate(_members(stream, layer.where)):
+                name = wanted.get(seq)
+                if name is None:
+                    reader.copy(raw.data_size, None)
+                    continue
+                self.dst.write(b"".join(tarstream.renamed(raw, name=name)))
+                reader.copy(raw.data_size, self.dst)
+                self.content_name[(index, seq)] = name
+
+    def links_out(self) -> None:
+        for target, waiters in self.waiting.items():
+            link = self.links[waiters[0]]
+            raise LayerError(f"{link.where}: /{link.path} is a hard link to /{target}, which no layer "
+                             "below it or before it holds", "rebuild the image")
+        alive = sorted((link for link in self.links.values() if link.alive), key=lambda link: link.node)
+        missing: dict[Node, str] = {}
+        for link in alive:
+            node = self.content(link)
+            if node == _DIR:
+                raise LayerError(f"{link.where}: /{link.path} is a hard link to /{link.target}, a directory",
+                                 "rebuild the image")
+            if node not in self.content_name:
+                missing.setdefault(node, link.path)    # the lowest surviving link takes the content
+        by_layer: dict[int, dict[int, str]] = {}
+        for (index, seq), name in missing.items():
+            by_layer.setdefault(index, {})[seq] = name
+        for index in sorted(by_layer, reverse=True):
+            self.reread(index, by_layer[index])
+        for link in alive:
+            name = self.content_name[self.content(link)]
+            if name != link.path:
+                for block in tarstream.renamed(link.raw, linkname=name):
+                    self.dst.write(block)
+
+    def weak(self, index: int) -> list[tuple[RawMember, bytes]]:
+        """Read a weak layer (Docker's init layer, the last): its non-directories replace what is below
+        now; they and its directories go out at the end (see :meth:`weak_out`)."""
+        layer = self.layers[index]
+        held: list[tuple[RawMember, bytes]] = []
+        with layer_tar(layer) as stream:
+            for reader, raw in _members(stream, layer.where):
+                path = raw.member.name
+                if not path:
+                    reader.copy(raw.data_size, None)
+                    continue
+                if raw.member.type == HARDLINK or _marker(path) is not None:
+                    raise LayerError(f"{layer.where}: /{path} is a hard link or whiteout, which a layer made "
+                                     "only where the image has nothing cannot hold")
+                data = reader.exact(raw.data_size + (-raw.data_size % tarstream.BLOCK))
+                if raw.member.type != DIRECTORY:
+                    self.entry.setdefault(path, index)
+                    self.nondir.setdefault(path, index)
+                held.append((raw, data))
+        return held
+
+    def weak_out(self, index: int, held: list[tuple[RawMember, bytes]]) -> None:
+        for raw, data in held:
+            path = raw.member.name
+            if raw.member.type == DIRECTORY:
+                if self.exists(path) or path in self.emitted:
+                    continue
+                self.entry[path] = index
+            elif path in self.emitted:
+                continue
+            self.write([*raw.blocks, bytes(raw.hdr)], path, _parts(path))
+            self.dst.write(data)
 
 
 def merge(layers: Sequence[Layer], dst: BinaryIO) -> None:
-    """Write the merged root filesystem of ``layers`` (lowest first) to ``dst`` as one tar stream."""
-    p = plan(layers)
-    emitted: set[str] = set()
-    content_name: dict[tuple[int, str], str] = {}
-
-    def parents(path: str) -> None:
-        for anc in _parts(path):
-            if anc not in emitted:
-                blocks = p.final_dir.get(anc)
-                if blocks is None:     # named by no layer: made as `mkdir -p` makes it
-                    blocks = _implicit_dir(anc)
-                for block in blocks:
-                    dst.write(block)
-                emitted.add(anc)
-
-    def write(blocks: list[bytes], path: str) -> None:
-        parents(path)
-        for block in blocks:
-            dst.write(block)
-        emitted.add(path)
-
-    for index, layer in enumerate(layers):
-        with layer_tar(layer) as stream:
-            for reader, raw in _members(stream, layer.where):
-                path, typ = raw.member.name, raw.member.type
-                here = (index, path)
-                if not path or _marker(path) is not None or here in p.ignored:
-                    reader.copy(raw.data_size, None)
-                    continue
-                if p.deleted(index, path):
-                    alive = [h for h in p.holders.get(here, []) if not p.deleted(*h)] if typ != HARDLINK else []
-                    if alive:   # deleted here, but a hard link above still names the content
-                        content_name[here] = alive[0][1]
-                        write(tarstream.renamed(raw, name=alive[0][1]), alive[0][1])
-                        reader.copy(raw.data_size, dst)
-                    else:
-                        reader.copy(raw.data_size, None)
-                    continue
-                if typ == DIRECTORY:
-                    if path not in emitted:
-                        write([*raw.blocks, bytes(raw.hdr)], path)
-                    continue
-                if typ == HARDLINK:
-                    content = p.content[here]
-                    name = content_name.get(content)
-                    if name is None:
-                        raise LayerError(f"{layer.where}: /{path} is a hard link to /{content[1]}, whose content "
-                                         "this merge lost", "report this as a bug, with the image")
-                    if name != path:
-                        write(tarstream.renamed(raw, linkname=name), path)
-                    continue
-                if path in emitted:      # the same name twice in one layer: the first stays
-                    reader.copy(raw.data_size, None)
-                    continue
-                write([*raw.blocks, bytes(raw.hdr)], path)
-                reader.copy(raw.data_size, dst)
-                if here in p.holders:
-                    content_name[here] = path
+    """Write the merged root filesystem of ``layers`` (lowest first) to ``dst`` as one tar stream.
+    Only the last layer may be weak (Docker's init layer)."""
+    if any(layer.weak_dirs for layer in layers[:-1]):
+        raise ValueError("only the last layer may make its directories only where none are")
+    m = _Merge(layers, dst)
+    top = len(layers)
+    weak: list[tuple[RawMember, bytes]] = []
+    if layers and layers[-1].weak_dirs:
+        top -= 1
+        weak = m.weak(top)
+    for index in range(top - 1, -1, -1):
+        m.apply(index)
+    m.links_out()
+    if weak:
+        m.weak_out(top, weak)
     dst.write(ZERO_BLOCK * 2)
 
 
