@@ -29,7 +29,8 @@ HOME = "/usr/local/cuda"
 # cuda-toolkit metapackage versions on PyPI whose nvcc wheel is a whole compiler (13.x).
 PYPI_VERSIONS = ("13.0.0", "13.0.1", "13.0.2", "13.0.3", "13.1.0", "13.1.1", "13.1.2", "13.2.0", "13.2.1",
                  "13.2.2", "13.3.0", "13.3.1", "13.4.1", "13.4.2", "13.4.3", "13.5.0")
-WHEEL_EXTRAS = "nvcc,crt,nvvm,cudart,cccl,nvml"
+# cuobjdump: the devel stage can show which SASS a build carries (nccl-tests.sm_code).
+WHEEL_EXTRAS = "nvcc,crt,nvvm,cudart,cccl,nvml,cuobjdump"
 # SM architectures each CUDA release compiles for (nvcc --list-gpu-arch): CUDA 12.0 dropped
 # Kepler (sm_35/37), 12.8 added Blackwell (sm_100, sm_120), 12.9 sm_103/121, and 13.0 dropped
 # everything before Turing (sm_75).
