@@ -109,22 +109,22 @@ NEEDS_CASES = {
         "  python: {}\n  pytorch: {version: '2.5.1'}\n  cuda: {version: '12.4.1'}\n"),
     ("horovod", "pytorch", None): c(
         "horovod.pytorch", CUDA,
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.29.0'}\n",
+        GPU_MPI + "  nccl: {source: pypi, version: '2.21.5'}\n  python: {}\n  horovod: {version: '0.29.0'}\n",
         "horovod:", "components.horovod", ["`horovod` needs the `pytorch` component"],
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  horovod: {version: '0.29.0'}\n"
+        GPU_MPI + "  nccl: {source: pypi, version: '2.21.5'}\n  python: {}\n  horovod: {version: '0.29.0'}\n"
         "  pytorch: {version: '2.5.1'}\n"),
     ("horovod", "mpi", None): c(
         "horovod.openmpi", CUDA,
-        "  cuda: {}\n  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
+        "  cuda: {}\n  nccl: {source: pypi, version: '2.21.5'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
         "  horovod: {version: '0.29.0'}\n",
         "horovod:", "components.horovod", ["`horovod` needs a component that provides `mpi`", "`openmpi`"],
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
+        GPU_MPI + "  nccl: {source: pypi, version: '2.21.5'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
         "  horovod: {version: '0.29.0'}\n"),
     ("horovod", "nccl", None): c(
         "horovod.nccl", CUDA,
         GPU_MPI + "  python: {}\n  pytorch: {version: '2.5.1'}\n  horovod: {version: '0.29.0'}\n",
         "horovod:", "components.horovod", ["`horovod` needs the `nccl` component"],
-        GPU_MPI + "  nccl: {source: repo, version: '2.23.4-1'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
+        GPU_MPI + "  nccl: {source: pypi, version: '2.21.5'}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"
         "  horovod: {version: '0.29.0'}\n"),
 }
 
@@ -243,12 +243,40 @@ CHECK_CASES.update({
     ],
     "horovod.check_stack": [
         c("horovod-0.28-torch-2.5", CUDA,
-          "  cuda: {}\n  python: {}\n  openmpi: {version: '4.1.7', ucx: false}\n  nccl: {source: repo, version: '2.23.4-1'}\n"
+          "  cuda: {}\n  python: {}\n  openmpi: {version: '4.1.7', ucx: false}\n  nccl: {source: pypi, version: '2.21.5'}\n"
           "  pytorch: {version: '2.5.1'}\n  horovod:\n    version: '0.28.1'\n",
           "version: '0.28.1'", "components.horovod.version",
           ["Horovod 0.28.1 does not compile against PyTorch 2.5.1", "C++17", "use torch.distributed"],
-          "  cuda: {}\n  python: {}\n  openmpi: {version: '4.1.7', ucx: false}\n  nccl: {source: repo, version: '2.23.4-1'}\n"
+          "  cuda: {}\n  python: {}\n  openmpi: {version: '4.1.7', ucx: false}\n  nccl: {source: pypi, version: '2.21.5'}\n"
           "  pytorch: {version: '2.5.1'}\n"),
+    ],
+    "pytorch.check_stack:pypi": [
+        c("pytorch-pypi-wheel-on-another-cuda", DEBIAN,
+          PYPI_CUDA + "  python: {}\n  pytorch:\n    version: '2.15.0'\n    index: pypi\n",
+          "version: '2.15.0'", "components.pytorch.version",
+          ["PyPI's torch 2.15.0 is built for CUDA 13.2", "this stack's CUDA is 13.0.2", "two CUDAs",
+           "use CUDA 13.2"],
+          "  cuda: {source: pypi, version: '13.2.2'}\n  python: {}\n  pytorch: {version: '2.15.0', index: pypi}\n"),
+        c("pytorch-version-not-on-that-index", DEBIAN,
+          "  cuda: {source: pypi, version: '13.2.2'}\n  python: {}\n  pytorch:\n    version: '2.15.0'\n    index: pytorch\n",
+          "index: pytorch", "components.pytorch.index",
+          ["no PyTorch 2.15.0 build on the pytorch index", "`index: pypi` (cu132)"],
+          "  cuda: {source: pypi, version: '13.2.2'}\n  python: {}\n  pytorch: {version: '2.15.0', index: pypi}\n"),
+    ],
+    "pytorch.check_stack:nccl": [
+        c("pytorch-and-another-nccl", DEBIAN,
+          "  cuda: {source: pypi, version: '13.2.2'}\n  nccl:\n    source: pypi\n    version: '2.32.3'\n"
+          "  python: {}\n  pytorch: {version: '2.15.0', index: pypi}\n",
+          "version: '2.32.3'", "components.nccl.version",
+          ["PyTorch 2.15.0 loads the NCCL 2.30.7 its nvidia-nccl-cu13 wheel requires", "NCCL 2.32.3 (pypi)",
+           "two NCCLs", 'version: "2.30.7"', "`nccl: false`"],
+          "  cuda: {source: pypi, version: '13.2.2'}\n  nccl: {source: pypi, version: '2.30.7'}\n"
+          "  python: {}\n  pytorch: {version: '2.15.0', index: pypi}\n"),
+        c("pytorch-and-a-repo-nccl", CUDA,
+          "  cuda: {}\n  nccl:\n    source: repo\n    version: '2.23.4-1'\n  python: {}\n  pytorch: {version: '2.5.1'}\n",
+          "version: '2.23.4-1'", "components.nccl.version",
+          ["PyTorch 2.5.1 loads the NCCL 2.21.5", "NCCL 2.23.4-1 (repo)", "two NCCLs"],
+          "  cuda: {}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"),
     ],
     "pytorch.check_stack:arch": [
         c("pytorch-aarch64", CUDA + "  arch: aarch64\n", "  cuda: {}\n  python: {}\n  pytorch:\n    version: '2.5.1'\n",
