@@ -46,8 +46,6 @@ EXCLUDED = {
                       "is a fresh tmpfs at run time, so no image can carry it",
     "image.ldd_closure": "a library closure needs the real binaries: checked green and red on the real "
                          "debian-mpi and debian-cuda images (test_check.py, test_cuda_image.py)",
-    "nccl-tests.sm_code": "which GPU code real nccl-tests binaries carry (cuobjdump): checked green and red on "
-                          "the real debian-cuda devel image (test_cuda_image.py)",
     "nccl-tests.loads_nccl": "which NCCL real nccl-tests binaries load: checked green and red on the real "
                              "debian-cuda image (test_cuda_image.py)",
 }
