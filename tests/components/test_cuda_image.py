@@ -41,9 +41,8 @@ BROKEN_RUNTIME_FAILS = {"cuda.runtime", "image.ldd_closure", "ucx.mt", "ucx.cuda
 # Blackwell), compiled with the image's own nvcc; then nvcc itself replaced by an older one.
 BREAK_DEVEL = """set -e
 printf '__global__ void k(int *p) { *p = 1; }\\n' > /tmp/k.cu
-/usr/local/cuda/bin/nvcc -shared -Xcompiler -fPIC -gencode=arch=compute_80,code=sm_80 \\
-    -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90 -o /tmp/libk.so /tmp/k.cu
-for f in /usr/local/nccl-tests/bin/*; do cp /tmp/libk.so "$f"; done
+/usr/local/cuda/bin/nvcc -c -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90 -o /tmp/k.o /tmp/k.cu
+for f in /usr/local/nccl-tests/bin/*; do cp /tmp/k.o "$f"; done
 printf '#!/bin/sh\\necho "Cuda compilation tools, release 12.0, V12.0.76"\\n' > /usr/local/cuda-13.2/bin/nvcc
 """
 
