@@ -110,11 +110,18 @@ class Pytorch(Component):
         return "cu" + "".join(self.stack.provider("cuda").major_minor.split("."))
 
     def devel(self) -> list:
-        pkgs = " ".join(quoting.sh_arg(p) for p in [f"torch=={self.version}", *self.opts["extras"]])
+        reqs = [f"torch=={self.version}", *self.opts["extras"]]
         if self.opts["index"] == "pypi":
             where = ""
+            cuda = self.stack.provider("cuda")
+            if int(cuda.major) >= 13:
+                # cuda-toolkit[nvjitlink]==13.2.2 asks for nvidia-nvjitlink>=13.2.86,<14, which pip resolves
+                # to the newest 13.x: a newer CUDA's JIT linker beside the stack's, whose output an older
+                # driver may not load. Held to the stack's CUDA, as every other CUDA wheel torch pins.
+                reqs.append(f"nvidia-nvjitlink=={cuda.major_minor}.*")
         else:
             where = "--index-url " + quoting.sh_arg(self.opts["index_url"].replace("{cuda}", self.cuda_tag)) + " "
+        pkgs = " ".join(quoting.sh_arg(p) for p in reqs)
         commands = [f"{VENV}/bin/python -m pip install {where}{pkgs}"]
         nccl = self.stack.provider("nccl")
         if nccl is not None:
