@@ -42,7 +42,10 @@ def test_pytorch_labels_and_checks_the_nccl_it_loads(tmp_path):
     assert torch.labels() == {"cuda": "cu124", "index": "pytorch", "nccl": "2.21.5"}
     check = {c.id: c for c in torch.checks()}["pytorch.nccl_version"]
     assert "torch.cuda.nccl.version()" in check.run
-    assert re.search(check.expect, "2.21.5") and not re.search(check.expect, "2.23.4")
+    assert "ncclGetVersion" in check.run  # torch.cuda.nccl.version() is the NCCL torch was built against
+    assert re.search(check.expect, "built 2.21.5\nloaded 2.21.5\n")
+    assert not re.search(check.expect, "built 2.21.5\nloaded 2.23.4\n")
+    assert not re.search(check.expect, "built 2.23.4\nloaded 2.21.5\n")
 
 
 def test_custom_index(tmp_path):

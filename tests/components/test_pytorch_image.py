@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -27,18 +28,20 @@ HARDWARE_CHECKS = {"cuda.driver", "ucx.cuda", "nccl-tests.all_reduce", "gdrcopy.
 TORCH_CHECKS = {"pytorch.version", "pytorch.cuda_build", "pytorch.nccl", "pytorch.nccl_version",
                 "pytorch.one_nccl", "pytorch.ldd_closure", "pytorch.compiler"}
 SITE = "/opt/venv/lib/python3.11/site-packages"
-# torch still imports, but reports another version and CUDA build, loads a second, older NCCL (the
-# real nvidia-nccl-cu13 2.28.9 wheel's library, in place of the link to the stack's), and Python.h
-# is gone (torch.compile's launcher build fails).
+# torch still imports, but reports another version and CUDA build; a second NCCL (the real
+# nvidia-nccl-cu13 2.32.3 wheel's library; an older one, 2.28.9, lacks symbols torch links, and torch
+# does not import at all) replaces the wheel's link and comes first in the loader's cache, where torch
+# finds libnccl.so.2; and Python.h is gone (torch.compile's launcher build fails).
 BREAK_IMPORTABLE = f"""set -e
-sed -i "s/^__version__ = .*/__version__ = '2.14.0+cu132'/; s/^cuda: .*/cuda: Optional[str] = '13.0'/" \\
-    {SITE}/torch/version.py
-python3 -m pip download --no-deps --only-binary=:all: --dest /tmp/old nvidia-nccl-cu13==2.28.9
-python3 -m zipfile -e /tmp/old/nvidia_nccl_cu13-*.whl /tmp/old/whl
+sed -i "s/^__version__ = .*/__version__ = '2.14.0+cu132'/; s/^cuda: .*/cuda: Optional[str] = '13.0'/" {SITE}/torch/version.py
 rm {SITE}/nvidia/nccl/lib/libnccl.so.2
-cp /tmp/old/whl/nvidia/nccl/lib/libnccl.so.2 {SITE}/nvidia/nccl/lib/libnccl.so.2
-rm -rf /tmp/old /usr/include/python3.11/Python.h
+cp /tmp/add/libnccl.so.2 {SITE}/nvidia/nccl/lib/libnccl.so.2
+mkdir -p /opt/other && cp /tmp/add/libnccl.so.2 /opt/other/libnccl.so.2
+echo /opt/other > /etc/ld.so.conf.d/00-other.conf
+ldconfig
+rm -rf /tmp/add /usr/include/python3.11/Python.h
 """
+OTHER_NCCL = "nvidia-nccl-cu13==2.32.3"
 BROKEN_IMPORTABLE_FAILS = {"pytorch.version", "pytorch.cuda_build", "pytorch.nccl_version", "pytorch.one_nccl",
                            "pytorch.compiler"}
 # A CUDA library torch links is missing, and there is no C compiler.
@@ -48,9 +51,12 @@ rm -f /usr/bin/cc /usr/bin/gcc /usr/bin/gcc-12 /usr/bin/x86_64-linux-gnu-gcc-12
 """
 
 
-def _broken_copy(image: str, script: str, tag: str, directory: Path) -> str:
-    directory.mkdir()
-    (directory / "Dockerfile").write_text(f"FROM {image}\nRUN {script.strip().replace(chr(10), ' && ')}\n")
+def _broken_copy(image: str, script: str, tag: str, directory: Path, add: Path | None = None) -> str:
+    """``image`` with ``script`` run in one more layer (one command a line: no continuations); the
+    file ``add`` (inside ``directory``) is at /tmp/add/ for the script."""
+    directory.mkdir(exist_ok=True)
+    copy = f"COPY {add.name} /tmp/add/{add.name}\n" if add else ""
+    (directory / "Dockerfile").write_text(f"FROM {image}\n{copy}RUN {script.strip().replace(chr(10), ' && ')}\n")
     proc = subprocess.run([engine.docker_cli(), "build", "-q", "-t", tag, str(directory)], capture_output=True,
                           text=True, env={**os.environ, "DOCKER_BUILDKIT": "1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -93,13 +99,22 @@ def test_devel_image_passes_its_checks(pytorch_images):
 
 def test_each_torch_check_catches_a_broken_copy(pytorch_images, tmp_path):
     runtime, _ = pytorch_images
-    importable = _broken_copy(runtime, BREAK_IMPORTABLE, "imagekit-test/pytorch-broken:importable", tmp_path / "a")
+    # The other NCCL comes through the host's pip (the build has no CA bundle for the index).
+    (tmp_path / "a").mkdir()
+    got = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest",
+                          str(tmp_path / "whl"), OTHER_NCCL], capture_output=True, text=True)
+    assert got.returncode == 0, got.stdout + got.stderr
+    with zipfile.ZipFile(next((tmp_path / "whl").glob("nvidia_nccl_cu13-*.whl"))) as wheel:
+        (tmp_path / "a" / "libnccl.so.2").write_bytes(wheel.read("nvidia/nccl/lib/libnccl.so.2"))
+    importable = _broken_copy(runtime, BREAK_IMPORTABLE, "imagekit-test/pytorch-broken:importable", tmp_path / "a",
+                              add=tmp_path / "a" / "libnccl.so.2")
     links = _broken_copy(runtime, BREAK_LINKS, "imagekit-test/pytorch-broken:links", tmp_path / "b")
     try:
         outcomes = _outcomes(importable, _torch_specs(runtime))
         failed = {i for i, o in outcomes.items() if o.status == "failed"}
         assert failed == BROKEN_IMPORTABLE_FAILS, {i: o.detail for i, o in outcomes.items()}
-        assert "2.28.9" in outcomes["pytorch.nccl_version"].detail
+        assert "built 2.30.7" in outcomes["pytorch.nccl_version"].detail  # compiled into torch
+        assert "loaded 2.32.3" in outcomes["pytorch.nccl_version"].detail
         assert "nvidia/nccl/lib/libnccl.so.2" in outcomes["pytorch.one_nccl"].detail
         assert "Python.h" in outcomes["pytorch.compiler"].detail
         outcomes = _outcomes(links, [s for s in _torch_specs(runtime)

@@ -164,9 +164,16 @@ class Pytorch(Component):
         ]
         if self.version in TORCH_NCCL:
             wanted = TORCH_NCCL[self.version]
-            out.append(checks.run("pytorch.nccl_version", f"torch loads NCCL {wanted} (the version its wheel requires)",
-                                  "python3 -c 'import torch; print(\".\".join(map(str, torch.cuda.nccl.version())))'",
-                                  expect=rf"(?m)^{re.escape(wanted)}$"))
+            # torch.cuda.nccl.version() is the NCCL torch was built against (compiled in), not the library
+            # it loaded: ask the loaded libnccl.so.2 as well (dlopen of a loaded soname returns that one).
+            probe = ("import ctypes, torch; v = ctypes.c_int(); "
+                     "ctypes.CDLL(\"libnccl.so.2\").ncclGetVersion(ctypes.byref(v)); "
+                     "print(\"built\", \".\".join(map(str, torch.cuda.nccl.version()))); "
+                     "print(\"loaded\", \"%d.%d.%d\" % (v.value // 10000, v.value // 100 % 100, v.value % 100))")
+            mine = re.escape(wanted)
+            out.append(checks.run("pytorch.nccl_version", f"torch is built for and loads NCCL {wanted} (the version "
+                                  "its wheel requires)", f"python3 -c '{probe}'",
+                                  expect=rf"(?ms)\A(?=.*^built {mine}$)(?=.*^loaded {mine}$)"))
             # One NCCL in the image: every libnccl.so* file, links resolved, is one file.
             out.append(checks.run("pytorch.one_nccl", "the image holds exactly one NCCL library file",
                                   "find / -xdev \\( -path /proc -o -path /sys \\) -prune -o -name 'libnccl.so*' "
