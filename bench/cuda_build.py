@@ -58,7 +58,10 @@ def step_seconds(log: Path) -> dict[str, float]:
 
 
 def du(image: str, paths: list[str]) -> dict[str, int]:
-    script = "for p in " + " ".join(paths) + "; do du -sbL \"$p\" 2>/dev/null || echo \"0 $p\"; done"
+    # -L for the prefixes (lib64 and /usr/local/cuda are links into them), not in the venv: there a link
+    # to the stack's NCCL would count that library twice.
+    script = ("for p in " + " ".join(paths) + "; do case $p in /opt/venv*) o=-sb ;; *) o=-sbL ;; esac; "
+              "du $o \"$p\" 2>/dev/null || echo \"0 $p\"; done")
     text = subprocess.run([engine.docker_cli(), "run", "--rm", "--entrypoint", "sh", image, "-c", script],
                           capture_output=True, text=True, check=True).stdout
     return {line.split()[1]: int(line.split()[0]) for line in text.splitlines() if line.strip()}
