@@ -69,7 +69,8 @@ def test_pytorch_from_pypi_takes_the_cuda_build_its_wheel_requires(tmp_path):
     stack's NCCL, the same version, so the image holds one NCCL."""
     text = render_text(tmp_path, TORCH_PYPI)
     devel = stage(text, "devel")
-    assert "/opt/venv/bin/python -m pip install torch==2.15.0 'nvidia-nvjitlink==13.2.*' && " in devel
+    assert "/opt/venv/bin/python -m pip install torch==2.15.0 'nvidia-nvjitlink==13.2.*' 'nvidia-cuda-cccl==13.2.*' && " \
+        in devel
     assert "--index-url" not in devel
     assert 'ln -sf /usr/local/nccl/lib/libnccl.so.2 "$f"' in devel
     assert devel.index("pip install torch==2.15.0") < devel.index("ln -sf /usr/local/nccl/lib/libnccl.so.2")

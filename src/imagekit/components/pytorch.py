@@ -48,6 +48,8 @@ DEFAULT_INDEX = "https://download.pytorch.org/whl/{cuda}"
 TORCH_NCCL = {"2.5.1": "2.21.5", "2.15.0": "2.30.7"}
 # Where torch's wheels put NCCL in the venv (nvidia-nccl-cu12/-cu13 both: nvidia/nccl/lib).
 WHEEL_NCCL = f"{VENV}/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2"
+# CUDA 13 wheels torch's requirements leave free within the major: held to the stack's CUDA minor.
+CUDA_MINOR_WHEELS = ("nvidia-nvjitlink", "nvidia-cuda-cccl")
 # What torch.compile needs at run time (Triton's launcher build): a C compiler and Python.h.
 COMPILE_PACKAGES = ["gcc", "libc6-dev", "python3-dev"]
 
@@ -115,10 +117,11 @@ class Pytorch(Component):
             where = ""
             cuda = self.stack.provider("cuda")
             if int(cuda.major) >= 13:
-                # cuda-toolkit[nvjitlink]==13.2.2 asks for nvidia-nvjitlink>=13.2.86,<14, which pip resolves
-                # to the newest 13.x: a newer CUDA's JIT linker beside the stack's, whose output an older
-                # driver may not load. Held to the stack's CUDA, as every other CUDA wheel torch pins.
-                reqs.append(f"nvidia-nvjitlink=={cuda.major_minor}.*")
+                # cuda-toolkit[nvjitlink]==13.2.2 asks for nvidia-nvjitlink>=13.2.86,<14 and nvshmem for any
+                # nvidia-cuda-cccl, which pip resolves to the newest 13.x: a newer CUDA's JIT linker (whose
+                # output an older driver may not load) and headers beside the stack's. Both are held to the
+                # stack's CUDA, as every other CUDA wheel torch pins.
+                reqs += [f"{wheel}=={cuda.major_minor}.*" for wheel in CUDA_MINOR_WHEELS]
         else:
             where = "--index-url " + quoting.sh_arg(self.opts["index_url"].replace("{cuda}", self.cuda_tag)) + " "
         pkgs = " ".join(quoting.sh_arg(p) for p in reqs)
