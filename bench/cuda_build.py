@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""Build benchmark for the offline CUDA stack (debian-cuda), measured side by side in one run.
+"""Build benchmark for the offline CUDA stacks (debian-cuda, and the framework image debian-pytorch
+on top of it), measured side by side in one run.
 
 Reports: the cold build (BuildKit cache pruned: wheel downloads and source builds are
 real), what each source build costs (BuildKit's per-step times, by component), the
 no-change rebuild, runtime vs devel size (target: runtime/devel <= 0.40) and each
-component's share of the runtime image.
+component's share of the runtime image. For a framework image, also its size beside the
+published size of NVIDIA's NGC PyTorch container (cited, not measured here).
 
     python bench/cuda_build.py --mirror ../shared/mirror          # cold (prunes the cache)
     python bench/cuda_build.py --mirror ../shared/mirror --warm   # keep the cache
+    python bench/cuda_build.py --mirror ../shared/mirror --warm --stack debian-pytorch
     python bench/cuda_build.py --log build/logs/debian-cuda-runtime.log   # costs of a logged cold build
+
+--warm on a machine whose cache never saw the stack's current versions still builds every
+changed layer for real (downloads included): the per-step costs of its log are cold costs.
 """
 
 from __future__ import annotations
@@ -26,10 +32,16 @@ from imagekit import base_image, build, check, engine, stack  # noqa: E402
 
 LOGS = Path("build/bench-logs")
 # A build step belongs to the component whose files it names.
-STEP_OWNERS = (("cuda-wheels", "cuda"), ("gdrcopy-", "gdrcopy"), ("ucx-", "ucx"), ("pmix-", "pmix"),
+STEP_OWNERS = (("pip install torch==", "pytorch"), ("-m venv", "python"), ("cuda-wheels", "cuda"), ("gdrcopy-", "gdrcopy"), ("ucx-", "ucx"), ("pmix-", "pmix"),
                ("openmpi-", "openmpi"), ("nccl-wheel", "nccl"), ("nccl-tests-", "nccl-tests"))
 _STEP = re.compile(r"^#(\d+) \[(devel|runtime) +\d+/\d+\] (.*)$")
 _DONE = re.compile(r"^#(\d+) DONE (\d+(?:\.\d+)?)s$")
+# NGC's PyTorch container, as published (docs/reviews/field.md, "Image sizes"): about 20 GB (23.03) to
+# 22 GB; pytorch/pytorch about 4 GB (hiyouga/LlamaFactory#4974, d4l3k/torchdrive#4).
+NGC_PYTORCH_BYTES = (20e9, 22e9)
+# What a framework image's venv holds, measured apart (the components' prefixes do not cover it).
+VENV_PARTS = ("/opt/venv/lib/python3.11/site-packages/torch", "/opt/venv/lib/python3.11/site-packages/nvidia",
+              "/opt/venv/lib/python3.11/site-packages/triton", "/opt/venv")
 
 
 def step_seconds(log: Path) -> dict[str, float]:
@@ -46,7 +58,10 @@ def step_seconds(log: Path) -> dict[str, float]:
 
 
 def du(image: str, paths: list[str]) -> dict[str, int]:
-    script = "for p in " + " ".join(paths) + "; do du -sbL \"$p\" 2>/dev/null || echo \"0 $p\"; done"
+    # -L for the prefixes (lib64 and /usr/local/cuda are links into them), not in the venv: there a link
+    # to the stack's NCCL would count that library twice.
+    script = ("for p in " + " ".join(paths) + "; do case $p in /opt/venv*) o=-sb ;; *) o=-sbL ;; esac; "
+              "du $o \"$p\" 2>/dev/null || echo \"0 $p\"; done")
     text = subprocess.run([engine.docker_cli(), "run", "--rm", "--entrypoint", "sh", image, "-c", script],
                           capture_output=True, text=True, check=True).stdout
     return {line.split()[1]: int(line.split()[0]) for line in text.splitlines() if line.strip()}
@@ -57,6 +72,7 @@ def main() -> None:
     parser.add_argument("--mirror", help="the site mirror of upstream release files")
     parser.add_argument("--warm", action="store_true", help="do not prune the build cache")
     parser.add_argument("--log", type=Path, help="only report the per-component costs in this build log")
+    parser.add_argument("--stack", default="debian-cuda", help="debian-cuda (default) or debian-pytorch")
     args = parser.parse_args()
     if args.log:
         costs = step_seconds(args.log)
@@ -69,7 +85,7 @@ def main() -> None:
         parser.error("--mirror is needed to build")
     base_image.ensure("debian:bookworm", log=lambda *_: None)
     cli = engine.docker_cli()
-    s = stack.load("debian-cuda", mirror=args.mirror)
+    s = stack.load(args.stack, mirror=args.mirror)
     rows = []
     if not args.warm:
         subprocess.run([cli, "rmi", "-f", s.image, s.image.replace(":latest", ":devel")], capture_output=True)
@@ -95,7 +111,7 @@ def main() -> None:
     print(f"\nimage sizes: devel {devel_size / 1e6:.0f} MB, runtime {runtime_size / 1e6:.0f} MB, "
           f"runtime/devel = {ratio:.2f} (target <= 0.40: {'met' if ratio <= 0.40 else 'NOT met'})")
     base = engine.client().images.get(s.base.runtime).attrs["Size"]
-    prefixes = check.elf_prefixes(s)
+    prefixes = check.elf_prefixes(s) + (list(VENV_PARTS) if s.has("pytorch") else [])
     sizes = du(s.image, prefixes)
     print("each component's share of the runtime image:")
     print(f"  {'base image':<22} {base / 1e6:>7.0f} MB  {base / runtime_size:>4.0%}")
@@ -103,8 +119,15 @@ def main() -> None:
         p = getattr(comp, "prefix", None)
         if p in sizes:
             print(f"  {comp.name:<22} {sizes[p] / 1e6:>7.0f} MB  {sizes[p] / runtime_size:>4.0%}  ({p})")
-    rest = runtime_size - base - sum(sizes.values())
+    for part in VENV_PARTS if s.has("pytorch") else ():
+        print(f"  {part.rsplit('/', 1)[-1] + ' (venv)':<22} {sizes[part] / 1e6:>7.0f} MB  "
+              f"{sizes[part] / runtime_size:>4.0%}  ({part})")
+    rest = runtime_size - base - sum(v for k, v in sizes.items() if k not in VENV_PARTS) - sizes.get("/opt/venv", 0)
     print(f"  {'distro packages etc.':<22} {rest / 1e6:>7.0f} MB  {rest / runtime_size:>4.0%}")
+    if s.has("pytorch"):
+        low, high = NGC_PYTORCH_BYTES
+        print(f"\nNGC PyTorch container (published): {low / 1e9:.0f}-{high / 1e9:.0f} GB; this runtime image "
+              f"{runtime_size / 1e9:.1f} GB = {runtime_size / high:.2f}-{runtime_size / low:.2f} of it")
 
 
 if __name__ == "__main__":

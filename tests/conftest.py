@@ -130,6 +130,20 @@ def cuda12_images(trixie_base, site_mirror) -> tuple[str, str]:
     return runtime.tags[0], devel.tags[0]
 
 
+@pytest.fixture(scope="session")
+def pytorch_images(cuda_images, site_mirror) -> tuple[str, str]:
+    """The framework stack's (runtime, devel) tags: PyPI's torch on debian-cuda, built for real. It
+    reuses every debian-cuda layer (so it needs ``cuda_images`` first); torch's ~3 GB of wheels go
+    through the pip cache mount, downloaded once per machine."""
+    from imagekit import build, stack
+
+    torch = stack.load("debian-pytorch", mirror=str(site_mirror))
+    logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
+    runtime = build.build(torch, log_dir=logs)
+    devel = build.build(torch, target="devel", log_dir=logs)
+    return runtime.tags[0], devel.tags[0]
+
+
 @pytest.fixture
 def write_stack(tmp_path):
     """Write a small stack file made by the test; returns its path."""

@@ -382,6 +382,7 @@ def test_shipped_stacks_all_load():
         "debian-cuda": ["debian-cuda"],
         "debian-cuda12": ["debian-cuda12"],
         "debian-mpi": ["debian-mpi"],
+        "debian-pytorch": ["debian-pytorch"],
         "nccl-tests": ["nccl-tests-cu129-x86_64", "nccl-tests-cu129-sbsa"],
         "pytorch": ["pytorch"],
     }
@@ -390,7 +391,7 @@ def test_shipped_stacks_all_load():
 def test_shipped_debian_cuda_is_offline_and_pins_every_upstream_file():
     s = stack_mod.load("debian-cuda")
     assert s.base.image.startswith("imagekit/") and s.base.arch == "x86_64"
-    assert (s.get("cuda").source, s.get("cuda").version, s.get("nccl").source) == ("pypi", "13.0.2", "pypi")
+    assert (s.get("cuda").source, s.get("cuda").version, s.get("nccl").source) == ("pypi", "13.2.2", "pypi")
     artifacts = sources.artifacts(s)
     assert {a.component for a in artifacts} == {"gdrcopy", "ucx", "pmix", "openmpi", "nccl-tests"}
     assert all(a.sha256 and len(a.sha256) == 64 for a in artifacts)
@@ -409,7 +410,7 @@ def test_shipped_debian_cuda12_is_offline_cuda12_and_pins_every_upstream_file():
     assert all(a.sha256 and len(a.sha256) == 64 for a in artifacts)
 
 
-@pytest.mark.parametrize("name", ["debian-cuda12"])
+@pytest.mark.parametrize("name", ["debian-cuda12", "debian-cuda"])
 def test_a_shipped_cuda_stack_states_its_minimum_driver(name):
     s = stack_mod.load(name)
     assert f"R{s.get('cuda').min_driver.split('.')[0]}+" in s.description
@@ -423,12 +424,27 @@ def test_shipped_nccl_tests_have_hopper_and_blackwell_code():
 
 
 def test_shipped_pytorch_has_one_nccl_and_no_horovod():
-    # torch loads its own nvidia-nccl-cu12 wheel; Horovod 0.28.1 does not compile against PyTorch >= 2.1.
+    # torch loads its own nvidia-nccl-cu13 wheel; Horovod 0.28.1 does not compile against PyTorch >= 2.1.
     s = stack_mod.load("pytorch")
     assert not s.has("horovod") and not s.has("nccl")
-    assert s.get("pytorch").labels() == {"cuda": "cu124", "nccl": "2.21.5"}
+    assert s.get("pytorch").labels() == {"cuda": "cu132", "index": "pypi", "nccl": "2.30.7"}
+    assert (s.get("pytorch").version, s.get("cuda").major_minor) == ("2.15.0", "13.2")
+    assert (s.get("openmpi").version, s.get("pmix").version, s.get("ucx").version) == ("5.0.10", "5.0.10", "1.20.1")
     # torch's wheels bring CUDA's libraries: the runtime starts from the base image, not -runtime.
-    assert s.base.runtime == "nvidia/cuda:12.4.1-base-ubuntu22.04"
+    assert s.base.runtime == "nvidia/cuda:13.2.1-base-ubuntu24.04"
+
+
+def test_shipped_framework_stacks_track_the_same_torch_cuda_and_nccl():
+    """The offline framework image CI builds (debian-pytorch) and the production pytorch stack carry
+    the same torch, CUDA build and NCCL; debian-pytorch's NCCL is debian-cuda's, the one torch pins."""
+    offline, production, cuda = stack_mod.load("debian-pytorch"), stack_mod.load("pytorch"), stack_mod.load("debian-cuda")
+    assert offline.get("pytorch").labels() == production.get("pytorch").labels()
+    assert offline.get("nccl").version == cuda.get("nccl").version == offline.get("pytorch").labels()["nccl"]
+    assert offline.get("cuda").version == cuda.get("cuda").version == "13.2.2"
+    # Every debian-cuda component comes first, unchanged: its layers are reused.
+    assert list(offline.components)[:len(cuda.components)] == list(cuda.components)
+    assert [c.opts for c in offline.components.values()][:len(cuda.components)] == \
+        [c.opts for c in cuda.components.values()]
 
 
 # -- site stack directories -----------------------------------------------

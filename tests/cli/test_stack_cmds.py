@@ -202,7 +202,8 @@ def test_stacks_json():
     result = invoke("stacks", "--json")
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert [r["stack"] for r in rows] == ["debian-cuda", "debian-cuda12", "debian-mpi", "nccl-tests", "pytorch"]
+    assert [r["stack"] for r in rows] == ["debian-cuda", "debian-cuda12", "debian-mpi", "debian-pytorch",
+                                          "nccl-tests", "pytorch"]
     for row in rows:
         assert set(row) == {"stack", "file", "from", "description", "variants"}
         assert Path(row["file"]).is_file() and row["description"]
@@ -252,13 +253,13 @@ def test_matrix_json():
     result = invoke("matrix", "--json")
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert len(rows) == 6
+    assert len(rows) == 7
     arm = next(r for r in rows if r["variant"] == "nccl-tests-cu129-sbsa")
     assert arm["platform"] == "linux/arm64" and arm["arch"] == "aarch64" and arm["offline"] is False
     # The platform CI builds for is the one `imagekit build` passes to docker.
     assert all(r["platform"] == build.PLATFORMS[r["arch"]] for r in rows)
     here = json.loads(invoke("matrix", "--json", "--buildable-here").stdout)
-    assert [r["variant"] for r in here] == ["debian-cuda", "debian-cuda12", "debian-mpi"]
+    assert [r["variant"] for r in here] == ["debian-cuda", "debian-cuda12", "debian-mpi", "debian-pytorch"]
     assert {r["platform"] for r in here} == {"linux/amd64"}
 
 

@@ -30,8 +30,14 @@ from imagekit import check, stack
 pytestmark = pytest.mark.engine
 
 # Stacks built and checked for real (green and red): debian-mpi in tests/test_check.py,
-# debian-cuda in tests/components/test_cuda_image.py. Checks only they bring run there.
-REAL_STACKS = {"debian-mpi", "debian-cuda"}
+# debian-cuda in tests/components/test_cuda_image.py, debian-pytorch in
+# tests/components/test_pytorch_image.py. Checks only they bring run there, except the hardware
+# checks (a GPU, a fabric), which no image here can pass: those run on the stubs.
+REAL_STACKS = {"debian-mpi", "debian-cuda", "debian-pytorch"}
+# Registry-based stacks with the same components and versions as a real one, on NVIDIA's base:
+# their checks are that real image's (the production pytorch stack tracks debian-pytorch: torch,
+# CUDA 13.2, NCCL 2.30.7, Open MPI 5 and PMIx 5, UCX). The stubs play the nccl-tests stacks' MPI.
+PLAYED_BY_REAL = {"pytorch": "debian-pytorch"}
 OFFLINE_STACK = "debian-mpi"
 
 # Checks no container image can exercise, and why.
@@ -82,7 +88,9 @@ def collect() -> tuple[list[Entry], list[Entry]]:
         e.run_id = e.id if per_id[e.id] == 1 else f"{e.id}@{min(e.stacks)}"
     # Where stacks disagree on what one command must print, the stub image plays the CUDA stacks;
     # the offline stack's expectation is the real image's (tests/test_check.py).
-    offline_only = [e for group in groups.values() for e in group.values() if e.stacks <= REAL_STACKS]
+    real = REAL_STACKS | set(PLAYED_BY_REAL)
+    offline_only = [e for group in groups.values() for e in group.values()
+                    if e.stacks <= real and not e.spec.get("needs")]
     return entries, offline_only
 
 

@@ -49,7 +49,7 @@ def test_pypi_lays_the_wheels_out_as_a_toolkit(tmp_path):
     assert cuda.labels() == {"major": "13", "prefix": "/usr/local/cuda-13.0", "min_driver": "580.65.06"}
     text = render_text(tmp_path, PYPI)
     devel, runtime = stage(text, "devel"), stage(text, "runtime")
-    assert "'cuda-toolkit[nvcc,crt,nvvm,cudart,cccl,nvml]==13.0.2.*'" in devel
+    assert "'cuda-toolkit[nvcc,crt,nvvm,cudart,cccl,nvml,cuobjdump]==13.0.2.*'" in devel
     assert "ln -sfn /usr/local/cuda-13.0 /usr/local/cuda" in devel
     # The runtime keeps libcudart only: no compiler, no headers, no pip.
     assert "libcudart.so.13" in runtime and "nvcc" not in runtime and "pip" not in runtime

@@ -10,6 +10,7 @@ other check runs on the real runtime (and devel) image, then fails on a broken c
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -23,20 +24,26 @@ HARDWARE_CHECKS = {"cuda.driver", "ucx.cuda", "nccl-tests.all_reduce", "gdrcopy.
                    "ucx.verbs"}
 # What a broken copy breaks, and which checks must then fail.
 BREAK_RUNTIME = """set -e
-rm -f /usr/local/cuda-13.0/targets/x86_64-linux/lib/libcudart.so.13
+rm -f /usr/local/cuda-13.2/targets/x86_64-linux/lib/libcudart.so.13
 rm -f /usr/local/ucx/lib/libucs.so.0*
 printf '#!/bin/sh\\necho "# Library version: 1.18.1"\\necho "#define ENABLE_MT 0"\\n' > /usr/local/ucx/bin/ucx_info
 printf '#!/bin/sh\\necho "MCA pml: ob1 (MCA v2.1.0)"\\necho "MCA pmix: pmix3x"\\n' > /usr/local/openmpi/bin/ompi_info
+printf '#!/bin/sh\\necho "MCA ras: simulator"\\n' > /usr/local/openmpi/bin/prte_info
 mkdir -p /opt/other && cp /usr/local/nccl/lib/libnccl.so.2 /opt/other/
 echo /opt/other > /etc/ld.so.conf.d/00-other.conf
 ldconfig
 rm -f /etc/profile.d/zz-imagekit-environment.sh /usr/local/bin/imagekit-mpi-ring
 """
 BROKEN_RUNTIME_FAILS = {"cuda.runtime", "image.ldd_closure", "ucx.mt", "ucx.cuda_build", "openmpi.pml_ucx",
-                        "openmpi.cuda", "openmpi.pmix_external", "openmpi.srun_direct_launch", "openmpi.ring",
+                        "openmpi.cuda", "openmpi.pmix_external", "openmpi.slurm", "openmpi.ring",
                         "nccl-tests.loads_nccl", "image.login_env"}
+# nccl-tests' binaries replaced by device code for sm_80 and sm_90 only (what the stack built before
+# Blackwell), compiled with the image's own nvcc; then nvcc itself replaced by an older one.
 BREAK_DEVEL = """set -e
-printf '#!/bin/sh\\necho "Cuda compilation tools, release 12.0, V12.0.76"\\n' > /usr/local/cuda-13.0/bin/nvcc
+printf '__global__ void k(int *p) { *p = 1; }\\n' > /tmp/k.cu
+/usr/local/cuda/bin/nvcc -c -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90 -o /tmp/k.o /tmp/k.cu
+for f in /usr/local/nccl-tests/bin/*; do cp /tmp/k.o "$f"; done
+printf '#!/bin/sh\\necho "Cuda compilation tools, release 12.0, V12.0.76"\\n' > /usr/local/cuda-13.2/bin/nvcc
 """
 
 
@@ -70,6 +77,7 @@ def test_devel_image_has_the_stacks_nvcc(cuda_images):
     _, devel = cuda_images
     outcomes = _outcomes(devel, check.checks_from_image(devel))
     assert outcomes["cuda.nvcc"].status == "passed"
+    assert outcomes["nccl-tests.sm_code"].status == "passed", outcomes["nccl-tests.sm_code"].detail
     assert not [i for i, o in outcomes.items() if o.status == "failed"]
 
 
@@ -87,16 +95,20 @@ def test_each_check_catches_a_broken_copy(cuda_images, tmp_path):
         assert "/opt/other/libnccl.so.2" in outcomes["nccl-tests.loads_nccl"].detail
         devel_outcomes = _outcomes(broken_dv, check.checks_from_image(devel))
         assert devel_outcomes["cuda.nvcc"].status == "failed"
+        assert devel_outcomes["nccl-tests.sm_code"].status == "failed"
+        assert "sm_90.cubin" in devel_outcomes["nccl-tests.sm_code"].detail
+        assert "sm_100.cubin" not in devel_outcomes["nccl-tests.sm_code"].detail
     finally:
         subprocess.run([engine.docker_cli(), "rmi", "-f", broken_rt, broken_dv], capture_output=True)
 
 
-def test_the_binaries_were_built_for_the_stacks_gpu_architectures(cuda_images, cuda_stack):
-    """nccl-tests carries SASS for each gencode: the fatbinary's ELF images name their sm_XX."""
-    runtime, _ = cuda_images
-    labels = engine.image_labels(runtime)
-    assert labels["io.imagekit.component.nccl-tests.gencode"] == "80,90"
-    out = subprocess.run([engine.docker_cli(), "run", "--rm", runtime, "sh", "-c",
-                          "grep -c -a -o 'sm_90' /usr/local/nccl-tests/bin/all_reduce_perf"],
+def test_the_binaries_were_built_for_hopper_and_blackwell(cuda_images):
+    """nccl-tests carries SASS for each architecture and PTX for the newest: cuobjdump (from the CUDA
+    wheels, devel image) lists the cubins of every installed binary, sm_100 (B200/GB200) included."""
+    runtime, devel = cuda_images
+    assert engine.image_labels(runtime)["io.imagekit.component.nccl-tests.gencode"] == "80,90,100,120"
+    out = subprocess.run([engine.docker_cli(), "run", "--rm", devel, "sh", "-c",
+                          "for f in /usr/local/nccl-tests/bin/*; do /usr/local/cuda/bin/cuobjdump --list-elf $f; done"],
                          capture_output=True, text=True)
-    assert out.returncode == 0 and int(out.stdout.strip()) > 0, out.stdout + out.stderr
+    archs = set(re.findall(r"\.(sm_\d+)\.cubin", out.stdout))
+    assert archs == {"sm_80", "sm_90", "sm_100", "sm_120"}, out.stdout

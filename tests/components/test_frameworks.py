@@ -7,7 +7,7 @@ import re
 import pytest
 
 from imagekit.components import registry
-from stack_helpers import CUDA, load_text, render_text, stage
+from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 
 TORCH = CUDA + """\
 components:
@@ -39,16 +39,65 @@ def test_pytorch_index_matches_the_base_cuda(tmp_path):
 def test_pytorch_labels_and_checks_the_nccl_it_loads(tmp_path):
     # torch loads its own nvidia-nccl-cu12 wheel (2.21.5 for 2.5.1), not a system libnccl2.
     torch = load_text(tmp_path, TORCH).get("pytorch")
-    assert torch.labels() == {"cuda": "cu124", "nccl": "2.21.5"}
+    assert torch.labels() == {"cuda": "cu124", "index": "pytorch", "nccl": "2.21.5"}
     check = {c.id: c for c in torch.checks()}["pytorch.nccl_version"]
     assert "torch.cuda.nccl.version()" in check.run
-    assert re.search(check.expect, "2.21.5") and not re.search(check.expect, "2.23.4")
+    assert "ncclGetVersion" in check.run  # torch.cuda.nccl.version() is the NCCL torch was built against
+    assert re.search(check.expect, "built 2.21.5\nloaded 2.21.5\n")
+    assert not re.search(check.expect, "built 2.21.5\nloaded 2.23.4\n")
+    assert not re.search(check.expect, "built 2.23.4\nloaded 2.21.5\n")
 
 
 def test_custom_index(tmp_path):
     text = render_text(tmp_path, TORCH.replace('extras: ["torchvision==0.20.1"]',
                                                'index_url: "https://mirror.example.invalid/{cuda}/simple"'))
     assert "--index-url https://mirror.example.invalid/cu124/simple torch==2.5.1" in text
+
+
+TORCH_PYPI = DEBIAN + """\
+components:
+  cuda: {source: pypi, version: "13.2.2"}
+  nccl: {source: pypi, version: "2.30.7"}
+  python: {}
+  pytorch: {version: "2.15.0", index: pypi}
+"""
+
+
+def test_pytorch_from_pypi_takes_the_cuda_build_its_wheel_requires(tmp_path):
+    """PyPI's torch 2.15.0 is one wheel whose requirements fix CUDA 13.2 and NCCL 2.30.7: pip's
+    configured index is used (no --index-url), and the wheel's libnccl.so.2 becomes a link to the
+    stack's NCCL, the same version, so the image holds one NCCL."""
+    text = render_text(tmp_path, TORCH_PYPI)
+    devel = stage(text, "devel")
+    assert "/opt/venv/bin/python -m pip install torch==2.15.0 'nvidia-nvjitlink==13.2.*' 'nvidia-cuda-cccl==13.2.*' && " \
+        in devel
+    assert "--index-url" not in devel
+    assert 'ln -sf /usr/local/nccl/lib/libnccl.so.2 "$f"' in devel
+    assert devel.index("pip install torch==2.15.0") < devel.index("ln -sf /usr/local/nccl/lib/libnccl.so.2")
+    torch = load_text(tmp_path, TORCH_PYPI).get("pytorch")
+    assert torch.labels() == {"cuda": "cu132", "index": "pypi", "nccl": "2.30.7"}
+    checks = {c.id: c for c in torch.checks()}
+    version, build = checks["pytorch.version"], checks["pytorch.cuda_build"]
+    assert re.search(version.expect, "2.15.0\n") and re.search(version.expect, "2.15.0+cu132\n")
+    assert not re.search(version.expect, "2.14.0\n") and not re.search(version.expect, "2.15.0+cu130\n")
+    assert re.search(build.expect, "13.2\n") and not re.search(build.expect, "13.0\n")
+    assert checks["pytorch.ldd_closure"].prefixes == ("/opt/venv/lib/python3.11/site-packages/torch",)
+
+
+def test_pytorch_one_nccl_check_accepts_one_file_only(tmp_path):
+    one = {c.id: c for c in load_text(tmp_path, TORCH_PYPI).get("pytorch").checks()}["pytorch.one_nccl"]
+    assert re.search(one.expect, "/usr/local/nccl/lib/libnccl.so.2\n")
+    assert not re.search(one.expect, "/usr/local/nccl/lib/libnccl.so.2\n/opt/venv/lib/python3.11/site-packages/"
+                                     "nvidia/nccl/lib/libnccl.so.2\n")
+    assert not re.search(one.expect, "")
+
+
+def test_pytorch_runtime_can_compile_for_torch_compile(tmp_path):
+    """Review finding 3: Triton builds a C launcher against Python.h on first use of torch.compile."""
+    runtime = stage(render_text(tmp_path, TORCH_PYPI), "runtime")
+    assert "--no-install-recommends gcc libc6-dev python3-dev" in runtime
+    check = {c.id: c for c in load_text(tmp_path, TORCH_PYPI).get("pytorch").checks()}["pytorch.compiler"]
+    assert "#include <Python.h>" in check.command and "sysconfig.get_paths()" in check.command
 
 
 def test_nccl_tests_build_with_mpi(tmp_path):

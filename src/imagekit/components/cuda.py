@@ -51,7 +51,8 @@ HOME = "/usr/local/cuda"
 # cuda-toolkit metapackage versions on PyPI whose nvcc wheel is a whole compiler (13.x).
 PYPI_VERSIONS = ("13.0.0", "13.0.1", "13.0.2", "13.0.3", "13.1.0", "13.1.1", "13.1.2", "13.2.0", "13.2.1",
                  "13.2.2", "13.3.0", "13.3.1", "13.4.1", "13.4.2", "13.4.3", "13.5.0")
-WHEEL_EXTRAS = "nvcc,crt,nvvm,cudart,cccl,nvml"
+# cuobjdump: the devel stage can show which SASS a build carries (nccl-tests.sm_code).
+WHEEL_EXTRAS = "nvcc,crt,nvvm,cudart,cccl,nvml,cuobjdump"
 # Debian's nvidia-cuda-toolkit (non-free) per distro: (CUDA version, the nvidia-cuda-runtime-cuXX wheel
 # of the same release that the runtime stage takes libcudart from). Bookworm's is 11.8: too old for NCCL 2.2x.
 DISTRO_TOOLKITS = {"debian13": ("12.4.1", "12.4.127")}

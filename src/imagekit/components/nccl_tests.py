@@ -90,6 +90,16 @@ class NcclTests(Component):
             checks.run("nccl-tests.all_reduce", "all_reduce_perf runs on one GPU",
                        "all_reduce_perf -b 8 -e 1M -f 2 -g 1", expect=r"# Avg bus bandwidth", needs="gpu"),
         ]
+        # The devel image has cuobjdump: every architecture's SASS, and PTX of the newest, must be in
+        # the installed binaries (a Makefile that ignores NVCC_GENCODE would leave Blackwell to JIT).
+        archs = self.archs
+        wanted = "".join(rf"(?=.*\bsm_{a}[a-z]?\.cubin\b)" for a in archs) + rf"(?=.*\bsm_{archs[-1]}[a-z]?\.ptx\b)"
+        out.append(checks.run(
+            "nccl-tests.sm_code", f"the binaries carry SASS for sm_{', sm_'.join(archs)} and PTX for "
+                                  f"sm_{archs[-1]} (cuobjdump)",
+            f"cd {PREFIX}/bin && for f in *; do /usr/local/cuda/bin/cuobjdump --list-elf --list-ptx \"$f\" "
+            "2>/dev/null; done | grep -o -E 'sm_[0-9]+[a-z]?[.](cubin|ptx)' | sort -u",
+            expect=rf"(?s)\A{wanted}", target="devel"))
         if nccl is not None:
             # The labels record nccl.prefix: the binaries must load that NCCL, not another on the path.
             out.append(checks.run(
