@@ -6,7 +6,7 @@ import sys
 
 import click
 from imagekit.errors import UsageError
-from imagekit.export import export_image
+from imagekit.export import ExportRequest, export_image
 from imagekit.export import artifacts as art
 from imagekit.export.push import push_image
 
@@ -90,12 +90,11 @@ def export(image, to, output, preset, squash_opts, tool, via, force, no_space_ch
       imagekit export oci-archive:mpi-oci.tar --to enroot -o mpi.sqsh
       imagekit export docker-archive:mpi.tar:hpc/mpi:1 --to sif -o mpi.sif
     """
+    request = ExportRequest(to, preset=preset, squash_opts=squash_opts, tool=tool, via=via, force=force,
+                            check_space=not no_space_check, platform=platform)
     notice = None if quiet else (lambda message: click.echo(message, err=True))
-    result = export_image(image, to, output, preset=preset, squash_opts=squash_opts, tool=tool,
-                          via=via, force=force, check_space=not no_space_check,
-                          progress=None if quiet else _progress_printer(),
-                          store=store_dir or None, use_store=not no_store, notice=notice,
-                          platform=platform)
+    result = export_image(image, request, output, store=False if no_store else store_dir or None,
+                          progress=None if quiet else _progress_printer(), notice=notice)
     if as_json:
         click.echo(result.to_json())
     else:

@@ -43,8 +43,11 @@ class ExportResult:
     store_entry: str = ""         # the store's file ("" with --no-store)
     output_is: str = ""           # link | copy | same (already that file), or "" with --no-store
 
+    def as_dict(self) -> dict:
+        return asdict(self)
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        return json.dumps(self.as_dict(), sort_keys=True)
 
 
 def human(n: float) -> str:
