@@ -11,7 +11,6 @@ from imagekit.validate import Gates, evaluate, load_baseline, parse, to_json, to
 from imagekit.validate import system as systems
 from imagekit.validate.nccl_log import TRANSPORTS, canonical
 from imagekit.validate.parse import merge
-from imagekit.validate.units import parse_size
 
 
 
@@ -80,30 +79,6 @@ def _image_nccl(image: str) -> str:
 
 GATE_KEYS = ("min_busbw", "max_latency_us", "expect_transport", "system", "systems_dirs", "baseline", "min_runs",
              "straggler_threshold", "collective", "small_size", "saturation")
-
-
-def gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective, small_size, saturation,
-               system=None, systems_dirs=(), min_runs=None, straggler_threshold=0.15, nodes=None,
-               gpus_per_node=None):
-    """Gates from the gate options' values (UsageError for a bad --small-size, StackError for a bad model)."""
-    from pathlib import Path
-
-    try:
-        small = parse_size(small_size)
-    except ValueError as exc:
-        raise UsageError(f"--small-size: {exc}") from None
-    if systems_dirs:
-        systems.extra_dirs[:] = [Path(d) for d in systems_dirs]
-    if (nodes or gpus_per_node) and not system:
-        raise UsageError("--nodes/--gpus-per-node give the run's shape to --system, which is missing",
-                         "add --system NAME (imagekit validate --list-systems)")
-    if gpus_per_node and not nodes:
-        raise UsageError("--gpus-per-node needs --nodes", "add --nodes N")
-    return Gates(min_busbw=min_busbw, max_latency_us=max_latency_us, expect_transport=list(expect_transport),
-                 small_size=small, saturation_fraction=saturation, collective=collective,
-                 baseline=load_baseline(baseline) if baseline else None,
-                 system=systems.load(system) if system else None, min_runs=min_runs,
-                 straggler_threshold=straggler_threshold, nodes=nodes, gpus_per_node=gpus_per_node)
 
 
 def _set_systems_dirs(dirs: "tuple[str, ...]") -> "tuple[str, ...]":
@@ -183,7 +158,7 @@ def validate(sources: "tuple[str, ...]", image: "str | None", as_json: bool, bri
           max_latency_us: 40        # every size <= small_size
           sizes: {1G: 340, 8K: {max_latency_us: 30}}
     """
-    gates = gates_from(**gate_values)
+    gates = Gates.load(**gate_values)
     if image:
         gates.image, gates.image_nccl = image, _image_nccl(image)
     results = []

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from imagekit import schema, yamlpos
 from imagekit.errors import UsageError
 from imagekit.validate import summary
+from imagekit.validate import system as systems
 from imagekit.validate.expect import NotModeled, RunShape, expect, expected_transports
 from imagekit.validate.model import Failure, MpiBenchRun, NcclTestsRun, Result, Verdict
 from imagekit.validate.nccl_log import algorithm_for, canonical
@@ -42,6 +43,8 @@ from imagekit.validate.stragglers import find_spikes, find_stragglers
 from imagekit.validate.units import format_size, parse_size
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from imagekit.validate.system import System
 
 
@@ -91,6 +94,35 @@ class Gates:
     min_runs: Optional[int] = None  # fail unless each collective ran at least this often
     straggler_threshold: float = 0.15
     spike_factor: float = 1.5
+
+    @classmethod
+    def load(cls, *, min_busbw: float | None = None, max_latency_us: float | None = None,
+             expect_transport: "Iterable[str]" = (), baseline: "str | Path | None" = None,
+             collective: str | None = None, small_size: str = "1K",
+             saturation: float = summary.DEFAULT_SATURATION, system: str | None = None,
+             systems_dirs: "Iterable[str | Path]" = (), min_runs: int | None = None,
+             straggler_threshold: float = 0.15, nodes: int | None = None,
+             gpus_per_node: int | None = None) -> "Gates":
+        """Gates from the gate options' values, as ``imagekit validate`` and ``launch … --validate`` name
+        them; the baseline file and the system model are read here, so a bad gate (a bad --small-size, an
+        unknown --system, an unreadable baseline) fails before any job runs: a UsageError or, for a bad
+        model or baseline, a StackError naming its file and key."""
+        try:
+            small = parse_size(small_size)
+        except ValueError as exc:
+            raise UsageError(f"--small-size: {exc}") from None
+        if systems_dirs:
+            systems.extra_dirs[:] = [Path(d) for d in systems_dirs]
+        if (nodes or gpus_per_node) and not system:
+            raise UsageError("--nodes/--gpus-per-node give the run's shape to --system, which is missing",
+                             "add --system NAME (imagekit validate --list-systems)")
+        if gpus_per_node and not nodes:
+            raise UsageError("--gpus-per-node needs --nodes", "add --nodes N")
+        return cls(min_busbw=min_busbw, max_latency_us=max_latency_us, expect_transport=list(expect_transport),
+                   small_size=small, saturation_fraction=saturation, collective=collective,
+                   baseline=load_baseline(baseline) if baseline else None,
+                   system=systems.load(system) if system else None, min_runs=min_runs,
+                   straggler_threshold=straggler_threshold, nodes=nodes, gpus_per_node=gpus_per_node)
 
     @property
     def bandwidth_gated(self) -> bool:
