@@ -18,7 +18,7 @@ import pytest
 from imagekit import owners
 from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
 from imagekit.export import store as store_mod
-from imagekit.export.store import EntryGone, Store, find, link_or_copy, parse_size
+from imagekit.export.store import EntryGone, Store, find, link_or_copy
 from polling import wait_for
 
 IMAGE = "sha256:" + "ab" * 32
@@ -303,14 +303,6 @@ def test_an_evicted_entry_is_converted_again(tmp_path):
     assert st.evict(entry) and st.lookup(key) is None
     calls = []
     assert st.get_or_create(key, writer(b"two", calls))[0].path.read_bytes() == b"two" and calls
-
-
-def test_parse_size():
-    assert parse_size("50G") == 50 << 30 and parse_size("500M") == 500 << 20
-    assert parse_size("1.5T") == int(1.5 * (1 << 40)) and parse_size("123") == 123
-    assert parse_size("2GiB") == 2 << 30 and parse_size("0") == 0
-    with pytest.raises(UsageError, match="bad size"):
-        parse_size("lots")
 
 
 # --- pulled files, full disks, outputs -----------------------------------------------------------

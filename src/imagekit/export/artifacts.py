@@ -47,7 +47,8 @@ from typing import Callable
 from imagekit import __version__, atomic, engine, export
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.export import ExportRequest, export_image, formats, squash
-from imagekit.export.output import check_free_space, interrupt_on_sigterm, prepare_target
+from imagekit.export.output import check_free_space, prepare_target
+from imagekit.signals import interrupt_on_sigterm
 from imagekit.export.push import push_image
 from imagekit.registry import client as reg
 from imagekit.registry.reference import parse

@@ -33,7 +33,7 @@ from imagekit.errors import EngineError, ImagekitError, UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_image_env, check_job,
                                     check_token, new_job_id, quote, write_atomic)
-from imagekit.launch.signals import interruptible, shielded
+from imagekit.signals import interruptible, shielded
 from imagekit.launch.slurm import check_sbatch, sbatch_header
 
 RUNTIMES = ("docker",)

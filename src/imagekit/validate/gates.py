@@ -40,7 +40,7 @@ from imagekit.validate.expect import NotModeled, RunShape, expect, expected_tran
 from imagekit.validate.model import Failure, MpiBenchRun, NcclTestsRun, Result, Verdict
 from imagekit.validate.nccl_log import algorithm_for, canonical
 from imagekit.validate.stragglers import find_spikes, find_stragglers
-from imagekit.validate.units import format_size, parse_size
+from imagekit.sizes import format_size, parse_size
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

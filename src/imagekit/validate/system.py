@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from imagekit import schema, searchpath, yamlpos
 from imagekit.errors import StackError
-from imagekit.validate.units import parse_size
+from imagekit.sizes import parse_size
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "systems"
 PATH_ENV = "IMAGEKIT_SYSTEMS_PATH"
