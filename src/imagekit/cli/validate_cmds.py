@@ -7,7 +7,7 @@ import sys
 import click
 from imagekit.errors import UsageError
 from imagekit.image_facts import reader
-from imagekit.validate import Gates, evaluate, load_baseline, parse, to_json, to_text
+from imagekit.validate import Gates, evaluate, parse, to_json, to_text
 from imagekit.validate import system as systems
 from imagekit.validate.nccl_log import TRANSPORTS, canonical
 from imagekit.validate.parse import merge
