@@ -9,15 +9,19 @@ keeps each converted file once, keyed by image ID, format, preset and options.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Literal, Union
 
+from imagekit import records
 from imagekit.errors import UsageError
 from imagekit.export import formats, squash
-from imagekit.export.output import ExportResult
+from imagekit.export.output import ExportResult, prepare_target
 
+# The image sources, the store and the converters are imported where an export runs: launch and
+# preflight load this package when they read a SIF's labels (image_facts.reader -> export.sif).
 if TYPE_CHECKING:
     from imagekit.export.image_source import Source
     from imagekit.export.store import Store
@@ -133,16 +137,12 @@ def _convert(image: "Source", request: ExportRequest, target: Path, *, force: bo
 
 def store_options(squash_opts: tuple[str, ...], tool: str, via: str) -> tuple[str, ...]:
     """The export options that change the file's bytes, as the store's key carries them."""
-    import os
-
     options = [f"squash-opt={o}" for o in squash_opts]
     if tool != "auto":
         options.append(f"tool={tool}")
     if via != "native":
         options.append(f"via={via}")
-    if os.environ.get("SOURCE_DATE_EPOCH"):     # parsed (and checked) only when set: the hit path stays light
-        from imagekit.export import squash
-
+    if os.environ.get("SOURCE_DATE_EPOCH"):     # parsed (and checked) only when set
         epoch = squash.source_date_epoch()
         options.append(f"epoch={epoch}")
     return tuple(options)
@@ -151,11 +151,10 @@ def store_options(squash_opts: tuple[str, ...], tool: str, via: str) -> tuple[st
 def _export_via_store(source: "Source", request: ExportRequest, target: Path, started: float, *,
                       progress, store, notice) -> ExportResult:
     """The store path: a lookup first (fast: no docker package, no hashing), a conversion if none."""
-    from imagekit.export import output as out
     from imagekit.export.store import Store, link_or_copy
 
     target = target.expanduser().absolute()
-    out.prepare_target(target, force=True)          # the directory checks; existence is handled below
+    prepare_target(target, force=True)          # the directory checks; existence is handled below
     image, image_id, force = source.text, source.image_id(), request.force
     st = store if isinstance(store, Store) else Store.open(store)
     key = st.key(image_id, request.format, request.preset, request.store_options())
@@ -191,8 +190,6 @@ def _maker(source: "Source", request: ExportRequest, progress):
 
 def _record(image_id: str, image: str, result: ExportResult) -> None:
     """Remember the export for `imagekit report` (keyed by image ID, so retags keep it)."""
-    from imagekit import records
-
     records.add(image_id, "export", image=image, format=result.format,
                 path=str(Path(result.path).resolve()), bytes=result.bytes, sha256=result.sha256,
                 store_hit=result.store_hit)
