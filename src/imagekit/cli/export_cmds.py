@@ -6,7 +6,7 @@ import sys
 
 import click
 from imagekit.errors import UsageError
-from imagekit.export import ExportRequest, export_image
+from imagekit.export import ExportRequest, export_image, formats
 from imagekit.export import artifacts as art
 from imagekit.export.push import push_image
 
@@ -31,7 +31,7 @@ def _progress_printer():
 
 @click.command()
 @click.argument("image")
-@click.option("--to", "to", type=click.Choice(["enroot", "sif"]), required=True,
+@click.option("--to", "to", type=click.Choice(list(formats.FORMATS)), required=True,
               help="Output format: Enroot/Pyxis squashfs or Apptainer SIF.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Output file (default: IMAGE with / and : as +, like Enroot, in the current dir).")
