@@ -27,10 +27,14 @@ def test_the_request_holds_one_spelling_of_its_values(tmp_path):
     assert build.BuildRequest().target == "runtime" and build.BuildRequest().engine_name == "docker"
 
 
-def test_the_cli_refuses_a_missing_ca_bundle_before_building(tmp_path):
-    """No build log, no stack rendered: the request fails first (exit 2, a usage error)."""
+def test_the_cli_refuses_a_missing_ca_bundle_before_building(write_stack, tmp_path):
+    """The stack's base image is missing too: had the build started (its base check comes first), that
+    would be the error (exit 1). The request fails first: exit 2, the bundle named, no build log."""
+    path = write_stack("name: no-base\nbase: {image: 'imagekit/debian:imagekit-test-never', distro: debian12}\n"
+                       "components:\n  python: {}\n")
     logs = tmp_path / "logs"
-    result = CliRunner().invoke(main, ["build", "debian-mpi", "--ca-bundle", str(tmp_path / "none.pem"),
+    result = CliRunner().invoke(main, ["build", str(path), "--ca-bundle", str(tmp_path / "none.pem"),
                                        "--log-dir", str(logs)])
     assert result.exit_code == 2, result.output
-    assert "not found" in result.output and not logs.exists()
+    assert "none.pem' not found" in result.output and "not in the local engine" not in result.output
+    assert not logs.exists()

@@ -40,3 +40,12 @@ def test_the_cli_refuses_a_bad_preset_before_reading_the_image(tmp_path):
     assert result.exit_code == 2, result.output
     assert "unknown compression preset 'fastest'" in result.output and MISSING not in result.output
     assert not out.exists() and not (tmp_path / "store").exists()
+
+
+def test_push_refuses_a_bad_preset_before_pushing(tmp_path):
+    """`push --with enroot --preset fastest`: the export's request fails first, so nothing is pushed
+    (the image does not exist and the registry is not there: either would have been the error)."""
+    result = CliRunner().invoke(main, ["push", MISSING, "--to", "127.0.0.1:9/imagekit-test/none:1",
+                                       "--with", "enroot", "--preset", "fastest"])
+    assert result.exit_code == 2, result.output
+    assert "unknown compression preset 'fastest'" in result.output and MISSING not in result.output
