@@ -10,6 +10,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validate"))
 
 from imagekit.cli import main  # noqa: E402
+from imagekit.image_facts import reader  # noqa: E402
 from imagekit.launch.session import LaunchRequest, Session, judge  # noqa: E402
 from imagekit.validate import Gates  # noqa: E402
 from validate_gen import Spec, nccl_log, nccl_tests_output  # noqa: E402
@@ -53,9 +54,15 @@ def test_validate_reads_the_nccl_from_the_images_labels(mpi_image, capsys):
     ["slurm", "-N", "1", "--submit"],
     ["inside-out", "-N", "1"],
 ])
-def test_a_bad_gate_fails_before_the_image_is_read(launcher, tmp_path):
-    """The image does not exist: had it been read (or a job started) first, the error would say so."""
+def test_a_bad_gate_fails_before_the_image_is_read(launcher, tmp_path, monkeypatch):
+    """The gate's error is the first and only thing said: the image (which does not exist) is not read,
+    and nothing about its environment or preflight comes before it."""
+    def read(image):
+        raise AssertionError(f"the image was read before the gates: {image}")
+
+    monkeypatch.setattr(reader, "read_or_reason", read)
     result = CliRunner().invoke(main, ["launch", *launcher, "--image", str(tmp_path / "gone.sqsh"), "--validate",
                                        "--small-size", "1Q", "--", "true"])
     assert result.exit_code == 2, result.output
-    assert "--small-size" in result.output and "gone.sqsh" not in result.output
+    assert result.output.startswith("imagekit: error: --small-size: "), result.output
+    assert "gone.sqsh" not in result.output
