@@ -12,13 +12,10 @@ from imagekit import render as render_mod
 from imagekit import sources, versions
 from imagekit import stack as stack_mod
 from imagekit.atomic import write_text
+from imagekit.cli.options import MIRROR
 from imagekit.errors import UsageError
 
 VARIANT = click.option("--variant", metavar="NAME", help="matrix variant (see `imagekit stacks`)")
-MIRROR = click.option("--mirror", metavar="DIR|URL",
-                      help="site mirror of upstream release files (overrides $IMAGEKIT_MIRROR and the stack's)")
-
-
 @click.command()
 @click.argument("refs", nargs=-1, metavar="[STACK]...")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
