@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from imagekit import engine
-from imagekit.cli.options import GATE_KEYS, gate_options
+from imagekit.cli.gate_options import GATE_KEYS, gate_options
 from imagekit.errors import UsageError
 from imagekit.launch import common
 from imagekit.launch import inside_out as inside_out_mod

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from imagekit import render as render_mod
-from imagekit import sources, versions
+from imagekit import sources
 from imagekit import stack as stack_mod
 from imagekit.atomic import write_text
 from imagekit.cli.options import MIRROR
@@ -55,6 +55,9 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
 
 
 def _outdated(refs: tuple[str, ...], as_json: bool, mirror: str | None) -> None:
+    # Deferred, like `matrix`'s build module: only --outdated needs it, and `imagekit render` shares this module.
+    from imagekit import versions
+
     paths = [stack_mod.find(ref)[0] for ref in refs] if refs else [p for p, _ in stack_mod.available()]
     if mirror:
         mirror = sources.resolve_mirror(None, None, mirror)

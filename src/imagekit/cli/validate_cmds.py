@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from imagekit.cli.options import gate_options
+from imagekit.cli.gate_options import gate_options
 from imagekit.errors import UsageError
 from imagekit.image_facts import reader
 from imagekit.validate import Gates, evaluate, parse, to_json, to_text
