@@ -35,7 +35,7 @@ def variant(tmp: Path, name: str, nccl: str) -> stack.Stack:
 
 
 def timed(s: stack.Stack, target: str = "runtime", logs: Path = Path("build/bench-logs")) -> build.BuildResult:
-    return build.build(s, target=target, log_dir=logs)
+    return build.build(s, build.BuildRequest(target=target, log_dir=logs))
 
 
 def main() -> None:

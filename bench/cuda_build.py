@@ -90,13 +90,13 @@ def main() -> None:
     if not args.warm:
         subprocess.run([cli, "rmi", "-f", s.image, s.image.replace(":latest", ":devel")], capture_output=True)
         subprocess.run([cli, "builder", "prune", "-af"], capture_output=True, check=True)
-    first = build.build(s, log_dir=LOGS)
+    first = build.build(s, build.BuildRequest(log_dir=LOGS))
     rows.append(("cold build (runtime)" if not args.warm else "build (warm cache)", first.seconds,
                  f"{first.steps} steps, {first.cached_steps} cached"))
     costs = step_seconds(Path(first.log))
-    again = build.build(s, log_dir=LOGS)
+    again = build.build(s, build.BuildRequest(log_dir=LOGS))
     rows.append(("no-change rebuild", again.seconds, f"{again.cached_steps}/{again.steps} steps cached"))
-    devel = build.build(s, target="devel", log_dir=LOGS)
+    devel = build.build(s, build.BuildRequest(target="devel", log_dir=LOGS))
     runtime_size, devel_size = again.size_bytes, devel.size_bytes
 
     print(f"{'measurement':<28} {'seconds':>8}  detail")

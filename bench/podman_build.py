@@ -87,8 +87,8 @@ def main() -> None:
     load_base()
 
     rows = []
-    cold_d = build.build(s, no_cache=True, log_dir=logs)
-    again_d = build.build(s, log_dir=logs)
+    cold_d = build.build(s, build.BuildRequest(no_cache=True, log_dir=logs))
+    again_d = build.build(s, build.BuildRequest(log_dir=logs))
     cold_p_s, cold_p = podman_build(args.user, imagekit, work, no_cache=True)
     again_p_s, again_p = podman_build(args.user, imagekit, work, no_cache=False)
     driver = as_user(args.user, ["podman", "info", "--format", "{{.Store.GraphDriverName}}"], cwd=work).stdout.strip()

@@ -44,7 +44,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from imagekit import base_image, engine
-    from imagekit.export import export_image
+    from imagekit.export import ExportRequest, export_image
 
     image = args.image or ("imagekit/debian-mpi:latest" if engine.image_exists("imagekit/debian-mpi:latest")
                            else base_image.ensure("debian:bookworm", log=lambda *_: None))
@@ -60,7 +60,7 @@ def main() -> int:
             assert doc["store_hit"], doc
             cli_hits.append(seconds)
             t0 = time.monotonic()
-            result = export_image(image, "enroot", work / f"lib{i}.sqsh", store=store)
+            result = export_image(image, ExportRequest("enroot"), work / f"lib{i}.sqsh", store=store)
             lib_hits.append(time.monotonic() - t0)
             assert result.store_hit
 

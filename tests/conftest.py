@@ -91,7 +91,8 @@ def mpi_image(base_image) -> str:
     """The offline stack's runtime image, built for real (cached layers make reruns fast)."""
     from imagekit import build, stack
 
-    result = build.build(stack.load("debian-mpi"), log_dir=os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs"))
+    logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
+    result = build.build(stack.load("debian-mpi"), build.BuildRequest(log_dir=logs))
     return result.tags[0]
 
 
@@ -103,8 +104,8 @@ def cuda_images(base_image, site_mirror) -> tuple[str, str]:
 
     cuda = stack.load("debian-cuda", mirror=str(site_mirror))
     logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
-    runtime = build.build(cuda, log_dir=logs)
-    devel = build.build(cuda, target="devel", log_dir=logs)
+    runtime = build.build(cuda, build.BuildRequest(log_dir=logs))
+    devel = build.build(cuda, build.BuildRequest(target="devel", log_dir=logs))
     return runtime.tags[0], devel.tags[0]
 
 
@@ -125,8 +126,8 @@ def cuda12_images(trixie_base, site_mirror) -> tuple[str, str]:
 
     cuda = stack.load("debian-cuda12", mirror=str(site_mirror))
     logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
-    runtime = build.build(cuda, log_dir=logs)
-    devel = build.build(cuda, target="devel", log_dir=logs)
+    runtime = build.build(cuda, build.BuildRequest(log_dir=logs))
+    devel = build.build(cuda, build.BuildRequest(target="devel", log_dir=logs))
     return runtime.tags[0], devel.tags[0]
 
 

@@ -69,7 +69,7 @@ def test_trixie_base_with_non_free_builds_a_debian13_stack(write_stack, tmp_path
     assert engine.image_labels(tag)["io.imagekit.base.components"] == "main,contrib,non-free"
     s = stack.load(write_stack(TRIXIE))
     assert [s.get(n).version for n in ("openmpi", "pmix", "ucx")] == ["5.0.7", "5.0.7", "1.18.1"]
-    image = build.build(s, log_dir=tmp_path).tags[0]
+    image = build.build(s, build.BuildRequest(log_dir=tmp_path)).tags[0]
     report = check.run(image, check.stack_checks(s))
     assert not report.failed, [(o.id, o.detail) for o in report.failed]
     # Open MPI 5's PMIx check reads the configure line: an internal PMIx must fail it.

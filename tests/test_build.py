@@ -45,7 +45,7 @@ def test_no_change_rebuild_is_fully_cached(mpi_image):
 def test_a_failing_step_names_its_command_and_last_lines(base_image, write_stack, tmp_path):
     path = write_stack(TINY.format(name="broken-step", pkg="doesnotexist"))
     with pytest.raises(build.BuildError) as err:
-        build.build(stack.load(path), log_dir=tmp_path)
+        build.build(stack.load(path), build.BuildRequest(log_dir=tmp_path))
     text = str(err.value)
     assert "python3-doesnotexist" in text and "apt-get" in text  # the step's command
     assert "Unable to locate package python3-doesnotexist" in text  # its last lines
@@ -67,7 +67,7 @@ components:
 checks:
   - {name: six, run: "python3 -c 'import six; print(six.__version__)'", expect: "1.16.0"}
 """)
-    result = build.build(stack.load(path), ca_bundle=str(bundle), no_cache=True, log_dir=tmp_path)
+    result = build.build(stack.load(path), build.BuildRequest(ca_bundle=str(bundle), no_cache=True, log_dir=tmp_path))
     saved = tmp_path / "image.tar"
     with open(saved, "wb") as out:
         subprocess.run([engine.docker_cli(), "save", result.image_id], stdout=out, check=True)
@@ -96,7 +96,7 @@ def test_hostile_stack_values_build_as_data(base_image, write_stack, tmp_path):
         "base": {"image": "imagekit/debian:bookworm", "distro": "debian12"},
         "components": {"python": {"pip": ['six==1.16.0; platform_system != "$(touch /canary)"']}},
     }, allow_unicode=True)
-    result = build.build(stack.load(write_stack(text)), log_dir=tmp_path)
+    result = build.build(stack.load(write_stack(text)), build.BuildRequest(log_dir=tmp_path))
     labels = engine.image_labels(result.tags[0])
     assert labels["org.opencontainers.image.description"] == payload
     probe = subprocess.run([engine.docker_cli(), "run", "--rm", "--entrypoint", "/bin/sh", result.tags[0], "-c",

@@ -108,7 +108,7 @@ def test_missing_file_images_say_why():
 def test_an_image_its_sqsh_and_its_sif_give_the_same_facts(tmp_path, base_image):
     """Read back after `imagekit export`: Enroot's /etc/rc comments and the SIF's OCI config."""
     from imagekit import engine
-    from imagekit.export import export_image
+    from imagekit.export import ExportRequest, export_image
 
     _s, labels = _labels(tmp_path)
     tag = "imagekit-test/facts:latest"
@@ -122,7 +122,7 @@ def test_an_image_its_sqsh_and_its_sif_give_the_same_facts(tmp_path, base_image)
     assert from_engine.known and from_engine.provider("mpi").name == "openmpi"
     for fmt, name in (("enroot", "x.sqsh"), ("sif", "x.sif")):
         out = tmp_path / name
-        export_image(tag, fmt, out)
+        export_image(tag, ExportRequest(fmt), out)
         from_file = reader.read(str(out))
         assert from_file.known, (fmt, from_file.reason)
         assert {**from_file.as_dict(), "ref": tag} == from_engine.as_dict(), fmt

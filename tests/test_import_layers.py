@@ -25,12 +25,11 @@ BUILD_SIDE = ("components", "components.*", "stack", "rules", "render", "build",
 # The list may only shrink; a module not named here may not import imagekit inside a function.
 DEFERRED: dict[str, int] = {
     "imagekit.cli": 2,
-    "imagekit.cli.stack_cmds": 11,
-    "imagekit.export": 8,
+    "imagekit.cli.stack_cmds": 2,
+    "imagekit.export": 5,
     "imagekit.export.image_source": 11,
     "imagekit.export.pyxis_importer": 16,
     "imagekit.export.sif": 1,
-    "imagekit.launch.preflight": 1,
 }
 
 

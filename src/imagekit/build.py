@@ -21,13 +21,14 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from imagekit import engine, engines, podman, procs, render, sources
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import writer
 
 TARGETS = ("runtime", "devel")
+ENGINES = ("docker", "podman")
 # The stack's arch decides the platform: a build on another arch's host must not silently take
 # the host's manifest of a multi-arch base image.
 PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
@@ -99,35 +100,64 @@ def check_bases(stack, engine_name: str = "docker") -> None:
                                 f"make it with `imagekit base {distro_suite}`")
 
 
-def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cache: bool = False,
-          ca_bundle: str | None = "auto", log_dir: str | os.PathLike = "build/logs",
-          single_stage: bool = False, progress: Callable[[str], None] | None = None,
-          extra_labels: dict[str, str] | None = None, cache_from: tuple[str, ...] = (),
-          inline_cache: bool = False, engine_name: str = "docker") -> BuildResult:
-    """Render and build ``stack``; tag the result with its image name, the stack's tags and ``tags``.
+@dataclass(frozen=True)
+class BuildRequest:
+    """How to build a stack's image: what ``imagekit build``'s options say, checked when made.
 
-    ``engine_name``: ``docker`` (BuildKit) or ``podman`` (Buildah, as the calling user).
+    The CLI builds one from its options and Python callers build one directly; ``build`` and
+    ``pipeline.build_all`` read it and pass it on whole, so a new build option touches this class
+    and the CLI only. A bad target, engine or CA bundle is refused here, before anything is rendered.
     """
-    if target not in TARGETS:
-        raise UsageError(f"unknown target {target!r}", f"use one of: {', '.join(TARGETS)}")
+
+    target: str = "runtime"
+    tags: tuple[str, ...] = ()                 # extra tags, after the image name and the stack's tags
+    no_cache: bool = False
+    ca_bundle: str | None = "auto"             # a PEM file, ``auto`` (the host's) or ``none``
+    log_dir: Path = Path("build/logs")
+    single_stage: bool = False                 # one (devel) stage: the target becomes devel
+    cache_from: tuple[str, ...] = ()
+    inline_cache: bool = False
+    extra_labels: Mapping[str, str] = field(default_factory=dict)
+    engine_name: str = "docker"                # docker (BuildKit) or podman (Buildah, as the calling user)
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise UsageError(f"unknown target {self.target!r}", f"use one of: {', '.join(TARGETS)}")
+        if self.engine_name not in ENGINES:
+            raise UsageError(f"unknown engine {self.engine_name!r}", f"use one of: {', '.join(ENGINES)}")
+        if self.engine_name == "podman" and (self.cache_from or self.inline_cache):
+            raise UsageError("--cache-from and --inline-cache are BuildKit's registry cache",
+                             "drop them with --engine podman: its layer cache is the local store")
+        if self.ca_bundle not in (None, "auto", "none"):
+            resolve_ca_bundle(self.ca_bundle)      # a missing file fails now, not after the base checks
+        # Click and Python callers hand lists and strings; the request holds one spelling.
+        object.__setattr__(self, "tags", tuple(self.tags))
+        object.__setattr__(self, "cache_from", tuple(self.cache_from))
+        object.__setattr__(self, "log_dir", Path(self.log_dir))
+        object.__setattr__(self, "extra_labels", dict(self.extra_labels))
+        if self.single_stage and self.target == "runtime":
+            object.__setattr__(self, "target", "devel")
+
+
+def build(stack, request: BuildRequest | None = None, *,
+          progress: Callable[[str], None] | None = None) -> BuildResult:
+    """Render and build ``stack`` as ``request`` says (default: the runtime image, with Docker);
+    tag the result with its image name, the stack's tags and the request's tags."""
+    request = request or BuildRequest()
+    target, engine_name = request.target, request.engine_name
     images = engines.of(engine_name)
-    if engine_name == "podman" and (cache_from or inline_cache):
-        raise UsageError("--cache-from and --inline-cache are BuildKit's registry cache",
-                         "drop them with --engine podman: its layer cache is the local store")
-    if single_stage and target == "runtime":
-        target = "devel"
     progress = progress or (lambda _line: None)
     if engine_name == "podman":
         podman.preflight()   # subordinate ids and the tools, before anything is rendered or staged
     else:
         engine.client()
     check_bases(stack, engine_name)
-    bundle = resolve_ca_bundle(ca_bundle)
-    text = render.render(stack, "docker", single_stage=single_stage)
+    bundle = resolve_ca_bundle(request.ca_bundle)
+    text = render.render(stack, "docker", single_stage=request.single_stage)
     digest = render.recipe_hash(text)
-    labels = {**writer.build_labels(stack, target, digest), **(extra_labels or {})}
+    labels = {**writer.build_labels(stack, target, digest), **request.extra_labels}
 
-    log_dir = Path(log_dir)
+    log_dir = request.log_dir
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{stack.name}-{target}.log"
     started = time.monotonic()
@@ -140,17 +170,16 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
         if engine_name == "podman":
             cmd = podman.build_argv(ctx, str(Path(ctx) / "Dockerfile"), target=target,
                                     platform=PLATFORMS[stack.base.arch], iidfile=str(iidfile), labels=labels,
-                                    no_cache=no_cache, secrets={render.CA_SECRET_ID: bundle} if bundle else {})
+                                    no_cache=request.no_cache, secrets={render.CA_SECRET_ID: bundle} if bundle else {})
             steps, cached = _run_podman_build(cmd, log_path, progress)
         else:
-            steps, cached = _docker_build(ctx, stack, target, iidfile, labels, no_cache, cache_from,
-                                          inline_cache, bundle, log_path, progress)
+            steps, cached = _docker_build(ctx, stack, request, iidfile, labels, bundle, log_path, progress)
         image_id = iidfile.read_text().strip()
 
     all_tags = [image_name(stack, target)]
     if target == "runtime":
         all_tags += list(stack.tags)
-    all_tags += [t for t in tags if t not in all_tags]
+    all_tags += [t for t in request.tags if t not in all_tags]
     image = images.inspect(image_id)
     for tag in all_tags:
         images.tag(image.id, tag)
@@ -160,18 +189,17 @@ def build(stack, *, target: str = "runtime", tags: tuple[str, ...] = (), no_cach
                        steps=steps, cached_steps=cached, labels=labels, engine=engine_name)
 
 
-def _docker_build(ctx: str, stack, target: str, iidfile: Path, labels: dict[str, str], no_cache: bool,
-                  cache_from: tuple[str, ...], inline_cache: bool, bundle: str | None, log_path: Path,
-                  progress: Callable[[str], None]) -> tuple[int, int]:
-    cmd = [engine.docker_cli(), "build", "--progress=plain", "--target", target,
+def _docker_build(ctx: str, stack, request: BuildRequest, iidfile: Path, labels: dict[str, str],
+                  bundle: str | None, log_path: Path, progress: Callable[[str], None]) -> tuple[int, int]:
+    cmd = [engine.docker_cli(), "build", "--progress=plain", "--target", request.target,
            "--platform", PLATFORMS[stack.base.arch],
            "--iidfile", str(iidfile), "-f", str(Path(ctx) / "Dockerfile")]
     cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
-    if no_cache:
+    if request.no_cache:
         cmd.append("--no-cache")
-    for ref in cache_from:  # e.g. the previous CI image, pushed with inline cache
+    for ref in request.cache_from:  # e.g. the previous CI image, pushed with inline cache
         cmd += ["--cache-from", ref]
-    if inline_cache:
+    if request.inline_cache:
         cmd += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
     if bundle:
         cmd += ["--secret", f"id={render.CA_SECRET_ID},src={bundle}"]

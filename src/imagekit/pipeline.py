@@ -2,61 +2,79 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from imagekit import podman, sources
 from imagekit import build as build_mod
 from imagekit import check as check_mod
 from imagekit import stack as stack_mod
+from imagekit.build import BuildRequest
 from imagekit.errors import ImagekitError
-from imagekit.export import export_image, formats
+from imagekit.export import ExportRequest, export_image, formats
 from imagekit.export.image_source import PODMAN
 
+if TYPE_CHECKING:
+    from imagekit.export import StoreChoice
 
-def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", single_stage: bool = False,
-              tags: tuple = (), no_cache: bool = False, ca_bundle: str | None = "auto",
-              log_dir: str = "build/logs", run_checks: bool = False, cache_from: tuple = (),
-              inline_cache: bool = False, exports: list[str] = (), mirror: str | None = None,
-              output_dir: str = "out", store: str | None = None, use_store: bool = True,
-              progress: Callable[[str], None] | None = None,
-              export_progress: Callable[[], Callable[[int, bool], None]] | None = None,
-              log: Callable[[str], None] = lambda _m: None, engine_name: str = "docker") -> list[dict]:
-    """Build every variant of ``ref`` (or one), then check and export each as asked.
 
-    ``engine_name``: ``docker`` (BuildKit) or ``podman`` (the calling user's Podman); the checks
-    run in a container of that engine and the exports read the image from its store.
+@dataclass(frozen=True)
+class PipelineRequest:
+    """``imagekit build``'s whole ask: which stack, how to build it, whether to check, what to export.
 
-    Exports go through the export store (``store``: a directory, None for the default)
-    unless ``use_store`` is false, as ``imagekit export`` does.
+    ``exports`` are ExportRequests, or format names (each then exported with its defaults); each
+    goes to ``output_dir``/STACK.SUFFIX, replacing what is there. ``store``: as ``export_image``
+    takes it (False: convert straight to the outputs). Checked when made: ``--export enrot`` or a
+    bad preset must not cost a build and the checks.
     """
-    for fmt in exports:        # refused before any build: `--export enrot` must not cost a build and the checks
-        formats.get(fmt)
-    path, implied = stack_mod.find(ref)
-    variant = variant or implied
+
+    ref: str
+    variant: str | None = None
+    mirror: str | None = None
+    build: BuildRequest = field(default_factory=BuildRequest)
+    check: bool = False
+    exports: tuple[ExportRequest, ...] = ()
+    output_dir: Path = Path("out")
+    store: "StoreChoice" = None
+
+    def __post_init__(self) -> None:
+        exports = tuple(e if isinstance(e, ExportRequest) else ExportRequest(e, force=True) for e in self.exports)
+        object.__setattr__(self, "exports", exports)
+        object.__setattr__(self, "output_dir", Path(self.output_dir))
+
+
+def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | None = None,
+              export_progress: Callable[[], Callable[[int, bool], None]] | None = None,
+              log: Callable[[str], None] = lambda _m: None) -> list[dict]:
+    """Build every variant of ``request.ref`` (or one), then check and export each as asked.
+
+    The engine (``request.build.engine_name``: docker's BuildKit or the user's Podman) also runs
+    the checks, and the exports read the image from its store.
+    """
+    build, engine_name = request.build, request.build.engine_name
+    path, implied = stack_mod.find(request.ref)
+    variant = request.variant or implied
     stacks = [stack_mod.load(path, variant)] if variant else stack_mod.load_all(path)
-    if mirror:
+    if request.mirror:
         for one in stacks:
-            one.mirror = sources.resolve_mirror(one.file, None, mirror)
-    if tags and len(stacks) > 1:
+            one.mirror = sources.resolve_mirror(one.file, None, request.mirror)
+    if build.tags and len(stacks) > 1:
         raise ImagekitError("--tag with several matrix variants would give them all the same tag",
                             "add --variant NAME, or use {placeholders} in the stack's tags")
     if engine_name == "podman":
         podman.preflight()   # the user's subordinate ids: one error before anything starts
     results = []
     for stack in stacks:
-        log(f"building {stack.name} ({target})")
-        result = build_mod.build(stack, target=target, tags=tags, no_cache=no_cache, ca_bundle=ca_bundle,
-                                 log_dir=log_dir, single_stage=single_stage, progress=progress,
-                                 cache_from=tuple(cache_from), inline_cache=inline_cache,
-                                 engine_name=engine_name)
+        log(f"building {stack.name} ({build.target})")
+        result = build_mod.build(stack, build, progress=progress)
         log(f"built {result.tags[0]} in {result.seconds:.1f} s ({result.cached_steps}/{result.steps} "
             f"steps cached)")
         entry = {"stack": stack.name, "build": result.as_dict()}
         entry["build"].pop("labels", None)
         image = result.tags[0]
-        if run_checks:
-            report = check_mod.run(image, check_mod.stack_checks(stack, target), engine_name=engine_name)
+        if request.check:
+            report = check_mod.run(image, check_mod.stack_checks(stack, build.target), engine_name=engine_name)
             entry["check"] = report.as_dict()
             counts = report.counts()
             log(f"checked {image}: {counts['passed']} passed, {counts['failed']} failed, "
@@ -67,27 +85,17 @@ def build_all(ref: str, *, variant: str | None = None, target: str = "runtime", 
                 results.append(entry)
                 again = f"imagekit check {image}" + (" --engine podman" if engine_name == "podman" else "")
                 raise ImagekitError(f"checks failed for {image}; nothing exported", f"see `{again}`")
-        if exports:
+        if request.exports:
             # Podman's image is read from the user's store (skopeo's containers-storage: form).
             source = f"{PODMAN}{image}" if engine_name == "podman" else image
 
             entry["exports"] = []
-            Path(output_dir).mkdir(parents=True, exist_ok=True)
-            for fmt in exports:
-                out = Path(output_dir) / f"{stack.name}{formats.get(fmt).suffix}"
+            request.output_dir.mkdir(parents=True, exist_ok=True)
+            for export in request.exports:
+                out = request.output_dir / f"{stack.name}{formats.get(export.format).suffix}"
                 log(f"exporting {image} -> {out}")
-                entry["exports"].append(_as_dict(export_image(
-                    source, fmt, str(out), force=True, store=store, use_store=use_store,
-                    progress=export_progress() if export_progress else None)))
+                entry["exports"].append(export_image(
+                    source, export, out, store=request.store,
+                    progress=export_progress() if export_progress else None).as_dict())
         results.append(entry)
     return results
-
-
-def _as_dict(value) -> dict:
-    if hasattr(value, "as_dict"):
-        return value.as_dict()
-    if hasattr(value, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return asdict(value)
-    return dict(value) if isinstance(value, dict) else {"result": str(value)}

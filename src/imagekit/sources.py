@@ -24,7 +24,6 @@ stack; a stack's own ``sha256:`` replaces both.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -35,7 +34,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import schema, yamlpos
+from imagekit import digests, schema, yamlpos
 from imagekit.errors import ImagekitError, StackError
 
 MIRROR_ENV = "IMAGEKIT_MIRROR"
@@ -201,11 +200,7 @@ def mirror_location(mirror: str, artifact: Artifact) -> str:
 
 
 def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return digests.sha256_file(path)
 
 
 def cache_dir() -> Path:

@@ -9,8 +9,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validate"))
 
-from imagekit.cli import launch_cmds  # noqa: E402
+from imagekit.launch.session import LaunchRequest, Session  # noqa: E402
+from imagekit.validate import Gates  # noqa: E402
 from validate_gen import Spec, nccl_tests_output  # noqa: E402
+
+
+def _run_validated(run, gates: dict) -> int:
+    """What `launch … --validate` does with the job's output (no image: its facts are not needed here)."""
+    request = LaunchRequest("imagekit-test/none:0", command=("true",), gates=Gates.load(**gates))
+    return Session(request, log=print, echo=lambda text: print(text, end=""), facts=None).run(run)
 
 
 def test_validate_prints_with_the_baselines_small_size_and_saturation(tmp_path, capsys):
@@ -26,7 +33,7 @@ def test_validate_prints_with_the_baselines_small_size_and_saturation(tmp_path, 
 
     gates = dict(min_busbw=None, max_latency_us=None, expect_transport=(), baseline=str(baseline),
                  collective=None, small_size="1K", saturation=0.9)
-    assert launch_cmds._run_validated(run, gates) == 0
+    assert _run_validated(run, gates) == 0
     out = capsys.readouterr().out
     assert "busbw >= 50% of peak" in out and "90% of peak" not in out
 
@@ -73,6 +80,6 @@ def test_validate_takes_a_system_model(capsys, peak, code):
 
     gates = dict(min_busbw=None, max_latency_us=None, expect_transport=(), baseline=None, collective=None,
                  small_size="1K", saturation=0.9, system="dgx-h100")
-    assert launch_cmds._run_validated(run, gates) == code
+    assert _run_validated(run, gates) == code
     out = capsys.readouterr().out
     assert "of what 2 x 8 H100 with 8 x NDR (dgx-h100) should reach" in out

@@ -106,7 +106,7 @@ ldconfig
 def test_it_builds_on_the_offline_cuda_stack_and_its_checks_catch_a_broken_copy(tmp_path, base_image,
                                                                                 site_mirror):
     s = _stack(tmp_path, site_mirror)
-    result = build.build(s, log_dir=os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs"))
+    result = build.build(s, build.BuildRequest(log_dir=os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")))
     image = result.tags[0]
     report = check.run(image, check.stack_checks(s))
     outcome = {o.id: o for o in report.outcomes}

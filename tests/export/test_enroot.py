@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.export import enroot, export_image, squash
+from imagekit.export import ExportRequest, enroot, export_image, squash
 from export_helpers import assert_superblock, engine_tree, superblock, tree_listing, unsquash
 
 # ---------------------------------------------------------------- unit: config files
@@ -68,7 +68,7 @@ def _expected_mode(info: tarfile.TarInfo) -> int:
 @pytest.fixture(scope="module")
 def odd_sqsh(odd_image, tmp_path_factory):
     out = tmp_path_factory.mktemp("enroot") / "odd.sqsh"
-    result = export_image(odd_image, "enroot", out, preset=squash.DEFAULT_PRESET)
+    result = export_image(odd_image, ExportRequest("enroot", preset=squash.DEFAULT_PRESET), out)
     return out, result
 
 
@@ -169,7 +169,7 @@ def test_default_preset_superblock(odd_sqsh):
 def test_enroot_preset_is_enroots_own_options(odd_image, odd_tree, tmp_path):
     """-comp lzo -noD as Enroot's mksquashfs on a directory: raw data, no tail-end packing,
     an NFS export table; the same tree as the default preset."""
-    res = export_image(odd_image, "enroot", tmp_path / "e.sqsh", preset="enroot")
+    res = export_image(odd_image, ExportRequest("enroot", preset="enroot"), tmp_path / "e.sqsh")
     info = superblock(Path(res.path))
     assert "Compression lzo\n" in info and "Data is uncompressed" in info
     assert "Always-use-fragments option is not specified" in info
@@ -184,8 +184,8 @@ def test_enroot_preset_is_enroots_own_options(odd_image, odd_tree, tmp_path):
 @pytest.mark.engine
 def test_reproducible_with_source_date_epoch(odd_image, tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    a = export_image(odd_image, "enroot", tmp_path / "a.sqsh")
-    b = export_image(odd_image, "enroot", tmp_path / "b.sqsh")
+    a = export_image(odd_image, ExportRequest("enroot"), tmp_path / "a.sqsh")
+    b = export_image(odd_image, ExportRequest("enroot"), tmp_path / "b.sqsh")
     assert a.sha256 == b.sha256
     listing = subprocess.run(["unsquashfs", "-lln", str(tmp_path / "a.sqsh"), "etc/rc"],
                              capture_output=True, text=True, check=True).stdout
@@ -194,10 +194,10 @@ def test_reproducible_with_source_date_epoch(odd_image, tmp_path, monkeypatch):
 
 @pytest.mark.engine
 def test_shared_fs_preset_and_tar2sqfs(odd_image, odd_tree, tmp_path):
-    res = export_image(odd_image, "enroot", tmp_path / "s.sqsh", preset="shared-fs")
+    res = export_image(odd_image, ExportRequest("enroot", preset="shared-fs"), tmp_path / "s.sqsh")
     info = subprocess.run(["unsquashfs", "-s", res.path], capture_output=True, text=True).stdout
     assert "Compression zstd" in info and "Block size 1048576" in info
-    ng = export_image(odd_image, "enroot", tmp_path / "ng.sqsh", tool="tar2sqfs")
+    ng = export_image(odd_image, ExportRequest("enroot", tool="tar2sqfs"), tmp_path / "ng.sqsh")
     assert ng.tool == "tar2sqfs"
     tree = unsquash(Path(ng.path), tmp_path / "ng")
     got, want = tree_listing(tree), tree_listing(odd_tree)

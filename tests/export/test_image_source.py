@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.errors import ImagekitError
-from imagekit.export import export_image, image_source
+from imagekit.export import ExportRequest, export_image, image_source
 
 from layered import docker_archive, oci_layout
 
@@ -67,7 +67,7 @@ def tree(sqsh: str | Path, where: Path) -> dict[str, tuple]:
 
 
 def exported(source: str, out: Path) -> str:
-    return export_image(source, "enroot", out, preset="none", use_store=False, force=True).path
+    return export_image(source, ExportRequest("enroot", preset="none", force=True), out, store=False).path
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +104,8 @@ def test_every_source_gives_the_engines_tree_of_a_hostile_layered_image(hostile,
 def test_every_source_has_the_engines_image_id_so_the_store_meets_one_conversion(hostile, tmp_path):
     ids = {kind: image_source.open_source(text).image_id() for kind, text in hostile.items()}
     assert len(set(ids.values())) == 1, ids
-    first = export_image(hostile["engine"], "enroot", tmp_path / "a.sqsh")
-    again = export_image(hostile["registry"], "enroot", tmp_path / "b.sqsh")
+    first = export_image(hostile["engine"], ExportRequest("enroot"), tmp_path / "a.sqsh")
+    again = export_image(hostile["registry"], ExportRequest("enroot"), tmp_path / "b.sqsh")
     assert not first.store_hit and again.store_hit and again.sha256 == first.sha256
 
 
@@ -123,8 +123,8 @@ def test_shipped_images_from_the_registry_match_the_engine(mpi_image, cuda_image
 
 
 def test_sif_from_an_oci_layout_matches_the_engines(hostile, tmp_path):
-    engine_sif = export_image(hostile["engine"], "sif", tmp_path / "e.sif", use_store=False)
-    layout_sif = export_image(hostile["oci"], "sif", tmp_path / "o.sif", use_store=False)
+    engine_sif = export_image(hostile["engine"], ExportRequest("sif"), tmp_path / "e.sif", store=False)
+    layout_sif = export_image(hostile["oci"], ExportRequest("sif"), tmp_path / "o.sif", store=False)
     from imagekit.export.sif import read_sif
 
     assert read_sif(layout_sif.path).primary_partition().size > 0
@@ -135,7 +135,7 @@ def test_sif_from_an_oci_layout_matches_the_engines(hostile, tmp_path):
 
 def _fails(text: str, out: Path, match: str, **kw) -> None:
     with pytest.raises(ImagekitError, match=match):
-        export_image(text, "enroot", out, use_store=False, **kw)
+        export_image(text, ExportRequest("enroot", **kw), out, store=False)
     assert not out.exists() and not list(out.parent.glob(f".{out.name}*")), list(out.parent.iterdir())
 
 

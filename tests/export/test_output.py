@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from imagekit import owners
 from imagekit.errors import ImagekitError, UsageError
-from imagekit.export import export_image, output
+from imagekit.export import ExportRequest, export_image, output
 
 
 def test_atomic_output_renames_only_on_success(tmp_path):
@@ -48,14 +48,14 @@ def test_existing_output_is_refused(tmp_path):
 def test_free_space_refusal_before_any_write(odd_image, tmp_path, monkeypatch):
     monkeypatch.setattr(output, "free_bytes", lambda d: 1 << 20)
     with pytest.raises(ImagekitError, match="not enough free space"):
-        export_image(odd_image, "enroot", tmp_path / "x.sqsh")
+        export_image(odd_image, ExportRequest("enroot"), tmp_path / "x.sqsh")
     assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.engine
 def test_failing_squashfs_tool_leaves_nothing(odd_image, tmp_path):
     with pytest.raises(ImagekitError, match="sqfstar|mksquashfs"):
-        export_image(odd_image, "enroot", tmp_path / "x.sqsh", squash_opts=["-b", "3K"])
+        export_image(odd_image, ExportRequest("enroot", squash_opts=["-b", "3K"]), tmp_path / "x.sqsh")
     assert list(tmp_path.iterdir()) == []
 
 

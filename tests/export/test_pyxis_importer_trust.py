@@ -110,7 +110,7 @@ def test_f3_a_trusted_referrer_must_be_a_squashfs_of_this_image(odd_in, tmp_path
 def test_f3_a_pulled_artifact_is_kept_apart_from_the_local_exports_key(odd_image, registry, tmp_path):
     """A good artifact from a trusted repository is served to jobs, under its own key: a later local
     `imagekit export` of the same image converts, and never answers with the registry's bytes."""
-    from imagekit.export import export_image
+    from imagekit.export import ExportRequest, export_image
     from imagekit.export.artifacts import push_with_artifacts
 
     push_with_artifacts(odd_image, f"{registry}/imagekit-test/trusted:1", ["enroot"], {"enroot": "fast"},
@@ -121,7 +121,7 @@ def test_f3_a_pulled_artifact_is_kept_apart_from_the_local_exports_key(odd_image
     assert call.rc == 0 and "pulling the pushed enroot artifact" in call.log, call.log
     (entry,) = Store.open(store).entries()
     assert entry.options == ("source=artifact",) and entry.extra["repository"] == "imagekit-test/trusted"
-    local = export_image(odd_image, "enroot", tmp_path / "local.sqsh", store=store)
+    local = export_image(odd_image, ExportRequest("enroot"), tmp_path / "local.sqsh", store=store)
     assert not local.store_hit and local.store_entry != call.path
     again = pyxis_get(f"docker://{registry}#imagekit-test/trusted:1", job_env(store, tmp_path / "run", 1))
     assert again.rc == 0 and "store hit" in again.log and "pulling" not in again.log

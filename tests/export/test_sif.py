@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.export import export_image, sif
+from imagekit.export import ExportRequest, export_image, sif
 from export_helpers import engine_tree, tree_listing, unsquash
 
 
@@ -136,7 +136,7 @@ def test_reader_rejects_damaged_sif(tmp_path, damage):
 @pytest.fixture(scope="module")
 def odd_sif(odd_image, tmp_path_factory):
     out = tmp_path_factory.mktemp("sif") / "odd.sif"
-    return out, export_image(odd_image, "sif", out)
+    return out, export_image(odd_image, ExportRequest("sif"), out)
 
 
 def _descriptors(raw: bytes, n: int) -> list[tuple]:

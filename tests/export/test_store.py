@@ -18,7 +18,7 @@ import pytest
 from imagekit import owners
 from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
 from imagekit.export import store as store_mod
-from imagekit.export.store import EntryGone, Store, find, link_or_copy, parse_size
+from imagekit.export.store import EntryGone, Store, find, link_or_copy
 from polling import wait_for
 
 IMAGE = "sha256:" + "ab" * 32
@@ -305,14 +305,6 @@ def test_an_evicted_entry_is_converted_again(tmp_path):
     assert st.get_or_create(key, writer(b"two", calls))[0].path.read_bytes() == b"two" and calls
 
 
-def test_parse_size():
-    assert parse_size("50G") == 50 << 30 and parse_size("500M") == 500 << 20
-    assert parse_size("1.5T") == int(1.5 * (1 << 40)) and parse_size("123") == 123
-    assert parse_size("2GiB") == 2 << 30 and parse_size("0") == 0
-    with pytest.raises(UsageError, match="bad size"):
-        parse_size("lots")
-
-
 # --- pulled files, full disks, outputs -----------------------------------------------------------
 
 def test_add_file_verifies_the_digest_and_keeps_nothing_on_mismatch(tmp_path):
@@ -375,10 +367,10 @@ def test_outputs_are_links_on_the_same_file_system_and_copies_elsewhere(tmp_path
 def test_reexport_of_an_unchanged_image_is_a_lookup(odd_image, tmp_path, monkeypatch):
     """The second export neither converts, nor talks to the docker package, nor hashes."""
     from imagekit import engine, records
-    from imagekit.export import export_image, output, squash
+    from imagekit.export import ExportRequest, export_image, output, squash
 
     monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path / "state"))
-    first = export_image(odd_image, "enroot", tmp_path / "a.sqsh")
+    first = export_image(odd_image, ExportRequest("enroot"), tmp_path / "a.sqsh")
     assert not first.store_hit and first.output_is == "link"
     assert os.path.samefile(first.path, first.store_entry)
     assert output.sha256_file(Path(first.path)) == first.sha256
@@ -389,7 +381,7 @@ def test_reexport_of_an_unchanged_image_is_a_lookup(odd_image, tmp_path, monkeyp
     monkeypatch.setattr(squash, "stream_to_squashfs", forbidden)
     monkeypatch.setattr(output, "sha256_file", forbidden)
     monkeypatch.setattr(engine, "client", forbidden)
-    second = export_image(odd_image, "enroot", tmp_path / "b.sqsh")
+    second = export_image(odd_image, ExportRequest("enroot"), tmp_path / "b.sqsh")
     assert second.store_hit and os.path.samefile(second.path, first.path)
     assert (second.sha256, second.bytes, second.tool) == (first.sha256, first.bytes, first.tool)
     assert json.loads(second.to_json())["store_hit"] is True
@@ -401,20 +393,20 @@ def test_reexport_of_an_unchanged_image_is_a_lookup(odd_image, tmp_path, monkeyp
 
 @pytest.mark.engine
 def test_no_store_and_other_keys_convert(odd_image, tmp_path, monkeypatch):
-    from imagekit.export import export_image
+    from imagekit.export import ExportRequest, export_image
 
     store = Store.open()
-    plain = export_image(odd_image, "enroot", tmp_path / "plain.sqsh", use_store=False)
+    plain = export_image(odd_image, ExportRequest("enroot"), tmp_path / "plain.sqsh", store=False)
     assert not plain.store_hit and plain.store_entry == "" and os.stat(plain.path).st_nlink == 1
     assert store.entries() == []
-    stored = export_image(odd_image, "enroot", tmp_path / "a.sqsh")
+    stored = export_image(odd_image, ExportRequest("enroot"), tmp_path / "a.sqsh")
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    dated = export_image(odd_image, "enroot", tmp_path / "b.sqsh")
+    dated = export_image(odd_image, ExportRequest("enroot"), tmp_path / "b.sqsh")
     assert not stored.store_hit and not dated.store_hit
     assert dated.store_entry != stored.store_entry
     assert sorted(e.options for e in store.entries()) == [(), ("epoch=1700000000",)]
     with pytest.raises(UsageError, match="already exists"):
-        export_image(odd_image, "enroot", tmp_path / "plain.sqsh")
+        export_image(odd_image, ExportRequest("enroot"), tmp_path / "plain.sqsh")
 
 
 @pytest.mark.engine
@@ -449,9 +441,9 @@ def test_kill9_of_a_real_export_leaves_no_entry_and_the_next_export_sweeps(base_
     proc.wait(timeout=30)
     assert store.entries() == [] and not (tmp_path / "x.sqsh").exists()
     assert list((store.root / "tmp").iterdir()) and list((store.root / "locks").glob("*.lock"))
-    from imagekit.export import export_image
+    from imagekit.export import ExportRequest, export_image
 
-    result = export_image(base_image, "enroot", tmp_path / "x.sqsh", preset="none")
+    result = export_image(base_image, ExportRequest("enroot", preset="none"), tmp_path / "x.sqsh")
     assert not result.store_hit and os.path.getsize(result.path) == result.bytes
     assert list((store.root / "tmp").iterdir()) == [] and list((store.root / "locks").glob("*.lock")) == []
     assert [p.name for p in tmp_path.iterdir()] == ["x.sqsh"]
@@ -463,13 +455,14 @@ def test_full_disk_under_the_store_is_no_space_and_leaves_nothing(base_image, tm
     from click.testing import CliRunner
 
     from imagekit.cli import main
-    from imagekit.export import export_image
+    from imagekit.export import ExportRequest, export_image
 
     root = small_fs("24m") / "store"
     with pytest.raises(NoSpaceError, match="not enough free space"):
-        export_image(base_image, "enroot", tmp_path / "x.sqsh", store=root, preset="none")
+        export_image(base_image, ExportRequest("enroot", preset="none"), tmp_path / "x.sqsh", store=root)
     with pytest.raises(NoSpaceError, match="ran out of space"):
-        export_image(base_image, "enroot", tmp_path / "x.sqsh", store=root, preset="none", check_space=False)
+        export_image(base_image, ExportRequest("enroot", preset="none", check_space=False), tmp_path / "x.sqsh",
+                     store=root)
     res = CliRunner().invoke(main, ["export", base_image, "--to", "sif", "--store", str(root),
                                     "--no-space-check", "-o", str(tmp_path / "x.sif"), "-q"])
     assert res.exit_code == 8, res.output

@@ -24,7 +24,7 @@ from export_helpers import unsquash
 from hostile import CANARY_VAR, REPRODUCER, nul_free_lists, nul_free_words, word_lists, words
 from imagekit import image_facts, quoting
 from imagekit.image_facts import reader
-from imagekit.export import enroot, export_image, sif, singularity_d
+from imagekit.export import ExportRequest, enroot, export_image, sif, singularity_d
 
 PROPERTY = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -37,7 +37,7 @@ SEPARATORS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"
 def sandbox(odd_image, tmp_path_factory) -> Path:
     """A root filesystem from a real export to chroot into; hostile runs write only inside it."""
     work = tmp_path_factory.mktemp("hostile")
-    return unsquash(Path(export_image(odd_image, "enroot", work / "odd.sqsh").path), work / "root")
+    return unsquash(Path(export_image(odd_image, ExportRequest("enroot"), work / "odd.sqsh").path), work / "root")
 
 
 def _chroot(tree: Path, argv: list[str], env: dict[str, str]) -> bytes:
@@ -233,7 +233,7 @@ def test_reproducer_label_newline_is_refused_and_writes_nothing(make_image, tmp_
     image = make_image("imagekit-test/hostile-label:1", Labels={"note": REPRODUCER})
     with pytest.raises(quoting.UnsafeValue, match=r"^image imagekit-test/hostile-label:1: label 'note' .* "
                                                   r"contains '\\n', which would end its comment line"):
-        export_image(image, "enroot", tmp_path / "x.sqsh")
+        export_image(image, ExportRequest("enroot"), tmp_path / "x.sqsh")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -245,7 +245,7 @@ def test_a_label_with_unicode_line_separators_runs_nothing_and_reads_back(make_i
     labels read back from the .sqsh exactly."""
     labels = {f"note{i}": f"harmless{sep}echo INJECTED >> /mnt/proof" for i, sep in enumerate(SEPARATORS)}
     image = make_image("imagekit-test/hostile-label-separators:1", Labels=labels)
-    out = export_image(image, "enroot", tmp_path / "x.sqsh")
+    out = export_image(image, ExportRequest("enroot"), tmp_path / "x.sqsh")
     assert reader.read(out.path).labels == labels
     tree = unsquash(Path(out.path), tmp_path / "root")
     proof = tmp_path / "host-mnt"
@@ -266,7 +266,7 @@ def test_hostile_image_exports_run_exactly_its_words(make_image, tmp_path):
     image = make_image("imagekit-test/hostile-config:1", Entrypoint=["/usr/bin/printf", "%s\\0"],
                        Cmd=[payload, "-rf", "#"], Env=["PATH=/usr/bin:/bin", "NOTE=$(touch /canary) 'q' \\"],
                        WorkingDir="/work $(x) `y`", Labels={"a.b": REPRODUCER.replace("\n", "\u2028")})
-    exported = export_image(image, "enroot", tmp_path / "x.sqsh")
+    exported = export_image(image, ExportRequest("enroot"), tmp_path / "x.sqsh")
     assert reader.read(exported.path).labels["a.b"] == REPRODUCER.replace("\n", "\u2028")
     sqsh = unsquash(Path(exported.path), tmp_path / "e")
     environment = dict(line.split("=", 1) for line in (sqsh / "etc/environment").read_text().splitlines())
@@ -274,7 +274,7 @@ def test_hostile_image_exports_run_exactly_its_words(make_image, tmp_path):
     assert _chroot(sqsh, ["/bin/sh", "/etc/rc"], environment).split(b"\0")[:-1] == \
         [w.encode() for w in (payload, "-rf", "#")]
     assert (sqsh / "work $(x) `y`").is_dir()
-    out = Path(export_image(image, "sif", tmp_path / "x.sif").path)
+    out = Path(export_image(image, ExportRequest("sif"), tmp_path / "x.sif").path)
     tree = unsquash(out, tmp_path / "s", offset=sif.read_sif(out).primary_partition().offset)
     assert _chroot(tree, ["/.singularity.d/actions/run"], {}).split(b"\0")[:-1] == \
         [w.encode() for w in (payload, "-rf", "#")]
@@ -286,7 +286,7 @@ def test_hostile_image_exports_run_exactly_its_words(make_image, tmp_path):
 def test_unrepresentable_volume_refused_before_anything_is_written(make_image, tmp_path):
     image = make_image("imagekit-test/hostile-volume:1", Volumes={"/data\n/etc": {}})
     with pytest.raises(quoting.UnsafeValue, match=r"image imagekit-test/hostile-volume:1: Volume"):
-        export_image(image, "enroot", tmp_path / "x.sqsh")
+        export_image(image, ExportRequest("enroot"), tmp_path / "x.sqsh")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -21,7 +21,7 @@ from hostile import REPRODUCER
 
 from imagekit import quoting
 from imagekit.image_facts import reader
-from imagekit.export import export_image
+from imagekit.export import ExportRequest, export_image
 
 pytestmark = [pytest.mark.engine, pytest.mark.slurm]
 # Every character str.splitlines() ends a line at but sh does not (issue 22, F10).
@@ -38,7 +38,7 @@ def shared_dir():
 
 
 def exported(image: str, directory: Path, name: str) -> Path:
-    out = Path(export_image(image, "enroot", directory / name).path)
+    out = Path(export_image(image, ExportRequest("enroot"), directory / name).path)
     os.chmod(out, 0o644)
     return out
 
@@ -132,7 +132,7 @@ def test_a_volume_through_an_image_symlink_is_refused(base_image, shared_dir, do
     ours = shared_dir / "ours"
     ours.mkdir()
     with pytest.raises(quoting.UnsafeValue, match=r"Volume '/data' goes through /data, a symlink in the image") as err:
-        export_image(tag, "enroot", ours / "x.sqsh")
+        export_image(tag, ExportRequest("enroot"), ours / "x.sqsh")
     assert "host path" in err.value.hint
     assert list(ours.iterdir()) == []
 
@@ -197,7 +197,7 @@ def test_hard_links_to_what_enroot_regenerates_or_drops_end_as_in_enroot(base_im
     out.mkdir()
     with pytest.raises(quoting.UnsafeValue, match=rf"^image {tag}: file '/usr/helper' is a hard link to "
                                                   r"/dev/shm-helper, which Enroot leaves out"):
-        export_image(tag, "enroot", out / "x.sqsh", use_store=False)
+        export_image(tag, ExportRequest("enroot"), out / "x.sqsh", store=False)
     assert list(out.iterdir()) == []
 
 
@@ -220,7 +220,7 @@ def test_an_entrypoint_starting_with_a_dash_is_refused(base_image, docker_bin, s
     out = shared_dir / "ours"
     out.mkdir()
     with pytest.raises(quoting.UnsafeValue, match=rf"^image {tag}: Entrypoint\[0\] '-a' starts with '-'"):
-        export_image(tag, "enroot", out / "x.sqsh", use_store=False)
+        export_image(tag, ExportRequest("enroot"), out / "x.sqsh", store=False)
     assert list(out.iterdir()) == []
 
 

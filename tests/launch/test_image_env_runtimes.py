@@ -43,7 +43,7 @@ def shared():
 
 def _labelled_sqsh(mpi_image: str, docker_bin: str, shared: Path, name: str, env: dict[str, str]) -> Path:
     """debian-mpi with its benchmark label replaced (SHOW, ``env``), exported to a .sqsh."""
-    from imagekit.export import export_image
+    from imagekit.export import ExportRequest, export_image
 
     tag = f"imagekit-test/bench-label-{name}:1"
     label = json.dumps({"command": SHOW, "env": env})
@@ -51,7 +51,7 @@ def _labelled_sqsh(mpi_image: str, docker_bin: str, shared: Path, name: str, env
                           input=f"FROM {mpi_image}\n", text=True, capture_output=True,
                           env={**os.environ, "DOCKER_BUILDKIT": "1"})
     assert proc.returncode == 0, proc.stderr
-    out = Path(export_image(tag, "enroot", shared / f"{name}.sqsh", use_store=False).path)
+    out = Path(export_image(tag, ExportRequest("enroot"), shared / f"{name}.sqsh", store=False).path)
     os.chmod(out, 0o644)
     return out
 

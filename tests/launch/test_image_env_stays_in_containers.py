@@ -31,9 +31,11 @@ from hypothesis import strategies as st
 
 from hostile import CANARY_VAR, nul_free_words
 from imagekit import image_facts, quoting
-from imagekit.cli import launch_cmds
 from imagekit.errors import UsageError
+from imagekit.image_facts import reader
 from imagekit.launch import inside_out, mpijob, mpirun, slurm
+from imagekit.launch.session import LaunchRequest, Session
+from imagekit.validate import Gates
 
 PROPERTY = settings(max_examples=30, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -109,6 +111,12 @@ esac
 fi
 """,
 }
+
+
+def _job_command(facts, image: str) -> tuple[list[str], dict[str, str]]:
+    """What `launch … --validate` without a command runs, and the image's environment for it."""
+    session = Session(LaunchRequest(image, gates=Gates()), log=print, echo=print, facts=facts)
+    return session.command, session.image_env
 
 
 @pytest.fixture
@@ -250,7 +258,7 @@ def _job_or_refusal(make, command, env, image: str, forge):
     facts = _through_sqsh(_labels(command, env, forge), image)
     assert facts.benchmark == image_facts.Benchmark(command, env), "another label changed the benchmark"
     try:
-        cmd, image_env = launch_cmds._job_command(True, facts, (), image)
+        cmd, image_env = _job_command(facts, image)
         return make(cmd, image_env)
     except UsageError as exc:
         assert exc.message.startswith(f"image {image}: label {BENCH} "), exc.message
@@ -409,7 +417,7 @@ def test_a_user_env_wins_over_the_image_env():
 def test_a_bad_label_benchmark_is_refused_naming_the_image_and_the_label(bench, field, tmp_path):
     facts = image_facts.from_labels({image_facts.SCHEMA_LABEL: "2", BENCH: json.dumps(bench)}, ref="site/img:1")
     with pytest.raises(UsageError, match=rf"^image site/img:1: label {BENCH} {field}"):
-        cmd, image_env = launch_cmds._job_command(True, facts, (), "site/img:1")
+        cmd, image_env = _job_command(facts, "site/img:1")
         mpirun.MpirunJob(runtime="enroot", image="site/img:1", hosts=[("h", 1)], command=cmd, image_env=image_env)
 
 
@@ -424,7 +432,7 @@ def test_launch_mpirun_validate_writes_no_image_value_into_run_sh(tmp_path, monk
     bench = {"command": ["all_reduce_perf", "-b", "8"],
              "env": {"NCCL_DEBUG": "INFO", "BASH_ENV": "$(id > /tmp/PWNED-on-host; echo /dev/null)"}}
     facts = image_facts.from_labels({image_facts.SCHEMA_LABEL: "2", BENCH: json.dumps(bench)}, ref="./b.sqsh")
-    monkeypatch.setattr(launch_cmds, "_facts", lambda image, needed: facts)
+    monkeypatch.setattr(reader, "read_or_reason", lambda image: facts)
     out = tmp_path / "job"
     res = CliRunner().invoke(main, ["launch", "mpirun", "--runtime", "enroot", "--image", "./b.sqsh", "--hosts",
                                     "localhost:1", "--validate", "--no-preflight", "-o", str(out)])

@@ -35,7 +35,7 @@ COMMANDS: dict[str, str] = {
     "pull": "imagekit.cli.pull_cmds:pull",
     "store": "imagekit.cli.store_cmds:store",
     "launch": "imagekit.cli.launch_cmds:launch",
-    "preflight": "imagekit.cli.launch_cmds:preflight",
+    "preflight": "imagekit.cli.preflight_cmds:preflight",
     "validate": "imagekit.cli.validate_cmds:validate",
 }
 

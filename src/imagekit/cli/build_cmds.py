@@ -8,20 +8,13 @@ import sys
 import click
 
 from imagekit import base_image, pipeline
+from imagekit.build import BuildRequest
 from imagekit import check as check_mod
 from imagekit import report as report_mod
 from imagekit import stack as stack_mod
-from imagekit.cli.export_cmds import _progress_printer
-from imagekit.cli.stack_cmds import MIRROR
+from imagekit.cli.options import ENGINE, MIRROR, progress_printer
 from imagekit.errors import StackError
 from imagekit.image_facts import reader
-
-
-ENGINE = click.option(
-    "--engine", "engine_name", type=click.Choice(["docker", "podman"]), default="docker", show_default=True,
-    envvar="IMAGEKIT_ENGINE",
-    help="docker: the Docker engine's BuildKit; podman: Podman as the calling user (rootless), its own "
-         "image store (default: $IMAGEKIT_ENGINE, else docker)")
 
 
 def _progress(line: str) -> None:
@@ -99,13 +92,15 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
       imagekit build debian-cuda --mirror /site/mirror      # upstream tarballs from a local mirror
     """
     formats = [f for f in exports.split(",") if f]
-    results = pipeline.build_all(
-        stack, variant=variant, target=target, single_stage=single_stage, tags=tags, no_cache=no_cache,
-        ca_bundle=ca_bundle, log_dir=log_dir, cache_from=cache_from, inline_cache=inline_cache,
-        run_checks=bool(formats) if run_checks is None else run_checks, exports=formats,
-        output_dir=output_dir, store=store_dir or None, use_store=not no_store, mirror=mirror,
-        progress=_progress, export_progress=_progress_printer, log=lambda m: click.echo(m, err=True),
-        engine_name=engine_name)
+    request = pipeline.PipelineRequest(
+        stack, variant=variant, mirror=mirror,
+        build=BuildRequest(target=target, tags=tags, no_cache=no_cache, ca_bundle=ca_bundle, log_dir=log_dir,
+                           single_stage=single_stage, cache_from=cache_from, inline_cache=inline_cache,
+                           engine_name=engine_name),
+        check=bool(formats) if run_checks is None else run_checks, exports=tuple(formats),
+        output_dir=output_dir, store=False if no_store else store_dir or None)
+    results = pipeline.build_all(request, progress=_progress, export_progress=progress_printer,
+                                 log=lambda m: click.echo(m, err=True))
     if as_json:
         click.echo(json.dumps(results, indent=2))
     else:

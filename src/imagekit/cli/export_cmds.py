@@ -2,36 +2,18 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
+
+from imagekit.cli.options import progress_printer
 from imagekit.errors import UsageError
-from imagekit.export import export_image
+from imagekit.export import ExportRequest, export_image, formats
 from imagekit.export import artifacts as art
 from imagekit.export.push import push_image
 
 
-def _progress_printer():
-    """Exported bytes on stderr: one updating line on a terminal, a line every 10 s otherwise."""
-    import time
-
-    tty = sys.stderr.isatty()
-    state = {"last": time.monotonic()}
-
-    def report(total: int, done: bool) -> None:
-        mib = total / (1 << 20)
-        if tty:
-            click.echo(f"\rexported {mib:,.1f} MiB" + ("\n" if done else ""), err=True, nl=False)
-        elif done or time.monotonic() - state["last"] >= 10:
-            state["last"] = time.monotonic()
-            click.echo(f"exported {mib:,.1f} MiB" + (" (done)" if done else ""), err=True)
-
-    return report
-
-
 @click.command()
 @click.argument("image")
-@click.option("--to", "to", type=click.Choice(["enroot", "sif"]), required=True,
+@click.option("--to", "to", type=click.Choice(list(formats.FORMATS)), required=True,
               help="Output format: Enroot/Pyxis squashfs or Apptainer SIF.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Output file (default: IMAGE with / and : as +, like Enroot, in the current dir).")
@@ -90,12 +72,11 @@ def export(image, to, output, preset, squash_opts, tool, via, force, no_space_ch
       imagekit export oci-archive:mpi-oci.tar --to enroot -o mpi.sqsh
       imagekit export docker-archive:mpi.tar:hpc/mpi:1 --to sif -o mpi.sif
     """
+    request = ExportRequest(to, preset=preset, squash_opts=squash_opts, tool=tool, via=via, force=force,
+                            check_space=not no_space_check, platform=platform)
     notice = None if quiet else (lambda message: click.echo(message, err=True))
-    result = export_image(image, to, output, preset=preset, squash_opts=squash_opts, tool=tool,
-                          via=via, force=force, check_space=not no_space_check,
-                          progress=None if quiet else _progress_printer(),
-                          store=store_dir or None, use_store=not no_store, notice=notice,
-                          platform=platform)
+    result = export_image(image, request, output, store=False if no_store else store_dir or None,
+                          progress=None if quiet else progress_printer(), notice=notice)
     if as_json:
         click.echo(result.to_json())
     else:
@@ -148,7 +129,7 @@ def push(image, to, with_, presets, as_json, quiet):
         formats = art.parse_formats(with_)
         chosen = art.parse_presets(presets, formats)
         result, artifacts = art.push_with_artifacts(image, to, formats, chosen, log=log,
-                                                    export_progress=None if quiet else _progress_printer())
+                                                    export_progress=None if quiet else progress_printer())
     if as_json:
         doc = json.loads(result.to_json())
         if with_:

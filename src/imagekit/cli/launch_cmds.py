@@ -1,31 +1,24 @@
-"""``imagekit launch …`` (Slurm/Pyxis, host mpirun, inside-out, MPIJob) and ``imagekit preflight``."""
+"""``imagekit launch …``: Slurm/Pyxis, host mpirun, inside-out, MPIJob, and cleanup."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import click
 
 from imagekit import engine
-from imagekit.cli.validate_cmds import GATE_KEYS, gate_options, gates_from
+from imagekit.cli.gate_options import GATE_KEYS, gate_options
 from imagekit.errors import UsageError
-from imagekit.image_facts import BENCHMARK, reader
-from imagekit.launch import common, gpu_env
+from imagekit.launch import common
 from imagekit.launch import inside_out as inside_out_mod
 from imagekit.launch import mpijob as mpijob_mod
 from imagekit.launch import mpirun as mpirun_mod
-from imagekit.launch import preflight as preflight_mod
 from imagekit.launch import slurm as slurm_mod
-from imagekit.launch.benchmark import default_benchmark, run_and_validate
-from imagekit.launch.common import JOB_LABEL, check_image_command
+from imagekit.launch.common import JOB_LABEL
 from imagekit.launch.gpu_env import GpuLaunch
-from imagekit.validate import to_text
-
-if TYPE_CHECKING:
-    from imagekit.image_facts import ImageFacts
+from imagekit.launch.session import LaunchRequest, Session
+from imagekit.validate import Gates
 
 CMD_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -54,59 +47,13 @@ def _validate_options(f):
                              "command, run the image's benchmark (nccl-tests, or mpi4py's ring test).")(f)
 
 
-def _job_command(validate: bool, facts, command: tuple, image: str) -> tuple[list[str], dict[str, str]]:
-    """The command to run and the image's own environment for it: the image's benchmark for a bare
-    --validate. That environment is the image's, not the user's: the launchers hand it to the
-    containers only (the job's ``image_env``), never to a script or program on the host."""
-    if command or not validate:
-        return list(command), {}
-
-    if facts.labels is None:
-        raise UsageError(f"--validate without a command needs the image's labels (they name the benchmark): "
-                         f"{facts.reason}",
-                         "give the benchmark after `--`, e.g. -- all_reduce_perf -b 8 -e 1G -f 2 -g 1")
-    cmd, env = default_benchmark(facts)
-    return check_image_command(image, cmd, BENCHMARK), env
-
-
-def _facts(image: str, needed: bool):
-    """The image's facts, read once per command for the benchmark choice and preflight alike."""
-    return reader.read_or_reason(image) if needed else None
-
-
-def _run_validated(run, gate_values: dict) -> int:
-    """Run the job with its output teed into the validator; the exit code CI should see."""
-    gates = gates_from(**gate_values)
-    rc, result, verdict = run_and_validate(run, gates)
-    click.echo(to_text(result, verdict, gates.effective_small_size, gates.effective_saturation, table=False),
-               nl=False)
-    if rc != 0:
-        _log(f"imagekit: the job exited {rc}; the verdict above covers only what it printed")
-        return rc
-    return verdict.exit_code
-
-
-def _gate_values(kw: dict) -> dict:
-    return {k: kw.pop(k) for k in GATE_KEYS}
-
-
-def _cpu_only_env(env: dict[str, str], facts: ImageFacts | None, runtime: str) -> dict[str, str]:
-    """The containers' environment for a job without GPUs: NVIDIA_VISIBLE_DEVICES=void where a CUDA
-    image would otherwise make Enroot/Pyxis (or Docker's NVIDIA runtime) look for a driver; said once."""
-    image_env = facts.env if facts is not None else None
-    out = gpu_env.cpu_only_env(env, image_env, runtime)
-    if out is not env:
-        why = (f"the image sets {gpu_env.VAR}={image_env.get(gpu_env.VAR)}" if image_env is not None
-               else "the image's environment was not read here")
-        _log(f"imagekit: no GPUs asked for and {why}: the containers get {gpu_env.VAR}={gpu_env.NO_GPU} "
-             f"(--env {gpu_env.VAR}=VALUE overrides)")
-    return out
-
-
-def _preflight(image: str, skip: bool, **kwargs) -> None:
-    if skip:
-        return
-    preflight_mod.enforce(image, log=_log, **kwargs)
+def _session(image: str, command: tuple, validate: bool, no_preflight: bool, gates: dict) -> Session:
+    """The launch's session, from the options every launcher shares. The gates are loaded first:
+    a bad gate fails before the image is read or any job starts."""
+    values = {k: gates.pop(k) for k in GATE_KEYS}
+    request = LaunchRequest(image=image, command=command, gates=Gates.load(**values) if validate else None,
+                            preflight=not no_preflight)
+    return Session(request, log=_log, echo=lambda text: click.echo(text, nl=False))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -163,30 +110,29 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
       imagekit launch slurm --image ./nccl.sqsh -N 2 --gpus-per-node 8 --submit --validate \
           --system dgx-h100 -- all_reduce_perf -b 8 -e 8G -f 2 -g 1
     """
-    gate_values = _gate_values(gates)
     if validate and dry_run:
         raise UsageError("--validate judges the job's output, so it needs --submit", "add --submit")
-    facts = _facts(image, (validate and not command) or not no_preflight)
-    cmd, image_env = _job_command(validate, facts, command, image)
+    session = _session(image, command, validate, no_preflight, gates)
     job_env = common.parse_env(env)
     # Anything naming GPUs among srun's own arguments (--gres=gpu:N, --gpus…, a gpu partition) keeps the
     # GPU runtime: in doubt, GPUs the user may have asked for are not hidden.
     wants_gpus = bool(gpus_per_node) or any("gpu" in a.lower() for a in srun_args)
     if not wants_gpus:
-        job_env = _cpu_only_env(job_env, facts, runtime)
-    job = slurm_mod.SlurmJob(image=image, nodes=nodes, command=cmd, runtime=runtime,
+        job_env = session.cpu_only_env(job_env, runtime)
+    job = slurm_mod.SlurmJob(image=image, nodes=nodes, command=session.command, runtime=runtime,
                              gpus_per_node=gpus_per_node, ntasks_per_node=ntasks_per_node,
                              cpus_per_task=cpus_per_task, partition=partition, time=time_, account=account,
                              job_name=job_name, mounts=common.parse_mounts(mounts), env=job_env,
                              workdir=workdir, nccl_debug=nccl_debug, mount_home=mount_home,
-                             container_name=container_name, srun_args=list(srun_args), image_env=image_env)
+                             container_name=container_name, srun_args=list(srun_args),
+                             image_env=session.image_env)
     if not dry_run:
         common.require_tool("sbatch", "run on a Slurm login node, or write the script with --dry-run -o FILE")
     # The Slurm plugin check only applies where the script will be submitted from; the containers
     # start on the compute nodes, not on this (login) node.
-    _preflight(image, no_preflight, facts=facts, scheduler=None if dry_run else "slurm", launcher="slurm",
-               gpu=GpuLaunch(runtime=runtime, env={**job.image_env, **job.env}, gpus=wants_gpus, here=False,
-                             launcher="slurm"))
+    session.preflight(scheduler=None if dry_run else "slurm", launcher="slurm",
+                      gpu=GpuLaunch(runtime=runtime, env={**job.image_env, **job.env}, gpus=wants_gpus, here=False,
+                                    launcher="slurm"))
     if dry_run:
         if output:
             slurm_mod.write(job, output)
@@ -206,7 +152,7 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
             stdout.flush()
             return rc
 
-        sys.exit(_run_validated(run, gate_values))
+        sys.exit(session.run(run))
     job_id = slurm_mod.submit(path)
     _log(f"imagekit: submitted {path} as Slurm job {job_id}")
     click.echo(job_id)
@@ -240,15 +186,14 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
       imagekit launch mpirun --image imagekit/debian-mpi:latest --hosts localhost:2 --validate \
           --max-latency-us 500
     """
-    gate_values = _gate_values(gates)
-    facts = _facts(image, (validate and not command) or not no_preflight)
-    cmd, image_env = _job_command(validate, facts, command, image)
+    session = _session(image, command, validate, no_preflight, gates)
     job_env = common.parse_env(env)
     if not gpus:
-        job_env = _cpu_only_env(job_env, facts, runtime)
-    job = mpirun_mod.MpirunJob(runtime=runtime, image=image, hosts=mpirun_mod.parse_hosts(hosts), command=cmd,
-                        np=np_, mounts=common.parse_mounts(mounts), env=job_env,
-                        gpus=gpus, workdir=workdir, mpirun_args=list(mpirun_args), image_env=image_env)
+        job_env = session.cpu_only_env(job_env, runtime)
+    job = mpirun_mod.MpirunJob(runtime=runtime, image=image, hosts=mpirun_mod.parse_hosts(hosts),
+                               command=session.command, np=np_, mounts=common.parse_mounts(mounts), env=job_env,
+                               gpus=gpus, workdir=workdir, mpirun_args=list(mpirun_args),
+                               image_env=session.image_env)
     if dry_run:
         click.echo("# run.sh\n" + mpirun_mod.render_run(job) + "\n# rank.sh\n" + mpirun_mod.render_wrapper(job), nl=False)
         return
@@ -258,12 +203,10 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
         return
     common.require_tool("mpirun", "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
                                   "or use `imagekit launch inside-out`")
-    _preflight(image, no_preflight, facts=facts, launcher="mpirun", probe=runtime == "docker",
-               gpu=GpuLaunch(runtime=runtime, env={**job.image_env, **job.env}, gpus=gpus,
-                             here=mpirun_mod.on_this_host(job.hosts), launcher="mpirun"))
-    if validate:
-        sys.exit(_run_validated(lambda out: mpirun_mod.execute(job, log=_log, stdout=out), gate_values))
-    sys.exit(mpirun_mod.execute(job, log=_log))
+    session.preflight(launcher="mpirun", probe=runtime == "docker",
+                      gpu=GpuLaunch(runtime=runtime, env={**job.image_env, **job.env}, gpus=gpus,
+                                    here=mpirun_mod.on_this_host(job.hosts), launcher="mpirun"))
+    sys.exit(session.run(lambda out: mpirun_mod.execute(job, log=_log, stdout=out)))
 
 
 @launch.command("inside-out", context_settings=CMD_SETTINGS)
@@ -302,12 +245,11 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
       imagekit launch inside-out --scheduler slurm --image REF --nodes 4 -o io.sbatch -- ./app
       imagekit launch inside-out --image REF --nodes 2 --gpus --validate --system site/cluster.yaml
     """
-    gate_values = _gate_values(gates)
     if validate and scheduler != "local":
         raise UsageError("--validate runs the job here and reads its output", "use --scheduler local")
-    facts = _facts(image, (validate and not command) or not no_preflight)
-    cmd, image_env = _job_command(validate, facts, command, image)
-    job = inside_out_mod.InsideOutJob(image=image, nodes=nodes, command=cmd, runtime=runtime, image_env=image_env,
+    session = _session(image, command, validate, no_preflight, gates)
+    job = inside_out_mod.InsideOutJob(image=image, nodes=nodes, command=session.command, runtime=runtime,
+                           image_env=session.image_env,
                            scheduler=scheduler, slots=slots, env=common.parse_env(env),
                            mounts=common.parse_mounts(mounts), iface=iface, mpirun_args=list(mpirun_args),
                            shm_size=shm_size, gpus=gpus, ready_timeout=ready_timeout,
@@ -322,13 +264,11 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
         if submit:
             click.echo(slurm_mod.submit(path))
         return
-    _preflight(image, no_preflight, facts=facts, launcher="inside-out",
-               gpu=GpuLaunch(runtime=runtime, env=job.container_env, gpus=gpus, here=True, launcher="inside-out"))
+    session.preflight(launcher="inside-out",
+                      gpu=GpuLaunch(runtime=runtime, env=job.container_env, gpus=gpus, here=True,
+                                    launcher="inside-out"))
     timings: dict = {}
-    if validate:
-        rc = _run_validated(lambda out: inside_out_mod.execute(job, log=_log, stdout=out, timings=timings), gate_values)
-    else:
-        rc = inside_out_mod.execute(job, log=_log, timings=timings)
+    rc = session.run(lambda out: inside_out_mod.execute(job, log=_log, stdout=out, timings=timings))
     if as_json:
         click.echo(json.dumps({"job": job.job_id, "exit_code": rc, "timings": timings}))
     sys.exit(rc)
@@ -378,42 +318,3 @@ def cleanup(job_id) -> None:
     """
     total = engine.remove_labelled(JOB_LABEL, job_id or None)
     _log(f"imagekit: removed {total} object(s)")
-
-
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--image", required=True, help="Engine image, or a .sqsh/.sif path.")
-@click.option("--scheduler", default=None, metavar="slurm", help="Also check Slurm's PMIx plugin.")
-@click.option("--launcher", default=None, metavar="slurm|mpirun|inside-out|mpijob",
-              help="Add the launcher's checks (host mpirun, sshd).")
-@click.option("--ssh-dir", type=click.Path(path_type=Path), default=None,
-              help="inside-out: check this key directory's permissions.")
-@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
-def preflight(image, scheduler, launcher, ssh_dir, as_json) -> None:
-    """Compare this host with what the image records; warn, or refuse with the fix.
-
-    \b
-    Checks: Slurm pmix plugin vs image PMIx, image MPI, /dev/shm, memlock,
-    /dev/infiniband (OFED images), NVIDIA driver vs image CUDA, GPU runtime
-    (an image with NVIDIA_VISIBLE_DEVICES set on a host without
-    nvidia-container-cli and driver: a warning with the fix, as this host may
-    be a login node), host mpirun vs image Open MPI, ssh key permissions.
-    Exit 1 when a check fails.
-    \b
-    Examples:
-      imagekit preflight --image imagekit/debian-mpi:latest --scheduler slurm
-      imagekit preflight --image ./mpi.sqsh --json
-    """
-    if scheduler not in (None, "slurm"):
-        raise UsageError(f"unknown scheduler {scheduler!r}", "use --scheduler slurm, or leave it out")
-    if launcher not in (None, *preflight_mod.LAUNCHERS):
-        raise UsageError(f"unknown launcher {launcher!r}", f"use one of: {', '.join(preflight_mod.LAUNCHERS)}")
-
-    checks = preflight_mod.run(image, scheduler=scheduler, launcher=launcher, ssh_key_dir=ssh_dir,
-                     gpu=GpuLaunch(launcher=launcher))
-    if as_json:
-        click.echo(json.dumps({"image": image, "ok": not preflight_mod.failed(checks), "checks": preflight_mod.as_json(checks)},
-                              indent=2))
-    else:
-        click.echo(preflight_mod.format_checks(checks))
-    if preflight_mod.failed(checks):
-        sys.exit(1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 
 import click
+
+from imagekit.export import formats
 from imagekit.export.artifacts import pull_artifact
 
 
@@ -31,7 +33,7 @@ def _progress(quiet: bool):
 
 @click.command()
 @click.argument("reference", metavar="REF")
-@click.option("--to", "to", type=click.Choice(["enroot", "sif"]), required=True,
+@click.option("--to", "to", type=click.Choice(list(formats.FORMATS)), required=True,
               help="Which export: Enroot/Pyxis squashfs or Apptainer SIF.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Output file.")
 @click.option("--preset", default=None, help="Only an export made with this preset (default: any; "

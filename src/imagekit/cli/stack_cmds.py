@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import click
 
+from imagekit import render as render_mod
+from imagekit import sources
+from imagekit import stack as stack_mod
+from imagekit.atomic import write_text
+from imagekit.cli.options import MIRROR
+from imagekit.errors import UsageError
+
 VARIANT = click.option("--variant", metavar="NAME", help="matrix variant (see `imagekit stacks`)")
-MIRROR = click.option("--mirror", metavar="DIR|URL",
-                      help="site mirror of upstream release files (overrides $IMAGEKIT_MIRROR and the stack's)")
-
-
 @click.command()
 @click.argument("refs", nargs=-1, metavar="[STACK]...")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
@@ -30,8 +35,6 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
       imagekit stacks --outdated debian-cuda --mirror /site/mirror --json
       imagekit stacks --outdated ./site-stack.yaml     # before a build: exit 2 if a pin is not served
     """
-    from imagekit import stack as stack_mod
-
     if outdated:
         _outdated(refs, as_json, mirror)
         return
@@ -52,9 +55,8 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
 
 
 def _outdated(refs: tuple[str, ...], as_json: bool, mirror: str | None) -> None:
-    from imagekit import sources, versions
-    from imagekit import stack as stack_mod
-    from imagekit.errors import UsageError
+    # Deferred, like `matrix`'s build module: only --outdated needs it, and `imagekit render` shares this module.
+    from imagekit import versions
 
     paths = [stack_mod.find(ref)[0] for ref in refs] if refs else [p for p, _ in stack_mod.available()]
     if mirror:
@@ -93,8 +95,6 @@ def show(stack: str, variant: str | None, as_json: bool) -> None:
       imagekit show debian-mpi
       imagekit show stacks/nccl-tests.yaml --variant nccl-tests-cu126-sbsa --json
     """
-    from imagekit import stack as stack_mod
-
     resolved = stack_mod.load(stack, variant)
     info = resolved.describe()
     if as_json:
@@ -138,16 +138,9 @@ def render(stack: str, variant: str | None, fmt: str, single_stage: bool, output
       imagekit render nccl-tests --variant nccl-tests-cu124-sbsa --format singularity -o nccl.def
       imagekit render debian-cuda --mirror /site/mirror -o ctx/Dockerfile && docker build ctx
     """
-    from imagekit import render as render_mod
-    from imagekit import sources
-    from imagekit import stack as stack_mod
-    from imagekit.atomic import write_text
-
     resolved = stack_mod.load(stack, variant, mirror=mirror)
     text = render_mod.render(resolved, fmt, single_stage=single_stage)
     if output:
-        from pathlib import Path
-
         staged = sources.stage(resolved, Path(output).parent)
         write_text(output, text)
         click.echo(f"wrote {output}" + (f" and {len(staged)} verified files in "
@@ -167,7 +160,7 @@ def matrix(as_json: bool, buildable_here: bool) -> None:
       imagekit matrix
       echo "include=$(imagekit matrix --json)" >> "$GITHUB_OUTPUT"
     """
-    from imagekit import stack as stack_mod
+    # Deferred: the build module brings the engine gateways, which `imagekit render` does not need.
     from imagekit.build import PLATFORMS
 
     rows = []
@@ -188,7 +181,5 @@ def matrix(as_json: bool, buildable_here: bool) -> None:
 
 def _relative(path) -> str:
     """Paths under the working directory stay relative, so CI jobs can use them in a checkout."""
-    import os
-
     rel = os.path.relpath(path)
     return str(path) if rel.startswith("..") else rel

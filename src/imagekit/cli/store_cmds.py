@@ -6,7 +6,8 @@ import json
 
 import click
 from imagekit.export.output import human
-from imagekit.export.store import Store, UntrustedEntry, parse_size
+from imagekit.export.store import Store, UntrustedEntry
+from imagekit.sizes import parse_size
 from imagekit.export.store.setup import init_store
 
 

@@ -5,66 +5,13 @@ from __future__ import annotations
 import sys
 
 import click
+
+from imagekit.cli.gate_options import gate_options
 from imagekit.errors import UsageError
 from imagekit.image_facts import reader
-from imagekit.validate import Gates, evaluate, load_baseline, parse, to_json, to_text
+from imagekit.validate import Gates, evaluate, parse, to_json, to_text
 from imagekit.validate import system as systems
-from imagekit.validate.nccl_log import TRANSPORTS, canonical
 from imagekit.validate.parse import merge
-from imagekit.validate.units import parse_size
-
-
-
-def _transport(ctx, param, values: tuple[str, ...]) -> tuple[str, ...]:
-    """The spellings a baseline file accepts (one parser for both): IB, gdr, NET:Libfabric, ..."""
-    out = []
-    for value in values:
-        name = canonical(value)
-        if name is None or name == "NET:":
-            raise click.BadParameter(f"unknown transport {value!r}; use one of {', '.join(TRANSPORTS)} "
-                                     "or NET:<plugin> (e.g. NET:Libfabric)", ctx=ctx, param=param)
-        out.append(name)
-    return tuple(out)
-
-
-def gate_options(func):
-    """The gates, shared by `imagekit validate` and `imagekit launch … --validate`."""
-    for option in reversed(_GATE_OPTIONS):
-        func = option(func)
-    return func
-
-
-_GATE_OPTIONS = [
-    click.option("--min-busbw", type=float, metavar="GBPS", help="Fail when a run's peak busbw (GB/s) is below this."),
-    click.option("--max-latency-us", type=float, metavar="US",
-                 help="Fail when the time at any small size (see --small-size) is above this."),
-    click.option("--expect-transport", multiple=True, metavar="NAME", callback=_transport,
-                 help="Fail unless NCCL used this transport: IB, GDRDMA, Socket, P2P, SHM, NVLS, CollNet or "
-                      "NET:<plugin> (needs NCCL_DEBUG=INFO lines). Repeatable."),
-    click.option("--system", metavar="NAME|FILE",
-                 help="Judge against what this system should reach, derived from its model (GPUs, NVLink/NVSwitch/"
-                      "NVLS, NICs x line rate, GPUDirect RDMA): a band per size range, and the transport it needs. "
-                      "`imagekit validate --list-systems` shows the catalogue."),
-    click.option("--systems-dir", "systems_dirs", multiple=True, metavar="DIR", is_eager=True,
-                 callback=lambda ctx, param, value: _set_systems_dirs(value),
-                 help="A site directory of system models, searched before $IMAGEKIT_SYSTEMS_PATH and the shipped "
-                      "catalogue (repeatable)."),
-    click.option("--baseline", type=click.Path(dir_okay=False), metavar="FILE",
-                 help="Per-system limits (YAML or JSON): min busbw per collective and size, max latency, transports."),
-    click.option("--min-runs", type=click.IntRange(1), metavar="N",
-                 help="Fail unless each collective ran at least N times (files, or nccl-tests -N cycles); the "
-                      "best busbw of the runs must agree within the tolerance."),
-    click.option("--straggler-threshold", type=click.FloatRange(0, 10, min_open=True), default=0.15,
-                 show_default=True, metavar="FRACTION",
-                 help="With -I per-process timing (-J JSON): a process or node this much slower than the median "
-                      "is a straggler."),
-    click.option("--collective", metavar="NAME",
-                 help="Name for nccl-tests runs whose output does not say (older nccl-tests), e.g. all_reduce."),
-    click.option("--small-size", default="1K", show_default=True, metavar="BYTES",
-                 help="Sizes up to this count as small for latency (K/M/G suffixes)."),
-    click.option("--saturation", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True,
-                 help="Saturation size = smallest size whose busbw reaches this fraction of the peak."),
-]
 
 
 def _image_nccl(image: str) -> str:
@@ -76,43 +23,6 @@ def _image_nccl(image: str) -> str:
     if not version:
         raise UsageError(f"--image {image}: the image records no NCCL", "drop --image, or give the NCCL image")
     return version
-
-
-GATE_KEYS = ("min_busbw", "max_latency_us", "expect_transport", "system", "systems_dirs", "baseline", "min_runs",
-             "straggler_threshold", "collective", "small_size", "saturation")
-
-
-def gates_from(min_busbw, max_latency_us, expect_transport, baseline, collective, small_size, saturation,
-               system=None, systems_dirs=(), min_runs=None, straggler_threshold=0.15, nodes=None,
-               gpus_per_node=None):
-    """Gates from the gate options' values (UsageError for a bad --small-size, StackError for a bad model)."""
-    from pathlib import Path
-
-    try:
-        small = parse_size(small_size)
-    except ValueError as exc:
-        raise UsageError(f"--small-size: {exc}") from None
-    if systems_dirs:
-        systems.extra_dirs[:] = [Path(d) for d in systems_dirs]
-    if (nodes or gpus_per_node) and not system:
-        raise UsageError("--nodes/--gpus-per-node give the run's shape to --system, which is missing",
-                         "add --system NAME (imagekit validate --list-systems)")
-    if gpus_per_node and not nodes:
-        raise UsageError("--gpus-per-node needs --nodes", "add --nodes N")
-    return Gates(min_busbw=min_busbw, max_latency_us=max_latency_us, expect_transport=list(expect_transport),
-                 small_size=small, saturation_fraction=saturation, collective=collective,
-                 baseline=load_baseline(baseline) if baseline else None,
-                 system=systems.load(system) if system else None, min_runs=min_runs,
-                 straggler_threshold=straggler_threshold, nodes=nodes, gpus_per_node=gpus_per_node)
-
-
-def _set_systems_dirs(dirs: "tuple[str, ...]") -> "tuple[str, ...]":
-    """Set as soon as parsed (eager), so that --list-systems given after it sees the site directories."""
-    from pathlib import Path
-
-    if dirs:
-        systems.extra_dirs[:] = [Path(d) for d in dirs]
-    return dirs
 
 
 def _list_systems(ctx, param, value: bool) -> None:
@@ -183,7 +93,7 @@ def validate(sources: "tuple[str, ...]", image: "str | None", as_json: bool, bri
           max_latency_us: 40        # every size <= small_size
           sizes: {1G: 340, 8K: {max_latency_us: 30}}
     """
-    gates = gates_from(**gate_values)
+    gates = Gates.load(**gate_values)
     if image:
         gates.image, gates.image_nccl = image, _image_nccl(image)
     results = []

@@ -9,17 +9,27 @@ keeps each converted file once, keyed by image ID, format, preset and options.
 
 from __future__ import annotations
 
+import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Literal, Union
 
+from imagekit import records
 from imagekit.errors import UsageError
 from imagekit.export import formats, squash
-from imagekit.export.output import ExportResult
+from imagekit.export.output import ExportResult, prepare_target
 
+# The image sources, the store and the converters are imported where an export runs: launch and
+# preflight load this package when they read a SIF's labels (image_facts.reader -> export.sif).
 if TYPE_CHECKING:
     from imagekit.export.image_source import Source
     from imagekit.export.store import Store
+
+    # Where an export's file is kept: a Store, a store directory, None for the default store
+    # ($IMAGEKIT_STORE, else the user's cache), or False to convert straight to the output.
+    StoreChoice = Union[Store, str, Path, None, Literal[False]]
+
 
 FORMATS = tuple(formats.FORMATS)
 SUFFIX = formats.SUFFIX
@@ -38,99 +48,117 @@ def default_output(image: str, to: str) -> Path:
 DEFAULT_PRESET = {"enroot": squash.DEFAULT_PRESET, "sif": "gzip"}
 
 
-def export_image(image: str, to: str, output: str | Path | None = None, *,
-                 preset: str | None = None,
-                 squash_opts: tuple[str, ...] | list[str] = (),
-                 tool: str = "auto",
-                 via: str = "native",
-                 force: bool = False,
-                 check_space: bool = True,
-                 progress: Callable[[int, bool], None] | None = None,
-                 store: "Store | str | Path | None" = None,
-                 use_store: bool = True,
-                 notice: Callable[[str], None] | None = None,
-                 platform: str | None = None) -> ExportResult:
-    """Export ``image`` as ``to`` ("enroot" or "sif") to ``output``.
+SIF_COMPRESSIONS = ("gzip", "zstd")
+VIAS = ("native", "apptainer")
 
-    ``preset``: a name in squash.PRESETS for enroot (default ``fast``), gzip|zstd for
-    sif (default gzip). ``squash_opts`` are appended to the squashfs
-    tool's options. ``via="apptainer"`` (SIF only) uses apptainer/singularity
-    from PATH. ``progress(bytes_so_far, finished)`` is called while streaming.
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """One export as ``imagekit export``'s options (or ``build --export``) ask for it, checked when made.
+
+    ``preset``: a name in squash.PRESETS for enroot (default ``fast``), gzip|zstd for sif (default
+    gzip); None becomes the format's default here, so the store's key and the converters see one name.
+    ``squash_opts`` are appended to the squashfs tool's options. ``via="apptainer"`` (SIF only) runs
+    apptainer/singularity from PATH. ``platform`` (``OS/ARCH``) picks one image of a multi-platform
+    index. An unknown format, preset, tool or via fails here, before any image is read or built.
+    """
+
+    format: str
+    preset: str | None = None
+    squash_opts: tuple[str, ...] = ()
+    tool: str = "auto"
+    via: str = "native"
+    force: bool = False             # replace an existing output
+    check_space: bool = True
+    platform: str | None = None
+
+    def __post_init__(self) -> None:
+        formats.get(self.format)
+        if self.via not in VIAS:
+            raise UsageError(f"unknown --via {self.via!r}", f"use one of: {', '.join(VIAS)}")
+        if self.format != "sif" and self.via != "native":
+            raise UsageError("--via applies to --to sif only")
+        if self.tool not in ("auto", *squash.TOOLS):
+            raise UsageError(f"unknown squashfs tool {self.tool!r}", f"use one of: auto, {', '.join(squash.TOOLS)}")
+        preset = self.preset or DEFAULT_PRESET[self.format]
+        if self.format == "enroot":
+            squash.preset(preset)
+        elif preset not in SIF_COMPRESSIONS:
+            raise UsageError(f"unknown SIF compression {preset!r}", "use gzip (default) or zstd")
+        object.__setattr__(self, "preset", preset)
+        object.__setattr__(self, "squash_opts", tuple(self.squash_opts))
+
+    def store_options(self) -> tuple[str, ...]:
+        """The export options that change the file's bytes, as the store's key carries them."""
+        return store_options(self.squash_opts, self.tool, self.via)
+
+
+def export_image(image: str, request: ExportRequest, output: str | Path | None = None, *,
+                 store: "StoreChoice" = None,
+                 progress: Callable[[int, bool], None] | None = None,
+                 notice: Callable[[str], None] | None = None) -> ExportResult:
+    """Export ``image`` as ``request`` says to ``output`` (default: Enroot's name for it, here).
 
     By default the file is made in the export store (``store``: a Store, a directory,
     or None for ``$IMAGEKIT_STORE``/the user's cache) and ``output`` is a hard link to
     the entry (a copy on another file system); an unchanged image is then a lookup
-    with no conversion (``result.store_hit``). ``use_store=False`` writes ``output``
-    directly. ``notice(message)`` hears about waiting for another process's conversion.
+    with no conversion (``result.store_hit``). ``store=False`` writes ``output``
+    directly. ``progress(bytes_so_far, finished)`` is called while streaming;
+    ``notice(message)`` hears about waiting for another process's conversion.
     ``image`` is a local engine image or any form :func:`image_source.open_source` reads
-    (``docker://…``, ``REGISTRY#REPO:TAG``, ``oci:DIR``, ``oci-archive:FILE``, ``docker-archive:FILE``);
-    ``platform`` (``OS/ARCH``) picks one image of a multi-platform index. Returns path, size, sha256 and duration; nothing is left at ``output``
-    unless the export completed.
+    (``docker://…``, ``REGISTRY#REPO:TAG``, ``oci:DIR``, ``oci-archive:FILE``, ``docker-archive:FILE``).
+    Returns path, size, sha256 and duration; nothing is left at ``output`` unless the export completed.
     """
-    formats.get(to)
-    if to == "enroot" and via != "native":
-        raise UsageError("--via applies to --to sif only")
     from imagekit.export.image_source import open_source
 
-    source = open_source(image, platform=platform)
-    target = Path(output) if output is not None else Path.cwd() / f"{source.stem}{SUFFIX[to]}"
+    source = open_source(image, platform=request.platform)
+    target = Path(output) if output is not None else Path.cwd() / f"{source.stem}{SUFFIX[request.format]}"
     started = time.monotonic()
-    if not use_store:
-        result = _convert(source, to, target, preset=preset, squash_opts=squash_opts, tool=tool,
-                          via=via, force=force, check_space=check_space, progress=progress)
+    if store is False:
+        result = _convert(source, request, target, force=request.force, progress=progress)
         result.seconds = round(time.monotonic() - started, 3)
         _record(source.image_id(), image, result)
         return result
-    return _export_via_store(source, to, target, started, preset=preset or DEFAULT_PRESET[to],
-                             squash_opts=tuple(squash_opts), tool=tool, via=via, force=force,
-                             check_space=check_space, progress=progress, store=store, notice=notice)
+    return _export_via_store(source, request, target, started, progress=progress, store=store, notice=notice)
 
 
-def _convert(image: "Source", to: str, target: Path, *, preset, squash_opts, tool, via, force,
-             check_space, progress) -> ExportResult:
-    if to == "enroot":
+def _convert(image: "Source", request: ExportRequest, target: Path, *, force: bool, progress) -> ExportResult:
+    if request.format == "enroot":
         from imagekit.export import enroot
 
-        return enroot.export(image, target, preset=preset or DEFAULT_PRESET[to],
-                             squash_opts=tuple(squash_opts), tool=tool, force=force,
-                             check_space=check_space, progress=progress)
+        return enroot.export(image, target, preset=request.preset, squash_opts=request.squash_opts,
+                             tool=request.tool, force=force, check_space=request.check_space, progress=progress)
     from imagekit.export import sif
 
-    return sif.export(image, target, compression=preset or DEFAULT_PRESET[to],
-                      squash_opts=tuple(squash_opts), tool=tool, via=via,
-                      force=force, check_space=check_space, progress=progress)
+    return sif.export(image, target, compression=request.preset, squash_opts=request.squash_opts,
+                      tool=request.tool, via=request.via, force=force, check_space=request.check_space,
+                      progress=progress)
 
 
 def store_options(squash_opts: tuple[str, ...], tool: str, via: str) -> tuple[str, ...]:
     """The export options that change the file's bytes, as the store's key carries them."""
-    import os
-
     options = [f"squash-opt={o}" for o in squash_opts]
     if tool != "auto":
         options.append(f"tool={tool}")
     if via != "native":
         options.append(f"via={via}")
-    if os.environ.get("SOURCE_DATE_EPOCH"):     # parsed (and checked) only when set: the hit path stays light
-        from imagekit.export import squash
-
+    if os.environ.get("SOURCE_DATE_EPOCH"):     # parsed (and checked) only when set
         epoch = squash.source_date_epoch()
         options.append(f"epoch={epoch}")
     return tuple(options)
 
 
-def _export_via_store(source: "Source", to: str, target: Path, started: float, *, preset: str,
-                      squash_opts: tuple[str, ...], tool: str, via: str, force: bool,
-                      check_space: bool, progress, store, notice) -> ExportResult:
+def _export_via_store(source: "Source", request: ExportRequest, target: Path, started: float, *,
+                      progress, store, notice) -> ExportResult:
     """The store path: a lookup first (fast: no docker package, no hashing), a conversion if none."""
-    from imagekit.export import output as out
     from imagekit.export.store import Store, link_or_copy
 
     target = target.expanduser().absolute()
-    out.prepare_target(target, force=True)          # the directory checks; existence is handled below
-    image, image_id = source.text, source.image_id()
+    prepare_target(target, force=True)          # the directory checks; existence is handled below
+    image, image_id, force = source.text, source.image_id(), request.force
     st = store if isinstance(store, Store) else Store.open(store)
-    key = st.key(image_id, to, preset, store_options(squash_opts, tool, via))
-    make = _maker(source, to, preset, squash_opts, tool, via, check_space, progress)
+    key = st.key(image_id, request.format, request.preset, request.store_options())
+    make = _maker(source, request, progress)
     entry = st.lookup(key)
     hit = entry is not None
     if not hit:
@@ -144,30 +172,27 @@ def _export_via_store(source: "Source", to: str, target: Path, started: float, *
         entry, created = st.get_or_create(key, make, progress=notice)
         hit = hit and not created
         how = link_or_copy(entry, target, force=force)
-    result = ExportResult(path=str(target), format=to, image=image, bytes=entry.bytes,
+    result = ExportResult(path=str(target), format=request.format, image=image, bytes=entry.bytes,
                           sha256=entry.sha256, seconds=round(time.monotonic() - started, 3),
-                          tool=entry.tool, compression=preset, store_hit=hit,
+                          tool=entry.tool, compression=request.preset, store_hit=hit,
                           store_entry=str(entry.path), output_is=how)
     _record(image_id, image, result)
     return result
 
 
-def _maker(source: "Source", to, preset, squash_opts, tool, via, check_space, progress):
+def _maker(source: "Source", request: ExportRequest, progress):
     """The store's ``make``: convert ``image`` into the path it gives."""
     def make(path: Path) -> ExportResult:
-        return _convert(source, to, path, preset=preset, squash_opts=squash_opts, tool=tool,
-                        via=via, force=True, check_space=check_space, progress=progress)
+        return _convert(source, request, path, force=True, progress=progress)
 
     return make
 
 
 def _record(image_id: str, image: str, result: ExportResult) -> None:
     """Remember the export for `imagekit report` (keyed by image ID, so retags keep it)."""
-    from imagekit import records
-
     records.add(image_id, "export", image=image, format=result.format,
                 path=str(Path(result.path).resolve()), bytes=result.bytes, sha256=result.sha256,
                 store_hit=result.store_hit)
 
 
-__all__ = ["ExportResult", "export_image", "default_output", "FORMATS", "DEFAULT_PRESET"]
+__all__ = ["ExportRequest", "ExportResult", "export_image", "default_output", "FORMATS", "DEFAULT_PRESET"]

@@ -46,8 +46,9 @@ from typing import Callable
 
 from imagekit import __version__, atomic, engine, export
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
-from imagekit.export import export_image, formats, squash
-from imagekit.export.output import check_free_space, interrupt_on_sigterm, prepare_target
+from imagekit.export import ExportRequest, export_image, formats, squash
+from imagekit.export.output import check_free_space, prepare_target
+from imagekit.signals import interrupt_on_sigterm
 from imagekit.export.push import push_image
 from imagekit.registry import client as reg
 from imagekit.registry.reference import parse
@@ -401,6 +402,8 @@ def push_with_artifacts(image: str, to: str | None, formats: list[str], presets:
     """Push ``image`` (docker push), then one artifact per format, exporting only what the
     registry does not already have for this image, format and preset."""
     say = log or (lambda _msg: None)
+    # Made first, so a bad preset fails before the image is pushed.
+    requests = {fmt: ExportRequest(fmt, preset=presets.get(fmt)) for fmt in formats}
     pushed = push_image(image, to, log=say)
     ref = parse(pushed.reference)
     client = reg.RegistryClient.for_reference(ref)
@@ -412,7 +415,7 @@ def push_with_artifacts(image: str, to: str | None, formats: list[str], presets:
     entries, _ = client.referrers(ref.repository, subject.digest)
     results: list[PushedArtifact] = []
     for fmt in formats:
-        preset = presets.get(fmt, export.DEFAULT_PRESET[fmt])
+        preset = requests[fmt].preset
         existing = matching(entries, fmt, preset)
         if existing:
             entry = existing[-1]
@@ -426,7 +429,7 @@ def push_with_artifacts(image: str, to: str | None, formats: list[str], presets:
         with tempfile.TemporaryDirectory(prefix="imagekit-artifact-", dir=workdir) as tmp:
             out = Path(tmp) / f"image{kind(fmt).suffix}"
             say(f"exporting {image} as {fmt} ({preset})")
-            exported = export_image(image, fmt, out, preset=preset, progress=export_progress)
+            exported = export_image(image, requests[fmt], out, progress=export_progress)
             file = ExportedFile(format=fmt, path=out, preset=preset, tool=exported.tool,
                                 options=squash_options(exported.tool, preset),
                                 sha256=f"sha256:{exported.sha256}", size=exported.bytes)

@@ -48,10 +48,11 @@ from typing import Any, Callable
 from imagekit import image_facts, login_env, quoting
 from imagekit.export import squash
 from imagekit.export.image_source import Source, open_source
-from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space,
-                                    interrupt_on_sigterm, prepare_target, sha256_file)
+from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space, prepare_target,
+                                    sha256_file)
 from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, DroppedLinkTarget, Member, dir_entry,
                                        file_entry, missing_dirs, normalise)
+from imagekit.signals import interrupt_on_sigterm
 
 RC_LOCAL = ("# This file is sourced by /etc/rc when the container starts.\n"
             "# It can be used to manipulate the entrypoint or the command of the container.\n")

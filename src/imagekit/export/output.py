@@ -10,11 +10,8 @@ image is the most expensive way to learn it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,8 +40,11 @@ class ExportResult:
     store_entry: str = ""         # the store's file ("" with --no-store)
     output_is: str = ""           # link | copy | same (already that file), or "" with --no-store
 
+    def as_dict(self) -> dict:
+        return asdict(self)
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        return json.dumps(self.as_dict(), sort_keys=True)
 
 
 def human(n: float) -> str:
@@ -88,26 +88,9 @@ def atomic_output(target: Path):
     """A temporary path beside ``target``, synced and renamed onto it only if the block succeeds.
 
     Any exception, including KeyboardInterrupt and the SIGTERM turned into one by
-    :func:`interrupt_on_sigterm`, removes the temporary file.
+    :func:`imagekit.signals.interrupt_on_sigterm`, removes the temporary file.
     """
     return atomic.target(target, sync=True)
-
-
-@contextlib.contextmanager
-def interrupt_on_sigterm() -> Iterator[None]:
-    """Treat SIGTERM (Slurm's and systemd's stop signal) like Ctrl-C while exporting."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def _raise(signum, frame):  # noqa: ARG001 - signal handler signature
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, _raise)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def sha256_file(path: Path) -> str:

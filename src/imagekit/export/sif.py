@@ -50,8 +50,8 @@ from typing import Any, BinaryIO, Callable
 from imagekit import atomic, quoting
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.export import formats, singularity_d, squash
-from imagekit.export.output import (ExportResult, Progress, check_free_space, interrupt_on_sigterm,
-                                    prepare_target, sha256_file)
+from imagekit.export.output import ExportResult, Progress, check_free_space, prepare_target, sha256_file
+from imagekit.signals import interrupt_on_sigterm
 
 LAUNCH = b"#!/usr/bin/env run-singularity\n"
 MAGIC = b"SIF_MAGIC"

@@ -24,7 +24,7 @@ from imagekit.image_facts import BENCHMARK
 from imagekit.launch import wrapper
 from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_image_env, check_job,
                                     check_token, new_job_id, quote, require_tool, write_atomic)
-from imagekit.launch.signals import interruptible, shielded
+from imagekit.signals import interruptible, shielded
 
 RUNTIMES = wrapper.RUNTIMES
 

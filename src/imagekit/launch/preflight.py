@@ -22,10 +22,9 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from imagekit import image_facts
-from imagekit.image_facts import reader
+from imagekit import engine, image_facts
 from imagekit.errors import EngineError, ImagekitError
-from imagekit.image_facts import ImageFacts, is_file_image
+from imagekit.image_facts import ImageFacts, is_file_image, reader
 from imagekit.launch import gpu_env
 from imagekit.launch.gpu_env import GpuLaunch
 
@@ -150,8 +149,6 @@ def probe_image(ref: str) -> dict[str, str] | None:
               'if [ -n "$m" ]; then echo "mpi_version=$(mpirun --version 2>/dev/null | head -n1)"; fi; '
               'if [ -x /usr/sbin/sshd ]; then echo sshd=yes; fi')
     try:
-        from imagekit import engine
-
         proc = engine.run_once(ref, ["/bin/sh", "-c", script], timeout=60)
     except (OSError, EngineError):
         return None

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlencode, urljoin, urlsplit
 
+from imagekit import digests
 from imagekit.errors import CredentialsError, IntegrityError, RegistryError
 from imagekit.registry import credentials as creds
 from imagekit.registry.reference import Reference
@@ -817,10 +818,6 @@ def _reason(exc: BaseException) -> str:
 
 
 def digest_file(path: Path) -> tuple[str, int]:
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as fh:
-        while chunk := fh.read(4 * CHUNK):
-            h.update(chunk)
-            size += len(chunk)
-    return "sha256:" + h.hexdigest(), size
+    """(``sha256:HEX``, size) of a file, as a blob's digest is written."""
+    hexdigest, size = digests.sha256_and_size(path)
+    return "sha256:" + hexdigest, size

@@ -10,7 +10,9 @@
     ('slow', 370.8)
 """
 
-from imagekit.validate.gates import Baseline, Gates, Limits, SizeLimit, baseline_from_dict, load_baseline, evaluate
+from imagekit.validate.baseline import Baseline, Limits, SizeLimit, baseline_from_dict, load_baseline
+from imagekit.validate.gates import Gates
+from imagekit.validate.judge import evaluate
 from imagekit.validate.model import (Failure, Measurement, MpiBenchRun, MpiPoint, NcclTestsRun, RankInfo, Result,
                                      Row, TransportInfo, Verdict)
 from imagekit.validate.parse import merge, parse

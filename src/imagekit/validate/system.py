@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from imagekit import schema, searchpath, yamlpos
 from imagekit.errors import StackError
-from imagekit.validate.units import parse_size
+from imagekit.sizes import parse_size
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "systems"
 PATH_ENV = "IMAGEKIT_SYSTEMS_PATH"
@@ -125,6 +125,19 @@ _INTRA = {"fabric", "nvlink_generation", "nvlink_links", "nvlink_link_busbw", "n
 _NETWORK = {"nics_per_node", "kind", "rate_gbps", "efficiency", "gpudirect_rdma"}
 
 
+@dataclass(frozen=True)
+class Key:
+    """One key of a model's section: its type, whether it must be there, its default and its valid values."""
+
+    name: str
+    kind: type
+    required: bool = False
+    default: Any = None
+    low: Optional[float] = None
+    high: Optional[float] = None
+    choices: Optional[tuple] = None
+
+
 class _Reader:
     def __init__(self, file: str) -> None:
         self.file = file
@@ -154,14 +167,14 @@ class _Reader:
                 raise schema.unknown_key(value, str(k), sorted(allowed), key)
         return value
 
-    def get(self, data: dict, key: str, context: str, kind: type, *, required: bool = False,
-            default: Any = None, low: Optional[float] = None, high: Optional[float] = None,
-            choices: Optional[tuple] = None) -> Any:
+    def get(self, data: dict, context: str, spec: Key) -> Any:
+        """The value of ``spec`` in the section ``data`` (``context`` names it in errors), checked."""
+        key, kind, low, high, choices = spec.name, spec.kind, spec.low, spec.high, spec.choices
         if key not in data or data[key] is None:
-            if required:
+            if spec.required:
                 raise self.error(data, None, context, f"missing required key {key!r}",
                                  hint=f"add `{key}:` under `{context}:`" if context else f"add `{key}:`")
-            return default
+            return spec.default
         value = data[key]
         if hasattr(data, "pos"):
             self.lines[f"{context}.{key}" if context else key] = data.pos(key)[1] or 0
@@ -193,24 +206,24 @@ def from_dict(data: Any, file: str = "<system>", default_name: str = "") -> Syst
     gpus = r.mapping(data, "gpus", data, _GPUS)
     intra = r.mapping(data, "intra_node", data, _INTRA)
     net = r.mapping(data, "network", data, _NETWORK, required=False)
-    s = System(name=r.get(data, "name", "", str, default=default_name) or default_name, file=file,
-               description=r.get(data, "description", "", str, default=""))
-    s.gpus_per_node = r.get(gpus, "per_node", "gpus", int, required=True, low=1, high=1024)
-    s.gpu_model = r.get(gpus, "model", "gpus", str, required=True)
-    s.fabric = r.get(intra, "fabric", "intra_node", str, required=True, choices=FABRICS)
-    s.nvlink_generation = r.get(intra, "nvlink_generation", "intra_node", int, low=1, high=10)
-    s.nvlink_links = r.get(intra, "nvlink_links", "intra_node", int, low=1, high=64)
-    s.nvlink_link_busbw = r.get(intra, "nvlink_link_busbw", "intra_node", float, low=0.1, high=1000)
-    s.nvls = r.get(intra, "nvls", "intra_node", bool, default=False)
-    s.nvls_busbw = r.get(intra, "nvls_busbw", "intra_node", float, low=1, high=100000)
-    s.pcie_generation = r.get(intra, "pcie_generation", "intra_node", int, low=3, high=6)
+    s = System(name=r.get(data, "", Key("name", str, default=default_name)) or default_name, file=file,
+               description=r.get(data, "", Key("description", str, default="")))
+    s.gpus_per_node = r.get(gpus, "gpus", Key("per_node", int, required=True, low=1, high=1024))
+    s.gpu_model = r.get(gpus, "gpus", Key("model", str, required=True))
+    s.fabric = r.get(intra, "intra_node", Key("fabric", str, required=True, choices=FABRICS))
+    s.nvlink_generation = r.get(intra, "intra_node", Key("nvlink_generation", int, low=1, high=10))
+    s.nvlink_links = r.get(intra, "intra_node", Key("nvlink_links", int, low=1, high=64))
+    s.nvlink_link_busbw = r.get(intra, "intra_node", Key("nvlink_link_busbw", float, low=0.1, high=1000))
+    s.nvls = r.get(intra, "intra_node", Key("nvls", bool, default=False))
+    s.nvls_busbw = r.get(intra, "intra_node", Key("nvls_busbw", float, low=1, high=100000))
+    s.pcie_generation = r.get(intra, "intra_node", Key("pcie_generation", int, low=3, high=6))
     if net:
-        s.nics_per_node = r.get(net, "nics_per_node", "network", int, required=True, low=0, high=128)
-        s.nic_kind = r.get(net, "kind", "network", str, required=s.nics_per_node > 0, choices=NIC_KINDS)
-        s.rate_gbps = r.get(net, "rate_gbps", "network", float, low=1, high=100000)
-        s.efficiency = r.get(net, "efficiency", "network", float, default=0.96, low=0.01, high=1.0)
-        s.gpudirect_rdma = r.get(net, "gpudirect_rdma", "network", bool, default=False)
-    s.tolerance = r.get(data, "tolerance", "", float, default=DEFAULT_TOLERANCE, low=0.01, high=0.5)
+        s.nics_per_node = r.get(net, "network", Key("nics_per_node", int, required=True, low=0, high=128))
+        s.nic_kind = r.get(net, "network", Key("kind", str, required=s.nics_per_node > 0, choices=NIC_KINDS))
+        s.rate_gbps = r.get(net, "network", Key("rate_gbps", float, low=1, high=100000))
+        s.efficiency = r.get(net, "network", Key("efficiency", float, default=0.96, low=0.01, high=1.0))
+        s.gpudirect_rdma = r.get(net, "network", Key("gpudirect_rdma", bool, default=False))
+    s.tolerance = r.get(data, "", Key("tolerance", float, default=DEFAULT_TOLERANCE, low=0.01, high=0.5))
     if data.get("bandwidth_from") is not None:
         try:
             s.bandwidth_from = parse_size(data["bandwidth_from"])

@@ -54,10 +54,10 @@ from imagekit.export.store.holds import HOLD_MAX_AGE, HoldRefused
 from imagekit.export.store.keys import (ARTIFACT_OPTION, FORMAT_VERSION, SUFFIX, StoreKey, content_neutral,
                                         default_root)
 from imagekit.export.store.locks import HEARTBEAT, LOCK_STALE
-from imagekit.export.store.outputs import link_or_copy, need_space, parse_size
+from imagekit.export.store.outputs import link_or_copy, need_space
 from imagekit.export.store.trust import Trust, UntrustedEntry, UntrustedStore
 
 __all__ = ["ARTIFACT_OPTION", "Entry", "EntryGone", "FORMAT_VERSION", "HEARTBEAT", "HOLD_MAX_AGE",
            "HoldRefused", "LOCK_STALE", "META", "NotPublisher", "SUFFIX", "Store", "StoreKey", "TMP_STALE",
            "Trust", "UntrustedEntry", "UntrustedStore", "content_neutral", "default_root", "find",
-           "link_or_copy", "need_space", "no_space", "parse_size"]
+           "link_or_copy", "need_space", "no_space"]

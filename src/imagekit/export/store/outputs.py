@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,18 +15,6 @@ from imagekit.export import output
 
 if TYPE_CHECKING:
     from imagekit.export.store.entries import Entry
-
-SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:i?B)?\s*", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """``50G``, ``500M``, ``1.5T``, ``123`` (bytes); units are powers of 1024."""
-    match = SIZE_RE.fullmatch(text or "")
-    if match is None:
-        raise UsageError(f"bad size {text!r}", "write a number with an optional K, M, G or T, e.g. 50G")
-    power = " KMGTP".index(match.group(2).upper() or " ")
-    return int(float(match.group(1)) * 1024 ** power)
-
 
 def need_space(directory: Path, size: int, what: str) -> None:
     """Refuse before writing a file of known ``size`` that would not fit (no estimate, no margin

@@ -1,4 +1,8 @@
-"""Turn SIGINT/SIGTERM/SIGHUP into KeyboardInterrupt while a launcher runs, so its ``finally`` cleans up."""
+"""One policy for stop signals: turn them into KeyboardInterrupt while work runs, so its ``finally`` cleans up.
+
+A launcher takes SIGINT, SIGTERM and SIGHUP (:func:`interruptible`); an export takes SIGTERM, Slurm's and
+systemd's stop signal, like Ctrl-C (:func:`interrupt_on_sigterm`), so its temporary file goes.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +14,12 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupted(KeyboardInterrupt):
-    """Raised in the main thread when the launcher receives SIGINT, SIGTERM or SIGHUP."""
+    """Raised in the main thread when the process receives one of the signals it was told to take."""
 
 
 @contextlib.contextmanager
-def interruptible():
-    """The first signal raises Interrupted; later ones are ignored until the block ends.
+def interruptible(signals: tuple[signal.Signals, ...] = SIGNALS):
+    """The first of ``signals`` raises Interrupted; later ones are ignored until the block ends.
 
     A launcher's cleanup belongs inside the block: a second Ctrl-C or a scheduler's repeated
     SIGTERM while it unwinds towards the cleanup must not abort that, and default handlers,
@@ -33,12 +37,17 @@ def interruptible():
             raise Interrupted(f"received {signal.Signals(signum).name}")
 
     # A signal already ignored (nohup's SIGHUP, SIGINT in a background job) stays ignored.
-    previous = {s: signal.signal(s, handler) for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
+    previous = {s: signal.signal(s, handler) for s in signals if signal.getsignal(s) is not signal.SIG_IGN}
     try:
         yield
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def interrupt_on_sigterm():
+    """Treat SIGTERM (Slurm's and systemd's stop signal) like Ctrl-C while exporting."""
+    return interruptible((signal.SIGTERM,))
 
 
 @contextlib.contextmanager

@@ -1,0 +1,158 @@
+"""Sweeping, holds and eviction: what keeps a shared store small without pulling an entry from under a reader."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from imagekit import owners
+from imagekit.errors import ImagekitError
+from imagekit.export.store import locks
+from imagekit.export.store.base import EntryGone, newest_mtime
+from imagekit.export.store.entries import Entry
+from imagekit.export.store.holds import check_name
+
+
+class Housekeeping:
+    """The Store's sweep, holds, evict and gc (mixed into :class:`Store`)."""
+
+    def _owner_gone(self, token: str, path: Path) -> bool:
+        if not locks.is_token(token):
+            return False
+        if owners.local(token):
+            return not owners.alive(token)
+        return self.clock.age(newest_mtime(path)) > self.tmp_stale
+
+    def sweep(self) -> list[Path]:
+        """Remove temporaries, locks and trash of dead owners; returns what went. Only what this
+        process may remove: a reader of a shared store sweeps nothing there."""
+        removed: list[Path] = []
+        for sub in ("tmp", "trash"):
+            try:
+                items = list(os.scandir(self.root / sub))
+            except OSError:
+                continue
+            for item in items:
+                parts = item.name.split("@")
+                if len(parts) >= 3 and self._owner_gone(parts[-2], Path(item.path)):
+                    with contextlib.suppress(OSError):
+                        if item.is_dir(follow_symlinks=False):
+                            shutil.rmtree(item.path)     # fd-based: never follows a link inside
+                        else:
+                            os.unlink(item.path)
+                        removed.append(Path(item.path))
+        lock_dir = self.root / "locks"
+        try:
+            lock_items = list(os.scandir(lock_dir))
+        except OSError:
+            lock_items = []
+        for item in lock_items:
+            lock = Path(item.path)
+            if item.name.endswith(".lock"):
+                holder = locks.owner(lock)
+                if holder is not None and locks.stale(lock, holder, self.clock, self.lock_stale):
+                    with contextlib.suppress(OSError):
+                        locks.break_(lock, self.root / "trash")
+                        removed.append(lock)
+            elif item.name.endswith(".part") and item.name.startswith("."):
+                token = item.name[1:].split(".lock.", 1)[-1].rsplit(".", 2)[0]
+                if self._owner_gone(token, lock):
+                    with contextlib.suppress(OSError):
+                        lock.unlink()
+                        removed.append(lock)
+        return removed
+
+    def hold(self, entry: Entry | Path, name: str | None = None) -> Path:
+        """Keep ``entry`` from eviction until :meth:`release`; returns the hold file.
+
+        ``name`` defaults to this process's owner token (live while the process is).
+        Any other name (e.g. ``slurm-JOB.STEP@HOST``) is live until released or
+        ``hold_max_age`` old. EntryGone when the entry was evicted meanwhile; HoldRefused
+        when this process may not write the store's holds/.
+        """
+        data = entry.path if isinstance(entry, Entry) else Path(entry)
+        name = name or owners.me()
+        check_name(name)
+        if not os.path.lexists(data):
+            raise EntryGone(f"store entry {data.parent} was evicted", "look it up again")
+        path = self.holds.hold(self.slug(data.parent), name)
+        # A gc that moved the entry aside before our hold landed has put it back by now, or
+        # removed it; either way the file is where we return it, or the caller must look again.
+        if not data.is_file():
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise EntryGone(f"store entry {data.parent} was evicted", "look it up again")
+        return path
+
+    def release(self, entry: Entry | Path | None = None, name: str | None = None) -> None:
+        """Drop a hold (on every entry when ``entry`` is None); twice, or after eviction, is fine."""
+        slug = None
+        if entry is not None:
+            data = entry.path if isinstance(entry, Entry) else Path(entry)
+            slug = self.slug(data.parent)
+        self.holds.release(name or owners.me(), slug)
+
+    def held(self, entry: Entry | Path) -> list[str]:
+        """The live holds on ``entry`` (an Entry, or an entry's directory), by name."""
+        return self.holds.live_by_slug().get(self.slug(entry), [])
+
+    def _to_trash(self, directory: Path) -> Path | None:
+        aside = self.root / "trash" / f"{directory.name}@{owners.me()}@{os.urandom(4).hex()}"
+        try:
+            st = os.lstat(directory)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            raise ImagekitError(f"{directory} is not a directory")
+        try:
+            os.rename(directory, aside)
+        except FileNotFoundError:
+            return None
+        return aside
+
+    def evict(self, entry: Entry) -> bool:
+        """Remove ``entry`` unless it is held; True when it went. An entry this process may not
+        move is kept and noted in :attr:`refused`."""
+        slug = self.slug(entry)
+        if self.holds.live_by_slug().get(slug):
+            return False
+        try:
+            aside = self._to_trash(entry.dir)
+        except OSError as exc:
+            self.refused.append((entry.dir, exc.strerror or str(exc)))
+            return False
+        if aside is None:
+            return False
+        if self.holds.live_by_slug().get(slug):   # a hold landed between the check and the move
+            try:
+                os.rename(aside, entry.dir)
+                return False
+            except OSError:
+                pass   # an equal entry was published in its place; holders' open files stay valid
+        shutil.rmtree(aside, ignore_errors=True)
+        with contextlib.suppress(OSError):   # empty image/format directories
+            entry.dir.parent.rmdir()
+            entry.dir.parent.parent.rmdir()
+        return True
+
+    def gc(self, max_size: int) -> list[Entry]:
+        """Evict least recently used entries until the store holds at most ``max_size`` bytes.
+
+        Held entries and entries being written are never evicted, so the store may stay
+        above ``max_size``. Sweeps dead owners' temporaries and locks first.
+        """
+        self.sweep()
+        entries = sorted(self.entries(), key=lambda e: e.last_used)
+        self.holds.sweep({self.slug(e) for e in entries})
+        total = sum(e.bytes for e in entries)
+        evicted = []
+        for entry in entries:
+            if total <= max_size:
+                break
+            if self.evict(entry):
+                total -= entry.bytes
+                evicted.append(entry)
+        return evicted

@@ -1,0 +1,250 @@
+"""Inside-out on this host's engine: the private network, the workers, sshd, mpirun in the first, cleanup."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from imagekit import engine, owners, procs
+from imagekit.errors import EngineError, ImagekitError
+from imagekit.launch.common import JOB_LABEL
+from imagekit.launch.inside_out.job import (CALL_TIMEOUT, EXIT_NO_MPI, EXIT_NO_SSHD, MOUNT, ROOT_ENV, InsideOutJob,
+                                            _memlock, make_job_dir)
+from imagekit.signals import interruptible, shielded
+
+class _Launch:
+    def __init__(self, job: InsideOutJob, log) -> None:
+        self.job, self.log = job, log
+        engine.client()  # the one clear error when no engine answers; sweeps what killed runs left
+        self.client = engine.bounded_client(CALL_TIMEOUT)
+        self.docker = engine.docker_cli()
+        self.network = f"imagekit-{job.job_id}"
+        self.names = [f"imagekit-{job.job_id}-{i}" for i in range(job.nodes)]
+        self.job_dir: Path | None = None
+        self.timings: dict[str, float] = {}
+
+    # lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        import docker.errors
+        from docker.types import Ulimit
+
+        job = self.job
+        t0 = time.monotonic()
+        # Checked first: containers.run would otherwise try to pull it from a registry.
+        engine.inspect(job.image)
+        self.job_dir = make_job_dir(job)
+
+        self.client.networks.create(self.network, driver="bridge", labels={JOB_LABEL: job.job_id, **owners.labels()})
+        volumes = {str(self.job_dir): {"bind": MOUNT, "mode": "ro"}}
+        for m in job.mounts:
+            volumes[m.src] = {"bind": m.dst, "mode": "ro" if m.readonly else "rw"}
+        ml = _memlock()
+        extra = {}
+        if job.gpus:
+            extra["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+
+        def run_one(i: int):
+            return self.client.containers.run(
+                job.image, entrypoint=["/bin/sh", f"{MOUNT}/start.sh"], command=[], detach=True,
+                name=self.names[i], hostname=job.hosts[i], network=self.network, user="0",
+                labels={JOB_LABEL: job.job_id, "io.imagekit.job.role": "launcher" if i == 0 else "worker",
+                        **owners.labels()},
+                volumes=volumes, environment=job.container_env, shm_size=job.shm_size,
+                # CMA single copy between ranks of one container (--slots > 1) needs SYS_PTRACE.
+                cap_add=["SYS_PTRACE"],
+                ulimits=[Ulimit(name="memlock", soft=ml, hard=ml)], **extra)
+
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(job.nodes, 8))
+        try:
+            list(pool.map(run_one, range(job.nodes)))
+        except docker.errors.ImageNotFound:  # removed since the check above
+            raise engine.ImageMissing(job.image) from None
+        except docker.errors.APIError as exc:
+            msg = str(getattr(exc, "explanation", None) or exc).strip().splitlines()[-1]
+            if "/bin/sh" in msg:
+                raise ImagekitError(f"image {job.image!r} has no /bin/sh", "inside-out needs a shell in the image") from None
+            raise EngineError(f"starting the workers failed: {msg}", "check `docker info` and the image") from None
+        finally:
+            # Interrupted: start no more workers, but let the ones being created finish (each call is
+            # bounded), so that the cleanup's list finds them all.
+            pool.shutdown(wait=True, cancel_futures=True)
+        self.timings["containers_up"] = time.monotonic() - t0
+
+    def wait_ready(self) -> None:
+        """Until the launcher reaches every worker over ssh; a worker that exits fails fast, with why."""
+        job = self.job
+        t0 = time.monotonic()
+        proc = subprocess.Popen([self.docker, "exec", self.names[0], "sh", f"{MOUNT}/wait.sh",
+                                 str(int(job.ready_timeout)), *job.hosts],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            while proc.poll() is None:
+                self._raise_if_exited("while starting")
+                time.sleep(0.05)
+            if proc.returncode != 0:
+                self._raise_if_exited("while starting")
+                err = (proc.stderr.read() or "").strip().splitlines()
+                raise ImagekitError(f"workers not ready after {job.ready_timeout:.0f} s: "
+                                    f"{err[-1] if err else 'ssh failed'}",
+                                    f"see `docker logs {self.names[-1]}`; raise --ready-timeout on a slow engine")
+        finally:
+            procs.stop(proc, grace=0)
+        self.timings["sshd_ready"] = time.monotonic() - t0
+
+    def _states(self) -> dict[str, tuple[str, int]]:
+        import docker.errors
+        import requests.exceptions
+
+        out = {}
+        try:
+            listed = self.client.containers.list(all=True, filters={"label": f"{JOB_LABEL}={self.job.job_id}"})
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise EngineError(f"the engine did not list job {self.job.job_id}'s containers: {exc}",
+                              "check `docker info`; the engine may be overloaded") from None
+        for c in listed:
+            out[c.name] = (c.status, int(c.attrs.get("State", {}).get("ExitCode", 0)))
+        return out
+
+    def _raise_if_exited(self, when: str) -> None:
+        states = self._states()
+        for i, name in enumerate(self.names):
+            status, code = states.get(name, ("removed", -1))
+            if status in ("running", "created"):
+                continue
+            host = self.job.hosts[i]
+            if code == EXIT_NO_SSHD:
+                raise ImagekitError(f"image {self.job.image!r} has no sshd (/usr/sbin/sshd)",
+                                    "add the sshd component to the stack (openssh-server), "
+                                    "or use an outside-in launcher: `imagekit launch mpirun|slurm`")
+            if code == EXIT_NO_MPI:
+                raise ImagekitError(f"image {self.job.image!r} has no MPI (mpirun/orted not on PATH)",
+                                    "build from a stack with the openmpi component")
+            raise ImagekitError(f"worker {host} ({name}) {status} {when} (exit code {code}): {self._tail(name)}",
+                                f"see its log with `docker logs {name}` before it is removed, or rerun")
+
+    def _tail(self, name: str) -> str:
+        try:
+            text = self.client.containers.get(name).logs(tail=3).decode(errors="replace").strip()
+        except Exception:  # the container may already be gone
+            return "no log"
+        return " | ".join(text.splitlines()[-3:]) or "no log"
+
+    def run_mpi(self, stdout=None, stderr=None) -> int:
+        """``mpirun`` in the launcher container, output streamed; watches the workers meanwhile."""
+        job = self.job
+        cmd = [self.docker, "exec"]
+        for k, v in ROOT_ENV.items():  # the containers run as root (sshd needs it)
+            cmd += ["-e", f"{k}={v}"]
+        cmd += [self.names[0], *job.mpirun_argv(f"{MOUNT}/hostfile")]
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr)
+        lost: list[str] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            lost_at = None
+            while not stop.wait(0.5):
+                try:
+                    states = self._states()
+                except EngineError:  # a slow engine: ask again; the job itself is still running
+                    continue
+                gone = [n for n in self.names if states.get(n, ("removed", -1))[0] != "running"]
+                if gone and not lost:
+                    lost.extend(gone)
+                    lost_at = time.monotonic()
+                # mpirun normally notices a lost daemon at once; never wait forever for it.
+                if lost_at is not None and time.monotonic() - lost_at > 15 and proc.poll() is None:
+                    proc.terminate()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            rc = proc.wait()
+        finally:
+            stop.set()
+            # It only reads, and is a daemon: one stuck in a slow engine call must not hold up cleanup.
+            watcher.join(timeout=1.0)
+            procs.stop(proc, grace=0)
+        self.timings["mpirun"] = time.monotonic() - t0
+        if not lost:
+            states = self._states()
+            lost = [n for n in self.names if states.get(n, ("removed", -1))[0] != "running"]
+        if lost:
+            states = self._states()
+            which = ", ".join(f"{job.hosts[self.names.index(n)]} ({n}, {states.get(n, ('removed', -1))[0]}, "
+                              f"exit {states.get(n, ('removed', -1))[1]})" for n in lost)
+            raise ImagekitError(f"job {job.job_id} failed: worker {which} stopped while the job ran "
+                                f"(mpirun exit {rc})",
+                                "check the node/engine (OOM, docker stop/kill) and rerun; "
+                                "no containers of this job are left")
+        return rc
+
+    def cleanup(self) -> None:
+        """Remove the job's containers, network and keys; EngineError naming what is left when the
+        engine has not removed them within the job's cleanup_timeout."""
+        job = self.job
+        with shielded():
+            try:
+                remove_job(job.job_id, timeout=job.cleanup_timeout)
+            except engine.Unfinished as exc:
+                left = list(exc.pending)
+                if "containers" in exc.unlisted:
+                    left += [f"container {n}" for n in self.names]
+                if "networks" in exc.unlisted:
+                    left.append(f"network {self.network}")
+                raise EngineError(
+                    f"job {job.job_id}: {exc.message}; it may have left {', '.join(left) or 'nothing'}",
+                    f"they carry {JOB_LABEL}={job.job_id} and {owners.LABEL}={owners.me()}: once this "
+                    f"process has exited, the next imagekit command that talks to the engine removes them, "
+                    f"or run `imagekit launch cleanup --job {job.job_id}`; raise --cleanup-timeout "
+                    f"for a slow engine") from None
+            finally:
+                if self.job_dir is not None:
+                    shutil.rmtree(self.job_dir, ignore_errors=True)
+                    self.job_dir = None
+
+
+def remove_job(job_id: str, timeout: float | None = None) -> int:
+    """Remove every container and network labelled with ``job_id``; returns how many objects went.
+    With ``timeout``, within about that many seconds, or engine.Unfinished naming what is left."""
+    return engine.remove_labelled(JOB_LABEL, job_id, timeout=timeout)
+
+
+def execute(job: InsideOutJob, *, log=None, stdout=None, stderr=None, timings: dict | None = None) -> int:
+    """Start the workers, wait for sshd, run mpirun, stream output, clean up; return mpirun's exit code."""
+    if job.scheduler != "local":
+        raise ImagekitError("execute() runs local Docker jobs", "use render_sbatch() for --scheduler slurm")
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    launch = _Launch(job, log)
+    # The cleanup runs inside interruptible(): a signal during the unwinding is ignored there, where
+    # outside it SIGTERM's default action would kill the launcher before it removed anything.
+    with interruptible():
+        ran = False
+        try:
+            log(f"imagekit: job {job.job_id}: starting {job.nodes} worker(s) from {job.image}")
+            launch.start()
+            launch.wait_ready()
+            log(f"imagekit: workers up in {launch.timings['containers_up']:.1f} s, sshd ready in "
+                f"{launch.timings['sshd_ready']:.1f} s; mpirun -np {job.nodes * job.slots}")
+            rc = launch.run_mpi(stdout=stdout, stderr=stderr)
+            ran = True
+            return rc
+        except KeyboardInterrupt:
+            log(f"imagekit: job {job.job_id} interrupted; removing its containers "
+                f"(at most {job.cleanup_timeout:g} s)")
+            raise
+        finally:
+            if timings is not None:
+                timings.update(launch.timings)
+            try:
+                launch.cleanup()
+            except EngineError as exc:
+                if ran:
+                    raise
+                # The job's own failure (or the interrupt) is what propagates; what is left is said here.
+                log(f"imagekit: error: {exc}")

@@ -1,0 +1,135 @@
+"""One launch, whichever launcher runs it: the image's facts, the command, preflight, and ``--validate``.
+
+Every launcher (Slurm, host mpirun, inside-out) goes through the same steps: read the image's facts
+once (for the benchmark choice and for preflight), pick the command (the image's benchmark for a
+bare ``--validate``), hide the GPUs from a CPU-only job, run preflight, then run the job, teeing its
+output into the validator when gates were given. They used to be written out three times in the CLI,
+and one copy forgot what another did; here they are written once. The launcher-specific parts (the
+job object, how it is written or started) stay with the CLI command and the launcher module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import IO, Callable
+
+from imagekit.errors import UsageError
+from imagekit.image_facts import BENCHMARK, ImageFacts, reader
+from imagekit.launch import gpu_env
+from imagekit.launch import preflight as preflight_mod
+from imagekit.launch.benchmark import Tee, default_benchmark
+from imagekit.launch.common import check_image_command
+from imagekit.validate import Gates, Verdict, evaluate, parse, to_text
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What every launcher is asked: the image, the command (empty: the image's benchmark, with
+    ``gates``), the gates that judge the job's output (None: no ``--validate``), and whether preflight
+    runs. Made from the CLI's options, or directly; ``Gates.load`` has checked the gates already, so a
+    bad gate fails before any image is read or job is started."""
+
+    image: str
+    command: tuple[str, ...] = ()
+    gates: Gates | None = None
+    preflight: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "command", tuple(self.command))
+
+    @property
+    def validate(self) -> bool:
+        return self.gates is not None
+
+
+_READ = object()
+
+
+class Session:
+    """A launch being prepared and run: ``facts``, ``command`` and ``image_env`` are known once made.
+
+    ``log`` hears progress (stderr in the CLI), ``echo`` the verdict (stdout). ``facts``: the image's,
+    when the caller has them already (default: read here, once, if validation or preflight needs them).
+    """
+
+    def __init__(self, request: LaunchRequest, *, log: Callable[[str], None], echo: Callable[[str], None],
+                 facts: "ImageFacts | None | object" = _READ) -> None:
+        self.request, self.log, self.echo = request, log, echo
+        if facts is _READ:   # once, for the benchmark choice, preflight and the image's NCCL alike
+            facts = reader.read_or_reason(request.image) if request.validate or request.preflight else None
+        self.facts: ImageFacts | None = facts
+        self.command, self.image_env = self._job_command()
+
+    def _job_command(self) -> tuple[list[str], dict[str, str]]:
+        """The command to run and the image's own environment for it: the image's benchmark for a bare
+        --validate. That environment is the image's, not the user's: the launchers hand it to the
+        containers only (the job's ``image_env``), never to a script or program on the host."""
+        request = self.request
+        if request.command or not request.validate:
+            return list(request.command), {}
+        facts = self.facts
+        if facts is None or facts.labels is None:
+            reason = facts.reason if facts is not None else "not read"
+            raise UsageError(f"--validate without a command needs the image's labels (they name the benchmark): "
+                             f"{reason}",
+                             "give the benchmark after `--`, e.g. -- all_reduce_perf -b 8 -e 1G -f 2 -g 1")
+        cmd, env = default_benchmark(facts)
+        return check_image_command(request.image, cmd, BENCHMARK), env
+
+    def cpu_only_env(self, env: dict[str, str], runtime: str) -> dict[str, str]:
+        """The containers' environment for a job without GPUs: NVIDIA_VISIBLE_DEVICES=void where a CUDA
+        image would otherwise make Enroot/Pyxis (or Docker's NVIDIA runtime) look for a driver; said once."""
+        image_env = self.facts.env if self.facts is not None else None
+        out = gpu_env.cpu_only_env(env, image_env, runtime)
+        if out is not env:
+            why = (f"the image sets {gpu_env.VAR}={image_env.get(gpu_env.VAR)}" if image_env is not None
+                   else "the image's environment was not read here")
+            self.log(f"imagekit: no GPUs asked for and {why}: the containers get {gpu_env.VAR}={gpu_env.NO_GPU} "
+                     f"(--env {gpu_env.VAR}=VALUE overrides)")
+        return out
+
+    def preflight(self, **kwargs) -> None:
+        """Preflight for this launcher (``kwargs``: scheduler, launcher, probe, gpu), unless turned off."""
+        if self.request.preflight:
+            preflight_mod.enforce(self.request.image, log=self.log, facts=self.facts, **kwargs)
+
+    def image_nccl(self) -> str | None:
+        """The NCCL the image's labels record, if they were read and record one."""
+        facts = self.facts
+        return (facts.role_version("nccl") or None) if facts is not None and facts.labels is not None else None
+
+    def run(self, execute: Callable[[IO[str] | None], int]) -> int:
+        """``execute(stdout)`` runs the job (``stdout`` None: the terminal's); the exit code CI should
+        see. With gates, the output is also teed into the validator and the verdict printed."""
+        if self.request.gates is None:
+            return execute(None)
+        tee = Tee()
+        try:
+            rc = execute(tee.file)
+        finally:
+            text = tee.close()
+        verdict, report = judge(text, self.request.gates, image=self.request.image, image_nccl=self.image_nccl())
+        self.echo(report)
+        if rc != 0:
+            self.log(f"imagekit: the job exited {rc}; the verdict above covers only what it printed")
+            return rc
+        return verdict.exit_code
+
+
+def judge(text: str, gates: Gates, *, image: str | None = None,
+          image_nccl: str | None = None, source: str = "<launch>") -> tuple[Verdict, str]:
+    """Parse a job's output and judge it against ``gates``. The image's NCCL (``image_nccl``) is held
+    against the NCCL the run loaded whenever the output says which (NCCL_DEBUG=INFO's 'NCCL version'
+    line, as the image's benchmark prints it): another NCCL first on the loader path fails the run, as
+    ``imagekit validate --image`` does. An nccl-tests run that does not say is noted, not failed: the
+    user's own command may run without NCCL_DEBUG."""
+    result = parse(text, source=source)
+    loaded = result.transport.nccl_version
+    if image_nccl and loaded and not gates.image_nccl:
+        gates = dataclasses.replace(gates, image=image, image_nccl=image_nccl)
+    verdict = evaluate(result, gates)
+    if image_nccl and not loaded and result.nccl_tests:
+        verdict.notes.append(f"the image's NCCL {image_nccl} was not checked against the run's: no 'NCCL version' "
+                             "line (run with NCCL_DEBUG=INFO to check it)")
+    return verdict, to_text(result, verdict, gates.effective_small_size, gates.effective_saturation, table=False)
