@@ -140,8 +140,8 @@ def pytorch_images(cuda_images, site_mirror) -> tuple[str, str]:
 
     torch = stack.load("debian-pytorch", mirror=str(site_mirror))
     logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
-    runtime = build.build(torch, log_dir=logs)
-    devel = build.build(torch, target="devel", log_dir=logs)
+    runtime = build.build(torch, build.BuildRequest(log_dir=logs))
+    devel = build.build(torch, build.BuildRequest(target="devel", log_dir=logs))
     return runtime.tags[0], devel.tags[0]
 
 
