@@ -8,7 +8,6 @@ import sys
 
 import click
 import pytest
-from click.utils import make_default_short_help
 
 from imagekit import cli
 
@@ -17,7 +16,8 @@ from imagekit import cli
 def test_each_summary_is_the_commands_own_first_paragraph(name):
     command = cli.main.get_command(click.Context(cli.main), name)
     for limit in (30, 45, 80, 400):
-        assert make_default_short_help(cli.SUMMARIES[name], limit) == command.get_short_help_str(limit)
+        assert click.Command(name, help=cli.SUMMARIES[name]).get_short_help_str(limit) == \
+            command.get_short_help_str(limit)
 
 
 def test_every_command_has_a_summary():

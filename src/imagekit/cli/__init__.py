@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import click
-from click.utils import make_default_short_help
 
 from imagekit import __version__
 from imagekit.errors import ImagekitError
@@ -75,7 +74,9 @@ class LazyGroup(click.Group):
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(len(n) for n in names)
         with formatter.section("Commands"):
-            formatter.write_dl([(n, make_default_short_help(SUMMARIES[n], limit)) for n in names])
+            # A bare Command shortens a summary exactly as the real command would shorten its help
+            # (click's own helper for it is deprecated).
+            formatter.write_dl([(n, click.Command(n, help=SUMMARIES[n]).get_short_help_str(limit)) for n in names])
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         target = COMMANDS.get(name)
