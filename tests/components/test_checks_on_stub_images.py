@@ -30,10 +30,10 @@ from imagekit import check, stack
 pytestmark = pytest.mark.engine
 
 # Stacks built and checked for real (green and red): debian-mpi in tests/test_check.py,
-# debian-cuda in tests/components/test_cuda_image.py, debian-pytorch in
-# tests/components/test_pytorch_image.py. Checks only they bring run there, except the hardware
+# debian-cuda in tests/components/test_cuda_image.py, debian-cuda12 in
+# tests/components/test_cuda12_image.py, debian-pytorch in tests/components/test_pytorch_image.py. Checks only they bring run there, except the hardware
 # checks (a GPU, a fabric), which no image here can pass: those run on the stubs.
-REAL_STACKS = {"debian-mpi", "debian-cuda", "debian-pytorch"}
+REAL_STACKS = {"debian-mpi", "debian-cuda", "debian-cuda12", "debian-pytorch"}
 # Registry-based stacks with the same components and versions as a real one, on NVIDIA's base:
 # their checks are that real image's (the production pytorch stack tracks debian-pytorch: torch,
 # CUDA 13.2, NCCL 2.30.7, Open MPI 5 and PMIx 5, UCX). The stubs play the nccl-tests stacks' MPI.
