@@ -47,8 +47,7 @@ def test_it_fills_the_net_plugin_role_and_sets_what_nccl_reads(tmp_path, site_mi
     assert s.provider("nccl-net-plugin").name == "aws-ofi-nccl" and s.roles()["libfabric"] == "aws-ofi-nccl"
     comp = s.get("aws-ofi-nccl")
     # Open MPI off pml ucx: no mlx device on EFA (review finding 13); AWS's recipe sets the same.
-    assert comp.environment() == {"NCCL_NET_PLUGIN": "ofi", "FI_PROVIDER": "efa", "OMPI_MCA_pml": "^ucx",
-                                  "OMPI_MCA_btl": "tcp,self"}
+    assert comp.environment() == {"NCCL_NET_PLUGIN": "ofi", "FI_PROVIDER": "efa", "OMPI_MCA_pml": "^ucx"}
     assert writer.recipe_labels(s)["io.imagekit.component.aws-ofi-nccl.accepted"] == "no-gdr"
     assert {c.id for c in comp.checks()} == CHECKS
     from imagekit.components import forwarded_env_prefixes

@@ -111,8 +111,10 @@ class AwsOfiNccl(Component):
         env = {"NCCL_NET_PLUGIN": PLUGIN, "FI_PROVIDER": self.opts["provider"]}
         if getattr(self.stack.provider("mpi"), "name", None) == "openmpi":
             # On EFA there is no mlx device: pml ucx would run MPI over UCX's TCP, and a rank that sees no GPU
-            # aborts in MPI_Init. AWS's recipe takes ob1 over TCP for MPI's bootstrap-sized traffic.
-            env.update({"OMPI_MCA_pml": "^ucx", "OMPI_MCA_btl": "tcp,self"})
+            # aborts in MPI_Init. ob1 then takes MPI's bootstrap-sized traffic. The btls stay Open MPI's
+            # default: AWS's recipe narrows them to tcp,self, which drops shared memory between the ranks of
+            # a node and, where the only interface is loopback (which btl tcp skips), leaves no path at all.
+            env["OMPI_MCA_pml"] = "^ucx"
         return env
 
     def labels(self) -> dict[str, str]:
