@@ -96,17 +96,22 @@ def mpi_image(base_image) -> str:
     return result.tags[0]
 
 
+def _runtime_and_devel(name: str, mirror) -> tuple[str, str]:
+    """Build a mirror stack's runtime and devel targets for real; the (runtime, devel) tags."""
+    from imagekit import build, stack
+
+    s = stack.load(name, mirror=str(mirror))
+    logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
+    runtime = build.build(s, build.BuildRequest(log_dir=logs))
+    devel = build.build(s, build.BuildRequest(target="devel", log_dir=logs))
+    return runtime.tags[0], devel.tags[0]
+
+
 @pytest.fixture(scope="session")
 def cuda_images(base_image, site_mirror) -> tuple[str, str]:
     """The offline CUDA stack's (runtime, devel) tags, built for real from the site mirror: the
     source builds are long on a cold cache, then fully cached."""
-    from imagekit import build, stack
-
-    cuda = stack.load("debian-cuda", mirror=str(site_mirror))
-    logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
-    runtime = build.build(cuda, build.BuildRequest(log_dir=logs))
-    devel = build.build(cuda, build.BuildRequest(target="devel", log_dir=logs))
-    return runtime.tags[0], devel.tags[0]
+    return _runtime_and_devel("debian-cuda", site_mirror)
 
 
 @pytest.fixture(scope="session")
@@ -122,13 +127,7 @@ def trixie_base() -> str:
 def cuda12_images(trixie_base, site_mirror) -> tuple[str, str]:
     """The offline CUDA 12 stack's (runtime, devel) tags (debian-cuda12: R535+ drivers), built for real
     from the site mirror and wheels: long on a cold cache, then fully cached."""
-    from imagekit import build, stack
-
-    cuda = stack.load("debian-cuda12", mirror=str(site_mirror))
-    logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
-    runtime = build.build(cuda, build.BuildRequest(log_dir=logs))
-    devel = build.build(cuda, build.BuildRequest(target="devel", log_dir=logs))
-    return runtime.tags[0], devel.tags[0]
+    return _runtime_and_devel("debian-cuda12", site_mirror)
 
 
 @pytest.fixture(scope="session")
@@ -136,13 +135,7 @@ def pytorch_images(cuda_images, site_mirror) -> tuple[str, str]:
     """The framework stack's (runtime, devel) tags: PyPI's torch on debian-cuda, built for real. It
     reuses every debian-cuda layer (so it needs ``cuda_images`` first); torch's ~3 GB of wheels go
     through the pip cache mount, downloaded once per machine."""
-    from imagekit import build, stack
-
-    torch = stack.load("debian-pytorch", mirror=str(site_mirror))
-    logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
-    runtime = build.build(torch, build.BuildRequest(log_dir=logs))
-    devel = build.build(torch, build.BuildRequest(target="devel", log_dir=logs))
-    return runtime.tags[0], devel.tags[0]
+    return _runtime_and_devel("debian-pytorch", site_mirror)
 
 
 @pytest.fixture
