@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Rootless Podman vs Docker BuildKit: the same stack (debian-mpi), cold and no-change rebuild.
+"""Rootless Podman vs Docker BuildKit: the same stack (debian-mpi by default), cold and no-change rebuild.
 
 Docker builds through the library as root (the engine's BuildKit); Podman builds as an
 unprivileged user (``imagekit build --engine podman`` run by that user, its own store and
@@ -13,6 +13,11 @@ a machine whose engine others are using).
     python bench/podman_build.py                       # as root; user imagekit-user
     python bench/podman_build.py --user alice --venv build/venv-distro
     python bench/podman_build.py --also-vfs            # and once more on a scratch vfs store
+    python bench/podman_build.py --stack debian-cuda --mirror ../shared/mirror --podman-only
+
+--podman-only builds with Podman alone (cold from the user's store as it is, then the no-change
+rebuild): the way to show a long CUDA stack builds rootless without paying for its Docker cold
+build again. $IMAGEKIT_SITE (a site pins file) is passed on to the user's imagekit.
 """
 
 from __future__ import annotations
@@ -42,9 +47,12 @@ def as_user(user: str, argv: list[str], cwd: str, env: dict[str, str] | None = N
                           cwd=cwd, capture_output=True, text=True)
 
 
-def podman_build(user: str, imagekit: str, work: str, no_cache: bool,
-                 env: dict[str, str] | None = None) -> tuple[float, dict]:
-    argv = [imagekit, "build", "--engine", "podman", "debian-mpi", "--json", "--log-dir", f"{work}/logs"]
+def podman_build(user: str, imagekit: str, work: str, no_cache: bool, env: dict[str, str] | None = None,
+                 stack_name: str = "debian-mpi", mirror: str | None = None) -> tuple[float, dict]:
+    argv = [imagekit, "build", "--engine", "podman", stack_name, "--json", "--log-dir", f"{work}/logs"] + \
+        (["--mirror", mirror] if mirror else [])
+    if os.environ.get("IMAGEKIT_SITE"):
+        env = {**(env or {}), "IMAGEKIT_SITE": os.environ["IMAGEKIT_SITE"]}
     started = time.monotonic()
     proc = as_user(user, argv + (["--no-cache"] if no_cache else []), cwd=work, env=env)
     seconds = time.monotonic() - started
@@ -58,6 +66,10 @@ def main() -> None:
     parser.add_argument("--user", default=os.environ.get("IMAGEKIT_TEST_USER", "imagekit-user"))
     parser.add_argument("--venv", default=str(ROOT / "build/venv-distro"),
                         help="a venv the user can run (its python must be readable by the user)")
+    parser.add_argument("--stack", default="debian-mpi", help="the stack to build (default debian-mpi)")
+    parser.add_argument("--mirror", help="the site mirror of upstream release files (the CUDA stacks need one)")
+    parser.add_argument("--podman-only", action="store_true",
+                        help="build with Podman only (no --no-cache, no Docker builds): cold as the store is")
     parser.add_argument("--prune", action="store_true", help="prune BuildKit's cache and reset the user's store")
     parser.add_argument("--also-vfs", action="store_true",
                         help="also build on a scratch vfs store (CONTAINERS_STORAGE_CONF), removed afterwards")
@@ -65,8 +77,9 @@ def main() -> None:
     if os.geteuid() != 0:
         sys.exit("run as root: it builds with Docker and runs Podman as --user")
     imagekit = str(Path(args.venv) / "bin" / "imagekit")
-    tag = base_image.ensure("debian:bookworm", log=lambda *_: None)
-    s = stack.load("debian-mpi")
+    s = stack.load(args.stack, mirror=args.mirror)
+    # The offline stacks' bases are imagekit's own (imagekit/debian:SUITE), made here when missing.
+    tag = base_image.ensure(s.base.image.removeprefix("imagekit/"), log=lambda *_: None)
     logs = Path(tempfile.mkdtemp(prefix="imagekit-bench-"))
     work = tempfile.mkdtemp(prefix="imagekit-bench-podman-")
     os.chown(work, pwd.getpwnam(args.user).pw_uid, -1)
@@ -87,10 +100,21 @@ def main() -> None:
     load_base()
 
     rows = []
+    build_as_user = dict(stack_name=args.stack, mirror=args.mirror)
+    if args.podman_only:
+        cold_p_s, cold_p = podman_build(args.user, imagekit, work, no_cache=False, **build_as_user)
+        again_p_s, again_p = podman_build(args.user, imagekit, work, no_cache=False, **build_as_user)
+        print(f"{args.stack} runtime, rootless Podman as {args.user}, {os.cpu_count()} cores")
+        print(f"first build {cold_p['seconds']:.1f} s ({cold_p['cached_steps']}/{cold_p['steps']} steps cached), "
+              f"no-change rebuild {again_p['seconds']:.1f} s ({again_p['cached_steps']}/{again_p['steps']} cached), "
+              f"image {again_p['size_bytes'] / 1e6:.0f} MB")
+        shutil.rmtree(logs, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+        return
     cold_d = build.build(s, build.BuildRequest(no_cache=True, log_dir=logs))
     again_d = build.build(s, build.BuildRequest(log_dir=logs))
-    cold_p_s, cold_p = podman_build(args.user, imagekit, work, no_cache=True)
-    again_p_s, again_p = podman_build(args.user, imagekit, work, no_cache=False)
+    cold_p_s, cold_p = podman_build(args.user, imagekit, work, no_cache=True, **build_as_user)
+    again_p_s, again_p = podman_build(args.user, imagekit, work, no_cache=False, **build_as_user)
     driver = as_user(args.user, ["podman", "info", "--format", "{{.Store.GraphDriverName}}"], cwd=work).stdout.strip()
     rows.append(("cold (--no-cache)", cold_d.seconds, cold_p["seconds"], cold_p_s))
     rows.append(("no-change rebuild", again_d.seconds, again_p["seconds"], again_p_s))
@@ -104,8 +128,8 @@ def main() -> None:
         subprocess.run(["chown", "-R", args.user, str(scratch)], check=True)
         vfs_env = {"HOME": str(scratch / "home"), "XDG_RUNTIME_DIR": str(scratch / "run")}
         load_base(vfs_env)
-        cold_v_s, cold_v = podman_build(args.user, imagekit, work, no_cache=True, env=vfs_env)
-        again_v_s, again_v = podman_build(args.user, imagekit, work, no_cache=False, env=vfs_env)
+        cold_v_s, cold_v = podman_build(args.user, imagekit, work, no_cache=True, env=vfs_env, **build_as_user)
+        again_v_s, again_v = podman_build(args.user, imagekit, work, no_cache=False, env=vfs_env, **build_as_user)
         vfs_driver = as_user(args.user, ["podman", "info", "--format", "{{.Store.GraphDriverName}}"], cwd=work,
                              env=vfs_env).stdout.strip()
         assert vfs_driver == "vfs", vfs_driver
@@ -118,7 +142,7 @@ def main() -> None:
         rows.append(("no-change, vfs store", again_d.seconds, again_v["seconds"], again_v_s))
     # --no-cache leaves the previous builds' layers untagged: drop them from the user's store.
     as_user(args.user, ["podman", "image", "prune", "-f"], cwd=work)
-    print(f"debian-mpi runtime, Docker {engine.client().version()['Version']} BuildKit (root) vs "
+    print(f"{args.stack} runtime, Docker {engine.client().version()['Version']} BuildKit (root) vs "
           f"rootless Podman as {args.user} (storage driver {driver}), {os.cpu_count()} cores")
     print(f"{'measurement':<22} {'docker s':>9} {'podman s':>9} {'ratio':>6}  podman incl. CLI start")
     for name, d, p, p_all in rows:

@@ -39,3 +39,13 @@ def broken_copy(image: str, script: str, tag: str, directory: Path, add: Path | 
                           text=True, env={**os.environ, "DOCKER_BUILDKIT": "1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return tag
+
+
+def image_sizes(*images: str) -> dict[str, int]:
+    """Each image's size in bytes, as the engine reports it (what `docker images` shows)."""
+    sizes = {}
+    for image in images:
+        out = subprocess.run([engine.docker_cli(), "image", "inspect", "-f", "{{.Size}}", image],
+                             capture_output=True, text=True, check=True)
+        sizes[image] = int(out.stdout)
+    return sizes

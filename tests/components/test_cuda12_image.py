@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from cuda_images import broken_copy, check_outcomes, green_but_hardware
+from cuda_images import broken_copy, check_outcomes, green_but_hardware, image_sizes
 from imagekit import check, engine
 
 pytestmark = pytest.mark.engine
@@ -97,11 +97,7 @@ def test_nccl_tests_carry_sm_80_sm_90_and_compute_90_ptx(cuda12_images):
 
 def test_runtime_is_at_most_four_tenths_of_devel(cuda12_images):
     runtime, devel = cuda12_images
-    sizes = {}
-    for image in (runtime, devel):
-        out = subprocess.run([engine.docker_cli(), "image", "inspect", "-f", "{{.Size}}", image],
-                             capture_output=True, text=True, check=True)
-        sizes[image] = int(out.stdout)
+    sizes = image_sizes(runtime, devel)
     assert sizes[runtime] <= 0.40 * sizes[devel], sizes
 
 

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from cuda_images import broken_copy, check_outcomes, green_but_hardware
+from cuda_images import broken_copy, check_outcomes, green_but_hardware, image_sizes
 from imagekit import check, engine, stack
 
 pytestmark = pytest.mark.engine
@@ -64,6 +64,17 @@ def test_devel_image_has_the_stacks_nvcc(cuda_images):
     assert outcomes["cuda.nvcc"].status == "passed"
     assert outcomes["nccl-tests.sm_code"].status == "passed", outcomes["nccl-tests.sm_code"].detail
     assert not [i for i, o in outcomes.items() if o.status == "failed"]
+
+
+def test_runtime_is_at_most_four_tenths_of_devel(cuda_images):
+    """The issue's size target. Open MPI 5's HTML manual (share/doc, 69 MB) and man pages stay in
+    devel; the runtime keeps the help texts mpirun prints from."""
+    runtime, devel = cuda_images
+    sizes = image_sizes(runtime, devel)
+    assert sizes[runtime] <= 0.40 * sizes[devel], sizes
+    listing = subprocess.run([engine.docker_cli(), "run", "--rm", "--entrypoint", "ls", runtime,
+                              "/usr/local/openmpi/share"], capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(listing) == ["openmpi", "prte"], listing
 
 
 def test_each_check_catches_a_broken_copy(cuda_images, tmp_path):
