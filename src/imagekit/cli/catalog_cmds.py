@@ -16,6 +16,7 @@ from imagekit import stack as stack_mod
 from imagekit import versions
 from imagekit.build import PLATFORMS
 from imagekit.cli.options import MIRROR
+from imagekit.errors import UsageError
 
 
 @click.command()

@@ -13,7 +13,6 @@ from imagekit import sources
 from imagekit import stack as stack_mod
 from imagekit.atomic import write_text
 from imagekit.cli.options import MIRROR
-from imagekit.errors import UsageError
 
 VARIANT = click.option("--variant", metavar="NAME", help="matrix variant (see `imagekit stacks`)")
 @click.command()

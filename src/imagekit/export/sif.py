@@ -44,6 +44,7 @@ from typing import Any, BinaryIO, Callable
 from imagekit import atomic, quoting
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.export import formats, singularity_d, squash
+from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import ExportResult, Progress, check_free_space, prepare_target, sha256_file
 from imagekit.signals import interrupt_on_sigterm
 
@@ -130,15 +131,11 @@ def arch_code(goarch: str) -> str:
     return code
 
 
-def export(image: "str | Source", output: Path, *, compression: str = "gzip", squash_opts: tuple[str, ...] = (),
+def export(image: str | Source, output: Path, *, compression: str = "gzip", squash_opts: tuple[str, ...] = (),
            tool: str = "auto", via: str = "native", force: bool = False, check_space: bool = True,
            progress: Callable[[int, bool], None] | None = None) -> ExportResult:
     """Write ``image`` (a local engine image or a :class:`~imagekit.export.image_source.Source`) as a
     SIF file at ``output`` (atomically)."""
-    # Deferred: image_facts.reader reads SIF labels through this module, and preflight and launch
-    # must not load the registry client for that (the SIF format half is not a module of its own yet).
-    from imagekit.export.image_source import Source, open_source
-
     source = image if isinstance(image, Source) else open_source(image)
     image = source.text
 
