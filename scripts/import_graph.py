@@ -30,7 +30,7 @@ ENTRY_POINTS = (
     ("imagekit.pipeline", "build_all"),
     ("imagekit.export", "export_image"),
     ("imagekit.build", "build"),
-    ("imagekit.validate.system", "_Reader.get"),
+    ("imagekit.validate.system_yaml", "SectionReader.get"),
 )
 
 

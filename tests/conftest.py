@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from imagekit import settings
+
 sys.path.insert(0, str(Path(__file__).parent))
 from needs import need  # noqa: E402
 
@@ -72,10 +74,9 @@ def _own_export_store(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _no_site_flag_left_behind():
-    """`imagekit --site FILE` run in-process (CliRunner) sets the module's flag: no later test sees it."""
+    """`imagekit --site FILE` run in-process (CliRunner) sets the process's flag: no later test sees it."""
     yield
-    if "imagekit.sources" in sys.modules:
-        sys.modules["imagekit.sources"].site_file = None
+    settings.site_file = None
 
 
 @pytest.fixture(scope="session")

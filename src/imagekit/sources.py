@@ -34,13 +34,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import digests, schema, yamlpos
+from imagekit import digests, schema, settings, yamlpos
 from imagekit.errors import ImagekitError, StackError
 
 MIRROR_ENV = "IMAGEKIT_MIRROR"
 SITE_ENV = "IMAGEKIT_SITE"
-# The site pins file given on the command line (--site); it wins over $IMAGEKIT_SITE.
-site_file: str | None = None
 CONTEXT_DIR = "sources"  # inside the build context (and beside a rendered recipe)
 BUILD_DIR = "/var/tmp"   # where HPCCM's generic blocks unpack
 
@@ -92,7 +90,7 @@ class SourceError(ImagekitError):
 
 def site_path() -> str | None:
     """The site pins file in force: --site, else $IMAGEKIT_SITE, else none."""
-    return site_file or os.environ.get(SITE_ENV) or None
+    return settings.site_file or os.environ.get(SITE_ENV) or None
 
 
 _SITE_CACHE: dict[tuple[str, float], dict[tuple[str, str], str]] = {}

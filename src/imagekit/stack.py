@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import checks as checks_mod
-from imagekit import rules, schema, searchpath, sources, yamlpos
+from imagekit import rules, schema, searchpath, settings, sources, yamlpos
 from imagekit.components import RETIRED, registry
 from imagekit.errors import StackError
 from imagekit.schema import Option
@@ -155,8 +155,9 @@ class Stack:
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "stacks"
 PATH_ENV = "IMAGEKIT_STACKS_PATH"
-# Site stack directories given on the command line (--stacks-dir), searched first.
-extra_dirs: list[Path] = []
+# Site stack directories given on the command line (--stacks-dir), searched first (the list is
+# settings.stack_dirs itself, which the CLI's group fills without loading this module).
+extra_dirs: list[Path] = settings.stack_dirs
 
 
 def search_path() -> list[Path]:

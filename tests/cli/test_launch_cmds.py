@@ -14,10 +14,19 @@ from imagekit.validate import Gates  # noqa: E402
 from validate_gen import Spec, nccl_tests_output  # noqa: E402
 
 
+class _Job:
+    """A Launcher (imagekit.launch.launcher) whose job is the test's function: no job is started."""
+
+    name = "test"
+
+    def __init__(self, fn) -> None:
+        self.run = fn
+
+
 def _run_validated(run, gates: dict) -> int:
     """What `launch … --validate` does with the job's output (no image: its facts are not needed here)."""
     request = LaunchRequest("imagekit-test/none:0", command=("true",), gates=Gates.load(**gates))
-    return Session(request, log=print, echo=lambda text: print(text, end=""), facts=None).run(run)
+    return Session(request, log=print, echo=lambda text: print(text, end=""), facts=None).run(_Job(run))
 
 
 def test_validate_prints_with_the_baselines_small_size_and_saturation(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The stack commands (stacks, show, render, matrix) and the CLI's help and start-up.
+"""The stack commands (show, render) and the CLI's help and start-up.
 
 Bad input goes through the real click group (CliRunner on imagekit.cli.main),
 and a few cases through a real `imagekit` subprocess: one error line located
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from imagekit import build, cli
+from imagekit import cli
 from imagekit import render as render_mod
 from imagekit import stack as stack_mod
 from stack_helpers import CUDA, DEBIAN, line_of, write
@@ -196,30 +196,7 @@ def test_render_output_replaces_a_symlinked_target_not_its_target(tmp_path):
     assert real.read_text() == "keep\n"
 
 
-# -- stacks / show / matrix -----------------------------------------------
-
-def test_stacks_json():
-    result = invoke("stacks", "--json")
-    assert result.exit_code == 0
-    rows = json.loads(result.stdout)
-    assert [r["stack"] for r in rows] == ["debian-cuda", "debian-cuda12", "debian-mpi", "debian-pytorch",
-                                          "nccl-tests", "pytorch"]
-    for row in rows:
-        assert set(row) == {"stack", "file", "from", "description", "variants"}
-        assert Path(row["file"]).is_file() and row["description"]
-    by = {r["stack"]: r for r in rows}
-    assert by["debian-mpi"]["variants"] == []
-    assert by["nccl-tests"]["variants"] == ["nccl-tests-cu129-x86_64", "nccl-tests-cu129-sbsa"]
-
-
-def test_stacks_text():
-    result = invoke("stacks")
-    assert result.exit_code == 0
-    lines = result.stdout.splitlines()
-    assert lines[0].startswith("debian-cuda ") and lines[1].startswith("debian-cuda12 ")
-    assert lines[2].startswith("debian-mpi ")
-    assert "  nccl-tests-cu129-sbsa" in lines
-
+# -- show -----------------------------------------------
 
 def test_show_json():
     result = invoke("show", "nccl-tests-cu129-sbsa", "--json")
@@ -247,20 +224,6 @@ def test_show_text():
     assert "base     imagekit/debian:bookworm  [debian12, x86_64]" in result.stdout
     assert "runtime " not in result.stdout  # same as the devel image: not repeated
     assert any(l.split()[:3] == ["openmpi", "4.1.4", "distro"] for l in result.stdout.splitlines())
-
-
-def test_matrix_json():
-    result = invoke("matrix", "--json")
-    assert result.exit_code == 0
-    rows = json.loads(result.stdout)
-    assert len(rows) == 7
-    arm = next(r for r in rows if r["variant"] == "nccl-tests-cu129-sbsa")
-    assert arm["platform"] == "linux/arm64" and arm["arch"] == "aarch64" and arm["offline"] is False
-    # The platform CI builds for is the one `imagekit build` passes to docker.
-    assert all(r["platform"] == build.PLATFORMS[r["arch"]] for r in rows)
-    here = json.loads(invoke("matrix", "--json", "--buildable-here").stdout)
-    assert [r["variant"] for r in here] == ["debian-cuda", "debian-cuda12", "debian-mpi", "debian-pytorch"]
-    assert {r["platform"] for r in here} == {"linux/amd64"}
 
 
 # -- help and start-up ----------------------------------------------------

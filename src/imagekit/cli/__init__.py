@@ -16,15 +16,15 @@ from pathlib import Path
 
 import click
 
-from imagekit import __version__
+from imagekit import __version__, settings
 from imagekit.errors import ImagekitError
 
 # name -> "module:attribute"; each command module owns its commands.
 COMMANDS: dict[str, str] = {
-    "stacks": "imagekit.cli.stack_cmds:stacks",
+    "stacks": "imagekit.cli.catalog_cmds:stacks",
     "show": "imagekit.cli.stack_cmds:show",
     "render": "imagekit.cli.stack_cmds:render",
-    "matrix": "imagekit.cli.stack_cmds:matrix",
+    "matrix": "imagekit.cli.catalog_cmds:matrix",
     "base": "imagekit.cli.build_cmds:base",
     "build": "imagekit.cli.build_cmds:build",
     "check": "imagekit.cli.build_cmds:check",
@@ -115,16 +115,9 @@ def main(stacks_dirs: tuple[str, ...], site: str | None) -> None:
       imagekit --stacks-dir /site/stacks render site-nccl   # a site's own stacks first
       imagekit --site /site/pins.yaml build debian-cuda --mirror /site/mirror
     """
-    if site or "imagekit.sources" in sys.modules:  # one process may run several commands (tests do)
-        from imagekit import sources
-
-        sources.site_file = site
+    settings.site_file = site          # one process may run several commands (tests do): reset it too
     if stacks_dirs:
-        # Deferred (tests/test_import_layers.py lists it): the stack model loads YAML and HPCCM,
-        # which --help must not pay for.
-        from imagekit import stack
-
-        stack.extra_dirs[:] = [Path(d) for d in stacks_dirs]
+        settings.stack_dirs[:] = [Path(d) for d in stacks_dirs]
 
 
 def run() -> None:  # pragma: no cover - console entry for `python -m imagekit`

@@ -145,14 +145,7 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
         log_path = path.with_suffix(".out")
         _log(f"imagekit: submitting {path} and waiting; job output in {log_path}")
 
-        def run(stdout) -> int:
-            job_id, rc, text = slurm_mod.submit_and_wait(path, log_path)
-            _log(f"imagekit: Slurm job {job_id} ended (exit {rc})")
-            stdout.write(text)
-            stdout.flush()
-            return rc
-
-        sys.exit(session.run(run))
+        sys.exit(session.run(slurm_mod.SlurmRun(path, log_path, _log)))
     job_id = slurm_mod.submit(path)
     _log(f"imagekit: submitted {path} as Slurm job {job_id}")
     click.echo(job_id)
@@ -206,7 +199,7 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
     session.preflight(launcher="mpirun", probe=runtime == "docker",
                       gpu=GpuLaunch(runtime=runtime, env={**job.image_env, **job.env}, gpus=gpus,
                                     here=mpirun_mod.on_this_host(job.hosts), launcher="mpirun"))
-    sys.exit(session.run(lambda out: mpirun_mod.execute(job, log=_log, stdout=out)))
+    sys.exit(session.run(mpirun_mod.MpirunRun(job, _log)))
 
 
 @launch.command("inside-out", context_settings=CMD_SETTINGS)
@@ -267,10 +260,10 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
     session.preflight(launcher="inside-out",
                       gpu=GpuLaunch(runtime=runtime, env=job.container_env, gpus=gpus, here=True,
                                     launcher="inside-out"))
-    timings: dict = {}
-    rc = session.run(lambda out: inside_out_mod.execute(job, log=_log, stdout=out, timings=timings))
+    runner = inside_out_mod.InsideOutRun(job, _log)
+    rc = session.run(runner)
     if as_json:
-        click.echo(json.dumps({"job": job.job_id, "exit_code": rc, "timings": timings}))
+        click.echo(json.dumps({"job": job.job_id, "exit_code": rc, "timings": runner.timings}))
     sys.exit(rc)
 
 

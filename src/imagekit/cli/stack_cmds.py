@@ -1,9 +1,9 @@
-"""Stack commands: stacks, show, render, matrix."""
+"""Stack commands: show and render (``imagekit render`` loads only this module and the recipe layer;
+the listings, ``stacks`` and ``matrix``, live in :mod:`imagekit.cli.catalog_cmds`)."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
@@ -13,76 +13,8 @@ from imagekit import sources
 from imagekit import stack as stack_mod
 from imagekit.atomic import write_text
 from imagekit.cli.options import MIRROR
-from imagekit.errors import UsageError
 
 VARIANT = click.option("--variant", metavar="NAME", help="matrix variant (see `imagekit stacks`)")
-@click.command()
-@click.argument("refs", nargs=-1, metavar="[STACK]...")
-@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-@click.option("--outdated", is_flag=True,
-              help="compare every pin with what pip's configured package index (and the site mirror, or "
-                   "imagekit's pins) serves; exit 2 when a pin is not served")
-@MIRROR
-def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | None) -> None:
-    """List the stacks (site directories first, then the shipped ones), their matrix variants,
-    and where each came from; with --outdated, what each pins and what is newer.
-
-    \b
-    Example:
-      imagekit stacks
-      IMAGEKIT_STACKS_PATH=/site/stacks imagekit stacks --json | jq -r '.[] | .stack + " " + .from'
-      imagekit stacks --outdated                       # every stack: pinned, newest served, behind
-      imagekit stacks --outdated debian-cuda --mirror /site/mirror --json
-      imagekit stacks --outdated ./site-stack.yaml     # before a build: exit 2 if a pin is not served
-    """
-    if outdated:
-        _outdated(refs, as_json, mirror)
-        return
-    rows = []
-    for path, directory in stack_mod.available():
-        variants = stack_mod.load_all(path)
-        origin = "shipped" if directory.resolve() == stack_mod.SHIPPED_DIR else str(directory)
-        rows.append({"stack": variants[0].stack_name, "file": str(path), "from": origin,
-                     "description": variants[0].description,
-                     "variants": [v.name for v in variants] if variants[0].variant else []})
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for row in rows:
-        click.echo(f"{row['stack']:<14} {row['description']}  [{row['from']}]")
-        for name in row["variants"]:
-            click.echo(f"  {name}")
-
-
-def _outdated(refs: tuple[str, ...], as_json: bool, mirror: str | None) -> None:
-    # Deferred, like `matrix`'s build module: only --outdated needs it, and `imagekit render` shares this module.
-    from imagekit import versions
-
-    paths = [stack_mod.find(ref)[0] for ref in refs] if refs else [p for p, _ in stack_mod.available()]
-    if mirror:
-        mirror = sources.resolve_mirror(None, None, mirror)
-    rows = []
-    for path in paths:
-        variants = stack_mod.load_all(path)
-        rows += versions.report(variants, mirror or variants[0].mirror)
-    if as_json:
-        click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
-    else:
-        current = None
-        for row in rows:
-            if row.stack != current:
-                current = row.stack
-                click.echo(f"{row.stack}")
-                click.echo(f"  {'component':<13} {'pinned':<10} {'newest':<10} {'behind':<11} from")
-            click.echo(f"  {row.component:<13} {row.pinned:<10} {row.newest or '-':<10} {row.behind:<11} "
-                       f"{row.where} ({row.package})")
-    missing = [r for r in rows if r.behind == "not served"]
-    if missing:
-        lines = [f"{r.file}:{r.line}: {r.key}: the {r.where} does not serve {r.package} {r.pinned}"
-                 + (f" (newest: {r.newest})" if r.newest else " (nor any version of it)") for r in missing]
-        raise UsageError("\n".join(lines), "pin a version that is served (the newest is listed above)")
-
-
 @click.command()
 @click.argument("stack")
 @VARIANT
@@ -147,39 +79,3 @@ def render(stack: str, variant: str | None, fmt: str, single_stage: bool, output
                                         f"{Path(output).parent / sources.CONTEXT_DIR}" if staged else ""), err=True)
     else:
         click.echo(text, nl=False)
-
-
-@click.command()
-@click.option("--json", "as_json", is_flag=True, help="a JSON list for CI (GitHub Actions matrix include)")
-@click.option("--buildable-here", is_flag=True, help="only stacks whose base images are local")
-def matrix(as_json: bool, buildable_here: bool) -> None:
-    """List every stack x variant x arch to build, for CI to consume.
-
-    \b
-    Example:
-      imagekit matrix
-      echo "include=$(imagekit matrix --json)" >> "$GITHUB_OUTPUT"
-    """
-    # Deferred: the build module brings the engine gateways, which `imagekit render` does not need.
-    from imagekit.build import PLATFORMS
-
-    rows = []
-    for path in stack_mod.shipped():
-        for variant in stack_mod.load_all(path):
-            offline = variant.base.image.startswith("imagekit/")
-            if buildable_here and not offline:
-                continue
-            rows.append({"stack": variant.stack_name, "variant": variant.name, "file": _relative(path),
-                         "arch": variant.base.arch, "image": variant.image, "offline": offline,
-                         "platform": PLATFORMS[variant.base.arch]})
-    if as_json:
-        click.echo(json.dumps(rows, separators=(",", ":")))
-        return
-    for row in rows:
-        click.echo(f"{row['variant']:<28} {row['arch']:<8} {row['file']}")
-
-
-def _relative(path) -> str:
-    """Paths under the working directory stay relative, so CI jobs can use them in a checkout."""
-    rel = os.path.relpath(path)
-    return str(path) if rel.startswith("..") else rel

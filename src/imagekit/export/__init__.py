@@ -9,37 +9,47 @@ keeps each converted file once, keyed by image ID, format, preset and options.
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Literal, Union
+from typing import Callable, Literal, Union
 
 from imagekit import records
 from imagekit.errors import UsageError
 from imagekit.export import formats, squash
+from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import ExportResult, prepare_target
+from imagekit.export.store import Store, link_or_copy
 
-# The image sources, the store and the converters are imported where an export runs: launch and
-# preflight load this package when they read a SIF's labels (image_facts.reader -> export.sif).
-if TYPE_CHECKING:
-    from imagekit.export.image_source import Source
-    from imagekit.export.store import Store
-
-    # Where an export's file is kept: a Store, a store directory, None for the default store
-    # ($IMAGEKIT_STORE, else the user's cache), or False to convert straight to the output.
-    StoreChoice = Union[Store, str, Path, None, Literal[False]]
+# Where an export's file is kept: a Store, a store directory, None for the default store
+# ($IMAGEKIT_STORE, else the user's cache), or False to convert straight to the output.
+StoreChoice = Union[Store, str, Path, None, Literal[False]]
 
 
 FORMATS = tuple(formats.FORMATS)
 SUFFIX = formats.SUFFIX
 
+# format -> "module:function" that writes it. The package's one deferred loading (README "Layers"),
+# like the CLI's LazyGroup: a converter's module is imported when an export in that format runs, so
+# the store's lookup and the Pyxis importer's store hit load neither the image's tar stream and the
+# Enroot layout nor the SIF writer. scripts/import_graph.py reads this table as import edges.
+CONVERTERS: dict[str, str] = {
+    "enroot": "imagekit.export.enroot:export",
+    "sif": "imagekit.export.sif:export",
+}
+
+
+def converter(name: str) -> Callable[..., ExportResult]:
+    """The converter that writes format ``name`` (see :data:`CONVERTERS`)."""
+    module, attr = CONVERTERS[formats.get(name).name].split(":")
+    return getattr(importlib.import_module(module), attr)
+
 
 def default_output(image: str, to: str) -> Path:
     """Enroot's naming: ``repo/name:tag`` → ``repo+name+tag.sqsh`` in the current directory
     (``docker://registry/repo/name:tag`` too: the registry is left out, as Enroot does)."""
-    from imagekit.export.image_source import open_source
-
     return Path.cwd() / f"{open_source(image).stem}{SUFFIX[to]}"
 
 
@@ -94,7 +104,7 @@ class ExportRequest:
 
 
 def export_image(image: str, request: ExportRequest, output: str | Path | None = None, *,
-                 store: "StoreChoice" = None,
+                 store: StoreChoice = None,
                  progress: Callable[[int, bool], None] | None = None,
                  notice: Callable[[str], None] | None = None) -> ExportResult:
     """Export ``image`` as ``request`` says to ``output`` (default: Enroot's name for it, here).
@@ -109,8 +119,6 @@ def export_image(image: str, request: ExportRequest, output: str | Path | None =
     (``docker://…``, ``REGISTRY#REPO:TAG``, ``oci:DIR``, ``oci-archive:FILE``, ``docker-archive:FILE``).
     Returns path, size, sha256 and duration; nothing is left at ``output`` unless the export completed.
     """
-    from imagekit.export.image_source import open_source
-
     source = open_source(image, platform=request.platform)
     target = Path(output) if output is not None else Path.cwd() / f"{source.stem}{SUFFIX[request.format]}"
     started = time.monotonic()
@@ -122,15 +130,12 @@ def export_image(image: str, request: ExportRequest, output: str | Path | None =
     return _export_via_store(source, request, target, started, progress=progress, store=store, notice=notice)
 
 
-def _convert(image: "Source", request: ExportRequest, target: Path, *, force: bool, progress) -> ExportResult:
+def _convert(image: Source, request: ExportRequest, target: Path, *, force: bool, progress) -> ExportResult:
+    convert = converter(request.format)
     if request.format == "enroot":
-        from imagekit.export import enroot
-
-        return enroot.export(image, target, preset=request.preset, squash_opts=request.squash_opts,
+        return convert(image, target, preset=request.preset, squash_opts=request.squash_opts,
                              tool=request.tool, force=force, check_space=request.check_space, progress=progress)
-    from imagekit.export import sif
-
-    return sif.export(image, target, compression=request.preset, squash_opts=request.squash_opts,
+    return convert(image, target, compression=request.preset, squash_opts=request.squash_opts,
                       tool=request.tool, via=request.via, force=force, check_space=request.check_space,
                       progress=progress)
 
@@ -148,11 +153,9 @@ def store_options(squash_opts: tuple[str, ...], tool: str, via: str) -> tuple[st
     return tuple(options)
 
 
-def _export_via_store(source: "Source", request: ExportRequest, target: Path, started: float, *,
+def _export_via_store(source: Source, request: ExportRequest, target: Path, started: float, *,
                       progress, store, notice) -> ExportResult:
     """The store path: a lookup first (fast: no docker package, no hashing), a conversion if none."""
-    from imagekit.export.store import Store, link_or_copy
-
     target = target.expanduser().absolute()
     prepare_target(target, force=True)          # the directory checks; existence is handled below
     image, image_id, force = source.text, source.image_id(), request.force
@@ -180,7 +183,7 @@ def _export_via_store(source: "Source", request: ExportRequest, target: Path, st
     return result
 
 
-def _maker(source: "Source", request: ExportRequest, progress):
+def _maker(source: Source, request: ExportRequest, progress):
     """The store's ``make``: convert ``image`` into the path it gives."""
     def make(path: Path) -> ExportResult:
         return _convert(source, request, path, force=True, progress=progress)

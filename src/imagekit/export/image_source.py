@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping
 
+from imagekit import engine, podman, registry
 from imagekit.errors import EngineError, ImagekitError, UsageError
-from imagekit.export.layers import Layer, LayerError, docker_init_layer, merge
+from imagekit.export.layers import Layer, LayerError, check_media_type, docker_init_layer, merge
+from imagekit.procs import log_tail, stop
+# The media types are the registry client's: one list for a registry and an OCI layout alike.
+from imagekit.registry.client import INDEX_TYPES, MANIFEST_TYPES, host_platform
 
 MAX_JSON_BYTES = 4 << 20          # a manifest, index or config larger than this is refused
-INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
-               "application/vnd.docker.distribution.manifest.list.v2+json")
-MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
-                  "application/vnd.docker.distribution.manifest.v2+json")
 REF_NAME = "org.opencontainers.image.ref.name"
 TRANSPORTS = ("docker://", "docker-daemon:", "oci:", "oci-archive:", "docker-archive:", "containers-storage:")
 PODMAN = "containers-storage:"
@@ -97,22 +97,15 @@ class EngineSource(Source):
         self._info: dict[str, Any] | None = None
 
     def image_id(self) -> str:
-        from imagekit import engine
-
         return engine.image_id(self.text)
 
     def inspect(self) -> dict[str, Any]:
         if self._info is None:
-            from imagekit import engine
-
             self._info = engine.inspect(self.text).attrs
         return self._info
 
     @contextlib.contextmanager
     def rootfs(self) -> Iterator[Rootfs]:
-        from imagekit import engine
-        from imagekit.procs import log_tail, stop
-
         docker = engine.docker_cli()
         with engine.throwaway(self.text, purpose="export") as container, \
                 tempfile.NamedTemporaryFile(prefix="imagekit-export-", suffix=".err") as err:
@@ -234,8 +227,6 @@ def _platform(text: str | None) -> dict[str, str] | None:
 
 
 def _pick(entries: list[dict[str, Any]], want: dict[str, str] | None, what: str) -> dict[str, Any]:
-    from imagekit.registry.client import host_platform
-
     want = want or host_platform()
     found = [m for m in entries
              if (m.get("platform") or {}).get("architecture") == want["architecture"]
@@ -259,8 +250,6 @@ def _layers_of(manifest: dict[str, Any], what: str, feed_for: Callable[[dict[str
         layer = Layer(digest=str(desc.get("digest", "")), size=desc.get("size"),
                       media_type=str(desc.get("mediaType", "")), feed=feed_for(desc),
                       where=f"layer {i + 1} of {what}")
-        from imagekit.export.layers import check_media_type
-
         check_media_type(layer)
         layers.append(layer)
     return layers
@@ -280,8 +269,6 @@ def _checked_manifest(manifest: dict[str, Any], media_type: str, what: str) -> N
 
 class RegistrySource(LayeredSource):
     def __init__(self, text: str, platform: str | None = None, env: Mapping[str, str] | None = None) -> None:
-        from imagekit import registry
-
         self.ref = registry.parse(text)
         super().__init__(text=text, stem=_stem(f"{self.ref.repository}:{self.ref.tag}"))
         self.platform = _platform(platform)
@@ -289,14 +276,11 @@ class RegistrySource(LayeredSource):
         self.resolved = None
 
     def _load(self) -> tuple[str, dict[str, Any], list[Layer]]:
-        from imagekit import registry
-        from imagekit.registry.client import MANIFEST_TYPES as ACCEPT
-
         kwargs = {"env": self.env} if self.env is not None else {}
         client = registry.RegistryClient.for_reference(self.ref, **kwargs)
         repo = self.ref.repository
         self.resolved = resolved = client.resolve(self.ref, self.platform)
-        manifest_doc = client.get_manifest(repo, resolved.digest, ", ".join(ACCEPT))
+        manifest_doc = client.get_manifest(repo, resolved.digest, ", ".join(MANIFEST_TYPES))
         manifest = _json(manifest_doc.body, f"{self.ref}'s manifest")
         _checked_manifest(manifest, manifest_doc.media_type, str(self.ref))
         cdesc = manifest.get("config") or {}
@@ -515,14 +499,10 @@ class PodmanSource(OciLayoutSource):
         if self._config_digest is not None:
             return self._config_digest
         if self._id is None:
-            from imagekit import podman
-
             self._id = podman.image_id(self.image)
         return self._id
 
     def _load(self) -> tuple[str, dict[str, Any], list[Layer]]:
-        from imagekit import podman
-
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="imagekit-podman-save-")
             self.path = Path(self._tmp.name) / "image.tar"

@@ -33,6 +33,10 @@ user's job starts.
 The returned path is the store entry itself, with a hold named for this host, user, job
 and step, so ``imagekit store gc`` cannot evict it from under a running container;
 ``release`` drops the hold (a missing hold is fine: idempotent).
+
+A store hit is served by this module alone, which loads no converter: on a miss the process
+becomes :mod:`imagekit.export.pyxis_fill` (exec), which fills the store (steps 3 and 4) and prints
+the path, so the hit path never pays for the artifact and conversion code it does not run.
 """
 
 from __future__ import annotations
@@ -42,12 +46,12 @@ import re
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Mapping
 
-from imagekit.errors import ArtifactMissing, ImagekitError, UsageError
-
-if TYPE_CHECKING:
-    from imagekit.export.store import Entry, Store
+from imagekit import engine, registry
+from imagekit.errors import ImagekitError, UsageError
+from imagekit.export import store as store_mod
+from imagekit.export.store import Entry, Store, notices
 
 PROG = "imagekit-pyxis-importer"
 USAGE = f"usage: {PROG} get IMAGE_URI | {PROG} release"
@@ -75,24 +79,16 @@ def hold_name(env: Mapping[str, str]) -> str:
     return f"pyxis.{host}.{uid}.{job}.{step or '0'}"
 
 
-def _default_preset() -> str:
-    from imagekit.export import squash
-
-    return squash.DEFAULT_STORE_PRESET
-
-
 class OwnStore:
     """The user's own store, opened when first needed: a node whose home the user cannot write
     still serves hits from the shared store, and says why only when it must convert."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.root = env.get("IMAGEKIT_STORE") or None
-        self._store: "Store | None" = None
+        self._store: Store | None = None
         self.problem: ImagekitError | None = None
 
-    def get(self) -> "Store | None":
-        from imagekit.export import store as store_mod
-
+    def get(self) -> Store | None:
         if self._store is None and self.problem is None:
             try:
                 self._store = store_mod.Store.open(self.root)
@@ -101,12 +97,10 @@ class OwnStore:
         return self._store
 
 
-def stores(env: Mapping[str, str]) -> tuple["Store | None", OwnStore]:
+def stores(env: Mapping[str, str]) -> tuple[Store | None, OwnStore]:
     """(the site's shared store or None, the user's own store). A shared store that is missing,
     or that someone outside its publishers could change, is skipped with a warning: the job
     still runs, from the user's own store."""
-    from imagekit.export import store as store_mod
-
     shared = None
     if env.get(SHARED_ENV):
         try:
@@ -121,10 +115,8 @@ def stores(env: Mapping[str, str]) -> tuple["Store | None", OwnStore]:
     return shared, own
 
 
-def _serve(store: "Store", image_id: str, name: str) -> "Entry | None":
+def _serve(store: Store, image_id: str, name: str) -> Entry | None:
     """A verified, held entry of ``image_id`` in ``store`` for a plain reference, or None."""
-    from imagekit.export import store as store_mod
-
     for entry in store.servable(image_id, "enroot"):
         if store.verified(entry) is None:
             continue
@@ -142,31 +134,40 @@ def _serve(store: "Store", image_id: str, name: str) -> "Entry | None":
     return None
 
 
-def get(uri: str, env: Mapping[str, str] | None = None) -> Path:
-    """Serve ``uri`` as a held store entry; returns its path. See the module docstring."""
+def identify(uri: str, env: Mapping[str, str]) -> tuple[str, str | None]:
+    """(image ID, manifest digest or None) of ``uri``: the engine's image, or the registry's,
+    resolved by digest. The store keys its entries by the image ID."""
+    if uri.startswith("dockerd://"):
+        image = uri[len("dockerd://"):]
+        if not image:
+            raise UsageError("dockerd:// names no image", "e.g. dockerd://imagekit/debian-mpi:latest")
+        return engine.image_id(image), None
+    if uri.startswith("podman://"):
+        raise UsageError(f"{uri}: podman:// images are not served by {PROG}",
+                         "push the image to a registry, or use docker:// or dockerd://")
+    ref = registry.parse(uri)
+    resolved = registry.RegistryClient.for_reference(ref, env=dict(env)).resolve(ref)
+    return resolved.config_digest, resolved.digest
+
+
+def serve(uri: str, env: Mapping[str, str] | None = None) -> Path | None:
+    """A verified store entry of ``uri``, held for this job step (its path), or None on a miss
+    (then :func:`imagekit.export.pyxis_fill.get` fills the store). See the module docstring."""
     env = os.environ if env is None else env
     name = hold_name(env)
     shared, own = stores(env)
-    source = _source(uri, env)
-    log(f"{uri}: image {source.image_id[:19]}…" +
-        (f" (manifest {source.manifest_digest[:19]}…)" if source.manifest_digest else ""))
+    image_id, manifest_digest = identify(uri, env)
+    log(f"{uri}: image {image_id[:19]}…" + (f" (manifest {manifest_digest[:19]}…)" if manifest_digest else ""))
     if shared is not None:
-        entry = _serve(shared, source.image_id, name)
+        entry = _serve(shared, image_id, name)
         if entry is not None:
             return entry.path
     mine = own.get()
     if mine is not None and (shared is None or mine.root != shared.root):
-        entry = _serve(mine, source.image_id, name)
+        entry = _serve(mine, image_id, name)
         if entry is not None:
             return entry.path
-    target = shared if shared is not None and shared.trust.can_publish() else mine
-    if target is None:
-        assert own.problem is not None
-        raise own.problem
-    entry, made = _fill(target, source, env)
-    target.hold(entry, name)
-    log(("stored" if made else "stored by another process") + f": {entry.path}")
-    return entry.path
+    return None
 
 
 def release(env: Mapping[str, str] | None = None) -> None:
@@ -179,149 +180,22 @@ def release(env: Mapping[str, str] | None = None) -> None:
             store.release(None, name)
 
 
-Converter = Callable[[Path, str], None]
-
-
-class Source:
-    """Where an image comes from: its ID, and how to fetch or convert it.
-
-    ``converter()`` is asked only on a miss (a warm hit never probes for a Docker engine) and
-    returns the key options that say which converter makes the entry, and the converter."""
-
-    def __init__(self, image_id: str, manifest_digest: str | None,
-                 pull_artifact: "Callable[[Store], tuple[Entry, bool]] | None",
-                 converter: Callable[[], tuple[tuple[str, ...], Converter]]) -> None:
-        self.image_id = image_id
-        self.manifest_digest = manifest_digest
-        self.pull_artifact = pull_artifact
-        self.converter = converter
-
-
-def _source(uri: str, env: Mapping[str, str]) -> Source:
-    if uri.startswith("dockerd://"):
-        return _engine_source(uri[len("dockerd://"):])
-    if uri.startswith("podman://"):
-        raise UsageError(f"{uri}: podman:// images are not served by {PROG}",
-                         "push the image to a registry, or use docker:// or dockerd://")
-    return _registry_source(uri, env)
-
-
-def _engine_source(image: str) -> Source:
-    from imagekit import engine
-    from imagekit.export import enroot
-
-    if not image:
-        raise UsageError("dockerd:// names no image", "e.g. dockerd://imagekit/debian-mpi:latest")
-    image_id = engine.image_id(image)
-
-    def convert(tmp: Path, preset: str) -> None:
-        enroot.export(image_id, tmp, preset=preset, force=True)
-
-    return Source(image_id, None, None, lambda: ((), convert))
-
-
-def _registry_source(uri: str, env: Mapping[str, str]) -> Source:
-    from imagekit import registry
-
-    ref = registry.parse(uri)
-    client = registry.RegistryClient.for_reference(ref, env=dict(env))
-    resolved = client.resolve(ref)
-
-    def pull_artifact(store: "Store") -> "tuple[Entry, bool]":
-        return _pull_artifact(store, client, resolved, env)
-
-    def converter() -> tuple[tuple[str, ...], Converter]:
-        from imagekit import engine
-
-        if engine.available():
-            return (), lambda tmp, preset: _convert_with_engine(resolved.reference, resolved.config_digest,
-                                                                tmp, preset)
-        return (), lambda tmp, preset: _convert_from_registry(resolved.reference, tmp, preset, env)
-
-    return Source(resolved.config_digest, resolved.digest, pull_artifact, converter)
-
-
-def _pull_artifact(store: "Store", client, resolved, env: Mapping[str, str]) -> "tuple[Entry, bool]":
-    """An enroot artifact of the image from a trusted repository, checked, into ``store``."""
-    from imagekit.errors import IntegrityError, RegistryError
-    from imagekit.export import artifact_trust, artifacts
-    from imagekit.export.store import ARTIFACT_OPTION
-
-    ref = resolved.reference
-    if artifact_trust.trusted(ref.registry, ref.repository, env) is None:
-        raise ArtifactMissing(f"artifacts of {ref.registry}/{ref.repository} are not used: the repository "
-                              f"is not in {artifact_trust.ENV}")
-    listed, _ = client.referrers(ref.repository, resolved.digest)
-    candidates = artifact_trust.enroot_candidates(listed, resolved.config_digest, lambda m: log(f"warning: {m}"))
-    if not candidates:
-        raise ArtifactMissing(f"no usable enroot artifact was pushed for {resolved.digest}")
-    for candidate in candidates:
-        try:
-            key = store.key(resolved.config_digest, "enroot", candidate.preset, (ARTIFACT_OPTION,))
-        except UsageError as exc:
-            log(f"warning: skipping the enroot artifact {candidate.digest}: {exc.message}")
-            continue
-
-        def download(tmp: Path, candidate=candidate) -> None:
-            layer, _ = artifacts.checked_layer(client, ref.repository, resolved, candidate.entry, "enroot")
-            log(f"pulling the pushed enroot artifact ({candidate.preset}) of {resolved.digest[:19]}…")
-            with open(tmp, "xb") as fh:
-                client.download_blob(ref.repository, layer["digest"], fh, size=int(layer["size"]))
-            artifact_trust.check_squashfs(tmp)
-
-        try:
-            return store.get_or_create(key, download, progress=log, extra={
-                "artifact": candidate.digest, "registry": ref.registry, "repository": ref.repository,
-                "subject": resolved.digest})
-        except (IntegrityError, RegistryError) as exc:
-            log(f"warning: not using the enroot artifact {candidate.digest}: {exc.message}")
-    raise ArtifactMissing(f"no pushed enroot artifact of {resolved.digest} passed the checks")
-
-
-def _convert_with_engine(ref, image_id: str, tmp: Path, preset: str) -> None:
-    from imagekit import engine
-    from imagekit.export import enroot
-
-    log(f"pulling {ref.docker} into the Docker engine")
-    engine.pull(ref.docker)
-    enroot.export(image_id, tmp, preset=preset, force=True)
-
-
-def _convert_from_registry(ref, tmp: Path, preset: str, env: Mapping[str, str]) -> None:
-    """The digest-pinned image straight from the registry: no engine, nothing unpacked."""
-    from imagekit.export import enroot
-    from imagekit.export.image_source import RegistrySource
-
-    log(f"converting with no Docker engine, straight from the registry: {ref.docker}")
-    enroot.export(RegistrySource(f"docker://{ref.docker}", env=env), tmp, preset=preset, force=True)
-
-
-def _fill(store: "Store", source: Source, env: Mapping[str, str]) -> "tuple[Entry, bool]":
-    """Put the image in ``store`` once: a trusted pushed artifact if any, else a conversion."""
-    preset = _default_preset()
-    if source.pull_artifact is not None:
-        try:
-            return source.pull_artifact(store)
-        except ArtifactMissing as exc:
-            log(f"{exc.message}; converting")
-    options, converter = source.converter()
-    key = store.key(source.image_id, "enroot", preset, options)
-
-    def convert(tmp: Path) -> None:
-        converter(tmp, preset)
-        log("converted and stored")
-
-    return store.get_or_create(key, convert, progress=log)
+def _hand_over(argv: list[str]) -> None:
+    """A miss: this process becomes the fill program (exec, same pid, stdout, stderr and exit status
+    for Pyxis), which loads the registry artifacts and the converters that a store hit never needs."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "imagekit.export.pyxis_fill", *argv])
 
 
 def main(argv: list[str] | None = None) -> int:
-    from imagekit.export.store import notices
-
     argv = sys.argv[1:] if argv is None else argv
     notices.sink = lambda message: log(f"warning: {message}")
     try:
         if argv[:1] == ["get"] and len(argv) == 2:
-            path = get(argv[1])
+            path = serve(argv[1])
+            if path is None:
+                _hand_over(argv)
             sys.stdout.write(f"{path}\n")
             sys.stdout.flush()
             return 0

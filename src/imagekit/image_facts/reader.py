@@ -14,8 +14,8 @@ from typing import Any
 
 from imagekit import engines
 from imagekit.errors import EngineError
-from imagekit.export import sif
 from imagekit.image_facts import ImageFacts, from_labels, is_file_image, parse_env, rc_labels
+from imagekit.sif_reader import OCI_CONFIG_NAME, read_sif
 
 
 def read(ref: str, engine_name: str = "docker") -> ImageFacts:
@@ -56,9 +56,9 @@ def _sif_facts(path: Path) -> tuple[dict[str, str] | None, dict[str, str] | None
     """Labels and environment from the OCI config object (imagekit's and Apptainer's SIFs); without
     one (older Singularity), labels from the partition's .singularity.d/labels.json and no environment
     (its env scripts are shell, not data)."""
-    info = sif.read_sif(path)
+    info = read_sif(path)
     for d in info.descriptors:
-        if d.name == sif.OCI_CONFIG_NAME:
+        if d.name == OCI_CONFIG_NAME:
             config = json.loads(info.read(d))
             if isinstance(config, dict) and isinstance(config.get("config"), dict):
                 config = config["config"]

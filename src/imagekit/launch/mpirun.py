@@ -17,6 +17,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Callable, ClassVar
 
 from imagekit import __version__, engine, procs, quoting
 from imagekit.errors import EngineError, UsageError
@@ -189,3 +190,14 @@ def remove_containers(job_id: str) -> None:
     except EngineError:  # no engine answers: nothing of the job can be left in it to remove
         pass
 
+
+@dataclass
+class MpirunRun:
+    """An :class:`MpirunJob` as a :class:`~imagekit.launch.launcher.Launcher`: the host's mpirun starts it."""
+
+    job: MpirunJob
+    log: Callable[[str], None]
+    name: ClassVar[str] = "mpirun"
+
+    def run(self, stdout: IO[str] | None) -> int:
+        return execute(self.job, log=self.log, stdout=stdout)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import IO, Callable
+from typing import Callable
 
 from imagekit.errors import UsageError
 from imagekit.image_facts import BENCHMARK, ImageFacts, reader
@@ -20,6 +20,7 @@ from imagekit.launch import gpu_env
 from imagekit.launch import preflight as preflight_mod
 from imagekit.launch.benchmark import Tee, default_benchmark
 from imagekit.launch.common import check_image_command
+from imagekit.launch.launcher import Launcher
 from imagekit.validate import Gates, Verdict, evaluate, parse, to_text
 
 
@@ -99,14 +100,14 @@ class Session:
         facts = self.facts
         return (facts.role_version("nccl") or None) if facts is not None and facts.labels is not None else None
 
-    def run(self, execute: Callable[[IO[str] | None], int]) -> int:
-        """``execute(stdout)`` runs the job (``stdout`` None: the terminal's); the exit code CI should
-        see. With gates, the output is also teed into the validator and the verdict printed."""
+    def run(self, launcher: Launcher) -> int:
+        """Run the job through ``launcher`` (its output on the terminal); the exit code CI should see.
+        With gates, the output is also teed into the validator and the verdict printed."""
         if self.request.gates is None:
-            return execute(None)
+            return launcher.run(None)
         tee = Tee()
         try:
-            rc = execute(tee.file)
+            rc = launcher.run(tee.file)
         finally:
             text = tee.close()
         verdict, report = judge(text, self.request.gates, image=self.request.image, image_nccl=self.image_nccl())

@@ -23,6 +23,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Callable, ClassVar
 
 from imagekit import __version__, quoting
 from imagekit.errors import ImagekitError
@@ -207,3 +208,22 @@ def submit_and_wait(script: Path, output: Path) -> tuple[str, int, str]:
         raise ImagekitError(f"sbatch refused {script}: {msg}", "check the partition/time/GPU options with `sinfo`")
     text = output.read_text(errors="replace") if output.exists() else ""
     return job_id, proc.returncode, text
+
+
+@dataclass
+class SlurmRun:
+    """A written sbatch script as a :class:`~imagekit.launch.launcher.Launcher`: submitted, waited for,
+    and its job's output file handed to ``stdout`` at the end (the job runs on the compute nodes)."""
+
+    script: Path
+    output: Path
+    log: Callable[[str], None]
+    name: ClassVar[str] = "slurm"
+
+    def run(self, stdout: IO[str] | None) -> int:
+        job_id, rc, text = submit_and_wait(self.script, self.output)
+        self.log(f"imagekit: Slurm job {job_id} ended (exit {rc})")
+        if stdout is not None:
+            stdout.write(text)
+            stdout.flush()
+        return rc

@@ -21,6 +21,7 @@ from typing import Any, Optional
 from imagekit import schema, searchpath, yamlpos
 from imagekit.errors import StackError
 from imagekit.sizes import parse_size
+from imagekit.validate.system_yaml import Key, SectionReader
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "systems"
 PATH_ENV = "IMAGEKIT_SYSTEMS_PATH"
@@ -125,78 +126,9 @@ _INTRA = {"fabric", "nvlink_generation", "nvlink_links", "nvlink_link_busbw", "n
 _NETWORK = {"nics_per_node", "kind", "rate_gbps", "efficiency", "gpudirect_rdma"}
 
 
-@dataclass(frozen=True)
-class Key:
-    """One key of a model's section: its type, whether it must be there, its default and its valid values."""
-
-    name: str
-    kind: type
-    required: bool = False
-    default: Any = None
-    low: Optional[float] = None
-    high: Optional[float] = None
-    choices: Optional[tuple] = None
-
-
-class _Reader:
-    def __init__(self, file: str) -> None:
-        self.file = file
-        self.lines: dict[str, int] = {}
-
-    def error(self, data: Any, key: Optional[str], context: str, message: str, hint: Optional[str] = None) -> StackError:
-        line = None
-        if key is not None and hasattr(data, "pos"):
-            line = data.pos(key)[1]
-        elif hasattr(data, "line"):
-            line = data.line
-        dotted = ".".join(p for p in (context, key) if p)
-        return StackError(message, file=self.file, line=line, key=dotted or None, hint=hint)
-
-    def mapping(self, data: Any, key: str, parent: Any, allowed: set, required: bool = True) -> dict:
-        value = data.get(key) if isinstance(data, dict) else None
-        if value is None:
-            if required:
-                raise self.error(parent, None, "", f"missing required key {key!r}",
-                                 hint=f"add `{key}:` with {', '.join(sorted(allowed))}")
-            return {}
-        if not isinstance(value, dict):
-            raise self.error(data, key, "", "expected a mapping")
-
-        for k in value:
-            if k not in allowed:
-                raise schema.unknown_key(value, str(k), sorted(allowed), key)
-        return value
-
-    def get(self, data: dict, context: str, spec: Key) -> Any:
-        """The value of ``spec`` in the section ``data`` (``context`` names it in errors), checked."""
-        key, kind, low, high, choices = spec.name, spec.kind, spec.low, spec.high, spec.choices
-        if key not in data or data[key] is None:
-            if spec.required:
-                raise self.error(data, None, context, f"missing required key {key!r}",
-                                 hint=f"add `{key}:` under `{context}:`" if context else f"add `{key}:`")
-            return spec.default
-        value = data[key]
-        if hasattr(data, "pos"):
-            self.lines[f"{context}.{key}" if context else key] = data.pos(key)[1] or 0
-        ok = isinstance(value, kind) and not isinstance(value, bool) if kind in (int, float) else isinstance(value, kind)
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value, ok = float(value), True
-        if not ok:
-            names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
-            raise self.error(data, key, context, f"expected {names[kind]}, got {value!r}")
-        if choices is not None and value not in choices:
-            close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-            raise self.error(data, key, context, f"invalid value {value!r}",
-                             hint=(f"did you mean {close[0]!r}? " if close else "") + f"valid: {', '.join(choices)}")
-        if low is not None and value < low or high is not None and value > high:
-            span = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
-            raise self.error(data, key, context, f"{value!r} is out of range", hint=f"give a value {span}")
-        return value
-
-
 def from_dict(data: Any, file: str = "<system>", default_name: str = "") -> System:
     """Check a parsed model (a yamlpos PosDict keeps line numbers) and return the System."""
-    r = _Reader(file)
+    r = SectionReader(file)
     if not isinstance(data, dict):
         raise StackError("a system model is a mapping (gpus, intra_node, network)", file=file)
 
@@ -238,7 +170,7 @@ def from_dict(data: Any, file: str = "<system>", default_name: str = "") -> Syst
     return s
 
 
-def _contradictions(s: System, r: _Reader, gpus: dict, intra: dict, net: dict) -> None:
+def _contradictions(s: System, r: SectionReader, gpus: dict, intra: dict, net: dict) -> None:
     """Fields that are each valid but cannot all be true of one system."""
     nvlink_keys = [k for k in ("nvlink_generation", "nvlink_links", "nvlink_link_busbw") if intra.get(k) is not None]
     if s.fabric == "pcie":

@@ -8,7 +8,9 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Callable, ClassVar
 
 from imagekit import engine, owners, procs
 from imagekit.errors import EngineError, ImagekitError
@@ -248,3 +250,17 @@ def execute(job: InsideOutJob, *, log=None, stdout=None, stderr=None, timings: d
                     raise
                 # The job's own failure (or the interrupt) is what propagates; what is left is said here.
                 log(f"imagekit: error: {exc}")
+
+
+@dataclass
+class InsideOutRun:
+    """An :class:`InsideOutJob` as a :class:`~imagekit.launch.launcher.Launcher`: sshd containers on this
+    host, mpirun inside the first; ``timings`` is filled as it runs (``--json``)."""
+
+    job: InsideOutJob
+    log: Callable[[str], None]
+    timings: dict = field(default_factory=dict)
+    name: ClassVar[str] = "inside-out"
+
+    def run(self, stdout: IO[str] | None) -> int:
+        return execute(self.job, log=self.log, stdout=stdout, timings=self.timings)

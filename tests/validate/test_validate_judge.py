@@ -1,4 +1,4 @@
-"""Gates, baseline files and transport detection.
+"""The judge (imagekit.validate.judge.evaluate): gates, baselines and transport detection applied to a run.
 
 NCCL_DEBUG=INFO logs are generated in the ``host:pid:tid [dev] NCCL INFO Channel
 .. via ..`` shape of real NCCL logs (no IB fabric or GPU exists here)."""
@@ -9,13 +9,9 @@ import json
 
 import pytest
 
-from imagekit.errors import UsageError
-from imagekit.validate import Gates, baseline_from_dict, evaluate, load_baseline, parse
-from imagekit.validate.nccl_log import classify
+from gate_inputs import BASELINE, PEAK, RUN
+from imagekit.validate import Gates, baseline_from_dict, evaluate, parse
 from validate_gen import Spec, nccl_log, nccl_tests_output
-
-RUN, EXP = nccl_tests_output(Spec(style="new", hosts=("node-a", "node-b"), check=False))
-PEAK = max(EXP.oop_busbw + EXP.ip_busbw)
 
 
 def test_gate_above_peak_fails_and_names_size_and_figure() -> None:
@@ -91,27 +87,6 @@ def test_log_only_input_is_readable_for_transport() -> None:
     assert evaluate(parse(nccl_log("IB")), Gates(min_busbw=1)).status == "unreadable"
 
 
-@pytest.mark.parametrize("via,want", [
-    ("NET/IB/0/GDRDMA", ["IB", "GDRDMA"]), ("NET/IBext_v8/2/GDRDMA", ["IB", "GDRDMA"]),
-    ("NET/Socket/1", ["Socket"]), ("P2P/IPC/read", ["P2P"]), ("P2P/CUMEM", ["P2P"]),
-    ("SHM/direct/direct", ["SHM"]), ("NET/AWS Libfabric/0/GDRDMA", ["NET:AWS Libfabric", "GDRDMA"]),
-])
-def test_classify(via: str, want: list) -> None:
-    assert classify(via) == want
-
-
-BASELINE = {
-    "version": 1,
-    "system": "test-2node",
-    "expect_transport": ["IB"],
-    "benchmarks": {
-        "all_reduce_perf": {"min_busbw": PEAK - 5, "max_latency_us": 30,
-                            "sizes": {"1G": 170, "8K": {"max_latency_us": 25}}},
-        "all_gather": {"min_busbw": 1000},
-    },
-}
-
-
 def test_baseline_per_size_floor_fails_with_size() -> None:
     data = json.loads(json.dumps(BASELINE))
     data["benchmarks"]["all_reduce_perf"]["sizes"]["1G"] = 179.5  # busbw at 1 GiB is 179.68 / 177.02
@@ -141,45 +116,3 @@ def test_unknown_collective_with_several_entries_fails() -> None:
     assert evaluate(parse(anon), Gates(baseline=base)).failures[0].check == "baseline"
     named = evaluate(parse(anon), Gates(baseline=base, collective="all_reduce"))
     assert all(f.check != "baseline" for f in named.failures)
-
-
-def test_baseline_files_yaml_and_json(tmp_path) -> None:
-    y = tmp_path / "b.yaml"
-    y.write_text("system: s\nbenchmarks:\n  all_reduce:\n    min_busbw: 100\n    sizes:\n      1G: 90\n")
-    j = tmp_path / "b.json"
-    j.write_text(json.dumps(BASELINE))
-    assert load_baseline(y).benchmarks["allreduce"].sizes[1 << 30].min_busbw == 90
-    assert load_baseline(j).expect_transport == ["IB"]
-
-
-@pytest.mark.parametrize("bad", [
-    {"min_bus_bw": 3},
-    {"benchmarks": {"all_reduce": {"min_busbw": "fast"}}},
-    {"benchmarks": {"all_reduce": {"sizes": {"huge": 3}}}},
-    {"expect_transport": ["carrier-pigeon"]},
-    {"version": 2},
-    ["not", "a", "mapping"],
-])
-def test_bad_baseline_is_a_usage_error(bad) -> None:
-    with pytest.raises(UsageError):
-        baseline_from_dict(bad)
-
-
-def test_unparseable_baseline_file(tmp_path) -> None:
-    p = tmp_path / "b.yaml"
-    p.write_text("benchmarks: [unclosed\n")
-    with pytest.raises(UsageError, match=r"b.yaml:1: malformed YAML"):
-        load_baseline(p)
-
-
-def test_baseline_unknown_key_names_line_key_and_suggestion(tmp_path) -> None:
-    p = tmp_path / "site.yaml"
-    p.write_text("system: dgx\nbenchmarks:\n  all_reduce:\n    min_busbw: 300\n    max_latency: 40\n")
-    with pytest.raises(UsageError) as err:
-        load_baseline(p)
-    assert "site.yaml:5: benchmarks.all_reduce.max_latency: unknown key" in str(err.value)
-    assert "did you mean 'max_latency_us'" in str(err.value)
-    j = tmp_path / "site.json"
-    j.write_text('{"version": 1, "sytem": "dgx"}')
-    with pytest.raises(UsageError, match=r"site.json: sytem: unknown key(.|\n)*did you mean 'system'"):
-        load_baseline(j)

@@ -1,0 +1,188 @@
+"""The Pyxis importer's miss: fill the store with the image, hold the entry, print its path.
+
+:mod:`imagekit.export.pyxis_importer` serves store hits and becomes this program (exec) on a miss,
+so the converters and the registry artifacts load only when an image must be pulled or converted:
+a pushed artifact from a trusted repository if there is one, else a conversion, once under the
+store's lock (its module docstring says where it looks and what it trusts).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Mapping
+
+from imagekit import engine, registry
+from imagekit.errors import ArtifactMissing, ImagekitError, IntegrityError, RegistryError, UsageError
+from imagekit.export import artifact_trust, artifacts, squash
+from imagekit.export import converter as converter_for
+from imagekit.export.image_source import RegistrySource
+from imagekit.export.pyxis_importer import PROG, USAGE, hold_name, log, stores
+from imagekit.export.store import ARTIFACT_OPTION, Entry, Store, notices
+
+
+def get(uri: str, env: Mapping[str, str] | None = None) -> Path:
+    """Put ``uri`` in the store this user may publish to (the shared store, else the user's own)
+    and hold it; returns the entry's path. Called after the importer found no entry to serve."""
+    env = os.environ if env is None else env
+    name = hold_name(env)
+    shared, own = stores(env)
+    source = _source(uri, env)
+    mine = own.get()
+    target = shared if shared is not None and shared.trust.can_publish() else mine
+    if target is None:
+        assert own.problem is not None
+        raise own.problem
+    entry, made = _fill(target, source, env)
+    target.hold(entry, name)
+    log(("stored" if made else "stored by another process") + f": {entry.path}")
+    return entry.path
+
+
+def _default_preset() -> str:
+    return squash.DEFAULT_STORE_PRESET
+
+
+Converter = Callable[[Path, str], None]
+
+
+class Source:
+    """Where an image comes from: its ID, and how to fetch or convert it.
+
+    ``converter()`` is asked only on a miss (a warm hit never probes for a Docker engine) and
+    returns the key options that say which converter makes the entry, and the converter."""
+
+    def __init__(self, image_id: str, manifest_digest: str | None,
+                 pull_artifact: Callable[[Store], tuple[Entry, bool]] | None,
+                 converter: Callable[[], tuple[tuple[str, ...], Converter]]) -> None:
+        self.image_id = image_id
+        self.manifest_digest = manifest_digest
+        self.pull_artifact = pull_artifact
+        self.converter = converter
+
+
+def _source(uri: str, env: Mapping[str, str]) -> Source:
+    if uri.startswith("dockerd://"):
+        return _engine_source(uri[len("dockerd://"):])
+    if uri.startswith("podman://"):
+        raise UsageError(f"{uri}: podman:// images are not served by {PROG}",
+                         "push the image to a registry, or use docker:// or dockerd://")
+    return _registry_source(uri, env)
+
+
+def _engine_source(image: str) -> Source:
+    if not image:
+        raise UsageError("dockerd:// names no image", "e.g. dockerd://imagekit/debian-mpi:latest")
+    image_id = engine.image_id(image)
+
+    def convert(tmp: Path, preset: str) -> None:
+        converter_for("enroot")(image_id, tmp, preset=preset, force=True)
+
+    return Source(image_id, None, None, lambda: ((), convert))
+
+
+def _registry_source(uri: str, env: Mapping[str, str]) -> Source:
+    ref = registry.parse(uri)
+    client = registry.RegistryClient.for_reference(ref, env=dict(env))
+    resolved = client.resolve(ref)
+
+    def pull_artifact(store: Store) -> tuple[Entry, bool]:
+        return _pull_artifact(store, client, resolved, env)
+
+    def converter() -> tuple[tuple[str, ...], Converter]:
+        if engine.available():
+            return (), lambda tmp, preset: _convert_with_engine(resolved.reference, resolved.config_digest,
+                                                                tmp, preset)
+        return (), lambda tmp, preset: _convert_from_registry(resolved.reference, tmp, preset, env)
+
+    return Source(resolved.config_digest, resolved.digest, pull_artifact, converter)
+
+
+def _pull_artifact(store: Store, client, resolved, env: Mapping[str, str]) -> tuple[Entry, bool]:
+    """An enroot artifact of the image from a trusted repository, checked, into ``store``."""
+    ref = resolved.reference
+    if artifact_trust.trusted(ref.registry, ref.repository, env) is None:
+        raise ArtifactMissing(f"artifacts of {ref.registry}/{ref.repository} are not used: the repository "
+                              f"is not in {artifact_trust.ENV}")
+    listed, _ = client.referrers(ref.repository, resolved.digest)
+    candidates = artifact_trust.enroot_candidates(listed, resolved.config_digest, lambda m: log(f"warning: {m}"))
+    if not candidates:
+        raise ArtifactMissing(f"no usable enroot artifact was pushed for {resolved.digest}")
+    for candidate in candidates:
+        try:
+            key = store.key(resolved.config_digest, "enroot", candidate.preset, (ARTIFACT_OPTION,))
+        except UsageError as exc:
+            log(f"warning: skipping the enroot artifact {candidate.digest}: {exc.message}")
+            continue
+
+        def download(tmp: Path, candidate=candidate) -> None:
+            layer, _ = artifacts.checked_layer(client, ref.repository, resolved, candidate.entry, "enroot")
+            log(f"pulling the pushed enroot artifact ({candidate.preset}) of {resolved.digest[:19]}…")
+            with open(tmp, "xb") as fh:
+                client.download_blob(ref.repository, layer["digest"], fh, size=int(layer["size"]))
+            artifact_trust.check_squashfs(tmp)
+
+        try:
+            return store.get_or_create(key, download, progress=log, extra={
+                "artifact": candidate.digest, "registry": ref.registry, "repository": ref.repository,
+                "subject": resolved.digest})
+        except (IntegrityError, RegistryError) as exc:
+            log(f"warning: not using the enroot artifact {candidate.digest}: {exc.message}")
+    raise ArtifactMissing(f"no pushed enroot artifact of {resolved.digest} passed the checks")
+
+
+def _convert_with_engine(ref, image_id: str, tmp: Path, preset: str) -> None:
+    log(f"pulling {ref.docker} into the Docker engine")
+    engine.pull(ref.docker)
+    converter_for("enroot")(image_id, tmp, preset=preset, force=True)
+
+
+def _convert_from_registry(ref, tmp: Path, preset: str, env: Mapping[str, str]) -> None:
+    """The digest-pinned image straight from the registry: no engine, nothing unpacked."""
+    log(f"converting with no Docker engine, straight from the registry: {ref.docker}")
+    converter_for("enroot")(RegistrySource(f"docker://{ref.docker}", env=env), tmp, preset=preset, force=True)
+
+
+def _fill(store: Store, source: Source, env: Mapping[str, str]) -> tuple[Entry, bool]:
+    """Put the image in ``store`` once: a trusted pushed artifact if any, else a conversion."""
+    preset = _default_preset()
+    if source.pull_artifact is not None:
+        try:
+            return source.pull_artifact(store)
+        except ArtifactMissing as exc:
+            log(f"{exc.message}; converting")
+    options, converter = source.converter()
+    key = store.key(source.image_id, "enroot", preset, options)
+
+    def convert(tmp: Path) -> None:
+        converter(tmp, preset)
+        log("converted and stored")
+
+    return store.get_or_create(key, convert, progress=log)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    notices.sink = lambda message: log(f"warning: {message}")
+    try:
+        if argv[:1] == ["get"] and len(argv) == 2:
+            path = get(argv[1])
+            sys.stdout.write(f"{path}\n")
+            sys.stdout.flush()
+            return 0
+        print(USAGE, file=sys.stderr)
+        return 2
+    except ImagekitError as exc:
+        log(f"error: {exc}")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - Pyxis shows stderr: one line, never a traceback
+        log(f"error: {type(exc).__name__}: {exc} (a bug in {PROG}: please report it)")
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""Reading a SIF (Singularity Image Format) file: its header, descriptors, objects, and the primary
+partition's squashfs superblock, checked.
+
+The run side reads an image's labels from here (:mod:`imagekit.image_facts.reader`), and the writer
+(:mod:`imagekit.export.sif`) takes the format's layout from here, so that reading a SIF's labels at
+launch loads neither the writer nor the export stage. The layout is described in
+:mod:`imagekit.export.sif`'s docstring (apptainer/sif, pkg/sif, v2).
+
+The reader checks what Apptainer's image loader checks and more: the header, every descriptor, and
+the primary partition's squashfs superblock (magic, version, block size, compressor, and that the
+filesystem fits in the partition), so a damaged file is refused with what is wrong instead of failing
+at mount.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagekit.errors import ImagekitError
+
+LAUNCH = b"#!/usr/bin/env run-singularity\n"
+MAGIC = b"SIF_MAGIC"
+VERSION = b"01"
+HEADER = struct.Struct("<32s10s3s3s16sqqqqqqqq")
+DESCRIPTOR = struct.Struct("<i?IIIqqqqqqq128s384s")
+PARTITION_EXTRA = struct.Struct("<ii3s")
+DESCRIPTORS_OFFSET = 4096
+DESCRIPTOR_CAPACITY = 48
+ALIGN = 4096
+GROUP_MASK = 0xF0000000
+DEFAULT_GROUP = GROUP_MASK | 1
+
+DATA_DEFFILE, DATA_ENVVAR, DATA_LABELS, DATA_PARTITION = 0x4001, 0x4002, 0x4003, 0x4004
+DATA_SIGNATURE, DATA_GENERIC_JSON, DATA_GENERIC, DATA_CRYPTO_MESSAGE = 0x4005, 0x4006, 0x4007, 0x4008
+DATA_OCI_ROOT_INDEX, DATA_OCI_BLOB = 0x4009, 0x400A
+KNOWN_TYPES = range(DATA_DEFFILE, DATA_OCI_BLOB + 1)
+FS_SQUASHFS = 1
+PART_SYSTEM, PART_PRIMSYS, PART_DATA, PART_OVERLAY = 1, 2, 3, 4
+OCI_CONFIG_NAME = "oci-config.json"
+INSPECT_METADATA_NAME = "inspect-metadata.json"
+
+# Squashfs 4.0 superblock (Linux fs/squashfs/squashfs_fs.h), little-endian, 96 bytes: magic,
+# inode count, mkfs time, block size, fragment count, u16 compressor, block_log, flags, id count,
+# major, minor, then u64 root inode, bytes used, and the id, xattr id, inode, directory,
+# fragment and export lookup table starts (all ones: no such table).
+SQUASHFS_SUPER = struct.Struct("<4sIIIIHHHHHHQQQQQQQQ")
+SQUASHFS_MAGIC = b"hsqs"
+SQUASHFS_COMPRESSORS = {1: "gzip", 2: "lzma", 3: "lzo", 4: "xz", 5: "lz4", 6: "zstd"}
+NO_TABLE = (1 << 64) - 1
+
+# Go architecture names (docker inspect "Architecture") -> SIF arch codes.
+ARCH_CODES = {"386": "01", "amd64": "02", "arm": "03", "arm64": "04", "ppc64": "05",
+              "ppc64le": "06", "mips": "07", "mipsle": "08", "mips64": "09",
+              "mips64le": "10", "s390x": "11", "riscv64": "12"}
+ARCH_NAMES = {v: k for k, v in ARCH_CODES.items()}
+
+assert HEADER.size == 128 and DESCRIPTOR.size == 585 and SQUASHFS_SUPER.size == 96
+
+
+def aligned(offset: int, alignment: int = ALIGN) -> int:
+    return -(-offset // alignment) * alignment
+
+
+def _z(data: bytes) -> str:
+    return data.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+@dataclass
+class Descriptor:
+    datatype: int
+    id: int
+    offset: int
+    size: int
+    size_with_padding: int
+    group_id: int = DEFAULT_GROUP
+    linked_id: int = 0
+    created: int = 0
+    modified: int = 0
+    uid: int = 0
+    gid: int = 0
+    name: str = ""
+    extra: bytes = b""
+    used: bool = True
+
+    def pack(self) -> bytes:
+        return DESCRIPTOR.pack(self.datatype, self.used, self.id, self.group_id, self.linked_id,
+                               self.offset, self.size, self.size_with_padding, self.created,
+                               self.modified, self.uid, self.gid, self.name.encode(), self.extra)
+
+    @property
+    def partition(self) -> tuple[int, int, str] | None:
+        """(fs type, partition type, arch code) for partitions."""
+        if self.datatype != DATA_PARTITION:
+            return None
+        fstype, parttype, arch = PARTITION_EXTRA.unpack(self.extra[:PARTITION_EXTRA.size])
+        return fstype, parttype, _z(arch)
+
+
+@dataclass
+class SifInfo:
+    path: Path
+    launch: str
+    version: str
+    arch: str
+    id: uuid.UUID
+    created: int
+    modified: int
+    descriptors_free: int
+    descriptors_total: int
+    descriptors_offset: int
+    descriptors_size: int
+    data_offset: int
+    data_size: int
+    descriptors: list[Descriptor] = field(default_factory=list)
+
+    def primary_partition(self) -> Descriptor:
+        return next(d for d in self.descriptors
+                    if d.partition and d.partition[1] == PART_PRIMSYS)
+
+    def by_type(self, datatype: int) -> list[Descriptor]:
+        return [d for d in self.descriptors if d.datatype == datatype]
+
+    def read(self, descriptor: Descriptor) -> bytes:
+        with open(self.path, "rb") as fh:
+            fh.seek(descriptor.offset)
+            return fh.read(descriptor.size)
+
+
+class SifFormatError(ImagekitError):
+    """The file is not a valid SIF image."""
+
+
+def read_sif(path: str | Path) -> SifInfo:
+    """Parse and validate a SIF file; :class:`SifFormatError` says what is wrong."""
+    path = Path(path)
+    size = path.stat().st_size
+    hint = "re-export the image; the file is damaged or not a SIF image"
+    with open(path, "rb") as fh:
+        raw = fh.read(HEADER.size)
+        if len(raw) < HEADER.size:
+            raise SifFormatError(f"{path}: too short for a SIF header ({size} bytes)", hint)
+        (launch, magic, version, arch, ident, created, modified, dfree, dtotal, doff, dsize,
+         data_off, data_size) = HEADER.unpack(raw)
+        if _z(magic) != MAGIC.decode():
+            raise SifFormatError(f"{path}: bad magic {magic[:9]!r} (not a SIF file)", hint)
+        if _z(version) != VERSION.decode():
+            raise SifFormatError(f"{path}: unsupported SIF version {_z(version)!r}", hint)
+        if not 0 < dtotal <= 1 << 16 or not 0 <= dfree <= dtotal:
+            raise SifFormatError(f"{path}: bad descriptor counts (free {dfree}, total {dtotal})", hint)
+        if dsize != dtotal * DESCRIPTOR.size or doff < HEADER.size or doff + dsize > size:
+            raise SifFormatError(f"{path}: descriptor table ({doff}+{dsize}) outside the file "
+                                 f"({size} bytes)", hint)
+        if data_off < doff + dsize or data_off + data_size != size:
+            raise SifFormatError(f"{path}: data section {data_off}+{data_size} does not match "
+                                 f"the file size {size} (truncated?)", hint)
+        fh.seek(doff)
+        table = fh.read(dsize)
+    info = SifInfo(path, _z(launch), _z(version), _z(arch), uuid.UUID(bytes=ident), created,
+                   modified, dfree, dtotal, doff, dsize, data_off, data_size)
+    ids = set()
+    for i in range(dtotal):
+        fields = DESCRIPTOR.unpack_from(table, i * DESCRIPTOR.size)
+        if not fields[1]:
+            continue
+        d = Descriptor(datatype=fields[0], used=True, id=fields[2], group_id=fields[3],
+                       linked_id=fields[4], offset=fields[5], size=fields[6],
+                       size_with_padding=fields[7], created=fields[8], modified=fields[9],
+                       uid=fields[10], gid=fields[11], name=_z(fields[12]), extra=fields[13])
+        if d.datatype not in KNOWN_TYPES:
+            raise SifFormatError(f"{path}: descriptor {d.id} has unknown data type {d.datatype:#x}", hint)
+        if d.id in ids or d.id == 0:
+            raise SifFormatError(f"{path}: duplicate or zero descriptor id {d.id}", hint)
+        ids.add(d.id)
+        if d.offset < data_off or d.size < 0 or d.offset + d.size > size:
+            raise SifFormatError(f"{path}: descriptor {d.id} data {d.offset}+{d.size} lies outside "
+                                 f"the data section ({data_off}..{size})", hint)
+        info.descriptors.append(d)
+    if len(info.descriptors) != dtotal - dfree:
+        raise SifFormatError(f"{path}: {len(info.descriptors)} used descriptors but header says "
+                             f"{dtotal - dfree}", hint)
+    primaries = [d for d in info.descriptors if d.partition and d.partition[1] == PART_PRIMSYS]
+    if len(primaries) > 1:
+        raise SifFormatError(f"{path}: more than one primary partition", hint)
+    if primaries and primaries[0].partition[2] != info.arch:
+        raise SifFormatError(f"{path}: header arch {info.arch} differs from the primary "
+                             f"partition's {primaries[0].partition[2]}", hint)
+    if primaries and primaries[0].partition[0] == FS_SQUASHFS:
+        check_squashfs(path, primaries[0], hint)
+    return info
+
+
+@dataclass
+class SquashfsSuper:
+    block_size: int
+    compressor: str
+    bytes_used: int
+    inodes: int
+
+
+def check_squashfs(path: Path, part: Descriptor, hint: str) -> SquashfsSuper:
+    """The partition's squashfs superblock: magic, version 4.0, a block size that is a power of
+    two from 4 KiB to 1 MiB matching its log, a known compressor, and every table inside the
+    filesystem, which must fit in the partition (a short partition is a cut-off file)."""
+    where = f"{path}: primary partition (descriptor {part.id}, offset {part.offset})"
+    with open(path, "rb") as fh:
+        fh.seek(part.offset)
+        raw = fh.read(SQUASHFS_SUPER.size)
+    if part.size < SQUASHFS_SUPER.size or len(raw) < SQUASHFS_SUPER.size:
+        raise SifFormatError(f"{where}: {part.size} bytes, too short for a squashfs superblock", hint)
+    (magic, inodes, _mkfs, block_size, _frags, comp, block_log, _flags, _ids, major, minor,
+     _root, used, id_table, xattr_table, inode_table, dir_table, frag_table,
+     lookup_table) = SQUASHFS_SUPER.unpack(raw)
+    if magic != SQUASHFS_MAGIC:
+        raise SifFormatError(f"{where}: bad squashfs magic {magic!r} (want {SQUASHFS_MAGIC!r})", hint)
+    if (major, minor) != (4, 0):
+        raise SifFormatError(f"{where}: squashfs version {major}.{minor}, Apptainer mounts 4.0", hint)
+    if not (4096 <= block_size <= 1 << 20 and block_size == 1 << block_log):
+        raise SifFormatError(f"{where}: squashfs block size {block_size} with log {block_log}; want a "
+                             f"power of two from 4096 to 1048576 and its log2", hint)
+    if comp not in SQUASHFS_COMPRESSORS:
+        raise SifFormatError(f"{where}: unknown squashfs compressor {comp}", hint)
+    if not SQUASHFS_SUPER.size <= used <= part.size:
+        raise SifFormatError(f"{where}: the squashfs says it uses {used} bytes but the partition holds "
+                             f"{part.size} (truncated?)", hint)
+    tables = {"id": id_table, "inode": inode_table, "directory": dir_table}
+    tables.update((name, start) for name, start in (("xattr id", xattr_table), ("fragment", frag_table),
+                                                   ("lookup", lookup_table)) if start != NO_TABLE)
+    for name, start in tables.items():
+        if not SQUASHFS_SUPER.size <= start < used:
+            raise SifFormatError(f"{where}: squashfs {name} table at {start}, outside the filesystem's "
+                                 f"{used} bytes", hint)
+    return SquashfsSuper(block_size, SQUASHFS_COMPRESSORS[comp], used, inodes)
