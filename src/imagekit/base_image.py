@@ -163,7 +163,8 @@ def mmdebstrap_argv(spec: BaseSpec) -> list[str]:
     # debootstrap makes /usr merged with symlinks and installs usr-is-merged; without this hook
     # mmdebstrap satisfies init-system-helpers' "usrmerge | usr-is-merged" with usrmerge, which
     # drags perl into the image. The hook does what debootstrap does where the suite has
-    # usr-is-merged (Debian 12 and later) and nothing elsewhere.
+    # usr-is-merged (Debian 12 and later) and nothing elsewhere; on Debian 13, where nothing
+    # needs usr-is-merged any more, it stays installed (one package more than debootstrap's).
     if MERGED_USR_HOOKS.is_dir():
         argv.append(f"--hook-dir={MERGED_USR_HOOKS}")
     # The hook runs before mmdebstrap's own cleanup, which empties /var/lib/apt/lists and
