@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Rootless Podman for an unprivileged user (the tests' `imagekit-user`), once per machine:
 # Debian's Podman 4.3 (Buildah 1.28 inside), newuidmap/newgidmap, a subordinate uid and gid range
-# for the user, a runtime directory, and the user's storage.conf. Idempotent: what is there is kept.
+# for the user, a runtime directory, and the user's storage.conf; mmdebstrap, which makes the
+# base image as that user (`imagekit base debian:bookworm --engine podman`, its unshare mode, in
+# a user namespace through the same subordinate ids). Idempotent: what is there is kept.
 #
 #   bash scripts/setup-podman.sh                      # for imagekit-user
 #   IMAGEKIT_TEST_USER=alice bash scripts/setup-podman.sh
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 TEST_USER=${IMAGEKIT_TEST_USER:-imagekit-user}
 DRIVER=${IMAGEKIT_PODMAN_DRIVER:-auto}
-PACKAGES=(podman uidmap slirp4netns)
+PACKAGES=(podman uidmap slirp4netns mmdebstrap)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 log() { echo "setup-podman: $*"; }
@@ -30,7 +32,8 @@ done
 if [ "${#missing[@]}" -gt 0 ]; then
     log "installing ${missing[*]}"
     as_root apt-get update -qq
-    # No recommends: buildah, fuse-overlayfs and dbus-user-session are not needed (and fuse cannot work here).
+    # No recommends: buildah, fuse-overlayfs and dbus-user-session are not needed (and fuse cannot work
+    # here); nor mmdebstrap's fakechroot, fakeroot, qemu helpers (imagekit uses its unshare mode).
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         "${missing[@]}" >/dev/null || fail "apt-get could not install: ${missing[*]}"
 fi
@@ -84,6 +87,11 @@ fi
 if [ -n "${migrate:-}" ]; then
     as_podman system migrate >/dev/null 2>&1 || true
 fi
+# mmdebstrap's unshare mode as the user: a user namespace mapped through newuidmap/newgidmap and the
+# subordinate ids, the same thing rootless Podman needs; asked of mmdebstrap itself.
+as_root runuser -u "$TEST_USER" -- env HOME="$home" mmdebstrap --unshare-helper true ||
+    fail "mmdebstrap's unshare mode does not work for $TEST_USER (user namespaces, newuidmap, /etc/subuid)"
+
 # (stderr apart: rootless Podman warns that "/" is not a shared mount, harmless for builds)
 driver=$(as_podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null) ||
     fail "podman info as $TEST_USER failed: $(as_podman info 2>&1 | tail -n 3)"

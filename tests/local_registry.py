@@ -29,11 +29,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def engine_refs(addr: str) -> list[str]:
+    """The Docker engine's tags and digest references (``ADDR/REPO:TAG``, ``ADDR/REPO@sha256:…``)
+    under the registry ``addr``; [] where no engine answers."""
+    from imagekit import engine
+
+    if not engine.available():
+        return []
+    refs = []
+    for image in engine.client().api.images():
+        refs += [r for r in (image.get("RepoTags") or []) + (image.get("RepoDigests") or [])
+                 if r.startswith(f"{addr}/")]
+    return refs
+
+
+def remove_engine_refs(addr: str) -> list[str]:
+    """Untag every engine reference under ``addr`` (images with other names keep them); returns
+    those that stay (in use by a container)."""
+    from imagekit import engine
+
+    for ref in engine_refs(addr):
+        with contextlib.suppress(Exception):
+            engine.client().api.remove_image(ref)
+    return engine_refs(addr)
+
+
 @contextlib.contextmanager
 def running_registry(root: Path, extra_config: str = "") -> Iterator[str]:
     """Serve a registry whose storage is under ``root``; yields ``127.0.0.1:PORT``.
 
     ``extra_config`` is appended to the YAML configuration (for example an ``auth:`` section).
+    Afterwards the Docker engine's tags under ``127.0.0.1:PORT`` (a push tags the image so, a pull
+    by digest adds a digest reference) are removed: the registry is gone, and the next registry
+    on that port would not have them.
     """
     binary = shutil.which("docker-registry")
     if binary is None:
@@ -62,6 +90,7 @@ def running_registry(root: Path, extra_config: str = "") -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        remove_engine_refs(addr)
 
 
 # --- helpers for the artifact, pull and importer tests -----------------------------------------

@@ -1,14 +1,20 @@
-"""Offline base images: mirror discovery (unit) and a real bootstrap reused on the second call."""
+"""Offline base images: mirror discovery (unit), a real bootstrap reused on the second call, and
+``imagekit base debian:bookworm --engine podman`` run as the unprivileged test user (mmdebstrap's
+unshare mode streamed into ``podman import``) giving the Docker base image's config and tree."""
 
 
+import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from imagekit import base_image as base_mod
 from imagekit import engine
 from imagekit.errors import UsageError
+from export.users import other_python  # noqa: F401 - the fixture
+from podman_user import user  # noqa: F401 - the fixture
 
 
 def test_host_mirror_reads_deb822_and_one_line_sources(tmp_path):
@@ -31,6 +37,21 @@ def test_unknown_base_and_suite_are_usage_errors():
 
 def test_default_tag_is_what_stacks_refer_to():
     assert base_mod.parse("debian:bookworm", mirror="http://x").tag == "imagekit/debian:bookworm"
+
+
+def test_unknown_bootstrapper_is_a_usage_error_before_anything_runs():
+    with pytest.raises(UsageError, match="bootstrapper 'cdebootstrap'") as err:
+        base_mod.ensure("debian:bookworm", mirror="http://x", bootstrapper="cdebootstrap")
+    assert "mmdebstrap" in err.value.hint and "debootstrap" in err.value.hint
+
+
+@pytest.mark.parametrize("euid, mode", [(0, "--mode=auto"), (1001, "--mode=unshare")])
+def test_mmdebstrap_mode_is_unshare_for_a_user(monkeypatch, euid, mode):
+    """As a user the mode is named: auto would fall back to fakechroot (wrong owners) where the
+    subordinate ids are missing, instead of failing."""
+    monkeypatch.setattr(base_mod.os, "geteuid", lambda: euid)
+    argv = base_mod.mmdebstrap_argv(base_mod.parse("debian:bookworm", mirror="http://x"))
+    assert mode in argv and argv[-3:] == ["bookworm", "-", "http://x"]
 
 
 @pytest.mark.engine
@@ -84,3 +105,104 @@ def test_trixie_base_with_non_free_builds_a_debian13_stack(write_stack, tmp_path
         assert outcomes["openmpi.pmix_external"] == "failed"
     finally:
         subprocess.run([engine.docker_cli(), "rmi", "-f", image, broken], capture_output=True)
+
+
+# --- rootless: `imagekit base --engine podman` as the test user ---------------------------------
+
+# Every path of the image below /, with its owner, group, mode and type; what the engine itself
+# mounts into a container (and the volatile /var/log, /var/cache) is left out.
+TREE = r"""find / -xdev -mindepth 1 \( -path /proc -o -path /sys -o -path /dev -o -path /run -o -path /tmp \
+  -o -path /var/log -o -path /var/cache -o -path /etc/hosts -o -path /etc/hostname -o -path /etc/resolv.conf \
+  -o -path /.dockerenv -o -path /.containerenv \) -prune -o -printf '%u:%g %m %y %p\n' | LC_ALL=C sort -k4
+"""
+# apt's and dpkg's own bookkeeping, which the two bootstrappers write differently (debootstrap:
+# dpkg's available/cmethopt; mmdebstrap: dpkg's arch, apt's extended_states and the lists' lock
+# and partial/ apt made itself); nothing a build or a check reads.
+BOOKKEEPING = {"/var/lib/apt/extended_states", "/var/lib/apt/lists/lock", "/var/lib/apt/lists/partial",
+               "/var/lib/dpkg/available", "/var/lib/dpkg/cmethopt", "/var/lib/dpkg/arch"}
+FACTS = ("dpkg-query -W; echo ---; cat /etc/apt/apt.conf.d/01imagekit-keep-debs; echo ---; "
+         "find /var/lib/apt/lists -type f ! -name lock")
+
+
+@pytest.fixture(scope="module")
+def rootless_base(user, base_image):
+    """``imagekit base debian:bookworm --engine podman`` as the user, from the mirror the Docker
+    base came from, under a tag of this test's own: the user's ``imagekit/debian:bookworm`` is
+    left alone (other builds of the user use it). (tag, the command's stderr)."""
+    mirror = engine.image_labels(base_image)["io.imagekit.base.mirror"]
+    tag = f"imagekit-test/rootless-base-{os.getpid()}:bookworm"
+    try:
+        proc = user.imagekit("base", "debian:bookworm", "--engine", "podman", "--mirror", mirror, "--tag", tag)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        assert proc.stdout.strip() == tag
+        yield tag, proc.stderr
+    finally:
+        user.podman("rmi", "-f", tag)
+
+
+def _config(config: dict) -> dict:
+    labels = dict(config.get("Labels") or {})
+    assert labels.pop("org.opencontainers.image.created")
+    return {"Cmd": config.get("Cmd"), "Env": config.get("Env"), "Labels": labels}
+
+
+def _in_docker(image: str, script: str) -> str:
+    return subprocess.run([engine.docker_cli(), "run", "--rm", "-i", "--network", "none", image, "sh", "-s"],
+                          input=script, capture_output=True, text=True, check=True).stdout
+
+
+def _in_podman(user, image: str, script: str) -> str:
+    proc = user.podman("run", "--rm", "-i", "--network", "none", image, "sh", "-s", input=script)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.engine
+def test_rootless_base_has_the_docker_base_config_and_shows_its_progress(user, base_image, rootless_base):
+    tag, stderr = rootless_base
+    proc = user.podman("image", "inspect", "--format", "{{json .Config}}", tag)
+    assert proc.returncode == 0, proc.stderr
+    docker_config = engine.client().images.get(base_image).attrs["Config"]
+    assert _config(json.loads(proc.stdout)) == _config(docker_config)
+    # Progress: mmdebstrap's stages as they happen, in the mode a user needs.
+    assert "with mmdebstrap (rootless, unshare mode" in stderr
+    for stage in ("downloading packages", "installing essential packages", "creating tarball"):
+        assert f"mmdebstrap: {stage}" in stderr, stderr
+    assert f"imported {tag}" in stderr
+
+
+@pytest.mark.engine
+def test_rootless_base_has_the_docker_base_packages_and_tree(user, base_image, rootless_base):
+    """The same packages, the keep-debs apt setting, no apt lists; every path with the same owner,
+    group and mode (the unshare mode's id mapping lands on Podman's: /etc/shadow stays
+    root:shadow, /var/mail root:mail)."""
+    tag, _ = rootless_base
+    podman_facts, docker_facts = _in_podman(user, tag, FACTS), _in_docker(base_image, FACTS)
+    packages, keep, lists = podman_facts.split("---\n")
+    assert packages == docker_facts.split("---\n")[0] and len(packages.splitlines()) > 50
+    assert "usrmerge" not in packages and "\nperl\t" not in packages
+    assert keep == base_mod.APT_KEEP and lists == ""
+    assert docker_facts.split("---\n")[1:] == [keep, lists]
+
+    def tree(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.split(" ", 3)[3] not in BOOKKEEPING]
+    podman_tree, docker_tree = tree(_in_podman(user, tag, TREE)), tree(_in_docker(base_image, TREE))
+    assert "root:shadow 640 f /etc/shadow" in podman_tree and len(podman_tree) > 5000
+    assert podman_tree == docker_tree
+
+
+@pytest.mark.engine
+def test_a_user_without_mmdebstrap_gets_one_error_naming_the_fix(user):
+    """mmdebstrap taken off the PATH (every other tool of /usr/bin still there): one error naming
+    the package and the copy from Docker, before anything is bootstrapped or imported."""
+    bin_dir = user.dir("bin-without-mmdebstrap")
+    for entry in Path("/usr/bin").iterdir():
+        if entry.name != "mmdebstrap" and not (bin_dir / entry.name).is_symlink():
+            (bin_dir / entry.name).symlink_to(entry)
+    tag = f"imagekit-test/no-mmdebstrap-{os.getpid()}:bookworm"
+    proc = user.imagekit("base", "debian:bookworm", "--engine", "podman", "--tag", tag, env={"PATH": str(bin_dir)})
+    assert proc.returncode == 1, proc.stderr
+    assert "rootless Podman base image needs mmdebstrap" in proc.stderr
+    assert "apt-get install mmdebstrap" in proc.stderr and f"docker save {tag} | podman load" in proc.stderr
+    assert "Traceback" not in proc.stderr and "bootstrapping" not in proc.stderr
+    assert user.podman("image", "exists", tag).returncode == 1

@@ -1,25 +1,31 @@
 """Offline base images: bootstrap a minimal root filesystem and import it.
 
 This is how an air-gapped site (and CI here) gets a base image without a
-registry: ``debootstrap --variant=minbase`` (or ``mmdebstrap`` when present,
-which streams a tarball and needs no unpacked copy) from a distro mirror, then
-``docker import`` with a CMD (Enroot and Pyxis refuse an image without one),
-a PATH, and labels recording where the filesystem came from.
+registry: ``mmdebstrap --variant=minbase`` when it is installed (it streams a
+tarball straight into the import, no unpacked copy), else ``debootstrap
+--variant=minbase``, from a distro mirror, then ``docker import`` with a CMD
+(Enroot and Pyxis refuse an image without one), a PATH, and labels recording
+where the filesystem came from. Both give the same package set (mmdebstrap with
+its merged-/usr hook, as debootstrap does it), the keep-debs apt setting and no
+apt lists.
 
 ``engine_name="podman"`` imports the same stream with ``podman import`` into the calling
-user's Podman store. As a user, that needs mmdebstrap (its unshare mode bootstraps without
-root); debootstrap needs root. A user can also copy the Docker engine's image:
+user's Podman store. As a user, that needs mmdebstrap: its unshare mode bootstraps in a user
+namespace through newuidmap and the user's subordinate ids, as rootless Podman does;
+debootstrap needs root. A user can also copy the Docker engine's image:
 ``docker save imagekit/debian:bookworm | podman load``.
 """
 
 from __future__ import annotations
 
+import collections
 import datetime as _dt
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +42,9 @@ DEFAULT_REPO = "imagekit"
 PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Kept so that BuildKit cache mounts of /var/cache/apt hold the downloaded .debs.
 APT_KEEP = 'Binary::apt::APT::Keep-Downloaded-Packages "true";\n'
+APT_KEEP_FILE = "01imagekit-keep-debs"
+BOOTSTRAPPERS = ("auto", "mmdebstrap", "debootstrap")
+MERGED_USR_HOOKS = Path("/usr/share/mmdebstrap/hooks/maybe-merged-usr")
 
 
 @dataclass(frozen=True)
@@ -99,8 +108,14 @@ def host_mirror(distro: str, apt_dir: Path = Path("/etc/apt")) -> str | None:
 
 
 def ensure(name: str, *, mirror: str | None = None, tag: str | None = None, force: bool = False,
-           components: tuple[str, ...] = ("main",), log=print, engine_name: str = "docker") -> str:
-    """Make the base image unless an image with that tag already exists; return its tag."""
+           components: tuple[str, ...] = ("main",), log=print, engine_name: str = "docker",
+           bootstrapper: str = "auto") -> str:
+    """Make the base image unless an image with that tag already exists; return its tag.
+
+    ``bootstrapper``: ``mmdebstrap``, ``debootstrap``, or ``auto`` (mmdebstrap when installed).
+    """
+    if bootstrapper not in BOOTSTRAPPERS:
+        raise UsageError(f"unknown bootstrapper {bootstrapper!r}", f"use one of: {', '.join(BOOTSTRAPPERS)}")
     spec = parse(name, mirror, tag, components)
     if not force and engines.of(engine_name).image_exists(spec.tag):
         had = ",".join(reader.read(spec.tag, engine_name).base_components) or "main"
@@ -108,11 +123,57 @@ def ensure(name: str, *, mirror: str | None = None, tag: str | None = None, forc
             log(f"base image {spec.tag} exists; reusing it (--force to rebuild)")
             return spec.tag
         log(f"base image {spec.tag} has components {had}; rebuilding it with {','.join(spec.components)}")
-    _bootstrap_and_import(spec, log, engine_name)
+    _bootstrap_and_import(spec, log, engine_name, _pick(bootstrapper, engine_name, spec.tag))
     return spec.tag
 
 
-def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker") -> None:
+def _pick(bootstrapper: str, engine_name: str, tag: str) -> str:
+    """The bootstrapper to run, or the one error saying what to install, before anything runs."""
+    has_mm = shutil.which("mmdebstrap") is not None
+    if bootstrapper == "auto":
+        bootstrapper = "mmdebstrap" if has_mm else "debootstrap"
+    if bootstrapper == "debootstrap" and os.geteuid() != 0:
+        if engine_name == "podman":
+            raise ImagekitError("a rootless Podman base image needs mmdebstrap (debootstrap needs root)",
+                                "apt-get install mmdebstrap, or copy Docker's image: "
+                                f"`docker save {tag} | podman load`")
+        raise ImagekitError("a base image made as a user needs mmdebstrap (debootstrap needs root)",
+                            "apt-get install mmdebstrap, or run `imagekit base` as root")
+    if bootstrapper == "mmdebstrap" and not has_mm:
+        raise ImagekitError("mmdebstrap is not installed", "apt-get install mmdebstrap")
+    if bootstrapper == "debootstrap" and not shutil.which("debootstrap"):
+        raise ImagekitError("neither mmdebstrap nor debootstrap is installed", "apt-get install debootstrap")
+    if bootstrapper == "mmdebstrap" and engine_name == "podman":
+        # Its unshare mode maps the image's ids through the user's subordinate ranges, as Podman
+        # does: the same newuidmap and /etc/subuid check, with its fix, before anything runs.
+        podman.preflight()
+    return bootstrapper
+
+
+def mmdebstrap_argv(spec: BaseSpec) -> list[str]:
+    """The mmdebstrap command that streams ``spec``'s root filesystem as a tar to stdout.
+
+    As a user, ``--mode=unshare`` (a user namespace through newuidmap and the subordinate ids:
+    files owned by root in the tar, no privilege); named, so that a host without subordinate ids
+    fails with unshare's error rather than falling back to fakechroot's wrong permissions. As
+    root, ``auto`` (its root mode, chroot as debootstrap does).
+    """
+    argv = ["mmdebstrap", "--variant=minbase", f"--mode={'unshare' if os.geteuid() != 0 else 'auto'}",
+            f"--components={','.join(spec.components)}"]
+    # debootstrap makes /usr merged with symlinks and installs usr-is-merged; without this hook
+    # mmdebstrap satisfies init-system-helpers' "usrmerge | usr-is-merged" with usrmerge, which
+    # drags perl into the image. The hook does what debootstrap does where the suite has
+    # usr-is-merged (Debian 12 and later) and nothing elsewhere; on Debian 13, where nothing
+    # needs usr-is-merged any more, it stays installed (one package more than debootstrap's).
+    if MERGED_USR_HOOKS.is_dir():
+        argv.append(f"--hook-dir={MERGED_USR_HOOKS}")
+    # The hook runs before mmdebstrap's own cleanup, which empties /var/lib/apt/lists and
+    # /var/cache/apt/archives (as the debootstrap path below does by hand).
+    argv.append(f"--customize-hook=echo '{APT_KEEP.strip()}' > \"$1/etc/apt/apt.conf.d/{APT_KEEP_FILE}\"")
+    return [*argv, spec.suite, "-", spec.mirror]
+
+
+def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker", bootstrapper: str = "mmdebstrap") -> None:
     created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     changes = [
         'CMD ["/bin/bash"]',
@@ -123,31 +184,22 @@ def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker") -> N
     ]
     changes += [f"LABEL {key}={quoting.dockerfile_string(value, 'base image', key)}" for key, value in
                 writer.base_labels(spec.distro, spec.suite, spec.mirror, list(spec.components)).items()]
-    if engine_name == "podman":
-        import_cmd = [podman.cli(), "import"]
-    else:
-        import_cmd = [engine.docker_cli(), "import"]
+    cli = podman.cli() if engine_name == "podman" else engine.docker_cli()
+    # Imported untagged, tagged once the producer has succeeded: a bootstrap that fails half-way
+    # leaves no tag that the next `ensure` would reuse.
+    import_cmd = [cli, "import"]
     for change in changes:
         import_cmd += ["--change", change]
-    import_cmd += ["-", spec.tag]
+    import_cmd.append("-")
 
-    if shutil.which("mmdebstrap"):
-        log(f"bootstrapping {spec.distro}:{spec.suite} from {spec.mirror} with mmdebstrap (streamed)")
-        boot = subprocess.Popen(
-            ["mmdebstrap", "--variant=minbase", "--quiet", f"--components={','.join(spec.components)}",
-             f"--customize-hook=echo '{APT_KEEP.strip()}' > \"$1/etc/apt/apt.conf.d/01imagekit-keep-debs\"",
-             "--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/*",
-             spec.suite, "-", spec.mirror], stdout=subprocess.PIPE)
-        _run_import(import_cmd, boot, log)
+    if bootstrapper == "mmdebstrap":
+        mode = "rootless, unshare mode" if os.geteuid() != 0 else "as root"
+        log(f"bootstrapping {spec.distro}:{spec.suite} from {spec.mirror} with mmdebstrap ({mode}, streamed "
+            f"into {engine_name} import)")
+        boot = subprocess.Popen(mmdebstrap_argv(spec), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _run_import(cli, import_cmd, boot, "mmdebstrap", spec.tag, log)
         return
 
-    if engine_name == "podman" and os.geteuid() != 0:
-        raise ImagekitError("a rootless Podman base image needs mmdebstrap (debootstrap needs root)",
-                            "apt-get install mmdebstrap, or copy Docker's image: "
-                            f"`docker save {spec.tag} | podman load`")
-    if not shutil.which("debootstrap"):
-        raise ImagekitError("neither mmdebstrap nor debootstrap is installed",
-                            "apt-get install debootstrap")
     workdir = Path(tempfile.mkdtemp(prefix="imagekit-base-"))
     try:
         rootfs = workdir / "rootfs"
@@ -159,26 +211,54 @@ def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker") -> N
             tail = "\n".join(proc.stdout.splitlines()[-15:])
             raise ImagekitError(f"debootstrap failed (exit {proc.returncode}):\n{tail}",
                                 "check the mirror with --mirror URL")
-        (rootfs / "etc/apt/apt.conf.d/01imagekit-keep-debs").write_text(APT_KEEP)
+        (rootfs / "etc/apt/apt.conf.d" / APT_KEEP_FILE).write_text(APT_KEEP)
         for sub in ("var/lib/apt/lists", "var/cache/apt/archives"):
             for entry in (rootfs / sub).glob("*"):
                 if entry.is_file():
                     entry.unlink()
         log(f"importing as {spec.tag}")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", "-", "."],
-                               stdout=subprocess.PIPE)
-        _run_import(import_cmd, tar, log)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _run_import(cli, import_cmd, tar, "tar", spec.tag, log)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run_import(import_cmd: list[str], producer: subprocess.Popen, log) -> None:
+def _run_import(cli: str, import_cmd: list[str], producer: subprocess.Popen, what: str, tag: str, log) -> None:
+    """Stream ``producer``'s stdout into ``import_cmd``; tag the image only when both succeed.
+
+    The producer's status lines (mmdebstrap's ``I:``/``W:``/``E:``) are passed to ``log`` as
+    they come, so a minute of bootstrapping shows its progress; the rest is kept for the error.
+    """
+    tail: collections.deque[str] = collections.deque(maxlen=15)
+
+    def relay() -> None:
+        for raw in producer.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            tail.append(line)
+            if line[:3] in ("I: ", "W: ", "E: "):
+                log(f"  {what}: {line[3:]}")
+
+    reader_thread = threading.Thread(target=relay, daemon=True)
+    reader_thread.start()
     try:
         imp = subprocess.run(import_cmd, stdin=producer.stdout, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     finally:
         producer.stdout.close()
         producer_rc = producer.wait()
-    if producer_rc != 0 or imp.returncode != 0:
-        raise ImagekitError(f"importing the base image failed: {imp.stderr.strip() or f'producer exit {producer_rc}'}")
-    log(f"imported {import_cmd[-1]} ({imp.stdout.strip()[:19]})")
+        reader_thread.join()
+    image_id = imp.stdout.strip().splitlines()[-1] if imp.returncode == 0 and imp.stdout.strip() else ""
+    if producer_rc != 0 or imp.returncode != 0 or not image_id:
+        if image_id:
+            subprocess.run([cli, "rmi", "-f", image_id], capture_output=True)
+        if producer_rc != 0:
+            detail = "\n".join(tail) or "no output"
+            raise ImagekitError(f"{what} failed (exit {producer_rc}); no image was tagged:\n{detail}",
+                                "check the mirror with --mirror URL")
+        raise ImagekitError(f"importing the base image failed: {imp.stderr.strip() or 'no image id'}")
+    tagged = subprocess.run([cli, "tag", image_id, tag], capture_output=True, text=True)
+    if tagged.returncode != 0:
+        subprocess.run([cli, "rmi", "-f", image_id], capture_output=True)
+        raise ImagekitError(f"tagging the imported base image as {tag} failed: {tagged.stderr.strip()}")
+    log(f"imported {tag} ({image_id.removeprefix('sha256:')[:12]})")

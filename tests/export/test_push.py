@@ -58,3 +58,18 @@ def test_cli_push_json(odd_image, registry):
     doc = json.loads(res.stdout)
     assert doc["digest"] == _registry_digest(registry, "imagekit-test/cli", "v2")
     assert doc["pyxis"] == f"{registry}#imagekit-test/cli:v2"
+
+
+@pytest.mark.engine
+def test_a_registry_leaves_no_engine_tag_under_its_address(odd_image, docker_bin, tmp_path):
+    """A push tags the image ``127.0.0.1:PORT/…`` and a pull by digest adds a digest reference;
+    once the registry is gone (the ``registry`` fixture's teardown) none of them is left, and the
+    image keeps its own tag."""
+    from local_registry import engine_refs, running_registry
+
+    with running_registry(tmp_path / "registry") as addr:
+        result = push_image(odd_image, f"{addr}/imagekit-test/leftover:1")
+        subprocess.run([docker_bin, "pull", result.pinned], check=True, capture_output=True)
+        assert set(engine_refs(addr)) == {result.reference, result.pinned}
+    assert engine_refs(addr) == []
+    assert subprocess.run([docker_bin, "image", "inspect", odd_image], capture_output=True).returncode == 0

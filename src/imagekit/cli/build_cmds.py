@@ -28,9 +28,12 @@ def _progress(line: str) -> None:
 @click.option("--force", is_flag=True, help="rebuild even if the image exists")
 @click.option("--components", default="main", show_default=True, metavar="LIST",
               help="archive areas for the image's apt sources, e.g. main,contrib,non-free")
+@click.option("--bootstrap", "bootstrapper", type=click.Choice(base_image.BOOTSTRAPPERS), default="auto",
+              show_default=True, help="mmdebstrap (root or rootless; auto picks it when installed) or debootstrap (root)")
 @ENGINE
-def base(name: str, mirror: str | None, tag: str | None, force: bool, components: str, engine_name: str) -> None:
-    """Bootstrap an offline base image (debootstrap) and import it into the engine.
+def base(name: str, mirror: str | None, tag: str | None, force: bool, components: str, engine_name: str,
+         bootstrapper: str) -> None:
+    """Bootstrap an offline base image (mmdebstrap or debootstrap) and import it into the engine.
 
     NAME is DISTRO:SUITE, e.g. debian:bookworm, debian:trixie, ubuntu:jammy.
     A second call reuses the existing image.
@@ -44,7 +47,8 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool, components
     """
     click.echo(base_image.ensure(name, mirror=mirror, tag=tag, force=force,
                                  components=tuple(c for c in components.split(",") if c),
-                                 log=lambda m: click.echo(m, err=True), engine_name=engine_name))
+                                 log=lambda m: click.echo(m, err=True), engine_name=engine_name,
+                                 bootstrapper=bootstrapper))
 
 
 @click.command()
