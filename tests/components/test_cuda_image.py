@@ -67,8 +67,8 @@ def test_devel_image_has_the_stacks_nvcc(cuda_images):
 
 
 def test_runtime_is_at_most_four_tenths_of_devel(cuda_images):
-    """The issue's size target. Open MPI 5's HTML manual (share/doc, 69 MB) and man pages stay in
-    devel; the runtime keeps the help texts mpirun prints from."""
+    """The issue's size target. Open MPI 5's HTML manual (share/doc, 69 MB) and man pages are removed
+    where it is installed; the help texts mpirun prints from stay."""
     runtime, devel = cuda_images
     sizes = image_sizes(runtime, devel)
     assert sizes[runtime] <= 0.40 * sizes[devel], sizes

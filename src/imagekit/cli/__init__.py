@@ -48,7 +48,7 @@ SUMMARIES: dict[str, str] = {
     "show": "Show the resolved stack: base, every component with version and source.",
     "render": "Render a stack to a Dockerfile or a Singularity definition (HPCCM).",
     "matrix": "List every stack x variant x arch to build, for CI to consume.",
-    "base": "Bootstrap an offline base image (debootstrap) and import it into the engine.",
+    "base": "Bootstrap an offline base image (mmdebstrap or debootstrap) and import it into the engine.",
     "build": "Render a stack and build its image with BuildKit (or rootless Podman).",
     "check": "Run the image's checks (pytest-testinfra) in a container of it.",
     "report": "Show what is in an image: stack, components, versions, layer sizes.",

@@ -132,15 +132,11 @@ class Openmpi(Component):
         return _blocks.build_tools(self.stack, [*DEVEL_PACKAGES, "openssh-client", "perl"],
                                    "Open MPI build tools") + [
             generic_autotools(**src, directory=f"openmpi-{self.version}", prefix=PREFIX, ldconfig=True,
-                              configure_opts=self.configure_opts(), runtime=self.runtime_paths())]
-
-    def runtime_paths(self) -> list[str]:
-        """What the runtime stage copies of the install: all but share/doc and share/man. Open MPI 5
-        installs its whole HTML manual (69 MB, 13 % of debian-cuda's runtime); the runtime stage
-        keeps no distro docs either (_blocks' dpkg excludes). The help texts that mpirun and the
-        MCA components print from (share/openmpi, and PRRTE's share/prte) stay."""
-        return [f"{PREFIX}/{part}" for part in ("bin", "etc", "include", "lib", "share/openmpi")] + \
-            ([f"{PREFIX}/share/prte"] if self.major >= 5 else [])
+                              configure_opts=self.configure_opts(),
+                              # Open MPI 5 installs its whole HTML manual (69 MB, 13 % of debian-cuda's
+                              # runtime) and man pages: no image keeps distro docs either (_blocks' dpkg
+                              # excludes). The help texts mpirun and its components print stay.
+                              postinstall=[f"rm -rf {PREFIX}/share/doc {PREFIX}/share/man"])]
 
     @property
     def mpicc(self) -> str:
