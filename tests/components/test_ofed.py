@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from imagekit.components.ofed import DOCA_KEYFILE, DOCA_LIST, RUNTIME_PACKAGES
+from imagekit.components.ofed import DOCA_KEYFILE, DOCA_LIST, INBOX_TOOLS, RUNTIME_PACKAGES
 from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 
 
@@ -79,3 +79,21 @@ def test_doca_repository_tree_is_named_after_the_bases_ubuntu(tmp_path):
     text = CUDA.replace("ubuntu22.04", "ubuntu24.04").replace("ubuntu22", "ubuntu24")
     assert "/doca/3.2.0/ubuntu24.04/x86_64/" in render_text(
         tmp_path, text + "components:\n  ofed: {flavor: doca, version: '3.2.0'}\n")
+
+
+@pytest.mark.parametrize("flavor, version", [("inbox", None), ("doca", "2.9.1"), ("mlnx", "24.10-1.1.4.0")])
+def test_ib_diagnostics_are_on_by_default(tmp_path, flavor, version):
+    """Review cuda-recipes-2 finding 18: an HPC image without ibstat or ib_write_bw is hard to debug."""
+    spec = f"{{flavor: {flavor}" + (f", version: '{version}'" if version else "") + "}"
+    s = load_text(tmp_path, (CUDA if version else DEBIAN) + f"components:\n  ofed: {spec}\n")
+    assert s.get("ofed").opts["tools"] is True
+    runtime = stage(render_text(tmp_path, (CUDA if version else DEBIAN) + f"components:\n  ofed: {spec}\n"),
+                    "runtime")
+    for pkg in INBOX_TOOLS:
+        assert pkg in runtime, pkg
+    assert "ofed.tools" in {c.id for c in s.get("ofed").checks()}
+    off = load_text(tmp_path, (CUDA if version else DEBIAN)
+                    + f"components:\n  ofed: {spec[:-1]}, tools: false}}\n")
+    assert "ofed.tools" not in {c.id for c in off.get("ofed").checks()}
+    assert "perftest" not in stage(render_text(tmp_path, (CUDA if version else DEBIAN)
+                                               + f"components:\n  ofed: {spec[:-1]}, tools: false}}\n"), "runtime")
