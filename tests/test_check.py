@@ -62,6 +62,7 @@ BREAKAGES = {
     # Debian's /etc/profile then resets PATH in Enroot's login shell (a user's loses /usr/sbin).
     "no-login-env-script": ("rm -f /etc/profile.d/zz-imagekit-environment.sh", {"image.login_env"}),
     "no-mpi-ring": ("rm -f /usr/local/bin/imagekit-mpi-ring", {"openmpi.ring"}),
+    "no-ib-tools": ("rm -f /usr/bin/ib_write_bw", {"ofed.tools"}),
 }
 
 

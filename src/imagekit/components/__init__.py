@@ -255,7 +255,7 @@ class Component:
     def devel(self) -> list:
         """The devel stage: distro packages (with headers), or the building blocks."""
         if self.source == "distro":
-            out = _blocks.apt_install(self.packages(devel=True), self.distro_note or None)
+            out = _blocks.apt_install(self.stack, self.packages(devel=True), self.distro_note or None)
         else:
             out = self.building_blocks()
         return out + _blocks.env(self.environment())
@@ -263,7 +263,7 @@ class Component:
     def runtime(self) -> list:
         """The runtime stage: runtime packages only, or what the blocks built, copied from devel."""
         if self.source == "distro":
-            out = _blocks.apt_install(self.packages(devel=False), self.distro_note or None)
+            out = _blocks.apt_install(self.stack, self.packages(devel=False), self.distro_note or None)
         else:
             # Blocks with a runtime twin (builds); apt steps for build tools have none and stay in devel.
             out = [block.runtime(_from="devel") for block in self.building_blocks() if hasattr(block, "runtime")]

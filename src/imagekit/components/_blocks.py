@@ -19,8 +19,6 @@ from imagekit import login_env
 
 # The BuildKit secret Docker recipes mount the CA bundle from; `imagekit build` passes the bundle under it.
 CA_SECRET_ID = "ca-bundle"
-APT_CACHE = ("--mount=type=cache,target=/var/cache/apt,sharing=locked "
-             "--mount=type=cache,target=/var/lib/apt,sharing=locked")
 PIP_CACHE = "--mount=type=cache,target=/root/.cache/pip"
 CA_SECRET = f"--mount=type=secret,id={CA_SECRET_ID}"
 # pip only reads the bundle when the build was given one (--ca-bundle).
@@ -49,26 +47,45 @@ def distro_names(distro: str, packages: list[str]) -> list[str]:
     return [names.get(p, p) for p in packages]
 
 
-def apt_install(packages: list[str], note: str | None = None) -> list:
+def apt_cache(stack) -> str:
+    """The ``RUN`` mounts that cache apt's downloads and package lists for ``stack``'s base.
+
+    One cache per distro release and architecture (the stack's own, not HPCCM's stand-in distro):
+    under one default id, Debian and Ubuntu or x86_64 and arm64 builds would read each other's
+    lists and .debs. Only ``/var/lib/apt/lists`` is cached, not all of ``/var/lib/apt``, so
+    ``extended_states`` (which packages were installed only as dependencies) stays in the image
+    and is not shared between images.
+    """
+    tag = f"{stack.base.distro}-{stack.base.arch}"
+    return (f"--mount=type=cache,id=imagekit-apt-cache-{tag},target=/var/cache/apt,sharing=locked "
+            f"--mount=type=cache,id=imagekit-apt-lists-{tag},target=/var/lib/apt/lists,sharing=locked")
+
+
+def apt_run(stack, commands: list[str], note: str | None = None) -> list:
+    """One RUN of apt ``commands`` for ``stack``: under the apt cache mounts for Docker; for
+    Singularity (no mounts) it removes its .debs and package lists itself."""
+    blocks = [comment(note)] if note else []
+    if docker():
+        blocks.append(shell(commands=commands, _arguments=apt_cache(stack)))
+    else:
+        blocks.append(shell(commands=[*commands, "apt-get clean", "rm -rf /var/lib/apt/lists/*"]))
+    return blocks
+
+
+def apt_install(stack, packages: list[str], note: str | None = None) -> list:
     """One RUN that installs ``packages`` with apt, cached under BuildKit."""
     if not packages:
         return []
     pkgs = " ".join(sorted(set(packages)))
-    install = ("apt-get update -y && DEBIAN_FRONTEND=noninteractive apt-get install -y "
-               f"--no-install-recommends {pkgs}")
-    blocks = [comment(note)] if note else []
-    if docker():
-        blocks.append(shell(commands=[install], _arguments=APT_CACHE))
-    else:
-        blocks.append(shell(commands=[install, "rm -rf /var/lib/apt/lists/*"]))
-    return blocks
+    return apt_run(stack, ["apt-get update -y && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+                           f"--no-install-recommends {pkgs}"], note)
 
 
 def build_tools(stack, extra: list[str] = (), note: str | None = None) -> list:
     """What a source build needs: a C toolchain, make, the archive tools, wget for an upstream URL
     (a mirror's files come through the build context instead), and ``extra`` (headers)."""
     fetch = [] if stack.mirror else ["ca-certificates", "wget"]
-    return apt_install(["bzip2", "file", "g++", "gcc", "make", "tar", *fetch, *extra], note)
+    return apt_install(stack, ["bzip2", "file", "g++", "gcc", "make", "tar", *fetch, *extra], note)
 
 
 def apt_cache_setup() -> list:

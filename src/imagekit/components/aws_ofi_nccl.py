@@ -104,7 +104,7 @@ class AwsOfiNccl(Component):
                        f"rm -f {PREFIX}/lib/*.la {PREFIX}/lib/libnccl-net.so"])]
 
     def runtime(self) -> list:
-        return _blocks.apt_install(["libfabric1", "libhwloc15", "libfabric-bin"], "libfabric for aws-ofi-nccl") \
+        return _blocks.apt_install(self.stack, ["libfabric1", "libhwloc15", "libfabric-bin"], "libfabric for aws-ofi-nccl") \
             + super().runtime()
 
     def environment(self) -> dict[str, str]:

@@ -40,8 +40,6 @@ from __future__ import annotations
 import base64
 import re
 
-from hpccm.primitives import comment, shell
-
 from imagekit import checks
 from imagekit.components import Component, _blocks
 from imagekit.schema import Option
@@ -206,7 +204,7 @@ class Cuda(Component):
         if self.source != "pypi":
             return []
         stage, whl, tgt = "/var/tmp/cuda-wheels", f"/var/tmp/cuda-wheels/nvidia/cu{self.major}", self.target_dir
-        return _blocks.apt_install(["ca-certificates", "gcc", "g++", "make", "python3-minimal", "python3-pip"],
+        return _blocks.apt_install(self.stack, ["ca-certificates", "gcc", "g++", "make", "python3-minimal", "python3-pip"],
                                    "CUDA from wheels: pip to fetch them, gcc for nvcc and the driver stubs") + \
             _blocks.pip_run([
                 f"python3 -m pip install --no-cache-dir --break-system-packages --target {stage} "
@@ -244,11 +242,7 @@ class Cuda(Component):
         ]
         note = (f"CUDA {self.version} from Debian's nvidia-cuda-toolkit (non-free; devel only, nvcc runs gcc-13); "
                 "a placeholder package stands in for the driver the GPU runtime mounts")
-        if _blocks.docker():
-            apt = [comment(note), shell(commands=install, _arguments=_blocks.APT_CACHE)]
-        else:
-            apt = [comment(note), shell(commands=[*install, "rm -rf /var/lib/apt/lists/*"])]
-        return apt + _blocks.pip_run([
+        return _blocks.apt_run(self.stack, install, note) + _blocks.pip_run([
             f"python3 -m pip download --no-deps --only-binary=:all: --dest {stage} "
             f"nvidia-cuda-runtime-cu{self.major}=={wheel}",
             f"python3 -m zipfile -e {stage}/nvidia_cuda_runtime_cu{self.major}-*.whl {stage}/whl",

@@ -142,7 +142,7 @@ class Hpcx(Component):
         return super().devel() + _blocks.mpi_probe(f"{self.home}/bin/mpicc")
 
     def runtime(self) -> list:
-        return _blocks.apt_install(["libnuma1", "openssh-client"], "HPC-X runtime libraries") + \
+        return _blocks.apt_install(self.stack, ["libnuma1", "openssh-client"], "HPC-X runtime libraries") + \
             super().runtime() + self._ldconfig() + _blocks.copy_from_devel(_blocks.MPI_PROBE)
 
     def environment(self) -> dict[str, str]:

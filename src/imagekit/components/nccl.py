@@ -145,16 +145,14 @@ class Nccl(Component):
 
     def _repo_install(self, packages: list[str]) -> list:
         pinned = " ".join(f"{p}={self.tag}+cuda{self.cuda}" for p in packages)
-        return _blocks.shell_step([
+        # Under the apt cache mounts, so the .debs (hundreds of MB for libnccl-dev) stay out of the layer.
+        return _blocks.apt_run(self.stack, [
             "ls /etc/apt/sources.list.d/cuda*.list >/dev/null 2>&1 || { echo 'imagekit: no NVIDIA CUDA apt "
             "repo in the base image (expected from an nvidia/cuda image)' >&2; exit 1; }",
             "apt-get update -y",
             "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
             f"--allow-change-held-packages --allow-downgrades {pinned}",
-            f"apt-mark hold {' '.join(packages)}",
-            # The stacks drop docker-clean for their cache mounts; this step has none, so its .debs
-            # (hundreds of MB for libnccl-dev) would stay in the layer.
-            "apt-get clean", "rm -rf /var/lib/apt/lists/*"])
+            f"apt-mark hold {' '.join(packages)}"])
 
     def building_blocks(self) -> list:
         from hpccm.building_blocks import generic_build
@@ -176,7 +174,7 @@ class Nccl(Component):
         if self.source != "pypi":
             return super().devel()
         stage = "/var/tmp/nccl-wheel"
-        return _blocks.apt_install(["python3-minimal", "python3-pip"], "pip, to fetch the NCCL wheel") + \
+        return _blocks.apt_install(self.stack, ["python3-minimal", "python3-pip"], "pip, to fetch the NCCL wheel") + \
             _blocks.pip_run([
                 f"python3 -m pip download --no-deps --only-binary=:all: --dest {stage} {self.wheel}",
                 f"python3 -m zipfile -e {stage}/nvidia_nccl_cu{self.cuda}-*.whl {stage}/whl",

@@ -1,9 +1,11 @@
 """RDMA user space: DOCA OFED, MLNX OFED, or the distro's inbox rdma-core.
 
-The flavor decides the source: doca/mlnx come from NVIDIA's repos through
-HPCCM's blocks (they follow ``arch``: x86_64 or arm64-sbsa); inbox uses the
-distro's rdma-core packages. ``doca_ofed`` is the default for upstream: its
-repos are signed-by and it is the current NVIDIA distribution.
+The flavor decides the source: doca/mlnx come from NVIDIA's repos (they follow
+``arch``: x86_64 or arm64-sbsa); inbox uses the distro's rdma-core packages.
+``doca_ofed`` is the default for upstream: its repos are signed-by and it is the
+current NVIDIA distribution. DOCA on apt-based bases is installed by
+:func:`doca_apt` (one RUN that leaves no repository, key, gnupg or wget behind);
+MLNX OFED and rpm-based bases use HPCCM's blocks.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import re
 
 from imagekit import checks
-from imagekit.components import Component
+from imagekit.components import Component, _blocks
 from imagekit.schema import Option
 
 INBOX_TOOLS = ["infiniband-diags", "perftest", "rdmacm-utils"]
@@ -19,6 +21,40 @@ INBOX_TOOLS = ["infiniband-diags", "perftest", "rdmacm-utils"]
 # (mid 2024) added Ubuntu 24.04, which DOCA 2.5/2.6 predate. Distros not listed are not judged.
 DOCA_FIRST = {"ubuntu24": (2, 7, 0)}
 RUNTIME_PACKAGES = ("ibverbs-providers", "ibverbs-utils", "libibumad3", "libibverbs1", "librdmacm1")
+# HPCCM's doca_ofed set for apt-based distros.
+DEVEL_PACKAGES = ("ibverbs-providers", "ibverbs-utils", "libibmad-dev", "libibmad5", "libibumad-dev", "libibumad3",
+                  "libibverbs-dev", "libibverbs1", "librdmacm-dev", "librdmacm1")
+DOCA_REPO = "https://linux.mellanox.com/public/repo/doca"
+DOCA_KEY = f"{DOCA_REPO}/GPG-KEY-Mellanox.pub"
+DOCA_ARCH = {"x86_64": "x86_64", "aarch64": "arm64-sbsa"}
+# Where the key and the repository line live during the one RUN that uses them. apt reads an
+# ASCII-armoured key from a ``.asc`` signed-by file, so no gnupg is needed to dearmor it, and apt's
+# own apt-helper fetches it, so no wget either; /tmp lets apt's unprivileged _apt user write it.
+DOCA_KEYFILE = "/tmp/imagekit-doca-key.asc"
+DOCA_LIST = "/etc/apt/sources.list.d/imagekit-doca.list"
+
+
+def doca_apt(stack, version: str, packages: list[str]) -> list:
+    """One apt RUN that installs ``packages`` from DOCA ``version``'s repository for ``stack``'s base.
+
+    The key and the repository line exist only for this RUN: the image keeps no NVIDIA repository
+    (a later ``apt-get update`` would reach it, or fail offline) and no gnupg or wget (HPCCM's
+    doca_ofed installs both and leaves its repository behind). ``ca-certificates`` stays: apt
+    needs it for the https repository, and the nvidia/cuda bases ship it anyway.
+    """
+    # The repository tree is named after the Ubuntu release; Debian bases render as the Ubuntu
+    # of their generation, as HPCCM's block did.
+    distro = stack.base.hpccm_distro
+    tree = f"{DOCA_REPO}/{version}/{distro[:-2]}{distro[-2:]}.04/{DOCA_ARCH[stack.base.arch]}/"
+    return _blocks.apt_run(stack, [
+        "apt-get update -y",
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates",
+        f"/usr/lib/apt/apt-helper download-file {DOCA_KEY} {DOCA_KEYFILE}",
+        f"echo 'deb [signed-by={DOCA_KEYFILE}] {tree} ./' > {DOCA_LIST}",
+        "apt-get update -y",
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends " + " ".join(sorted(set(packages))),
+        f"rm -f {DOCA_LIST} {DOCA_KEYFILE}",
+    ], f"DOCA OFED {version} (the repository is used for this step only)")
 
 
 class Ofed(Component):
@@ -29,7 +65,10 @@ class Ofed(Component):
     sources = ("distro", "upstream")
     options = {
         "flavor": Option(str, "inbox", "doca | mlnx | inbox", choices=("doca", "mlnx", "inbox")),
-        "tools": Option(bool, False, "add perftest, infiniband-diags and rdmacm-utils"),
+        # On by default: an HPC image without ibstat or ib_write_bw leaves a site nothing to triage a
+        # fabric with. They add 53.5 MB to debian-mpi's runtime, 47 MB of it the perl that
+        # infiniband-diags depends on; `tools: false` drops them.
+        "tools": Option(bool, True, "add perftest, infiniband-diags and rdmacm-utils (ib_write_bw, ibstat)"),
     }
     distro_packages = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1")
     distro_devel_packages = ("libibverbs-dev", "librdmacm-dev")
@@ -61,9 +100,17 @@ class Ofed(Component):
                            f"repository has no {self.stack.base.distro} tree before DOCA {wanted}",
                            f'use DOCA "{wanted}" or newer ("2.9.1" LTS; "2.10.0" or later for ConnectX-8)')
 
+    def _tools(self) -> list[str]:
+        return INBOX_TOOLS if self.opts["tools"] else []
+
+    def _doca_apt(self) -> bool:
+        return self.opts["flavor"] == "doca" and self.stack.base.family == "deb"
+
     def building_blocks(self) -> list:
         from hpccm.building_blocks import doca_ofed, mlnx_ofed
 
+        if self._doca_apt():
+            return doca_apt(self.stack, self.version, [*DEVEL_PACKAGES, *self._tools()])
         if self.opts["flavor"] == "doca":
             return [doca_ofed(version=self.version)]
         return [mlnx_ofed(version=self.version)]
@@ -75,12 +122,15 @@ class Ofed(Component):
 
         # HPCCM's runtime twin reinstalls everything (headers included): the runtime stage takes the
         # user-space libraries and the mlx5 provider from the same repo, nothing to build with.
+        packages = [*RUNTIME_PACKAGES, *self._tools()]
+        if self._doca_apt():
+            return doca_apt(self.stack, self.version, packages)
         if self.opts["flavor"] == "doca":
-            return [doca_ofed(version=self.version, packages=list(RUNTIME_PACKAGES))]
-        return [mlnx_ofed(version=self.version, packages=list(RUNTIME_PACKAGES))]
+            return [doca_ofed(version=self.version, packages=packages)]
+        return [mlnx_ofed(version=self.version, packages=packages)]
 
     def packages(self, devel: bool) -> list[str]:
-        return super().packages(devel) + (INBOX_TOOLS if self.opts["tools"] else [])
+        return super().packages(devel) + self._tools()
 
     def labels(self) -> dict[str, str]:
         return {"flavor": self.opts["flavor"]}
@@ -93,6 +143,8 @@ class Ofed(Component):
                        "2>/dev/null | grep -q mlx5"),
             # `ibv_devinfo -l` prints "<n> HCA(s) found:" then one name a line; names vary (mlx5_0, or
             # rdma-core's persistent ibp*/rocep* names), so count devices rather than match names.
+            *([checks.run("ofed.tools", "the IB diagnostics are installed (ibstat, ib_write_bw)",
+                          "command -v ibstat && command -v ib_write_bw")] if self.opts["tools"] else []),
             checks.run("ofed.devices", "ibv_devinfo sees an RDMA device", "ibv_devinfo -l",
                        expect=r"(?m)^[1-9]\d* HCAs? found:", needs="fabric"),
         ]

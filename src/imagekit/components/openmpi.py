@@ -150,7 +150,7 @@ class Openmpi(Component):
         if self.source == "distro":
             return super().runtime() + probe
         # mpirun starts remote daemons over ssh in inside-out launches.
-        return _blocks.apt_install([*runtime_packages(self.stack.base.distro), "openssh-client"],
+        return _blocks.apt_install(self.stack, [*runtime_packages(self.stack.base.distro), "openssh-client"],
                                    "Open MPI runtime libraries") + super().runtime() + probe
 
     def environment(self) -> dict[str, str]:

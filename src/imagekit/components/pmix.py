@@ -65,7 +65,7 @@ class Pmix(Component):
     def runtime(self) -> list:
         if self.source == "distro":
             return super().runtime()
-        return _blocks.apt_install([*runtime_packages(self.stack.base.distro), "libmunge2"],
+        return _blocks.apt_install(self.stack, [*runtime_packages(self.stack.base.distro), "libmunge2"],
                                    "PMIx runtime libraries") + super().runtime()
 
     def environment(self) -> dict[str, str]:

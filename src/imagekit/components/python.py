@@ -48,7 +48,7 @@ class Python(Component):
             (["python3-venv"] if self.venv else [])
 
     def devel(self) -> list:
-        out = _blocks.apt_install(self._runtime_packages() + ["python3-dev", "python3-pip"], "Python (distro)")
+        out = _blocks.apt_install(self.stack, self._runtime_packages() + ["python3-dev", "python3-pip"], "Python (distro)")
         if self.venv:
             out += _blocks.pip_run([f"python3 -m venv --system-site-packages {VENV}",
                                     f"{VENV}/bin/python -m pip install --upgrade pip"]
@@ -60,7 +60,7 @@ class Python(Component):
         return out
 
     def runtime(self) -> list:
-        out = _blocks.apt_install(self._runtime_packages(), "Python (distro)")
+        out = _blocks.apt_install(self.stack, self._runtime_packages(), "Python (distro)")
         if self.venv:
             out += _blocks.copy_from_devel(VENV) + _blocks.env({"PATH": f"{VENV}/bin:$PATH"})
         return out

@@ -134,7 +134,7 @@ class Pytorch(Component):
         return _blocks.pip_run(commands, f"PyTorch {self.version} ({self.cuda_tag}, {self.opts['index']} index)")
 
     def runtime(self) -> list:
-        return _blocks.apt_install(COMPILE_PACKAGES, "torch.compile (Triton) builds C launchers against Python.h")
+        return _blocks.apt_install(self.stack, COMPILE_PACKAGES, "torch.compile (Triton) builds C launchers against Python.h")
 
     def labels(self) -> dict[str, str]:
         return {"cuda": self.cuda_tag, "index": self.opts["index"],

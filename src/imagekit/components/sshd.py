@@ -26,7 +26,7 @@ class Sshd(Component):
     def _blocks(self) -> list:
         from hpccm.primitives import shell
 
-        return _blocks.apt_install(["openssh-client", "openssh-server"], "sshd for inside-out launches") + [
+        return _blocks.apt_install(self.stack, ["openssh-client", "openssh-server"], "sshd for inside-out launches") + [
             shell(commands=[
                 "rm -f /etc/ssh/ssh_host_*",
                 "mkdir -p /run/sshd /etc/ssh/sshd_config.d",

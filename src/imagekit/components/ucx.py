@@ -134,7 +134,7 @@ class Ucx(Component):
         if self.source == "distro":
             return super().runtime()
         # ucx_perftest is built with OpenMP.
-        return _blocks.apt_install(["libgomp1"], "UCX runtime libraries") + super().runtime()
+        return _blocks.apt_install(self.stack, ["libgomp1"], "UCX runtime libraries") + super().runtime()
 
     def environment(self) -> dict[str, str]:
         # UCX_VFS_ENABLE=no: no per-process FUSE monitoring daemon socket in containers (CoreWeave's
