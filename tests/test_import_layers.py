@@ -131,9 +131,8 @@ def test_the_run_side_never_reaches_the_build_side(graph):
 
 
 def test_imports_sit_at_the_top(graph):
-    """No module imports imagekit inside a function (README "Layers"). The two deferred loadings are
-    tables, not import statements: the CLI's LazyGroup (command modules) and export.CONVERTERS (a
-    format's converter), each loaded by name through importlib."""
+    """No module imports imagekit inside a function (README "Layers"). The one deferred loading is a
+    table, not an import statement: the CLI's LazyGroup loads a command's module by name."""
     edges, _g, _rows = graph
     inside = import_graph.function_level(edges)
     assert not inside, "move these imports to the top of their module: " + "; ".join(

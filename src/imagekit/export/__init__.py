@@ -9,7 +9,6 @@ keeps each converted file once, keyed by image ID, format, preset and options.
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Callable, Literal, Union
 
 from imagekit import records
 from imagekit.errors import UsageError
-from imagekit.export import formats, squash
+from imagekit.export import enroot, formats, sif, squash
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import ExportResult, prepare_target
 from imagekit.export.store import Store, link_or_copy
@@ -31,20 +30,13 @@ StoreChoice = Union[Store, str, Path, None, Literal[False]]
 FORMATS = tuple(formats.FORMATS)
 SUFFIX = formats.SUFFIX
 
-# format -> "module:function" that writes it. The package's one deferred loading (README "Layers"),
-# like the CLI's LazyGroup: a converter's module is imported when an export in that format runs, so
-# the store's lookup and the Pyxis importer's store hit load neither the image's tar stream and the
-# Enroot layout nor the SIF writer. scripts/import_graph.py reads this table as import edges.
-CONVERTERS: dict[str, str] = {
-    "enroot": "imagekit.export.enroot:export",
-    "sif": "imagekit.export.sif:export",
-}
+# format -> the function that writes it.
+CONVERTERS: dict[str, Callable[..., ExportResult]] = {"enroot": enroot.export, "sif": sif.export}
 
 
 def converter(name: str) -> Callable[..., ExportResult]:
     """The converter that writes format ``name`` (see :data:`CONVERTERS`)."""
-    module, attr = CONVERTERS[formats.get(name).name].split(":")
-    return getattr(importlib.import_module(module), attr)
+    return CONVERTERS[formats.get(name).name]
 
 
 def default_output(image: str, to: str) -> Path:
