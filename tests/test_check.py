@@ -63,6 +63,7 @@ BREAKAGES = {
     "no-login-env-script": ("rm -f /etc/profile.d/zz-imagekit-environment.sh", {"image.login_env"}),
     "no-mpi-ring": ("rm -f /usr/local/bin/imagekit-mpi-ring", {"openmpi.ring"}),
     "no-ib-tools": ("rm -f /usr/bin/ib_write_bw", {"ofed.tools"}),
+    "no-ibstat": ("rm -f /usr/sbin/ibstat", {"ofed.diags"}),
 }
 
 

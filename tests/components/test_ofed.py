@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from imagekit.components.ofed import DOCA_KEYFILE, DOCA_LIST, INBOX_TOOLS, RUNTIME_PACKAGES
+from imagekit.components.ofed import DIAGS_TOOLS, DOCA_KEYFILE, DOCA_LIST, INBOX_TOOLS, RUNTIME_PACKAGES
 from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 
 
@@ -16,7 +16,7 @@ def test_inbox_is_the_default_and_is_distro(tmp_path):
 
 
 def test_inbox_packages_and_tools(tmp_path):
-    text = render_text(tmp_path, DEBIAN + "components:\n  ofed: {tools: true}\n")
+    text = render_text(tmp_path, DEBIAN + "components:\n  ofed: {tools: true, diags: true}\n")
     devel, runtime = stage(text, "devel"), stage(text, "runtime")
     assert "libibverbs-dev" in devel and "libibverbs-dev" not in runtime
     for pkg in ("ibverbs-providers", "libibverbs1", "librdmacm1", "perftest", "infiniband-diags"):
@@ -83,7 +83,8 @@ def test_doca_repository_tree_is_named_after_the_bases_ubuntu(tmp_path):
 
 @pytest.mark.parametrize("flavor, version", [("inbox", None), ("doca", "2.9.1"), ("mlnx", "24.10-1.1.4.0")])
 def test_ib_diagnostics_are_on_by_default(tmp_path, flavor, version):
-    """Review cuda-recipes-2 finding 18: an HPC image without ibstat or ib_write_bw is hard to debug."""
+    """Review cuda-recipes-2 finding 18: an HPC image without ib_write_bw is hard to debug. ibstat's
+    infiniband-diags (with Debian's full perl) is asked for apart, with `diags: true`."""
     spec = f"{{flavor: {flavor}" + (f", version: '{version}'" if version else "") + "}"
     s = load_text(tmp_path, (CUDA if version else DEBIAN) + f"components:\n  ofed: {spec}\n")
     assert s.get("ofed").opts["tools"] is True
@@ -91,7 +92,15 @@ def test_ib_diagnostics_are_on_by_default(tmp_path, flavor, version):
                     "runtime")
     for pkg in INBOX_TOOLS:
         assert pkg in runtime, pkg
+    assert "infiniband-diags" not in runtime
     assert "ofed.tools" in {c.id for c in s.get("ofed").checks()}
+    assert "ofed.diags" not in {c.id for c in s.get("ofed").checks()}
+    diags = load_text(tmp_path, (CUDA if version else DEBIAN)
+                      + f"components:\n  ofed: {spec[:-1]}, diags: true}}\n")
+    assert "ofed.diags" in {c.id for c in diags.get("ofed").checks()}
+    assert all(pkg in stage(render_text(tmp_path, (CUDA if version else DEBIAN)
+                                        + f"components:\n  ofed: {spec[:-1]}, diags: true}}\n"), "runtime")
+               for pkg in DIAGS_TOOLS)
     off = load_text(tmp_path, (CUDA if version else DEBIAN)
                     + f"components:\n  ofed: {spec[:-1]}, tools: false}}\n")
     assert "ofed.tools" not in {c.id for c in off.get("ofed").checks()}

@@ -16,7 +16,11 @@ from imagekit import checks
 from imagekit.components import Component, _blocks
 from imagekit.schema import Option
 
-INBOX_TOOLS = ["infiniband-diags", "perftest", "rdmacm-utils"]
+# The fabric tools every image gets: ib_write_bw and friends, rping/ucmatose (ibv_devinfo comes with
+# ibverbs-utils). infiniband-diags (ibstat, ibnetdiscover, perfquery) is asked for apart: Debian's
+# package depends on the full perl, 47 MB of the 53.5 MB the three added to debian-mpi's runtime.
+INBOX_TOOLS = ["perftest", "rdmacm-utils"]
+DIAGS_TOOLS = ["infiniband-diags"]
 # The first DOCA release with a repository tree for each distro that came out after DOCA 2.0: DOCA 2.7.0
 # (mid 2024) added Ubuntu 24.04, which DOCA 2.5/2.6 predate. Distros not listed are not judged.
 DOCA_FIRST = {"ubuntu24": (2, 7, 0)}
@@ -65,10 +69,11 @@ class Ofed(Component):
     sources = ("distro", "upstream")
     options = {
         "flavor": Option(str, "inbox", "doca | mlnx | inbox", choices=("doca", "mlnx", "inbox")),
-        # On by default: an HPC image without ibstat or ib_write_bw leaves a site nothing to triage a
-        # fabric with. They add 53.5 MB to debian-mpi's runtime, 47 MB of it the perl that
-        # infiniband-diags depends on; `tools: false` drops them.
-        "tools": Option(bool, True, "add perftest, infiniband-diags and rdmacm-utils (ib_write_bw, ibstat)"),
+        # On by default: an HPC image without ib_write_bw or ibv_devinfo leaves a site nothing to
+        # triage a fabric with. perftest and rdmacm-utils add about 6 MB to debian-mpi's runtime.
+        "tools": Option(bool, True, "add perftest and rdmacm-utils (ib_write_bw, ib_read_lat, rping)"),
+        "diags": Option(bool, False, "add infiniband-diags (ibstat, ibnetdiscover, perfquery); Debian's "
+                                     "depends on the full perl (+47 MB)"),
     }
     distro_packages = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1")
     distro_devel_packages = ("libibverbs-dev", "librdmacm-dev")
@@ -101,7 +106,7 @@ class Ofed(Component):
                            f'use DOCA "{wanted}" or newer ("2.9.1" LTS; "2.10.0" or later for ConnectX-8)')
 
     def _tools(self) -> list[str]:
-        return INBOX_TOOLS if self.opts["tools"] else []
+        return (INBOX_TOOLS if self.opts["tools"] else []) + (DIAGS_TOOLS if self.opts["diags"] else [])
 
     def _doca_apt(self) -> bool:
         return self.opts["flavor"] == "doca" and self.stack.base.family == "deb"
@@ -143,8 +148,10 @@ class Ofed(Component):
                        "2>/dev/null | grep -q mlx5"),
             # `ibv_devinfo -l` prints "<n> HCA(s) found:" then one name a line; names vary (mlx5_0, or
             # rdma-core's persistent ibp*/rocep* names), so count devices rather than match names.
-            *([checks.run("ofed.tools", "the IB diagnostics are installed (ibstat, ib_write_bw)",
-                          "command -v ibstat && command -v ib_write_bw")] if self.opts["tools"] else []),
+            *([checks.run("ofed.tools", "the fabric tools are installed (ib_write_bw, ibv_devinfo)",
+                          "command -v ib_write_bw && command -v ibv_devinfo")] if self.opts["tools"] else []),
+            *([checks.run("ofed.diags", "the IB diagnostics are installed (ibstat)", "command -v ibstat")]
+              if self.opts["diags"] else []),
             checks.run("ofed.devices", "ibv_devinfo sees an RDMA device", "ibv_devinfo -l",
                        expect=r"(?m)^[1-9]\d* HCAs? found:", needs="fabric"),
         ]
