@@ -34,11 +34,15 @@ ENTRY_POINTS = (
 )
 
 
+# The package whose modules are loaded by discovery, not by import statements.
+PLUGINS = "imagekit.components"
+
+
 @dataclass(frozen=True)
 class Edge:
     source: str
     target: str
-    kind: str  # "module", "type-checking" or "function"
+    kind: str  # "module", "type-checking", "function" or "discovery"
     line: int
 
 
@@ -103,6 +107,10 @@ def edges(src: Path = SRC) -> list[Edge]:
             for target in _targets(node, name, path.name == "__init__.py", known):
                 if target != name and target in known:
                     found.append(Edge(name, target, kind, node.lineno))
+    # The component registry imports every component module by name when first asked for
+    # (components/__init__.py): drawn here as the edges they are.
+    found += [Edge(PLUGINS, name, "discovery", 0) for name in sorted(known)
+              if name.startswith(PLUGINS + ".") and not name.rsplit(".", 1)[1].startswith("_")]
     return found
 
 

@@ -391,8 +391,9 @@ def test_a_requirement_is_met_by_any_provider_of_its_role(tmp_path, monkeypatch)
     need = Requires("pmix", option="pmix")
     need.check(mpi)
     pmix = s.components.pop("pmix")
-    monkeypatch.setattr(components, "_REGISTRY", {**registry(), "other-pmix": type(
-        "OtherPmix", (Component,), {"name": "other-pmix", "provides": ("pmix",)})})
+    known = {**registry(), "other-pmix": type("OtherPmix", (Component,), {"name": "other-pmix", "provides": ("pmix",)})}
+    # Requires reads the defined components from below the package (components._base).
+    monkeypatch.setattr(components._base, "defined", lambda: known)
     with pytest.raises(rules.StackError, match=r"needs the `pmix` component") as info:
         need.check(mpi)
     assert "add `pmix` or `other-pmix` to components" in info.value.hint

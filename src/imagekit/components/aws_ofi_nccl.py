@@ -22,7 +22,8 @@ from __future__ import annotations
 import re
 
 from imagekit import checks, sources
-from imagekit.components import Component, Requires, _blocks
+from imagekit.components import _blocks
+from imagekit.components._base import Component, Requires
 from imagekit.schema import Option
 
 PREFIX = "/opt/amazon/aws-ofi-nccl"

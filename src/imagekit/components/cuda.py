@@ -41,7 +41,8 @@ import base64
 import re
 
 from imagekit import checks
-from imagekit.components import Component, _blocks
+from imagekit.components import _blocks
+from imagekit.components._base import Component
 from imagekit.schema import Option
 
 _TAG = re.compile(r"cuda[^:]*:(\d+\.\d+(?:\.\d+)?)")

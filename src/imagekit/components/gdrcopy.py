@@ -7,7 +7,8 @@ kernel module stays on the host.
 from __future__ import annotations
 
 from imagekit import checks, sources
-from imagekit.components import Component, Requires, _blocks
+from imagekit.components import _blocks
+from imagekit.components._base import Component, Requires
 
 PREFIX = "/usr/local/gdrcopy"
 

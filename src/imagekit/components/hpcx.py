@@ -23,7 +23,8 @@ the file it mirrors.
 from __future__ import annotations
 
 from imagekit import checks, sources
-from imagekit.components import Component, Requires, _blocks
+from imagekit.components import _blocks
+from imagekit.components._base import Component, Requires
 from imagekit.schema import Option
 
 PREFIX = "/opt/hpcx"

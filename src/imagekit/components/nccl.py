@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 
 from imagekit import checks, sources
-from imagekit.components import Component, _blocks
+from imagekit.components import _blocks
+from imagekit.components._base import Component
 from imagekit.schema import Option
 
 PREFIX = "/usr/local/nccl"

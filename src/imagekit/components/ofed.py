@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 
 from imagekit import checks
-from imagekit.components import Component, _blocks
+from imagekit.components import _blocks
+from imagekit.components._base import Component
 from imagekit.schema import Option
 
 # The fabric tools every image gets: ib_write_bw and friends, rping/ucmatose (ibv_devinfo comes with

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 
 from imagekit import checks, quoting
-from imagekit.components import Component, _blocks
+from imagekit.components import _blocks
+from imagekit.components._base import Component
 from imagekit.schema import Option
 
 VENV = "/opt/venv"

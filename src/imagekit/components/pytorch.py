@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 
 from imagekit import checks, quoting
-from imagekit.components import Component, Requires, _blocks
+from imagekit.components import _blocks
+from imagekit.components._base import Component, Requires
 from imagekit.components.python import VENV, check_requirements
 from imagekit.schema import Option
 

@@ -8,7 +8,8 @@ a user key made for each job.
 from __future__ import annotations
 
 from imagekit import checks
-from imagekit.components import Component, _blocks
+from imagekit.components import _blocks
+from imagekit.components._base import Component
 
 DROPIN = "/etc/ssh/sshd_config.d/imagekit.conf"
 SETTINGS = ["PasswordAuthentication no", "KbdInteractiveAuthentication no",

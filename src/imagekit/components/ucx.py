@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 
 from imagekit import checks, sources
-from imagekit.components import Component, Requires, _blocks
+from imagekit.components import _blocks
+from imagekit.components._base import Component, Requires
 from imagekit.components.gdrcopy import PREFIX as GDRCOPY_PREFIX
 from imagekit.schema import Option
 
