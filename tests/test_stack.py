@@ -57,7 +57,7 @@ def test_describe_is_plain_data(tmp_path):
     assert json.loads(json.dumps(info)) == info
     assert [c["name"] for c in info["components"]] == ["sshd", "openmpi", "python"]
     assert info["components"][1] == {"name": "openmpi", "version": "4.1.4", "source": "distro", "ucx": False,
-                                     "pmix": False, "cuda": False, "slurm": True}
+                                     "pmix": False, "cuda": False, "slurm": True, "pmi2": False}
 
 
 @pytest.mark.parametrize("text, line, key, fragment", [

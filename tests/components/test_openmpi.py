@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
-from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
+import pytest
+
+from imagekit import stack
+from stack_helpers import CUDA, DEBIAN, expect_error, line_of, load_text, render_text, stage, write
 
 UPSTREAM = CUDA + """\
 components:
@@ -76,7 +79,7 @@ def test_openmpi_provides_the_stacks_mpi(tmp_path):
 
 def test_labels_record_the_wiring(tmp_path):
     mpi = load_text(tmp_path, UPSTREAM).get("openmpi")
-    assert mpi.labels() == {"ucx": "true", "pmix": "true", "cuda": "true", "slurm": "true"}
+    assert mpi.labels() == {"ucx": "true", "pmix": "true", "cuda": "true", "slurm": "true", "pmi2": "false"}
     assert mpi.home == "/usr/local/openmpi"
 
 
@@ -109,3 +112,48 @@ def test_upstream_with_ucx_asks_for_pml_ucx_and_never_falls_back_silently(tmp_pa
     assert s.get("ucx").environment()["UCX_VFS_ENABLE"] == "no"
     plain = load_text(tmp_path / "plain", DEBIAN + "components:\n  openmpi: {version: '4.1.7', ucx: false}\n")
     assert "OMPI_MCA_pml" not in plain.get("openmpi").environment()
+
+
+PMI2 = DEBIAN + "components:\n  openmpi: {version: '4.1.4', ucx: false, pmi2: true}\n"
+
+
+def test_pmi2_builds_open_mpi_4_against_slurms_libpmi2(tmp_path):
+    """Review cuda-recipes-2 finding 17: a PMI-2 fallback (`srun --mpi=pmi2`) for sites without
+    Slurm's pmix plugin. Open MPI 4.1's configure finds pmi2.h under /usr/include/slurm, and the
+    library only through --with-pmi-libdir (Debian's multiarch directory is none of DIR/lib, DIR/lib64)."""
+    s = load_text(tmp_path, PMI2)
+    text = render_text(tmp_path, PMI2)
+    flags = configure_line(text).split()
+    assert "--with-pmi=/usr" in flags and "--with-pmi-libdir=/usr/lib/x86_64-linux-gnu" in flags
+    devel, runtime = stage(text, "devel"), stage(text, "runtime")
+    assert re.search(r"apt-get install [^\n]*\blibpmi2-0-dev\b", devel)
+    assert re.search(r"apt-get install [^\n]*\blibpmi2-0\b", runtime) and "libpmi2-0-dev" not in runtime
+    openmpi = s.get("openmpi")
+    assert openmpi.labels()["pmi2"] == "true"
+    pmi2 = next(c for c in openmpi.checks() if c.id == "openmpi.pmi2")
+    assert pmi2.command == "ompi_info" and re.search(pmi2.expect, "  MCA pmix: s2 (MCA v2.1.0, API v2.0.0)")
+    off = load_text(tmp_path, DEBIAN + "components:\n  openmpi: {version: '4.1.4', ucx: false}\n")
+    assert "openmpi.pmi2" not in {c.id for c in off.get("openmpi").checks()}
+    assert "--with-pmi=" not in render_text(tmp_path, DEBIAN + "components:\n  openmpi: {version: '4.1.4', ucx: false}\n")
+
+
+def test_pmi2_is_refused_for_open_mpi_5(tmp_path):
+    """Open MPI 5 removed PMI-1/PMI-2 (its configure: "--with-pmi options were removed in v5.0"): under
+    `srun --mpi=pmi2` every rank would start alone. The error names the launch that works."""
+    path = write(tmp_path, DEBIAN + "components:\n  pmix: {version: '5.0.7'}\n"
+                 "  openmpi: {version: '5.0.7', ucx: false, pmix: true, pmi2: true}\n")
+    err = expect_error(lambda: stack.load(path), path, line_of(path, "pmi2: true"), "components.openmpi.pmi2",
+                       "Open MPI 5 removed PMI-1/PMI-2", "PMIx only")
+    assert "srun --mpi=pmix" in err.hint and "4.1" in err.hint
+
+
+@pytest.mark.parametrize("text, fragment", [
+    (DEBIAN + "components:\n  openmpi: {source: distro, pmi2: true}\n", "the distro's Open MPI"),
+    (DEBIAN.replace("debian12", "debian13") + "components:\n  openmpi: {version: '4.1.4', ucx: false, pmi2: true}\n",
+     "not known here"),
+])
+def test_pmi2_is_refused_where_it_cannot_be_built(tmp_path, text, fragment):
+    path = write(tmp_path, text)
+    err = expect_error(lambda: stack.load(path), path, line_of(path, "pmi2: true"), "components.openmpi.pmi2",
+                       fragment)
+    assert "srun --mpi=pmix" in err.hint

@@ -23,6 +23,10 @@ PREFIX = "/usr/local/openmpi"
 # fabric (a CI runner, a CPU test node) pml ucx then refuses to start. These let it use shared memory
 # and TCP; a site's fabric settings replace them.
 NO_FABRIC_ENV = "OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any OMPI_MCA_opal_warn_on_missing_libcuda=0"
+# Slurm's PMI-2 client (slurm-wlm's libpmi2-0; pmi2.h under /usr/include/slurm): built against on
+# Debian 12 here, the same slurm-wlm package names in Debian 11 and Ubuntu 20.04/22.04. The 64-bit
+# time_t distros (Debian 13, Ubuntu 24.04) may rename the library, so they are not guessed.
+PMI2_PACKAGES = {d: ("libpmi2-0-dev", "libpmi2-0") for d in ("debian11", "debian12", "ubuntu20", "ubuntu22")}
 
 
 def _vt(version: str) -> tuple[int, ...]:
@@ -48,6 +52,9 @@ class Openmpi(Component):
         # The support needs no Slurm library, so it is on unless a site turns it off.
         "slurm": Option(bool, True, "Slurm support (--with-slurm): srun direct launch (4.x) and mpirun "
                                     "inside allocations; needs no Slurm library"),
+        # For sites whose Slurm has no pmix plugin: `srun --mpi=pmi2` against Slurm's libpmi2.
+        "pmi2": Option(bool, False, "Slurm's PMI-2 (--with-pmi, libpmi2) for `srun --mpi=pmi2`; "
+                                    "Open MPI 4.x built from source only (Open MPI 5 speaks PMIx only)"),
     }
     distro_packages = ("libopenmpi3", "openmpi-bin")
     distro_devel_packages = ("build-essential", "libopenmpi-dev")
@@ -74,6 +81,25 @@ class Openmpi(Component):
             self.error("version", f"Open MPI {self.version} cannot use PMIx {pmix.version}: Open MPI 4.1 handles "
                        "PMIx 4.2.3 and later only from 4.1.6 (Open MPI NEWS)",
                        'use Open MPI "4.1.8" (or "5.0.10" with PMIx 5), or PMIx "4.2.2"')
+        if self.enabled("pmi2"):
+            self._check_pmi2()
+
+    def _check_pmi2(self) -> None:
+        if self.source != "upstream":
+            self.error("pmi2", "the distro's Open MPI is not built against Slurm's libpmi2",
+                       "use `source: upstream` with Open MPI 4.1 (e.g. \"4.1.8\"), or launch with "
+                       "`srun --mpi=pmix` and drop `pmi2`")
+        if self.major >= 5:
+            # Open MPI 5.0 removed its PMI-1/PMI-2 components with ORTE: its configure lists --with-pmi as
+            # "*DELETED*" ("--with-pmi options were removed in v5.0"), and under `srun --mpi=pmi2` its ranks
+            # start as singletons, each rank 0 of 1 (open-mpi/ompi#13523).
+            self.error("pmi2", f"Open MPI {self.version} has no PMI-2 support: Open MPI 5 removed PMI-1/PMI-2 "
+                       "and speaks PMIx only (under `srun --mpi=pmi2` every rank starts alone, rank 0 of 1)",
+                       "launch with `srun --mpi=pmix` (Slurm's pmix plugin, the pmix component with "
+                       "`pmix: true`) and drop `pmi2`, or use Open MPI 4.1 (e.g. \"4.1.8\") for `pmi2: true`")
+        if self.stack.base.distro not in PMI2_PACKAGES:
+            self.error("pmi2", f"Slurm's PMI-2 package names on {self.stack.base.distro} are not known here",
+                       f"use a {', '.join(PMI2_PACKAGES)} base, or launch with `srun --mpi=pmix`")
 
     def check_stack(self) -> None:
         """CUDA-aware MPI over pml ucx moves GPU buffers through UCX: a UCX without CUDA cannot."""
@@ -113,6 +139,9 @@ class Openmpi(Component):
             opts.append(f"--with-pmix={pmix.prefix}")  # Debian's libpmix-dev lives in its own pmix2 tree
         if ucx is not None and self.enabled("ucx"):
             opts.append(f"--with-ucx={ucx.prefix}")
+        if self.enabled("pmi2"):
+            # Debian's libpmi2-0-dev: /usr/include/slurm/pmi2.h, the library in the multiarch directory.
+            opts += ["--with-pmi=/usr", f"--with-pmi-libdir=/usr/lib/{self.stack.base.arch}-linux-gnu"]
         if self.enabled("cuda"):
             # Open MPI 5 links its CUDA component against libcuda: the toolkit's link stub.
             opts += ["--with-cuda=/usr/local/cuda"] + \
@@ -130,7 +159,8 @@ class Openmpi(Component):
         (artifact,) = self.artifacts()
         src = sources.block_source(self.stack, artifact)
         # openssh-client: Open MPI 4's mpirun will not start, even for local ranks, without an rsh agent.
-        return _blocks.build_tools(self.stack, [*DEVEL_PACKAGES, "openssh-client", "perl"],
+        pmi2 = [PMI2_PACKAGES[self.stack.base.distro][0]] if self.enabled("pmi2") else []
+        return _blocks.build_tools(self.stack, [*DEVEL_PACKAGES, "openssh-client", "perl", *pmi2],
                                    "Open MPI build tools") + [
             generic_autotools(**src, directory=f"openmpi-{self.version}", prefix=PREFIX, ldconfig=True,
                               configure_opts=self.configure_opts(),
@@ -151,7 +181,8 @@ class Openmpi(Component):
         if self.source == "distro":
             return super().runtime() + probe
         # mpirun starts remote daemons over ssh in inside-out launches.
-        return _blocks.apt_install(self.stack, [*runtime_packages(self.stack.base.distro), "openssh-client"],
+        pmi2 = [PMI2_PACKAGES[self.stack.base.distro][1]] if self.enabled("pmi2") else []
+        return _blocks.apt_install(self.stack, [*runtime_packages(self.stack.base.distro), "openssh-client", *pmi2],
                                    "Open MPI runtime libraries") + super().runtime() + probe
 
     def environment(self) -> dict[str, str]:
@@ -163,7 +194,7 @@ class Openmpi(Component):
         return {"PATH": f"{PREFIX}/bin:$PATH", **({"OMPI_MCA_pml": "ucx"} if self.enabled("ucx") else {})}
 
     def labels(self) -> dict[str, str]:
-        return {k: str(self.enabled(k)).lower() for k in ("ucx", "pmix", "cuda", "slurm")}
+        return {k: str(self.enabled(k)).lower() for k in ("ucx", "pmix", "cuda", "slurm", "pmi2")}
 
     def checks(self) -> list:
         out = [
@@ -190,6 +221,9 @@ class Openmpi(Component):
             else:
                 out.append(checks.run("openmpi.pmix_external", "OpenMPI is configured with an external PMIx",
                                       "ompi_info --parsable", expect=r"config:cli:.*'--with-pmix=(?!internal)[^']+'"))
+        if self.enabled("pmi2"):
+            out.append(checks.run("openmpi.pmi2", "Open MPI has Slurm's PMI-2 (srun --mpi=pmi2)", "ompi_info",
+                                  expect=r"MCA pmix: s2"))
         if self.enabled("cuda"):
             out.append(checks.run("openmpi.cuda", "OpenMPI is CUDA-aware", "ompi_info --parsable --all",
                                   expect=r"mpi_built_with_cuda_support:value:true"))
