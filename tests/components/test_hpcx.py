@@ -131,3 +131,10 @@ def test_runtime_defaults_for_srun_pmix_hcoll_and_the_sharp_plugin(tmp_path):
     env = _load(tmp_path, extra=", hcoll: true, sharp: true").get("hpcx").environment()
     assert "OMPI_MCA_coll_hcoll_enable" not in env and "NCCL_NET_PLUGIN" not in env
     assert env["PMIX_MCA_gds"] == "hash"
+
+
+def test_a_version_without_a_minor_is_one_clear_error(tmp_path):
+    """Found by test_generated_stacks_render_or_raise_stack_error: HPC-X "12" crashed in the
+    version compare (ValueError) instead of being refused as a version imagekit has no table for."""
+    with pytest.raises(StackError, match="imagekit does not know which Open MPI HPC-X 12 carries"):
+        _load(tmp_path, text=HPCX.format(pin=PIN, extra=", ofed: doca_ofed").replace('version: "2.22.1"', 'version: "12"'))

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from imagekit import check, engine
+from imagekit import build, check, engine, stack
 
 pytestmark = [pytest.mark.engine, pytest.mark.slurm]
 
@@ -35,8 +35,6 @@ RING_PASSED = "2 ranks, ring of 1048576 bytes and allreduce passed"
 
 @pytest.fixture(scope="module")
 def pmi2_image(base_image, site_mirror, tmp_path_factory) -> str:
-    from imagekit import build, stack
-
     path = tmp_path_factory.mktemp("pmi2-stack") / "imagekit-test-pmi2.yaml"
     path.write_text(STACK)
     logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")

@@ -22,6 +22,8 @@ the file it mirrors.
 
 from __future__ import annotations
 
+import re
+
 from imagekit import checks, sources
 from imagekit.components import _blocks
 from imagekit.components._base import Component, Requires
@@ -91,7 +93,9 @@ class Hpcx(Component):
 
     @property
     def _minor(self) -> tuple[int, int]:
-        major, minor = (int(x) for x in self.version.split(".")[:2])
+        # A version imagekit has no table for is refused in configure(); until that error is raised,
+        # read what digits there are ("12" is 12.0) rather than fail to unpack.
+        major, minor = ([int(x) for x in re.findall(r"\d+", self.version)] + [0, 0])[:2]
         return major, minor
 
     @property
