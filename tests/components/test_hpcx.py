@@ -134,7 +134,8 @@ def test_runtime_defaults_for_srun_pmix_hcoll_and_the_sharp_plugin(tmp_path):
 
 
 def test_a_version_without_a_minor_is_one_clear_error(tmp_path):
-    """Found by test_generated_stacks_render_or_raise_stack_error: HPC-X "12" crashed in the
-    version compare (ValueError) instead of being refused as a version imagekit has no table for."""
-    with pytest.raises(StackError, match="imagekit does not know which Open MPI HPC-X 12 carries"):
-        _load(tmp_path, text=HPCX.format(pin=PIN, extra=", ofed: doca_ofed").replace('version: "2.22.1"', 'version: "12"'))
+    """Found by test_generated_stacks_render_or_raise_stack_error: HPC-X "12" with no pin crashed
+    while naming the release file to pin (ValueError in the version compare)."""
+    text = HPCX.format(pin=PIN, extra="").replace('version: "2.22.1", sha256: "' + PIN + '"', 'version: "12"')
+    with pytest.raises(StackError, match="hpcx 12"):
+        _load(tmp_path, text=text)
