@@ -1,11 +1,9 @@
 """What the tests of the built CUDA images (debian-cuda, debian-cuda12, debian-pytorch) share: the
-checks no image here can pass, running checks, and making a broken copy of an image."""
+checks no image here can pass, running checks, and image sizes (broken copies: ``broken_images``)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-from pathlib import Path
 
 from imagekit import check, engine
 
@@ -27,18 +25,6 @@ def green_but_hardware(image: str, more_hardware: frozenset[str] = frozenset()) 
     assert not bad, bad
     assert {i for i, o in result.items() if o.status == "not-run"} == HARDWARE_CHECKS | more_hardware
     return result
-
-
-def broken_copy(image: str, script: str, tag: str, directory: Path, add: Path | None = None) -> str:
-    """``image`` with ``script`` run in one more layer (one command a line: no continuations), tagged
-    ``tag``; the file ``add`` (inside ``directory``) is at /tmp/add/ for the script."""
-    directory.mkdir(parents=True, exist_ok=True)
-    copy = f"COPY {add.name} /tmp/add/{add.name}\n" if add else ""
-    (directory / "Dockerfile").write_text(f"FROM {image}\n{copy}RUN {script.strip().replace(chr(10), ' && ')}\n")
-    proc = subprocess.run([engine.docker_cli(), "build", "-q", "-t", tag, str(directory)], capture_output=True,
-                          text=True, env={**os.environ, "DOCKER_BUILDKIT": "1"})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return tag
 
 
 def image_sizes(*images: str) -> dict[str, int]:

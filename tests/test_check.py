@@ -12,22 +12,11 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
+from broken_images import committed_copy
 from imagekit import check, checks, engine, stack
 from imagekit.cli import main
 
 pytestmark = pytest.mark.engine
-
-
-def _broken(image: str, tag: str, script: str) -> str:
-    cli = engine.docker_cli()
-    cid = subprocess.run([cli, "create", "--entrypoint", "/bin/sh", image, "-c", script],
-                         check=True, capture_output=True, text=True).stdout.strip()
-    try:
-        subprocess.run([cli, "start", "-a", cid], check=True, capture_output=True)
-        subprocess.run([cli, "commit", cid, tag], check=True, capture_output=True)
-    finally:
-        subprocess.run([cli, "rm", "-f", cid], capture_output=True)
-    return tag
 
 
 def test_offline_image_passes_every_check_that_can_run_here(mpi_image):
@@ -70,7 +59,7 @@ BREAKAGES = {
 @pytest.mark.parametrize("name", sorted(BREAKAGES))
 def test_checks_catch_a_broken_image(mpi_image, name):
     script, expected = BREAKAGES[name]
-    broken = _broken(mpi_image, f"imagekit-test/broken:{name}", script)
+    broken = committed_copy(mpi_image, f"imagekit-test/broken:{name}", script)
     try:
         report = check.run(broken, check.checks_from_image(broken))
         failed = {o.id for o in report.failed}
@@ -82,7 +71,7 @@ def test_checks_catch_a_broken_image(mpi_image, name):
 
 
 def test_cli_check_names_component_and_output_and_writes_junit(mpi_image, tmp_path):
-    broken = _broken(mpi_image, "imagekit-test/broken:cli", "rm -f /usr/bin/ucx_info")
+    broken = committed_copy(mpi_image, "imagekit-test/broken:cli", "rm -f /usr/bin/ucx_info")
     try:
         junit = tmp_path / "checks.xml"
         result = CliRunner().invoke(main, ["check", broken, "--junit", str(junit)])
@@ -127,7 +116,8 @@ def test_the_library_closure_names_what_is_missing_in_its_old_and_new_label_form
     assert [c.kind for c in new] == ["ldd_closure"]
     both = [new[0], {**json.loads(OLD_LDD_CLOSURE), "id": "image.ldd_closure_old"}]
     assert [o.status for o in check.run(mpi_image, both).outcomes] == ["passed", "passed"]
-    broken = _broken(mpi_image, "imagekit-test/broken:ldd", "rm -f /usr/lib/x86_64-linux-gnu/libucp.so.0* && ldconfig")
+    broken = committed_copy(mpi_image, "imagekit-test/broken:ldd",
+                            "rm -f /usr/lib/x86_64-linux-gnu/libucp.so.0* && ldconfig")
     try:
         outcomes = check.run(broken, both).outcomes
         assert [o.status for o in outcomes] == ["failed", "failed"]

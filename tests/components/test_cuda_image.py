@@ -14,7 +14,8 @@ import subprocess
 
 import pytest
 
-from cuda_images import broken_copy, check_outcomes, green_but_hardware, image_sizes
+from broken_images import broken_copy
+from cuda_images import check_outcomes, green_but_hardware, image_sizes
 from imagekit import check, engine, stack
 
 pytestmark = pytest.mark.engine

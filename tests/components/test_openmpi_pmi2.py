@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+from broken_images import committed_copy
 
 from imagekit import build, check, engine, stack
 
@@ -44,16 +45,9 @@ def pmi2_image(base_image, site_mirror, tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def broken_image(pmi2_image) -> str:
     """The image without Open MPI's PMI-2 component (what a build without --with-pmi has)."""
-    cli, tag = engine.docker_cli(), "imagekit-test/pmi2-broken:latest"
-    cid = subprocess.run([cli, "create", "--entrypoint", "/bin/sh", pmi2_image, "-c", f"rm -f {S2}"],
-                         check=True, capture_output=True, text=True).stdout.strip()
-    try:
-        subprocess.run([cli, "start", "-a", cid], check=True, capture_output=True)
-        subprocess.run([cli, "commit", cid, tag], check=True, capture_output=True)
-    finally:
-        subprocess.run([cli, "rm", "-f", cid], capture_output=True)
+    tag = committed_copy(pmi2_image, "imagekit-test/pmi2-broken:latest", f"rm -f {S2}")
     yield tag
-    subprocess.run([cli, "rmi", "-f", tag], capture_output=True)
+    subprocess.run([engine.docker_cli(), "rmi", "-f", tag], capture_output=True)
 
 
 def sqsh(image: str, directory) -> str:

@@ -18,7 +18,8 @@ import zipfile
 
 import pytest
 
-from cuda_images import broken_copy, check_outcomes, green_but_hardware
+from broken_images import broken_copy
+from cuda_images import check_outcomes, green_but_hardware
 from imagekit import check, engine
 
 pytestmark = pytest.mark.engine

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from imagekit import engine, registry
-from imagekit.errors import ArtifactMissing, ImagekitError, IntegrityError, RegistryError, UsageError
+from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.export import artifact_trust, artifacts, squash
 from imagekit.export import converter as converter_for
 from imagekit.export.image_source import RegistrySource
-from imagekit.export.pyxis_importer import PROG, USAGE, hold_name, log, stores
-from imagekit.export.store import ARTIFACT_OPTION, Entry, Store, notices
+from imagekit.export.pyxis_importer import PROG, hold_name, log, run_command, stores
+from imagekit.export.store import ARTIFACT_OPTION, Entry, Store
 
 
 def get(uri: str, env: Mapping[str, str] | None = None) -> Path:
@@ -162,26 +162,16 @@ def _fill(store: Store, source: Source, env: Mapping[str, str]) -> tuple[Entry, 
     return store.get_or_create(key, convert, progress=log)
 
 
+def _command(argv: list[str]) -> int | None:
+    if argv[:1] == ["get"] and len(argv) == 2:
+        sys.stdout.write(f"{get(argv[1])}\n")
+        sys.stdout.flush()
+        return 0
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    notices.sink = lambda message: log(f"warning: {message}")
-    try:
-        if argv[:1] == ["get"] and len(argv) == 2:
-            path = get(argv[1])
-            sys.stdout.write(f"{path}\n")
-            sys.stdout.flush()
-            return 0
-        print(USAGE, file=sys.stderr)
-        return 2
-    except ImagekitError as exc:
-        log(f"error: {exc}")
-        return exc.exit_code
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
-    except Exception as exc:  # noqa: BLE001 - Pyxis shows stderr: one line, never a traceback
-        log(f"error: {type(exc).__name__}: {exc} (a bug in {PROG}: please report it)")
-        return 1
+    return run_command(_command, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

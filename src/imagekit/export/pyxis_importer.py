@@ -46,7 +46,7 @@ import re
 import socket
 import sys
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from imagekit import engine, registry
 from imagekit.errors import ImagekitError, UsageError
@@ -188,22 +188,18 @@ def _hand_over(argv: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "imagekit.export.pyxis_fill", *argv])
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_command(command: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:
+    """Run one of the importer's commands the way Pyxis needs it: warnings and errors as single
+    ``imagekit-pyxis-importer:`` lines on stderr, never a traceback, the error's exit status, and
+    usage (status 2) when ``command`` returns None for arguments it does not take."""
     argv = sys.argv[1:] if argv is None else argv
     notices.sink = lambda message: log(f"warning: {message}")
     try:
-        if argv[:1] == ["get"] and len(argv) == 2:
-            path = serve(argv[1])
-            if path is None:
-                _hand_over(argv)
-            sys.stdout.write(f"{path}\n")
-            sys.stdout.flush()
-            return 0
-        if argv == ["release"]:
-            release()
-            return 0
-        print(USAGE, file=sys.stderr)
-        return 2
+        status = command(argv)
+        if status is None:
+            print(USAGE, file=sys.stderr)
+            return 2
+        return status
     except ImagekitError as exc:
         log(f"error: {exc}")
         return exc.exit_code
@@ -213,6 +209,24 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - Pyxis shows stderr: one line, never a traceback
         log(f"error: {type(exc).__name__}: {exc} (a bug in {PROG}: please report it)")
         return 1
+
+
+def _command(argv: list[str]) -> int | None:
+    if argv[:1] == ["get"] and len(argv) == 2:
+        path = serve(argv[1])
+        if path is None:
+            _hand_over(argv)
+        sys.stdout.write(f"{path}\n")
+        sys.stdout.flush()
+        return 0
+    if argv == ["release"]:
+        release()
+        return 0
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(_command, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
