@@ -137,6 +137,17 @@ def test_pmi2_builds_open_mpi_4_against_slurms_libpmi2(tmp_path):
     assert "--with-pmi=" not in render_text(tmp_path, DEBIAN + "components:\n  openmpi: {version: '4.1.4', ucx: false}\n")
 
 
+@pytest.mark.parametrize("distro", ["debian13", "ubuntu24"])
+def test_pmi2_on_the_64_bit_time_distros_installs_the_renamed_library(tmp_path, distro):
+    """Debian 13 (slurm-wlm 24.11) and Ubuntu 24.04 (23.11) ship Slurm's PMI-2 library as libpmi2-0t64
+    (the 64-bit time_t rename); no libpmi2-0 exists there, so the runtime stage would not install."""
+    text = render_text(tmp_path, PMI2.replace("debian12", distro))
+    assert re.search(r"apt-get install [^\n]*\blibpmi2-0-dev\b", stage(text, "devel"))
+    runtime = stage(text, "runtime")
+    assert re.search(r"apt-get install [^\n]*\blibpmi2-0t64\b", runtime)
+    assert not re.search(r"\blibpmi2-0\b(?!t64)", runtime)
+
+
 def test_pmi2_is_refused_for_open_mpi_5(tmp_path):
     """Open MPI 5 removed PMI-1/PMI-2 (its configure: "--with-pmi options were removed in v5.0"): under
     `srun --mpi=pmi2` every rank would start alone. The error names the launch that works."""
@@ -149,8 +160,8 @@ def test_pmi2_is_refused_for_open_mpi_5(tmp_path):
 
 @pytest.mark.parametrize("text, fragment", [
     (DEBIAN + "components:\n  openmpi: {source: distro, pmi2: true}\n", "the distro's Open MPI"),
-    (DEBIAN.replace("debian12", "debian13") + "components:\n  openmpi: {version: '4.1.4', ucx: false, pmi2: true}\n",
-     "not known here"),
+    (DEBIAN.replace("debian:bookworm", "rockylinux:9").replace("debian12", "rockylinux9")
+     + "components:\n  openmpi: {version: '4.1.4', ucx: false, pmi2: true}\n", "not known here"),
 ])
 def test_pmi2_is_refused_where_it_cannot_be_built(tmp_path, text, fragment):
     path = write(tmp_path, text)

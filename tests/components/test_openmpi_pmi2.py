@@ -1,8 +1,10 @@
 """openmpi `pmi2: true`, for real: `srun --mpi=pmi2` wires the ranks of an image started by Pyxis.
 
 Open MPI 4.1.4 is built from the site mirror against Debian's libpmi2 (Slurm's PMI-2
-client), exported to a ``.sqsh`` and started on the session's Slurm (Debian's 22.05,
-whose ``mpi_pmi2`` plugin is the PMI-2 server) through Pyxis and Enroot. Red: the same
+client), on Debian 12 and on Debian 13 (gcc 14, and the library renamed libpmi2-0t64), exported
+to a ``.sqsh`` and started on the session's Slurm (Debian 12's 22.05, whose ``mpi_pmi2`` plugin
+is the PMI-2 server; PMI-2's wire protocol is what lets a 24.11 client talk to it) through Pyxis
+and Enroot. Red: the same
 image without Open MPI's ``s2`` component, which the ``openmpi.pmi2`` check and the
 launch both catch. Review cuda-recipes-2 finding 17 (a PMI-2 fallback for sites whose
 Slurm has no pmix plugin).
@@ -22,22 +24,25 @@ from imagekit import build, check, engine, stack
 pytestmark = [pytest.mark.engine, pytest.mark.slurm]
 
 STACK = """\
-name: imagekit-test-pmi2
+name: imagekit-test-pmi2-{distro}
 description: Open MPI 4.1.4 against Slurm's libpmi2 (srun --mpi=pmi2)
 base:
-  image: imagekit/debian:bookworm
-  distro: debian12
+  image: imagekit/debian:{release}
+  distro: {distro}
 components:
-  openmpi: {version: "4.1.4", ucx: false, pmi2: true}
+  openmpi: {{version: "4.1.4", ucx: false, pmi2: true}}
 """
+RELEASES = {"debian12": "bookworm", "debian13": "trixie"}
 S2 = "/usr/local/openmpi/lib/openmpi/mca_pmix_s2.so"
 RING_PASSED = "2 ranks, ring of 1048576 bytes and allreduce passed"
 
 
-@pytest.fixture(scope="module")
-def pmi2_image(base_image, site_mirror, tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("pmi2-stack") / "imagekit-test-pmi2.yaml"
-    path.write_text(STACK)
+@pytest.fixture(scope="module", params=sorted(RELEASES))
+def pmi2_image(request, site_mirror, tmp_path_factory) -> str:
+    distro = request.param
+    request.getfixturevalue("base_image" if distro == "debian12" else "trixie_base")
+    path = tmp_path_factory.mktemp("pmi2-stack") / f"imagekit-test-pmi2-{distro}.yaml"
+    path.write_text(STACK.format(distro=distro, release=RELEASES[distro]))
     logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
     return build.build(stack.load(str(path), mirror=str(site_mirror)), build.BuildRequest(log_dir=logs)).tags[0]
 
@@ -45,7 +50,8 @@ def pmi2_image(base_image, site_mirror, tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def broken_image(pmi2_image) -> str:
     """The image without Open MPI's PMI-2 component (what a build without --with-pmi has)."""
-    tag = committed_copy(pmi2_image, "imagekit-test/pmi2-broken:latest", f"rm -f {S2}")
+    broken = pmi2_image.replace("imagekit/", "imagekit-test/").replace(":latest", "-broken:latest")
+    tag = committed_copy(pmi2_image, broken, f"rm -f {S2}")
     yield tag
     subprocess.run([engine.docker_cli(), "rmi", "-f", tag], capture_output=True)
 

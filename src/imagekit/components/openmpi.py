@@ -23,10 +23,14 @@ PREFIX = "/usr/local/openmpi"
 # fabric (a CI runner, a CPU test node) pml ucx then refuses to start. These let it use shared memory
 # and TCP; a site's fabric settings replace them.
 NO_FABRIC_ENV = "OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any OMPI_MCA_opal_warn_on_missing_libcuda=0"
-# Slurm's PMI-2 client (slurm-wlm's libpmi2-0; pmi2.h under /usr/include/slurm): built against on
-# Debian 12 here, the same slurm-wlm package names in Debian 11 and Ubuntu 20.04/22.04. The 64-bit
-# time_t distros (Debian 13, Ubuntu 24.04) may rename the library, so they are not guessed.
-PMI2_PACKAGES = {d: ("libpmi2-0-dev", "libpmi2-0") for d in ("debian11", "debian12", "ubuntu20", "ubuntu22")}
+# Slurm's PMI-2 client (slurm-wlm's libpmi2-0-dev: pmi2.h under /usr/include/slurm, and its library):
+# built against here on Debian 12 and Debian 13, the same slurm-wlm names in Debian 11 and Ubuntu
+# 20.04/22.04. The 64-bit time_t transition renamed the library package on Debian 13 (slurm-wlm 24.11)
+# and Ubuntu 24.04 (23.11) to libpmi2-0t64; the -dev package kept its name.
+PMI2_PACKAGES = {
+    **{d: ("libpmi2-0-dev", "libpmi2-0") for d in ("debian11", "debian12", "ubuntu20", "ubuntu22")},
+    **{d: ("libpmi2-0-dev", "libpmi2-0t64") for d in ("debian13", "ubuntu24")},
+}
 
 
 def _vt(version: str) -> tuple[int, ...]:
