@@ -162,16 +162,8 @@ def _fill(store: Store, source: Source, env: Mapping[str, str]) -> tuple[Entry, 
     return store.get_or_create(key, convert, progress=log)
 
 
-def _command(argv: list[str]) -> int | None:
-    if argv[:1] == ["get"] and len(argv) == 2:
-        sys.stdout.write(f"{get(argv[1])}\n")
-        sys.stdout.flush()
-        return 0
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
-    return run_command(_command, argv)
+    return run_command(get, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

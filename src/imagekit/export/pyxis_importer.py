@@ -46,7 +46,7 @@ import re
 import socket
 import sys
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NoReturn
 
 from imagekit import engine, registry
 from imagekit.errors import ImagekitError, UsageError
@@ -180,7 +180,7 @@ def release(env: Mapping[str, str] | None = None) -> None:
             store.release(None, name)
 
 
-def _hand_over(argv: list[str]) -> None:
+def _hand_over(argv: list[str]) -> NoReturn:
     """A miss: this process becomes the fill program (exec, same pid, stdout, stderr and exit status
     for Pyxis), which loads the registry artifacts and the converters that a store hit never needs."""
     sys.stdout.flush()
@@ -188,18 +188,24 @@ def _hand_over(argv: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "imagekit.export.pyxis_fill", *argv])
 
 
-def run_command(command: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:
-    """Run one of the importer's commands the way Pyxis needs it: warnings and errors as single
-    ``imagekit-pyxis-importer:`` lines on stderr, never a traceback, the error's exit status, and
-    usage (status 2) when ``command`` returns None for arguments it does not take."""
+def run_command(get: Callable[[str], Path], argv: list[str] | None = None,
+                release: Callable[[], None] | None = None) -> int:
+    """Run the importer's protocol the way Pyxis needs it: `get URI` prints the path ``get`` returns,
+    `release` (where given) drops this job's holds; warnings and errors are single
+    ``imagekit-pyxis-importer:`` lines on stderr, never a traceback, with the error's exit status;
+    other arguments print the usage (status 2)."""
     argv = sys.argv[1:] if argv is None else argv
     notices.sink = lambda message: log(f"warning: {message}")
     try:
-        status = command(argv)
-        if status is None:
-            print(USAGE, file=sys.stderr)
-            return 2
-        return status
+        if argv[:1] == ["get"] and len(argv) == 2:
+            sys.stdout.write(f"{get(argv[1])}\n")
+            sys.stdout.flush()
+            return 0
+        if argv == ["release"] and release is not None:
+            release()
+            return 0
+        print(USAGE, file=sys.stderr)
+        return 2
     except ImagekitError as exc:
         log(f"error: {exc}")
         return exc.exit_code
@@ -211,22 +217,15 @@ def run_command(command: Callable[[list[str]], int | None], argv: list[str] | No
         return 1
 
 
-def _command(argv: list[str]) -> int | None:
-    if argv[:1] == ["get"] and len(argv) == 2:
-        path = serve(argv[1])
-        if path is None:
-            _hand_over(argv)
-        sys.stdout.write(f"{path}\n")
-        sys.stdout.flush()
-        return 0
-    if argv == ["release"]:
-        release()
-        return 0
-    return None
+def _serve_or_hand_over(uri: str) -> Path:
+    path = serve(uri)
+    if path is None:
+        _hand_over(["get", uri])
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command(_command, argv)
+    return run_command(_serve_or_hand_over, argv, release=release)
 
 
 if __name__ == "__main__":  # pragma: no cover
