@@ -1,13 +1,12 @@
 """openmpi `pmi2: true`, for real: `srun --mpi=pmi2` wires the ranks of an image started by Pyxis.
 
-Open MPI 4.1.4 is built from the site mirror against Debian's libpmi2 (Slurm's PMI-2
-client), on Debian 12 and on Debian 13 (gcc 14, and the library renamed libpmi2-0t64), exported
-to a ``.sqsh`` and started on the session's Slurm (Debian 12's 22.05, whose ``mpi_pmi2`` plugin
-is the PMI-2 server; PMI-2's wire protocol is what lets a 24.11 client talk to it) through Pyxis
-and Enroot. Red: the same
-image without Open MPI's ``s2`` component, which the ``openmpi.pmi2`` check and the
-launch both catch. Review cuda-recipes-2 finding 17 (a PMI-2 fallback for sites whose
-Slurm has no pmix plugin).
+Open MPI 4.1.4 is built from the site mirror against Debian's libpmi2 (Slurm's PMI-2 client), on
+Debian 12 and on Debian 13 (gcc 14, and the library renamed libpmi2-0t64), exported to a ``.sqsh``
+and started through Pyxis and Enroot on the session's Slurm (Debian 12's 22.05, whose ``mpi_pmi2``
+plugin is the PMI-2 server; PMI-2's wire protocol lets Debian 13's 24.11 client talk to it). Red:
+the same image without Open MPI's ``s2`` component, which the ``openmpi.pmi2`` check and the launch
+both catch. Review cuda-recipes-2 finding 17 (a PMI-2 fallback for sites whose Slurm has no pmix
+plugin).
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ base:
 components:
   openmpi: {{version: "4.1.4", ucx: false, pmi2: true}}
 """
-RELEASES = {"debian12": "bookworm", "debian13": "trixie"}
+# distro: (Debian release, the fixture that makes its imagekit/debian base)
+RELEASES = {"debian12": ("bookworm", "base_image"), "debian13": ("trixie", "trixie_base")}
 S2 = "/usr/local/openmpi/lib/openmpi/mca_pmix_s2.so"
 RING_PASSED = "2 ranks, ring of 1048576 bytes and allreduce passed"
 
@@ -40,9 +40,10 @@ RING_PASSED = "2 ranks, ring of 1048576 bytes and allreduce passed"
 @pytest.fixture(scope="module", params=sorted(RELEASES))
 def pmi2_image(request, site_mirror, tmp_path_factory) -> str:
     distro = request.param
-    request.getfixturevalue("base_image" if distro == "debian12" else "trixie_base")
+    release, base_fixture = RELEASES[distro]
+    request.getfixturevalue(base_fixture)
     path = tmp_path_factory.mktemp("pmi2-stack") / f"imagekit-test-pmi2-{distro}.yaml"
-    path.write_text(STACK.format(distro=distro, release=RELEASES[distro]))
+    path.write_text(STACK.format(distro=distro, release=release))
     logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
     return build.build(stack.load(str(path), mirror=str(site_mirror)), build.BuildRequest(log_dir=logs)).tags[0]
 
