@@ -64,6 +64,12 @@ def main() -> None:
                 cli.append(time.perf_counter() - start)
                 assert proc.returncode == 2, proc.stderr
             print(f"{name:48} {statistics.median(lib):10.3f} {statistics.median(cli):9.3f}")
+        start_up = []
+        for _ in range(args.rounds):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "imagekit", "stacks"], capture_output=True, check=True)
+            start_up.append(time.perf_counter() - start)
+        print(f"{'(start-up: imagekit stacks, no hostile input)':48} {'':10} {statistics.median(start_up):9.3f}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,11 @@ import yaml
 
 from imagekit.errors import StackError
 
+try:
+    from yaml.cyaml import CParser          # libyaml's parser, in PyYAML's wheels and Debian's package
+except ImportError:                         # pragma: no cover - PyYAML built without libyaml
+    CParser = None
+
 
 class PosDict(dict):
     """A dict with ``where[key] = (file, line)`` and its own ``file``/``line``."""
@@ -45,6 +50,7 @@ MAX_BYTES = 16 << 20        # defaults: far above any YAML file imagekit reads
 MAX_NODES = 1_000_000
 MAX_DEPTH = 64
 NODES_HINT = "a stack file has a few hundred nodes; an anchor's nodes count each time an alias uses it"
+DEPTH_HINT = "a stack file nests a few levels deep"
 
 
 class _Bound(Exception):
@@ -75,10 +81,43 @@ class _Loader(yaml.SafeLoader):
                              NODES_HINT)
             if self.depth > self.max_depth:
                 raise _Bound(f"nests deeper than {self.max_depth} levels", self.peek_event().start_mark.line + 1,
-                             "a stack file nests a few levels deep")
+                             DEPTH_HINT)
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
+
+
+def _precheck(text: str, max_nodes: int, max_depth: int) -> None:
+    """The node and nesting bounds, checked first with libyaml's parser (C) where PyYAML has it.
+
+    PyYAML's own scanner looks ahead across a whole flow collection before the composer sees a
+    node, so a 64 KiB file of ``[[[[…`` or ``[1,1,1,…`` costs it about a second before any bound
+    in :class:`_Loader` can act; libyaml's events cost microseconds. Its syntax errors are left to
+    the full parse below, which words them as PyYAML does."""
+    if CParser is None:
+        return
+    parser = CParser(text)
+    nodes = depth = 0
+    try:
+        while (event := parser.get_event()) is not None:
+            if isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
+                nodes += 1
+                if nodes > max_nodes:
+                    raise _Bound(f"has more than {max_nodes} YAML nodes", event.start_mark.line + 1, NODES_HINT)
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > max_depth:
+                    raise _Bound(f"nests deeper than {max_depth} levels", event.start_mark.line + 1, DEPTH_HINT)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.MarkedYAMLError as exc:
+        if "nesting depth" in str(exc.problem):          # libyaml's own limit (1000), past ours
+            mark = exc.problem_mark
+            raise _Bound(f"nests deeper than {max_depth} levels", mark.line + 1 if mark else 1, DEPTH_HINT) from None
+    except yaml.YAMLError:
+        pass
+    finally:
+        parser.dispose()
 
 
 def _read(path: Path, max_bytes: int) -> bytes:
@@ -109,6 +148,7 @@ def load(path: Path, *, max_bytes: int = MAX_BYTES, max_nodes: int = MAX_NODES) 
     loader = _Loader(text)
     loader.max_nodes = max_nodes
     try:
+        _precheck(text, max_nodes, loader.max_depth)
         node = loader.get_single_node()
     except _Bound as exc:
         raise StackError(f"{exc.what}: refused", file=name, line=exc.line, hint=exc.hint) from None
