@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tarfile
 import threading
-from pathlib import Path
 
 import pytest
 from registry_standin import Reply, Seen, Server
