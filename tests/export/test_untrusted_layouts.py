@@ -89,6 +89,24 @@ def test_g4_a_blob_linked_to_a_file_only_root_may_read_is_never_read_or_hashed(s
     assert "symbolic link" in text and digest not in text and str(secret.stat().st_size) not in text, text
 
 
+def test_g4_a_hard_link_to_a_root_only_file_is_named_never_measured(shared_dir):
+    """Where fs.protected_hardlinks is 0, a layout's author can hard-link a file only root may read into
+    the layout (made here by root, as that author could). It is a regular file inside the layout, so it
+    is read, but the error names the blob and the descriptor's digest and size only, never what it holds."""
+    secret = shared_dir / "root-only"
+    secret.write_bytes(b"root:$6$salt$hash:19000:0:99999:7:::\n" * 7)
+    secret.chmod(0o600)
+    layout = oci_layout(shared_dir / "layout", [[("f", "a", b"a" * 4096)]])
+    blob = first_layer_blob(layout)
+    blob.unlink()
+    os.link(secret, blob)
+    with pytest.raises(ImagekitError) as info:
+        export_image(f"oci:{layout}", ExportRequest("enroot", force=True), shared_dir / "x.sqsh", store=False)
+    text = str(info.value)
+    assert "is damaged" in text and blob.name in text
+    assert hashlib.sha256(secret.read_bytes()).hexdigest() not in text and str(secret.stat().st_size) not in text
+
+
 def test_an_oci_archive_must_be_a_regular_file(tmp_path):
     """Before: blocked for ever opening the FIFO."""
     fifo = tmp_path / "image.tar"

@@ -363,7 +363,9 @@ class _Blobs:
         data = self.read(_blob_name(digest, self.describe()), what)
         got = "sha256:" + hashlib.sha256(data).hexdigest()
         if got != digest:
-            raise SourceError(f"{self.describe()}: {what} {digest} hashes to {got}", "the layout is damaged")
+            # Neither the size nor the hash of what was read: a file there may not be the layout's own.
+            raise SourceError(f"{self.describe()}: {what} {digest} does not hash to its digest",
+                              "the layout is damaged")
         return data
 
     def feeder(self, name: str, digest: str, size: int | None, where: str) -> Callable[[IO[bytes]], None]:
@@ -372,9 +374,8 @@ class _Blobs:
             done = 0
             with self.open(name) as (fh, have):
                 if size is not None and have != size:
-                    raise LayerError(f"{where} is damaged: {self.describe()} holds {name} of {have} bytes, "
-                                     f"its descriptor says {size}", "nothing was written; save or copy the "
-                                     "image again")
+                    raise LayerError(f"{where} is damaged: {name} in {self.describe()} is not the {size} bytes "
+                                     "its descriptor says", "nothing was written; save or copy the image again")
                 limit = have if size is None else size
                 # Never past the size known before reading (+1 to see a file that grows meanwhile).
                 while done <= limit and (chunk := fh.read(min(1 << 20, limit + 1 - done))):
@@ -383,8 +384,10 @@ class _Blobs:
                     done += len(chunk)
             got = "sha256:" + h.hexdigest()
             if got != digest or (size is not None and done != size):
-                raise LayerError(f"{where} is damaged: {self.describe()} holds {done} bytes hashing to {got}, "
-                                 f"not {digest}" + (f" ({size} bytes)" if size is not None else ""),
+                # Neither the size nor the hash of what was read is shown: a file there (a hard link
+                # its author could make) may hold bytes that are not the layout's own.
+                raise LayerError(f"{where} is damaged: {name} in {self.describe()} does not hash to {digest}"
+                                 + (f" in {size} bytes" if size is not None else ""),
                                  "nothing was written; save or copy the image again")
         return feed
 
