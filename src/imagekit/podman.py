@@ -167,16 +167,41 @@ def build_env() -> dict[str, str]:
 
     Buildah 1.28 keeps its cache mounts under ``$TMPDIR/buildah-cache`` (``/var/tmp`` when unset),
     one directory for every user of the machine: the first user's owns it and a second user's
-    cache mounts fail. ``/var/tmp/imagekit-podman-UID`` (mode 0700) keeps each user's apart.
+    cache mounts fail. A private directory of each user's (:func:`private_tmp`) keeps them apart.
     """
     env = dict(os.environ)
     if rootless() and not env.get("TMPDIR"):
-        own = Path("/var/tmp") / f"imagekit-podman-{os.geteuid()}"
-        own.mkdir(mode=0o700, exist_ok=True)
-        if own.stat().st_uid != os.geteuid():
-            raise EngineError(f"{own} belongs to another user", "set TMPDIR to a directory of your own")
-        env["TMPDIR"] = str(own)
+        env["TMPDIR"] = str(private_tmp())
     return env
+
+
+def private_tmp(parent: Path = Path("/var/tmp")) -> Path:
+    """``/var/tmp/imagekit-podman-UID``, made 0700 and used only when it is a real directory (opened
+    with O_NOFOLLOW) that this user owns; its mode is set back to 0700 through the descriptor. In a
+    sticky /var/tmp anyone can take that name first (a link to a directory of theirs would put the
+    user's build cache where they can poison it), so a name that is not the user's own directory is
+    skipped for the next, ``.2`` to ``.8``."""
+    uid = os.geteuid()
+    base = parent / f"imagekit-podman-{uid}"
+    for suffix in ("", *(f".{n}" for n in range(2, 9))):
+        path = base.with_name(base.name + suffix)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue            # a link, or not a directory: someone else's name
+        try:
+            st = os.fstat(fd)
+            if st.st_uid != uid:
+                continue
+            if st.st_mode & 0o7777 != 0o700:
+                os.fchmod(fd, 0o700)
+            return path
+        finally:
+            os.close(fd)
+    raise EngineError(f"no private directory for the build cache: {base} and {base}.2 to .8 are not "
+                      "directories of this user's", "set TMPDIR to a directory of your own")
 
 
 def build_argv(context: str, dockerfile: str, *, target: str, platform: str, iidfile: str,

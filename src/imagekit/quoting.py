@@ -116,6 +116,32 @@ def env_name(name: str, where: str = "value", field: str = "environment variable
     return name
 
 
+# Linux refuses execve(2) with E2BIG when one argument or environment string is longer than
+# MAX_ARG_STRLEN (32 pages: 131072 bytes with its NUL), and when all of them together pass
+# ARG_MAX (a quarter of the stack limit: 2 MiB with the default 8 MiB). An image whose Env does
+# either starts no program at all, under Docker, Enroot or Apptainer.
+MAX_ENV_ENTRY = 131072 - 1
+MAX_ENV_TOTAL = 2 << 20
+
+
+def env_sizes(entries: list[str], where: str, field: str = "Env") -> None:
+    """Refuse ``NAME=VALUE`` strings that no program could be started with (see MAX_ENV_ENTRY)."""
+    total = 0
+    for i, entry in enumerate(entries):
+        size = len(encode(entry))
+        total += size + 1
+        if size > MAX_ENV_ENTRY:
+            name = entry.partition("=")[0]
+            raise UnsafeValue(where, f"{field}[{i}] ({shown(name, 40)})", entry,
+                              f"is {size} bytes; Linux starts no program with an environment string over "
+                              f"{MAX_ENV_ENTRY} bytes (execve: Argument list too long)",
+                              "keep large data in a file in the image and put its path in the variable")
+    if total > MAX_ENV_TOTAL:
+        raise UnsafeValue(where, field, f"{len(entries)} variables", f"take {total} bytes together; Linux starts "
+                          f"no program with more than {MAX_ENV_TOTAL} bytes of arguments and environment",
+                          "keep large data in files in the image")
+
+
 # --- Slurm ---------------------------------------------------------------------------------
 
 # sbatch reads `#SBATCH` lines up to the first command; a value with a newline would end the line

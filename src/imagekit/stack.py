@@ -33,6 +33,11 @@ DISTROS = {
     "rhel8": ("rhel8", "rpm"), "rhel9": ("rhel9", "rpm"),
 }
 ARCHES = ("x86_64", "aarch64")
+# A stack file is a few KiB and under a hundred YAML nodes (the shipped ones: 2.5 KiB, 74). These
+# bounds keep a hostile one (a pull request's) from keeping `imagekit render` busy: read and parse
+# end in well under a second (bench/stack_bounds.py; tests/test_stack_bounds.py).
+MAX_STACK_BYTES = 64 << 10
+MAX_STACK_NODES = 5_000
 
 # Stack values reach Dockerfiles, definition files, labels and shell lines; those that name things
 # are held to the characters that can name them (schema.check_text refuses control characters in all).
@@ -46,7 +51,8 @@ TOP = {
     "name": Option(str, None, "the stack's name (image and variant names derive from it)", required=True,
                    pattern=NAME, pattern_help=NAME_HELP),
     "description": Option(str, ""),
-    "extends": Option(str, None, "a parent stack file, relative to this one"),
+    "extends": Option(str, None, "a parent stack: a file below this one's directory, or a stack name on "
+                                 "the search path"),
     "base": Option(dict, None, "base images, distro and arch", required=True),
     "components": Option(dict, {}, "component name -> options"),
     "tags": Option(list, [], "image tags; {name} and matrix axis names are substituted", item_type=str),
@@ -271,10 +277,16 @@ def _matrix_axes(matrix: PosDict) -> list[tuple[str, PosDict]]:
 
 
 def _load_with_extends(path: Path, seen: tuple[Path, ...]) -> PosDict:
-    data = yamlpos.load(path)
+    data = yamlpos.load(path, max_bytes=MAX_STACK_BYTES, max_nodes=MAX_STACK_NODES)
     if not isinstance(data, dict):
         raise StackError("a stack file is a mapping of keys (name, base, components, ...)", file=str(path),
                          line=getattr(data, "line", 1))
+    if seen and any(key not in TOP for key in data):
+        # A parent named by `extends` whose keys are not a stack's: say so without quoting any of
+        # them (it may be a file that is not a stack at all, and its first line a secret).
+        raise StackError(f"is not a stack file: {sum(key not in TOP for key in data)} of its top-level keys "
+                         "are not stack keys", file=str(path),
+                         hint=f"`extends` names a stack; stack keys are {', '.join(TOP)}")
     parent_ref = data.get("extends")
     if parent_ref is None:
         return data
@@ -291,10 +303,30 @@ def _load_with_extends(path: Path, seen: tuple[Path, ...]) -> PosDict:
 
 
 def _resolve_parent(path: Path, ref: str, file: str | None, line: int | None) -> Path:
-    candidates = [path.parent / ref, path.parent / f"{ref}.yaml"]
-    candidates += [d / name for d in search_path() for name in (ref, f"{ref}.yaml")]
-    for candidate in candidates:
-        if candidate.is_file():
+    """The file ``extends: ref`` names: ``ref`` (or ``ref.yaml``) under the child's own directory,
+    else a stack of that name on the search path. Nothing else: an absolute path, a ``..`` or a
+    link that leads out of the directory it was found in is refused, and so is a file that is not
+    ``.yaml``/``.yml`` (a stack rendered from a pull request must not read the runner's files)."""
+    rel = Path(ref)
+    if not ref.strip() or rel.is_absolute() or ".." in rel.parts:
+        raise StackError(f"parent stack {ref!r} is not a stack name or a path below {path.parent}", file=file,
+                         line=line, key="extends",
+                         hint="name a stack on the search path (e.g. base/cuda12-ubuntu22), or a file in "
+                              "this stack's directory or below it; no absolute paths, no '..'")
+    for root in [path.parent, *search_path()]:
+        for name in (ref, f"{ref}.yaml"):
+            candidate = root / name
+            if not candidate.is_file():
+                continue
+            real, top = candidate.resolve(), root.resolve()
+            if not real.is_relative_to(top):
+                raise StackError(f"parent stack {ref!r} leads out of {root} (through a symbolic link)",
+                                 file=file, line=line, key="extends",
+                                 hint="`extends` reads stacks below the stack's own directory or on the "
+                                      "search path only")
+            if real.suffix not in searchpath.SUFFIXES:
+                raise StackError(f"parent stack {ref!r} names {candidate.name}, which is not a stack file "
+                                 f"({' or '.join(searchpath.SUFFIXES)})", file=file, line=line, key="extends")
             return candidate
     raise StackError(f"parent stack {ref!r} not found", file=file, line=line, key="extends",
                      hint=f"give a path relative to {path.parent} (with or without .yaml), or a name in "

@@ -48,7 +48,7 @@ def leftovers(job: str, user_name: str | None = None) -> tuple[list[str], list[s
              if n.startswith(f"imagekit-{job}-rank-")]
     uid = os.getuid() if user_name is None else int(subprocess.run(["id", "-u", user_name], capture_output=True,
                                                                     text=True).stdout)
-    states = [str(p) for p in Path("/tmp").glob(f"imagekit-enroot-{uid}-{job}-*")]
+    states = [str(p) for p in Path("/tmp").glob(f"imagekit-enroot-{uid}*/{job}-*")]
     return names, states
 
 
@@ -78,6 +78,52 @@ def test_mpirun_runs_every_rank_of_a_node_in_one_container(mpi_sqsh, tmp_path):
     one_user_namespace(out)
     assert RING in out
     assert leftovers(job_id(out)) == ([], [])
+
+
+def _as_other_user(script: str, *args: str) -> None:
+    """``sh -c script`` as uid 2001, a real unprivileged user with no passwd entry (the attacker)."""
+    proc = subprocess.run(["setpriv", "--reuid=2001", "--regid=2001", "--clear-groups", "--inh-caps=-all", "--",
+                           "sh", "-c", script, "sh", *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _tree(top: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(top)): (p.lstat().st_uid, p.lstat().st_mode) for p in [top, *top.rglob("*")]}
+
+
+def test_g2_the_rank_sweep_never_follows_or_removes_what_another_user_planted(mpi_sqsh, tmp_path):
+    """Issue 33 G2 (../shared/reviews/security-3.md): local rank 0 sweeps dead jobs' Enroot state. Another
+    user plants, where the old sweep looked (/tmp/imagekit-enroot-0-*), a link to a directory of files
+    and a directory of their own, each with an `owner` file naming a dead process; where it is free,
+    also the name of root's new state directory, as a link. A real root launch under Enroot passes, and
+    everything planted, and what the links point to, is exactly as it was."""
+    victim = Path(tempfile.mkdtemp(prefix="imagekit-g2-victim-", dir="/var/tmp"))
+    os.chmod(victim, 0o1777)                          # like /tmp: the attacker can put `owner` there
+    (victim / "results.dat").write_text("root's data\n")
+    tag = os.urandom(4).hex()
+    link, theirs = Path(f"/tmp/imagekit-enroot-0-ik-g2-{tag}"), Path(f"/tmp/imagekit-enroot-0-ik-g2-dir-{tag}")
+    base = Path("/tmp/imagekit-enroot-0")
+    planted = [link, theirs]
+    _as_other_user('echo "999999 1" > "$1/owner" && ln -s "$1" "$2" && mkdir "$3" && echo "999999 1" > "$3/owner"'
+                   ' && echo theirs > "$3/data"', str(victim), str(link), str(theirs))
+    if not os.path.lexists(base):
+        _as_other_user('ln -s "$1" "$2"', str(victim), str(base))
+        planted.append(base)
+    before = {p: _tree(p) for p in (victim, theirs)}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "imagekit", "launch", "mpirun", "--runtime", "enroot",
+                               "--image", str(mpi_sqsh), "--hosts", "localhost:2", "--no-preflight", "--",
+                               "true"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert {p: _tree(p) for p in (victim, theirs)} == before
+        assert all(p.is_symlink() for p in planted if p != theirs) and theirs.is_dir()
+        assert leftovers(job_id(proc.stdout + proc.stderr)) == ([], [])
+    finally:
+        for p in planted:
+            if p.is_symlink():
+                p.unlink()
+        shutil.rmtree(theirs, ignore_errors=True)
+        shutil.rmtree(victim, ignore_errors=True)
 
 
 def test_one_container_per_rank_is_what_breaks_cma(mpi_sqsh, tmp_path):

@@ -137,7 +137,7 @@ def test_slurm_variant_script(shellcheck):
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in script
     assert "mpirun --hostfile /run/imagekit/hostfile -np 32 -x NCCL_DEBUG ./app -n 1" in script
     assert "btl_tcp_if_include" not in script       # host network: no guessed interface name
-    assert "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in script and 'rm -rf "$keys"' in script
+    assert "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in script and 'rm -rf -- "$keys"' in script
 
 
 @pytest.mark.engine

@@ -264,3 +264,46 @@ def test_bad_launch_values_are_refused_naming_the_field(kw, field):
     base = dict(image="img", nodes=1, command=["true"])
     with pytest.raises(quoting.UnsafeValue, match=rf"^launch: {field} "):
         slurm.SlurmJob(**{**base, **kw})
+
+
+def _shape(doc, path=()):
+    """Every key path of a manifest (list items by position): what a YAML injection would change."""
+    if isinstance(doc, dict):
+        return {p for k, v in doc.items() for p in _shape(v, (*path, k))} | {path}
+    if isinstance(doc, list):
+        return {p for i, v in enumerate(doc) for p in _shape(v, (*path, i))} | {path}
+    return {path}
+
+
+@PROPERTY
+@given(image=_or("site/img:1"), namespace=st.one_of(st.none(), words), cpu=st.one_of(st.none(), words),
+       memory=st.one_of(st.none(), words), shm=st.one_of(st.none(), words), ssh_path=_or("/root/.ssh"),
+       env=env_values, image_env=env_values)
+def test_mpijob_values_never_change_the_manifests_shape(image, namespace, cpu, memory, shm, ssh_path, env,
+                                                         image_env):
+    """Issue 33 ("not tried" by the third review): every string an MPIJob takes, hostile, in every field
+    at once. Either it is refused naming the field, or the manifest loads back to exactly what was
+    built, with the same keys, in the same places, as one made of plain values."""
+    kw = dict(name="job", workers=2, command=["true"], namespace=namespace, cpu=cpu, memory=memory, shm_size=shm,
+              ssh_auth_mount_path=ssh_path, env=env, image_env=image_env)
+    try:
+        spec = mpijob.MPIJobSpec(image=image or "x", **kw)
+    except UsageError:
+        event("refused")
+        return
+    event("written")
+    loaded = yaml.safe_load(mpijob.render(spec))
+    assert loaded == mpijob.build(spec)
+    plain = mpijob.MPIJobSpec(image="x", **{**kw, "namespace": namespace and "ns", "cpu": cpu and "1",
+                                            "memory": memory and "1Gi", "shm_size": shm and "1Gi",
+                                            "ssh_auth_mount_path": "/root/.ssh",
+                                            "env": {k: "v" for k in env}, "image_env": {k: "v" for k in image_env}})
+    assert _shape(loaded) == _shape(mpijob.build(plain))
+
+
+@pytest.mark.parametrize("field,value", [("namespace", "ns\nkind: Secret"), ("cpu", "1\n- x"),
+                                          ("memory", "8 Gi"), ("shm_size", "{a: b}"),
+                                          ("ssh_auth_mount_path", "/root/../etc")])
+def test_mpijob_refuses_what_kubernetes_would_not_take_naming_the_field(field, value):
+    with pytest.raises(UsageError, match="namespace|quantity|sshAuthMountPath"):
+        mpijob.MPIJobSpec(name="job", image="img", workers=1, command=["true"], **{field: value})

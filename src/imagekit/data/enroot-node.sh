@@ -23,9 +23,29 @@ local_size() {
   echo 1
 }
 nlocal=$(local_size)
-# Same for every rank of this job step on this node; under /tmp, which the container binds too.
+# This user's Enroot state lives under /tmp (the container binds /tmp: the keeper writes its pid
+# there), inside /tmp/imagekit-enroot-UID: made 0700 and used only once it is checked to be a real
+# directory (not a link) that this user owns. Nobody else can then create, swap or plant a name in
+# it, so nothing the sweep or the cleanup below removes can be another user's. A name someone else
+# took is skipped for the next (.2 … .8); every rank of the node arrives at the same one.
+private_dir() {
+  local base candidate n
+  base=/tmp/imagekit-enroot-$(id -u)
+  for n in '' .2 .3 .4 .5 .6 .7 .8; do
+    candidate=$base$n
+    mkdir -m 700 "$candidate" 2>/dev/null || true
+    if [ -d "$candidate" ] && [ ! -L "$candidate" ] && [ -O "$candidate" ]; then
+      chmod 700 "$candidate" && echo "$candidate" && return 0
+    fi
+  done
+  echo "imagekit: no private directory for $(id -un)'s Enroot state: $base and $base.2 to $base.8 are" \
+    "not directories of $(id -un)'s (ls -ld $base*)" >&2
+  return 1
+}
+statedir=$(private_dir) || exit 1
+# Same for every rank of this job step on this node.
 step=${PMIX_NAMESPACE:-${SLURM_JOB_ID:-none}.${SLURM_STEP_ID:-0}}
-state="/tmp/imagekit-enroot-$(id -u)-${job//[^A-Za-z0-9._-]/_}-${step//[^A-Za-z0-9._-]/_}"
+state="$statedir/${job//[^A-Za-z0-9._-]/_}-${step//[^A-Za-z0-9._-]/_}"
 wait_s=${IMAGEKIT_ENROOT_WAIT:-600}
 
 # A process's start time (/proc/PID/stat field 22), so that a recycled pid is not taken for its owner.
@@ -48,10 +68,13 @@ sweep() {
     [[ $name =~ ^imagekit-.+-rank-([0-9]+)-([0-9]+)$ ]] || continue
     owner_alive "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" || enroot remove -f "$name" >/dev/null 2>&1 || true
   done < <(enroot list 2>/dev/null)
-  for dir in /tmp/imagekit-enroot-"$(id -u)"-*/; do
+  # Only this user's own real directories (statedir is private; checked again all the same), by a
+  # path without a trailing slash, and only when the owner file is "PID START" of a dead process.
+  for dir in "$statedir"/*; do
+    if [ ! -d "$dir" ] || [ -L "$dir" ] || [ ! -O "$dir" ]; then continue; fi
     owner=$(cat "$dir/owner" 2>/dev/null) || continue
-    # shellcheck disable=SC2086 # "PID START", split on purpose
-    owner_alive $owner || rm -rf "$dir"
+    [[ $owner =~ ^([0-9]+)\ ([0-9]+)$ ]] || continue
+    owner_alive "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" || rm -rf -- "$dir"
   done
 }
 
@@ -70,7 +93,7 @@ finish() {
     if [ -s "$state/pid" ]; then kill "$(cat "$state/pid")" 2>/dev/null || true; fi
     if [ -n "$keeper" ]; then wait "$keeper" 2>/dev/null || true; fi
     if [ -n "$created" ]; then enroot remove -f "$name" >/dev/null 2>&1 || true; fi
-    rm -rf "$state"
+    rm -rf -- "$state"
   fi
   exit "$rc"
 }

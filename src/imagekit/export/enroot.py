@@ -64,6 +64,7 @@ FIXPERMS_DEPTH = 15
 def check_config(config: dict[str, Any], image: str = "image") -> None:
     """Refuse what Enroot's files cannot carry (see the helpers in :mod:`imagekit.quoting`)."""
     where = f"image {image}"
+    quoting.env_sizes(list(config.get("Env") or []), where)
     for i, entry in enumerate(config.get("Env") or []):
         name, sep, value = entry.partition("=")
         quoting.env_name(name, where, f"Env[{i}] name")

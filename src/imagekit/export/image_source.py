@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import errno
 import hashlib
 import io
 import json
 import os
+import stat
 import subprocess
 import tarfile
 import tempfile
@@ -43,6 +45,7 @@ from imagekit.procs import log_tail, stop
 from imagekit.registry.client import INDEX_TYPES, MANIFEST_TYPES, host_platform
 
 MAX_JSON_BYTES = 4 << 20          # a manifest, index or config larger than this is refused
+PRODUCER_GRACE = 5.0              # seconds an export that stops waits for its layer reader thread
 REF_NAME = "org.opencontainers.image.ref.name"
 TRANSPORTS = ("docker://", "docker-daemon:", "oci:", "oci-archive:", "docker-archive:", "containers-storage:")
 PODMAN = "containers-storage:"
@@ -176,11 +179,12 @@ class LayeredSource(Source):
         _, _, layers = self.loaded()
         read_fd, write_fd = os.pipe()
         failure: list[BaseException] = []
+        cancel = threading.Event()
 
         def produce() -> None:
             try:
                 with io.FileIO(write_fd, "w", closefd=True) as raw:
-                    merge([*layers, docker_init_layer()], raw)
+                    merge([*layers, docker_init_layer()], raw, cancel)
             except BrokenPipeError:
                 pass
             except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
@@ -203,8 +207,11 @@ class LayeredSource(Source):
         try:
             yield Rootfs(reader, failed, finish)
         finally:
-            reader.close()     # a producer still writing gets EPIPE and stops
-            producer.join()
+            cancel.set()       # feeders and drains stop at their next chunk,
+            reader.close()     # a producer still writing gets EPIPE and stops,
+            # and one blocked in a read (a stalled registry: up to its read timeout) is left to the
+            # process's exit: it writes only into pipes, so a signal still ends the export at once.
+            producer.join(timeout=PRODUCER_GRACE)
 
 
 def _json(data: bytes, what: str) -> dict[str, Any]:
@@ -247,12 +254,23 @@ def _layers_of(manifest: dict[str, Any], what: str, feed_for: Callable[[dict[str
                ) -> list[Layer]:
     layers = []
     for i, desc in enumerate(manifest.get("layers") or []):
+        _sized(desc, f"layer {i + 1} of {what}")
         layer = Layer(digest=str(desc.get("digest", "")), size=desc.get("size"),
                       media_type=str(desc.get("mediaType", "")), feed=feed_for(desc),
                       where=f"layer {i + 1} of {what}")
         check_media_type(layer)
         layers.append(layer)
     return layers
+
+
+def _sized(desc: Any, what: str) -> int:
+    """A descriptor's size: every read of its blob stops there, so it must be there (the OCI spec
+    requires it) and be a byte count."""
+    size = desc.get("size") if isinstance(desc, dict) else None
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise SourceError(f"{what}: its descriptor's size is {size!r}, not a byte count",
+                          "the manifest is malformed: build and push (or save) the image again")
+    return size
 
 
 def _checked_manifest(manifest: dict[str, Any], media_type: str, what: str) -> None:
@@ -284,11 +302,11 @@ class RegistrySource(LayeredSource):
         manifest = _json(manifest_doc.body, f"{self.ref}'s manifest")
         _checked_manifest(manifest, manifest_doc.media_type, str(self.ref))
         cdesc = manifest.get("config") or {}
-        if int(cdesc.get("size") or 0) > MAX_JSON_BYTES:
+        if _sized(cdesc, f"{self.ref}'s config") > MAX_JSON_BYTES:
             raise SourceError(f"{self.ref}: the image config is {cdesc.get('size')} bytes, over the "
                               f"{MAX_JSON_BYTES} this export reads")
         buf = io.BytesIO()
-        client.download_blob(repo, resolved.config_digest, buf, size=int(cdesc.get("size") or 0) or None)
+        client.download_blob(repo, resolved.config_digest, buf, size=cdesc["size"])
         config = _json(buf.getvalue(), f"{self.ref}'s config")
 
         def feed_for(desc: dict[str, Any]) -> Callable[[IO[bytes]], None]:
@@ -320,14 +338,12 @@ class _Blobs:
 
     @contextlib.contextmanager
     def open(self, name: str) -> Iterator[tuple[BinaryIO, int]]:
+        """``name`` and its size. In a directory: a regular file inside the layout, or refused before
+        a byte is read (:func:`_open_in_layout`)."""
         if self.archive is None:
-            path = self.root / name  # type: ignore[operator]
-            try:
-                fh = open(path, "rb")
-            except OSError as exc:
-                raise SourceError(f"{self.describe()} has no {name} ({exc.strerror})") from None
-            with fh:
-                yield fh, os.fstat(fh.fileno()).st_size
+            fd = _open_in_layout(self.root, name, self.describe())  # type: ignore[arg-type]
+            with open(fd, "rb", closefd=True) as fh:
+                yield fh, os.fstat(fd).st_size
             return
         where = self._members.get(name)
         if where is None:
@@ -347,24 +363,83 @@ class _Blobs:
         data = self.read(_blob_name(digest, self.describe()), what)
         got = "sha256:" + hashlib.sha256(data).hexdigest()
         if got != digest:
-            raise SourceError(f"{self.describe()}: {what} {digest} hashes to {got}", "the layout is damaged")
+            # Neither the size nor the hash of what was read: a file there may not be the layout's own.
+            raise SourceError(f"{self.describe()}: {what} {digest} does not hash to its digest",
+                              "the layout is damaged")
         return data
 
     def feeder(self, name: str, digest: str, size: int | None, where: str) -> Callable[[IO[bytes]], None]:
         def feed(out: IO[bytes]) -> None:
             h = hashlib.sha256()
             done = 0
-            with self.open(name) as (fh, _):
-                while chunk := fh.read(1 << 20):
+            with self.open(name) as (fh, have):
+                if size is not None and have != size:
+                    raise LayerError(f"{where} is damaged: {name} in {self.describe()} is not the {size} bytes "
+                                     "its descriptor says", "nothing was written; save or copy the image again")
+                limit = have if size is None else size
+                # Never past the size known before reading (+1 to see a file that grows meanwhile).
+                while done <= limit and (chunk := fh.read(min(1 << 20, limit + 1 - done))):
                     h.update(chunk)
                     out.write(chunk)
                     done += len(chunk)
             got = "sha256:" + h.hexdigest()
             if got != digest or (size is not None and done != size):
-                raise LayerError(f"{where} is damaged: {self.describe()} holds {done} bytes hashing to {got}, "
-                                 f"not {digest}" + (f" ({size} bytes)" if size is not None else ""),
+                # Neither the size nor the hash of what was read is shown: a file there (a hard link
+                # its author could make) may hold bytes that are not the layout's own.
+                raise LayerError(f"{where} is damaged: {name} in {self.describe()} does not hash to {digest}"
+                                 + (f" in {size} bytes" if size is not None else ""),
                                  "nothing was written; save or copy the image again")
         return feed
+
+
+def _open_in_layout(root: Path, name: str, where: str) -> int:
+    """A descriptor of ``root/name``, which must be a regular file inside the layout.
+
+    Each name below ``root`` is opened with O_NOFOLLOW (a blob that is a link, even to a file the
+    exporting user may read, is refused: an OCI layout holds its blobs as files), the file with
+    O_NONBLOCK (a FIFO does not block the open), and anything but a regular file (a FIFO, a device)
+    is refused by ``fstat`` before a byte is read."""
+    names = name.split("/")
+    try:
+        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SourceError(f"{where} cannot be opened ({exc.strerror})") from None
+    shown = ""
+    try:
+        for i, part in enumerate(names):
+            shown = f"{shown}/{part}" if shown else part
+            last = i == len(names) - 1
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK if last else os.O_DIRECTORY)
+            try:
+                fd = os.open(part, flags, dir_fd=dir_fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP or (exc.errno == errno.ENOTDIR and _is_link(part, dir_fd)):
+                    raise SourceError(f"{where}: {shown} is a symbolic link; refused, not followed",
+                                      "an OCI layout holds its blobs as files: copy the image with "
+                                      "skopeo copy or podman save, which write no links") from None
+                raise SourceError(f"{where} has no {name} ({exc.strerror})") from None
+            os.close(dir_fd)
+            dir_fd = fd
+        fd, dir_fd = dir_fd, -1
+    finally:
+        if dir_fd >= 0:
+            os.close(dir_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "FIFO" if stat.S_ISFIFO(st.st_mode) else "device" if stat.S_ISCHR(st.st_mode) or \
+            stat.S_ISBLK(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else "directory" \
+            if stat.S_ISDIR(st.st_mode) else "special file"
+        raise SourceError(f"{where}: {name} is a {kind}, not a regular file; refused before reading",
+                          "an OCI layout holds its blobs as regular files: copy the image again")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    with contextlib.suppress(OSError):
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    return False
 
 
 class _Window(io.RawIOBase):
@@ -557,6 +632,8 @@ def open_source(text: str, *, platform: str | None = None, env: Mapping[str, str
         p = Path(path).expanduser()
         if not p.exists():
             raise UsageError(f"{text}: {p} does not exist", f"valid forms: {FORMS}")
+        if archive and not p.is_file():     # a FIFO or a device would be read without end
+            raise UsageError(f"{text}: {p} is not a regular file", f"valid forms: {FORMS}")
         return OciLayoutSource(text, p, tag, archive, platform)
     elif text.startswith("docker-archive:"):
         path, ref = _split_file(text.split(":", 1)[1])

@@ -62,8 +62,19 @@ FOREIGN_TYPES = frozenset({"application/vnd.oci.image.layer.nondistributable.v1.
 LAYER_TYPES = GZIP_TYPES | ZSTD_TYPES | TAR_TYPES
 
 
+# A compressed layer may inflate to MAX_EXPANSION times its stored size, and to MIN_EXPANSION_BYTES
+# whatever its size. gzip's format cannot pass 1032:1, so no gzip layer trips it; a zstd layer
+# that does is a decompression bomb (a few KiB that inflate to terabytes of zeros).
+MAX_EXPANSION = 1100
+MIN_EXPANSION_BYTES = 1 << 30
+
+
 class LayerError(ImagekitError):
     """A layer that cannot be applied: damaged, not a layer, or not a tar this merge can read."""
+
+
+class Cancelled(BrokenPipeError):
+    """The export stopped (a signal): a feeder or drain stops at its next chunk."""
 
 
 @dataclass
@@ -106,15 +117,19 @@ def _decompressor(media_type: str) -> list[str] | None:
 
 
 class _Sink(io.RawIOBase):
-    """What a layer's feeder writes into: the decompressor's stdin (or the pipe itself)."""
+    """What a layer's feeder writes into: the decompressor's stdin (or the pipe itself). Once
+    ``cancel`` is set, the next write raises :class:`Cancelled`: a feeder stops within a chunk."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, cancel: threading.Event | None = None) -> None:
         self.fd = fd
+        self.cancel = cancel
 
     def writable(self) -> bool:
         return True
 
     def write(self, data) -> int:  # type: ignore[override]
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled("the export was stopped")
         view = memoryview(data)
         while view:
             n = os.write(self.fd, view)
@@ -122,11 +137,37 @@ class _Sink(io.RawIOBase):
         return len(data)
 
 
+def expansion_limit(layer: Layer) -> int:
+    """How many bytes ``layer`` may inflate to (see :data:`MAX_EXPANSION`)."""
+    return max(MAX_EXPANSION * (layer.size or 0), MIN_EXPANSION_BYTES)
+
+
+class _Bounded(io.RawIOBase):
+    """The decompressor's output, refused (LayerError) once it passes :func:`expansion_limit`."""
+
+    def __init__(self, raw: BinaryIO, layer: Layer) -> None:
+        self.raw, self.layer, self.limit, self.count = raw, layer, expansion_limit(layer), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:  # type: ignore[override]
+        n = self.raw.readinto(buf)  # type: ignore[attr-defined]
+        self.count += n or 0
+        if self.count > self.limit:
+            raise LayerError(f"{self.layer.where} ({self.layer.digest}) inflates past {self.limit} bytes "
+                             f"({MAX_EXPANSION}x its {self.layer.size} stored bytes, or 1 GiB): a decompression "
+                             "bomb, refused", "nothing was written; a real layer never inflates this much "
+                             "(gzip cannot pass 1032x)")
+        return n or 0
+
+
 @contextlib.contextmanager
-def layer_tar(layer: Layer) -> Iterator[BinaryIO]:
-    """The layer's tar stream, decompressed. The stored bytes are fed from a thread (a registry
-    download, a file) and hashed on the way; leaving the block drains the stream and raises the
-    feeder's error (a digest mismatch) before anything else."""
+def layer_tar(layer: Layer, cancel: threading.Event | None = None) -> Iterator[BinaryIO]:
+    """The layer's tar stream, decompressed (and bounded: :func:`expansion_limit`). The stored bytes
+    are fed from a thread (a registry download, a file) and hashed on the way; leaving the block
+    drains the stream and raises the feeder's error (a digest mismatch) before anything else.
+    ``cancel`` set stops the feeder and the drain at their next chunk (a signal ends the export)."""
     check_media_type(layer)
     cmd = _decompressor(layer.media_type)
     read_fd, write_fd = os.pipe()          # the feeder writes the stored bytes into write_fd
@@ -136,7 +177,8 @@ def layer_tar(layer: Layer) -> Iterator[BinaryIO]:
             proc = subprocess.Popen(cmd, stdin=read_fd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     bufsize=0)
             os.close(read_fd)
-            stream: BinaryIO = io.BufferedReader(proc.stdout, buffer_size=1 << 20)  # type: ignore[arg-type]
+            stream: BinaryIO = io.BufferedReader(_Bounded(proc.stdout, layer),  # type: ignore[arg-type]
+                                                 buffer_size=1 << 20)
         else:
             stream = io.BufferedReader(io.FileIO(read_fd, "r"), buffer_size=1 << 20)
     except BaseException:
@@ -148,7 +190,7 @@ def layer_tar(layer: Layer) -> Iterator[BinaryIO]:
 
     def run() -> None:
         try:
-            layer.feed(_Sink(write_fd))
+            layer.feed(_Sink(write_fd, cancel))
         except BrokenPipeError:
             pass            # the reader stopped first; its own error says why
         except BaseException as exc:   # noqa: BLE001 - handed to the reading thread
@@ -162,7 +204,8 @@ def layer_tar(layer: Layer) -> Iterator[BinaryIO]:
     try:
         yield stream
         while stream.read(1 << 20):     # what follows the end-of-archive blocks is fed and hashed too
-            pass
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("the export was stopped")
         ok = True
     finally:
         gave_up = 0        # the decompressor's status when it stopped on its own before the reader
@@ -248,6 +291,7 @@ class _Merge:
 
     layers: Sequence[Layer]
     dst: BinaryIO
+    cancel: threading.Event | None = None
     entry: dict[str, int] = field(default_factory=dict)       # a member at the path (a directory made too)
     nondir: dict[str, int] = field(default_factory=dict)      # ... a non-directory there
     whiteout: dict[str, int] = field(default_factory=dict)    # ... a whiteout of the path
@@ -333,7 +377,7 @@ class _Merge:
         first: dict[str, Node] = {}       # the first entry at each path in this layer
         whited: set[str] = set()          # targets this layer whited out so far
         dst = self.dst
-        with layer_tar(layer) as stream:
+        with layer_tar(layer, self.cancel) as stream:
             for seq, (reader, raw) in enumerate(_members(stream, layer.where)):
                 path, typ = raw.member.name, raw.member.type
                 if not path:
@@ -413,7 +457,7 @@ class _Merge:
         """Read layer ``index`` again for the members numbered in ``wanted``: deleted files whose
         surviving links came after them in their own layer. Each goes out under its link's name."""
         layer = self.layers[index]
-        with layer_tar(layer) as stream:
+        with layer_tar(layer, self.cancel) as stream:
             for seq, (reader, raw) in enumerate(_members(stream, layer.where)):
                 name = wanted.get(seq)
                 if name is None:
@@ -453,7 +497,7 @@ class _Merge:
         now; they and its directories go out at the end (see :meth:`weak_out`)."""
         layer = self.layers[index]
         held: list[tuple[RawMember, bytes]] = []
-        with layer_tar(layer) as stream:
+        with layer_tar(layer, self.cancel) as stream:
             for reader, raw in _members(stream, layer.where):
                 path = raw.member.name
                 if not path:
@@ -482,12 +526,12 @@ class _Merge:
             self.dst.write(data)
 
 
-def merge(layers: Sequence[Layer], dst: BinaryIO) -> None:
+def merge(layers: Sequence[Layer], dst: BinaryIO, cancel: threading.Event | None = None) -> None:
     """Write the merged root filesystem of ``layers`` (lowest first) to ``dst`` as one tar stream.
-    Only the last layer may be weak (Docker's init layer)."""
+    Only the last layer may be weak (Docker's init layer). ``cancel``: see :func:`layer_tar`."""
     if any(layer.weak_dirs for layer in layers[:-1]):
         raise ValueError("only the last layer may make its directories only where none are")
-    m = _Merge(layers, dst)
+    m = _Merge(layers, dst, cancel)
     top = len(layers)
     weak: list[tuple[RawMember, bytes]] = []
     if layers and layers[-1].weak_dirs:

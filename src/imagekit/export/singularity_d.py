@@ -149,6 +149,7 @@ SYMLINKS = {
 def check_config(config: dict[str, Any], image: str = "image") -> None:
     """Refuse what the scripts cannot carry: a variable name a shell cannot export, or a NUL."""
     where = f"image {image}"
+    quoting.env_sizes(list(config.get("Env") or []), where)
     for i, entry in enumerate(config.get("Env") or []):
         name, _, value = entry.partition("=")
         quoting.env_name(name, where, f"Env[{i}] name")

@@ -97,6 +97,7 @@ def check_job(*, command: list[str], image: str, env: dict[str, str], job_id: st
 
 
 def check_env(env: dict[str, str]) -> dict[str, str]:
+    quoting.env_sizes([f"{k}={v}" for k, v in env.items()], WHERE, "--env")
     for name, value in env.items():
         quoting.env_name(name, WHERE, "--env name")
         quoting.valid_text(value, WHERE, f"--env {name} value")
@@ -151,6 +152,7 @@ def check_image_env(image: str, env: dict[str, str], label: str, *, host: bool =
     only names :func:`host_env_problem` lets through the job's environment."""
     where = f"image {image}"
     field = f"label {label} env"
+    quoting.env_sizes([f"{k}={v}" for k, v in env.items()], where, field)
     for name, value in env.items():
         quoting.env_name(name, where, f"{field} name")
         quoting.no_control(value, where, f"{field} {name}",

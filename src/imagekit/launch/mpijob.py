@@ -20,6 +20,9 @@ from imagekit.launch.common import check_count, check_image_env, check_job, writ
 
 API_VERSION = "kubeflow.org/v2beta1"
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# A Kubernetes resource quantity (cpu: 500m, memory: 8Gi, 1.5e3): what the API server accepts.
+_QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
+_MOUNT_PATH = re.compile(r"^/[A-Za-z0-9_./-]*$")
 
 
 @dataclass
@@ -51,6 +54,16 @@ class MPIJobSpec:
             check_count("--slots-per-worker", self.slots_per_worker)
         if self.clean_pod_policy not in ("All", "Running", "None"):
             raise UsageError(f"unknown cleanPodPolicy {self.clean_pod_policy!r}", "use All, Running or None")
+        if self.namespace is not None and (not _DNS1123.match(self.namespace) or len(self.namespace) > 63):
+            raise UsageError(f"--namespace {self.namespace!r} is not a DNS-1123 label",
+                             "use lower-case letters, digits and '-', at most 63 characters")
+        for field_name, value in (("--cpu", self.cpu), ("--memory", self.memory), ("shm size", self.shm_size)):
+            if value is not None and not _QUANTITY.match(value):
+                raise UsageError(f"{field_name} {value!r} is not a Kubernetes quantity",
+                                 "e.g. 8, 500m, 16Gi, 1.5G")
+        if not _MOUNT_PATH.match(self.ssh_auth_mount_path) or ".." in self.ssh_auth_mount_path.split("/"):
+            raise UsageError(f"sshAuthMountPath {self.ssh_auth_mount_path!r} is not an absolute path",
+                             "letters, digits, '_', '.', '-' and '/', no '..'")
         check_job(command=self.command, image=self.image, env=self.env)
         check_image_env(self.image, self.image_env, self.image_env_label)
 

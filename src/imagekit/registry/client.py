@@ -98,6 +98,11 @@ DEFAULT_TIMEOUT = (30.0, 60.0)
 # A document (manifest, token, referrers page, error body) must arrive whole within this, so a
 # registry cannot trickle one byte per read timeout for ever. 4 MiB at 1 Mbit/s takes 34 s.
 DOCUMENT_DEADLINE = 120.0
+# A blob may take as long as it needs, but not trickle: each BLOB_WINDOW seconds must bring at least
+# BLOB_MIN_BYTES (about 1 KiB/s, curl's --speed-limit/--speed-time idea), or the download stops. A
+# registry that sends a byte just inside every read timeout (a slow-loris) fails within two windows.
+BLOB_WINDOW = 60.0
+BLOB_MIN_BYTES = 64 << 10
 REDIRECT_CODES = (301, 302, 303, 307, 308)
 
 
@@ -284,12 +289,14 @@ class RegistryClient:
 
     ``plain_http`` overrides :func:`insecure_reason` for the registry itself (True: plain HTTP,
     False: HTTPS). ``timeout`` is (connect, read) in seconds, or one number for both;
-    ``document_deadline`` bounds the time one manifest, token or page may take to arrive."""
+    ``document_deadline`` bounds the time one manifest, token or page may take to arrive;
+    ``blob_window``/``blob_min_bytes`` the slowest a blob may arrive (:data:`BLOB_WINDOW`)."""
 
     def __init__(self, registry: str, *, user: str | None = None, plain_http: bool | None = None,
                  env: Mapping[str, str] | None = None,
                  timeout: float | tuple[float, float] = DEFAULT_TIMEOUT,
-                 document_deadline: float = DOCUMENT_DEADLINE) -> None:
+                 document_deadline: float = DOCUMENT_DEADLINE,
+                 blob_window: float = BLOB_WINDOW, blob_min_bytes: int = BLOB_MIN_BYTES) -> None:
         import requests
 
         self.registry = registry
@@ -305,6 +312,7 @@ class RegistryClient:
         self.timeout = (float(timeout), float(timeout)) if isinstance(timeout, (int, float)) \
             else (float(timeout[0]), float(timeout[1]))
         self.document_deadline = float(document_deadline)
+        self.blob_window, self.blob_min_bytes = float(blob_window), int(blob_min_bytes)
         self.session = requests.Session()
         # trust_env would send ~/.netrc's entry for any host unasked, replacing the Authorization
         # header set here (F11). The proxies and the CA bundle it also reads are taken explicitly.
@@ -705,31 +713,49 @@ class RegistryClient:
     def download_blob(self, repo: str, digest: str, out: IO[bytes], size: int | None = None,
                       progress: Callable[[int], None] | None = None) -> int:
         """Stream a blob into ``out``, hashing as it goes; IntegrityError when the bytes do not
-        match ``digest`` (or ``size``: the stream stops as soon as it runs past it). The caller
-        writes to a temporary file it drops on error."""
-        import requests
+        match ``digest`` (or ``size``: the stream stops as soon as it runs past it). RegistryError
+        when it stalls (the read timeout) or trickles (under ``blob_min_bytes`` per ``blob_window``
+        s). The caller writes to a temporary file it drops on error."""
+        import urllib3
 
         what = f"blob {digest} in {repo}"
         resp = self._request("GET", f"/v2/{repo}/blobs/{digest}", repo=repo, what=what)
         h = hashlib.sha256()
         done = 0
-        with resp:
+        raw = resp.raw
+        # read1 returns what has arrived (urllib3 2), so the rate is checked while bytes trickle.
+        read = getattr(raw, "read1", None) or raw.read
+        window_start, window_done = time.monotonic(), 0
+
+        def arrived() -> bytes:
             try:
-                for chunk in resp.iter_content(CHUNK):
-                    if size is not None and done + len(chunk) > size:
-                        raise IntegrityError(
-                            f"{self.registry}/{repo}: blob {digest} runs past its {size} bytes; nothing was kept",
-                            "the registry's copy is damaged or was replaced: push the artifact again")
-                    h.update(chunk)
-                    out.write(chunk)
-                    done += len(chunk)
-                    if progress is not None:
-                        progress(done)
-            except requests.exceptions.RequestException as exc:
-                timed_out = "timed out" in str(exc).lower()
+                return read(CHUNK, decode_content=True)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                timed_out = "timed out" in str(exc).lower() or "timeout" in type(exc).__name__.lower()
                 raise RegistryError(f"{self.registry} {'timed out' if timed_out else 'broke off'} sending "
                                     f"{what} after {done} bytes ({_reason(exc)})",
                                     "try again; nothing was kept") from None
+
+        with resp:
+            while chunk := arrived():
+                if size is not None and done + len(chunk) > size:
+                    raise IntegrityError(
+                        f"{self.registry}/{repo}: blob {digest} runs past its {size} bytes; nothing was kept",
+                        "the registry's copy is damaged or was replaced: push the artifact again")
+                h.update(chunk)
+                out.write(chunk)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done)
+                now = time.monotonic()
+                if now - window_start >= self.blob_window:
+                    if done - window_done < self.blob_min_bytes:
+                        raise RegistryError(
+                            f"{self.registry} trickles {what}: {done - window_done} bytes in the last "
+                            f"{now - window_start:.0f} s, under the {self.blob_min_bytes} bytes per "
+                            f"{self.blob_window:g} s a download must keep up ({done} bytes came)",
+                            "the registry is too slow or stalls: try again later; nothing was kept")
+                    window_start, window_done = now, done
         got = "sha256:" + h.hexdigest()
         if got != digest or (size is not None and done != size):
             raise IntegrityError(f"{self.registry}/{repo}: blob {digest} arrived as {got} ({done} bytes"

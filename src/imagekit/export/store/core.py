@@ -7,11 +7,12 @@ sweeping, holds and eviction in :mod:`housekeeping`; what they share is in :mod:
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 
 from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
-from imagekit.export.store import locks, notices
+from imagekit.export.store import locks, nofollow, notices
 from imagekit.export.store.base import PUBLIC, SUBDIRS, TMP_STALE, EntryGone, NotPublisher, no_space, scandirs
 from imagekit.export.store.creating import Creating
 from imagekit.export.store.entries import META, Entry, read_entry
@@ -59,18 +60,14 @@ class Store(Creating, Housekeeping):
                 if not create:
                     raise UsageError(f"export store {path} does not exist",
                                      f"create it: imagekit store --store {path} init [--shared --group GROUP]")
-                private = Modes.private()
-                private.makedirs(path, Path(path.anchor))   # never group- or world-writable: see .trust
+                _make_private(path)      # never group- or world-writable: see .trust
             elif not path.is_dir():
                 raise UsageError(f"export store {path} is not a directory",
                                  "point --store or IMAGEKIT_STORE at a directory")
             trust = Trust.of(path)
             modes = _modes_of(path, trust)
             if create and trust.me in (0, trust.owner):
-                for sub in SUBDIRS:
-                    modes.mkdir(path / sub)
-                for sub in PUBLIC:
-                    modes.mkdir(path / sub, modes.public_dir)
+                _make_top(path, modes)
         except OSError as exc:
             if no_space(exc):
                 raise NoSpaceError(f"no space to create the export store {path}") from None
@@ -136,9 +133,10 @@ class Store(Creating, Housekeeping):
         """Mark ``entry`` used now: its directory's mtime (the LRU clock), or, for a reader that may
         not write it, its mark in ``used/``."""
         try:
-            os.utime(entry.dir, follow_symlinks=False)
+            with nofollow.opened(self.root, *entry.dir.relative_to(self.root).parts) as fd:
+                os.utime(fd)
             entry.last_used = time.time()
-        except OSError:
+        except (OSError, ValueError, ImagekitError):
             self.holds.mark_used(self.slug(entry))
 
     def entries(self) -> list[Entry]:
@@ -157,6 +155,33 @@ class Store(Creating, Housekeeping):
                         entry.last_used = max(entry.last_used, used.get(self.slug(entry), 0.0))
                         out.append(entry)
         return out
+
+
+def _make_private(path: Path) -> None:
+    """``path`` and its missing parents, each ``0755`` less the umask, made below the nearest existing
+    directory without following a link (:mod:`.nofollow`)."""
+    missing = []
+    top = path
+    while not os.path.lexists(top):
+        missing.append(top.name)
+        top = top.parent
+    with nofollow.opened(top) as fd:
+        os.close(Modes.private().makedirs_at(fd, tuple(reversed(missing)), top))
+
+
+def _make_top(root: Path, modes: Modes) -> None:
+    """The store's missing top-level directories, through descriptors (:mod:`.nofollow`); a shared
+    store's ``tmp/`` made by an older imagekit gets its sticky bit (:meth:`Modes.top`)."""
+    with nofollow.opened(root) as fd:
+        for sub in (*SUBDIRS, *PUBLIC):
+            made = modes.make_at(fd, sub, root / sub, modes.top(sub))
+            if made is not None:
+                os.close(made)
+            elif sub == "tmp" and modes.shared:
+                with nofollow.opened(root, sub) as tmp:
+                    st = os.fstat(tmp)
+                    if st.st_uid == os.geteuid() and not st.st_mode & stat.S_ISVTX:
+                        os.fchmod(tmp, stat.S_IMODE(st.st_mode) | stat.S_ISVTX)
 
 
 def _modes_of(root: Path, trust: Trust) -> Modes:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
-import shutil
 import stat
 import time
 from pathlib import Path
@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from imagekit import owners
 from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
-from imagekit.export.store import locks
+from imagekit.export.store import locks, nofollow
 from imagekit.export.store.base import Made, NotPublisher, fsync_dir, no_space
 from imagekit.export.store.entries import META, Entry, meta_for, read_entry
 from imagekit.export.store.keys import SUFFIX, StoreKey
@@ -27,6 +27,11 @@ class Creating:
 
     def _need_publisher(self) -> None:
         if not self.trust.can_publish():
+            if self.trust.me == 0:
+                raise NotPublisher(f"root does not publish into the export store {self.root}: "
+                                   f"{self.trust.redirectable()}, and export tools write their files by path",
+                                   "publish as the store's owner or a member of its group, or make every "
+                                   "directory down to its tmp/ root's and not writable by others")
             raise NotPublisher(f"uid {os.geteuid()} may read the export store {self.root} but not publish "
                                f"into it (its publishers are {self.trust.publishers()})",
                                "use your own store (unset IMAGEKIT_STORE or --store), or publish as a "
@@ -109,8 +114,12 @@ class Creating:
 
     def _create(self, key: StoreKey, make: Callable[[Path], Any], lock: Path,
                 expect: str | None, extra: dict[str, Any] | None = None) -> tuple[Entry, bool]:
-        tmp = self.root / "tmp" / f"{key.slug}@{owners.me()}@{os.urandom(6).hex()}"
-        self.modes.mkdir(tmp)
+        name = f"{key.slug}@{owners.me()}@{os.urandom(6).hex()}"
+        tmp = self.root / "tmp" / name
+        # 0700 until it is published: nobody else enters (or plants a name in) it while a tool
+        # writes there by path; tmp/ is sticky in a shared store, so nobody renames it either.
+        with nofollow.opened(self.root, "tmp") as tmp_fd:
+            os.mkdir(name, 0o700, dir_fd=tmp_fd)
         data = tmp / f"image{SUFFIX[key.format]}"
         try:
             with locks.heartbeat(lock, tmp):
@@ -139,9 +148,10 @@ class Creating:
                     os.close(fd)
                 fsync_dir(tmp)
                 self.stamps.record(st, digest)    # this process wrote these bytes: no hash on its next hit
-                return self._publish(key, tmp)
+                return self._publish(key, name)
         except BaseException as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
+            with contextlib.suppress(OSError), nofollow.opened(self.root, "tmp") as tmp_fd:
+                nofollow.remove_tree(tmp_fd, name)
             if no_space(exc):
                 raise NoSpaceError(f"the export store {self.root} ran out of space while writing "
                                    f"{key.image_id[:19]} ({key.format}); nothing was stored",
@@ -149,34 +159,51 @@ class Creating:
                                    "elsewhere") from None
             raise
 
-    def _publish(self, key: StoreKey, tmp: Path) -> tuple[Entry, bool]:
+    def _publish(self, key: StoreKey, name: str) -> tuple[Entry, bool]:
+        """Rename ``tmp/name`` to the entry's directory. Every directory on the way is opened (or
+        made) without following a link (:mod:`.nofollow`), and the rename is relative to them."""
         final = self.entry_dir(key)
-        os.utime(tmp)   # its mtime becomes the entry's first "last used"
-        for _ in range(5):
+        parts = final.relative_to(self.root / "entries").parts
+        with nofollow.opened(self.root, "tmp") as tmp_fd:
+            fd = nofollow.open_dir(name, tmp_fd, self.root / "tmp" / name)
             try:
-                self.modes.makedirs(final.parent, self.root / "entries")
-                os.rename(tmp, final)
-            except FileNotFoundError:
-                continue   # a gc removed an empty parent meanwhile: make it again
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                    raise
-                existing = self.lookup(key)
-                if existing is not None:   # another converter won (a broken lock): keep theirs
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    return existing, False
-                # Not a verified entry (made by hand, damaged, or by someone not a publisher):
-                # replace it. The rename fails (EACCES) when that is not ours to move.
+                if os.fstat(fd).st_uid != os.geteuid():
+                    raise ImagekitError(f"{self.root / 'tmp' / name} was replaced while it was written",
+                                        "someone else is changing the store: export again")
+                os.utime(fd)   # its mtime becomes the entry's first "last used"
+                nofollow.set_mode(fd, self.modes.dir, self.modes.group)   # whole now: open it to the group
+            finally:
+                os.close(fd)
+            for _ in range(5):
                 try:
-                    self._to_trash(final)
-                except PermissionError:
-                    raise ImagekitError(f"{final} is in the way and not a verified entry, and this process "
-                                        "may not move it", f"ask a publisher of {self.root} to remove it "
-                                        "(imagekit store gc)") from None
-                continue
-            fsync_dir(final.parent)
-            entry = read_entry(final, key.format)
-            if entry is None:
-                raise ImagekitError(f"{final} vanished right after it was published", "export again")
-            return entry, True
+                    with nofollow.opened(self.root, "entries") as entries_fd:
+                        parent = self.modes.makedirs_at(entries_fd, parts[:-1], self.root / "entries")
+                    try:
+                        os.rename(name, parts[-1], src_dir_fd=tmp_fd, dst_dir_fd=parent)
+                        with contextlib.suppress(OSError):
+                            os.fsync(parent)
+                    finally:
+                        os.close(parent)
+                except FileNotFoundError:
+                    continue   # a gc removed an empty parent meanwhile: make it again
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                        raise
+                    existing = self.lookup(key)
+                    if existing is not None:   # another converter won (a broken lock): keep theirs
+                        nofollow.try_remove_tree(tmp_fd, name)
+                        return existing, False
+                    # Not a verified entry (made by hand, damaged, or by someone not a publisher):
+                    # replace it. The rename fails (EACCES) when that is not ours to move.
+                    try:
+                        self._to_trash(final)
+                    except PermissionError:
+                        raise ImagekitError(f"{final} is in the way and not a verified entry, and this process "
+                                            "may not move it", f"ask a publisher of {self.root} to remove it "
+                                            "(imagekit store gc)") from None
+                    continue
+                entry = read_entry(final, key.format)
+                if entry is None:
+                    raise ImagekitError(f"{final} vanished right after it was published", "export again")
+                return entry, True
         raise ImagekitError(f"could not publish {final}", "is something else editing the store?")

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from imagekit import owners
 from imagekit.errors import ImagekitError, NoSpaceError, UsageError
+from imagekit.export.store import nofollow
 from imagekit.export.store.locks import Clock, is_token
 
 HOLD_MAX_AGE = 7 * 86400.0  # a named hold (not an owner token) lapses after this long
@@ -52,17 +53,18 @@ def check_name(name: str) -> None:
         raise UsageError(f"bad hold name {name!r}", "letters, digits, '.', '_', '+', '@', '-'")
 
 
-def _create(path: Path) -> bool:
-    """Create (or refresh) our own hold file at ``path``; False when something not ours is there."""
+def _create(dir_fd: int, name: str) -> bool:
+    """Create (or refresh) our own hold file ``name`` in the directory open at ``dir_fd``; False
+    when something not ours is there."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444, dir_fd=dir_fd)
         os.close(fd)
         return True
     except FileExistsError:
         pass
-    st = os.lstat(path)
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-        os.utime(path, follow_symlinks=False)   # held again: a fresh time
+        os.utime(name, dir_fd=dir_fd, follow_symlinks=False)   # held again: a fresh time
         return True
     return False
 
@@ -80,14 +82,17 @@ class Holds:
         check_name(name)
         base = f"{slug}@{os.geteuid()}@{name}"
         try:
-            for candidate in (base, *(f"{base}~{os.urandom(4).hex()}" for _ in range(3))):
-                if _create(self.dir / candidate):
-                    return self.dir / candidate
+            with nofollow.opened(self.dir) as fd:
+                for candidate in (base, *(f"{base}~{os.urandom(4).hex()}" for _ in range(3))):
+                    if _create(fd, candidate):
+                        return self.dir / candidate
         except PermissionError:
             raise HoldRefused(f"cannot hold an entry of {self.dir.parent}: {self.dir} is not writable by "
                               f"uid {os.geteuid()}",
                               "a store that others read needs a holds/ directory they may write: "
                               f"imagekit store --store {self.dir.parent} init --shared --group GROUP") from None
+        except nofollow.NotADirectory as exc:
+            raise HoldRefused(exc.message, exc.hint) from None
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise NoSpaceError(f"no space left in {self.dir} to hold {slug}",
@@ -99,20 +104,26 @@ class Holds:
         """Drop our holds named ``name`` (on ``slug``, or on every entry); returns how many went."""
         check_name(name)
         gone = 0
-        for hold in self.scan(uid=os.geteuid()):
-            if hold.name == name and (slug is None or hold.slug == slug):
-                with contextlib.suppress(FileNotFoundError):
-                    hold.path.unlink()
-                    gone += 1
+        with contextlib.suppress(OSError, nofollow.NotADirectory), nofollow.opened(self.dir) as fd:
+            for hold in self._scan(fd, uid=os.geteuid()):
+                if hold.name == name and (slug is None or hold.slug == slug):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(hold.path.name, dir_fd=fd)
+                        gone += 1
         return gone
 
     def scan(self, uid: int | None = None) -> list[Hold]:
         """Every genuine hold (owned by the uid it names), optionally only ``uid``'s."""
-        out = []
         try:
-            items = list(os.scandir(self.dir))
-        except OSError:
-            return out
+            with nofollow.opened(self.dir) as fd:
+                return self._scan(fd, uid)
+        except (OSError, nofollow.NotADirectory):
+            return []
+
+    def _scan(self, fd: int, uid: int | None = None) -> list[Hold]:
+        out = []
+        with os.scandir(fd) as listing:
+            items = list(listing)
         for item in items:
             parts = item.name.split("@", 2)
             if len(parts) != 3 or not parts[1].isdigit():
@@ -123,7 +134,8 @@ class Holds:
                     continue
                 if uid is not None and st.st_uid != uid:
                     continue
-                out.append(Hold(parts[0], st.st_uid, parts[2].split("~", 1)[0], Path(item.path), st.st_mtime))
+                out.append(Hold(parts[0], st.st_uid, parts[2].split("~", 1)[0], self.dir / item.name,
+                                st.st_mtime))
         return out
 
     def live(self, hold: Hold) -> bool:
@@ -140,13 +152,14 @@ class Holds:
 
     def mark_used(self, slug: str) -> None:
         """Best effort: a reader that may not touch the entry says it used it here."""
-        with contextlib.suppress(OSError):
-            _create(self.used_dir / f"{slug}@{os.geteuid()}")
+        with contextlib.suppress(OSError, nofollow.NotADirectory), nofollow.opened(self.used_dir) as fd:
+            _create(fd, f"{slug}@{os.geteuid()}")
 
     def last_used(self) -> dict[str, float]:
         newest: dict[str, float] = {}
-        with contextlib.suppress(OSError):
-            for item in os.scandir(self.used_dir):
+        with contextlib.suppress(OSError, nofollow.NotADirectory), nofollow.opened(self.used_dir) as fd, \
+                os.scandir(fd) as listing:
+            for item in listing:
                 slug = item.name.split("@", 1)[0]
                 with contextlib.suppress(OSError):
                     st = item.stat(follow_symlinks=False)
@@ -155,19 +168,25 @@ class Holds:
         return newest
 
     def sweep(self, slugs: set[str]) -> list[Path]:
-        """Remove our own lapsed holds and marks, and marks of entries that are gone (root: anyone's)."""
+        """Remove our own lapsed holds and marks, and marks of entries that are gone (root: anyone's).
+        Only regular files named like a hold or a mark, by name in their directory's descriptor."""
         removed = []
         me = os.geteuid()
-        for hold in self.scan():
-            if (hold.uid == me or me == 0) and not self.live(hold):
-                with contextlib.suppress(OSError):
-                    hold.path.unlink()
-                    removed.append(hold.path)
-        with contextlib.suppress(OSError):
-            for item in os.scandir(self.used_dir):
+        with contextlib.suppress(OSError, nofollow.NotADirectory), nofollow.opened(self.dir) as fd:
+            for hold in self._scan(fd):
+                if (hold.uid == me or me == 0) and not self.live(hold):
+                    with contextlib.suppress(OSError):
+                        os.unlink(hold.path.name, dir_fd=fd)
+                        removed.append(hold.path)
+        with contextlib.suppress(OSError, nofollow.NotADirectory), nofollow.opened(self.used_dir) as fd:
+            with os.scandir(fd) as listing:
+                items = list(listing)
+            for item in items:
+                slug, _, uid = item.name.partition("@")
                 with contextlib.suppress(OSError):
                     st = item.stat(follow_symlinks=False)
-                    if (st.st_uid == me or me == 0) and item.name.split("@", 1)[0] not in slugs:
-                        os.unlink(item.path)
-                        removed.append(Path(item.path))
+                    if stat.S_ISREG(st.st_mode) and uid == str(st.st_uid) and (st.st_uid == me or me == 0) \
+                            and slug not in slugs:
+                        os.unlink(item.name, dir_fd=fd)
+                        removed.append(self.used_dir / item.name)
         return removed

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 from pathlib import Path
 
 from imagekit import owners
 from imagekit.errors import ImagekitError
-from imagekit.export.store import locks
+from imagekit.export.store import locks, nofollow
 from imagekit.export.store.base import EntryGone, newest_mtime
 from imagekit.export.store.entries import Entry
 from imagekit.export.store.holds import check_name
@@ -28,41 +27,50 @@ class Housekeeping:
 
     def sweep(self) -> list[Path]:
         """Remove temporaries, locks and trash of dead owners; returns what went. Only what this
-        process may remove: a reader of a shared store sweeps nothing there."""
+        process may remove: a reader of a shared store sweeps nothing there. Names are removed
+        relative to their directory's descriptor, never through a link (:mod:`.nofollow`)."""
         removed: list[Path] = []
         for sub in ("tmp", "trash"):
             try:
-                items = list(os.scandir(self.root / sub))
-            except OSError:
+                with nofollow.opened(self.root, sub) as fd:
+                    with os.scandir(fd) as listing:
+                        names = [item.name for item in listing]
+                    for name in names:
+                        parts = name.split("@")
+                        path = self.root / sub / name
+                        if len(parts) >= 3 and self._owner_gone(parts[-2], path) and \
+                                nofollow.try_remove_tree(fd, name):
+                            removed.append(path)
+            except (OSError, ImagekitError):
                 continue
-            for item in items:
-                parts = item.name.split("@")
-                if len(parts) >= 3 and self._owner_gone(parts[-2], Path(item.path)):
-                    with contextlib.suppress(OSError):
-                        if item.is_dir(follow_symlinks=False):
-                            shutil.rmtree(item.path)     # fd-based: never follows a link inside
-                        else:
-                            os.unlink(item.path)
-                        removed.append(Path(item.path))
-        lock_dir = self.root / "locks"
         try:
-            lock_items = list(os.scandir(lock_dir))
-        except OSError:
-            lock_items = []
-        for item in lock_items:
-            lock = Path(item.path)
-            if item.name.endswith(".lock"):
+            with nofollow.opened(self.root, "locks") as lock_fd, nofollow.opened(self.root, "trash") as trash_fd:
+                removed += self._sweep_locks(lock_fd, trash_fd)
+        except (OSError, ImagekitError):
+            pass
+        return removed
+
+    def _sweep_locks(self, lock_fd: int, trash_fd: int) -> list[Path]:
+        """Break dead owners' locks and remove their half-made ones. :mod:`.locks` works by path:
+        here the paths go through ``/proc/self/fd``, i.e. the directories checked and opened."""
+        removed = []
+        at, trash = Path(f"/proc/self/fd/{lock_fd}"), Path(f"/proc/self/fd/{trash_fd}")
+        with os.scandir(lock_fd) as listing:
+            names = [item.name for item in listing]
+        for name in names:
+            lock, shown = at / name, self.root / "locks" / name
+            if name.endswith(".lock"):
                 holder = locks.owner(lock)
                 if holder is not None and locks.stale(lock, holder, self.clock, self.lock_stale):
                     with contextlib.suppress(OSError):
-                        locks.break_(lock, self.root / "trash")
-                        removed.append(lock)
-            elif item.name.endswith(".part") and item.name.startswith("."):
-                token = item.name[1:].split(".lock.", 1)[-1].rsplit(".", 2)[0]
-                if self._owner_gone(token, lock):
+                        locks.break_(lock, trash)
+                        removed.append(shown)
+            elif name.endswith(".part") and name.startswith("."):
+                token = name[1:].split(".lock.", 1)[-1].rsplit(".", 2)[0]
+                if self._owner_gone(token, shown):
                     with contextlib.suppress(OSError):
-                        lock.unlink()
-                        removed.append(lock)
+                        os.unlink(name, dir_fd=lock_fd)
+                        removed.append(shown)
         return removed
 
     def hold(self, entry: Entry | Path, name: str | None = None) -> Path:
@@ -100,18 +108,38 @@ class Housekeeping:
         return self.holds.live_by_slug().get(self.slug(entry), [])
 
     def _to_trash(self, directory: Path) -> Path | None:
-        aside = self.root / "trash" / f"{directory.name}@{owners.me()}@{os.urandom(4).hex()}"
+        """Rename the entry ``directory`` into ``trash/``, relative to descriptors of both parents
+        (never through a link on the way); its new path, or None when it is gone already."""
+        parts = directory.relative_to(self.root).parts
+        aside = f"{directory.name}@{owners.me()}@{os.urandom(4).hex()}"
         try:
-            st = os.lstat(directory)
+            with nofollow.opened(self.root, *parts[:-1]) as parent, nofollow.opened(self.root, "trash") as trash:
+                st = nofollow.lstat_at(parent, parts[-1])
+                if not stat.S_ISDIR(st.st_mode):
+                    raise ImagekitError(f"{directory} is not a directory")
+                os.rename(parts[-1], aside, src_dir_fd=parent, dst_dir_fd=trash)
         except FileNotFoundError:
             return None
-        if not stat.S_ISDIR(st.st_mode):
-            raise ImagekitError(f"{directory} is not a directory")
+        return self.root / "trash" / aside
+
+    def _from_trash(self, aside: Path, directory: Path) -> bool:
+        """Put an entry :meth:`_to_trash` moved back (a hold landed meanwhile); False when it cannot."""
+        parts = directory.relative_to(self.root).parts
         try:
-            os.rename(directory, aside)
-        except FileNotFoundError:
-            return None
-        return aside
+            with nofollow.opened(self.root, *parts[:-1]) as parent, nofollow.opened(self.root, "trash") as trash:
+                os.rename(aside.name, parts[-1], src_dir_fd=trash, dst_dir_fd=parent)
+            return True
+        except (OSError, ImagekitError):
+            return False
+
+    def _drop_trash(self, aside: Path, directory: Path) -> None:
+        """Remove what :meth:`_to_trash` moved, then the entry's image and format directories if empty."""
+        with contextlib.suppress(OSError, ImagekitError), nofollow.opened(self.root, "trash") as trash:
+            nofollow.try_remove_tree(trash, aside.name)
+        parts = directory.relative_to(self.root).parts
+        for depth in (len(parts) - 1, len(parts) - 2):      # <format>/, then <image hex>/
+            with contextlib.suppress(OSError, ImagekitError), nofollow.opened(self.root, *parts[:depth - 1]) as up:
+                os.rmdir(parts[depth - 1], dir_fd=up)
 
     def evict(self, entry: Entry) -> bool:
         """Remove ``entry`` unless it is held; True when it went. An entry this process may not
@@ -124,18 +152,16 @@ class Housekeeping:
         except OSError as exc:
             self.refused.append((entry.dir, exc.strerror or str(exc)))
             return False
+        except ImagekitError as exc:
+            self.refused.append((entry.dir, exc.message))
+            return False
         if aside is None:
             return False
         if self.holds.live_by_slug().get(slug):   # a hold landed between the check and the move
-            try:
-                os.rename(aside, entry.dir)
+            if self._from_trash(aside, entry.dir):
                 return False
-            except OSError:
-                pass   # an equal entry was published in its place; holders' open files stay valid
-        shutil.rmtree(aside, ignore_errors=True)
-        with contextlib.suppress(OSError):   # empty image/format directories
-            entry.dir.parent.rmdir()
-            entry.dir.parent.parent.rmdir()
+            # else an equal entry was published in its place; holders' open files stay valid
+        self._drop_trash(aside, entry.dir)
         return True
 
     def gc(self, max_size: int) -> list[Entry]:

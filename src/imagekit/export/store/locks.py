@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from imagekit import owners
+from imagekit.export.store import nofollow
 from imagekit.errors import NoSpaceError
 
 HEARTBEAT = 10.0            # seconds between a converter's touches of its lock and temp dir
@@ -53,17 +54,18 @@ class Clock:
 
     def _measure(self) -> float:
         # named like a temporary (KEY@OWNER@RANDOM): a kill before the unlink leaves what sweep removes
-        probe = self.dir / f".clock@{owners.me()}@{os.urandom(4).hex()}"
+        probe = f".clock@{owners.me()}@{os.urandom(4).hex()}"
         try:
-            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        except OSError:
+            with nofollow.opened(self.dir) as dir_fd:
+                fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+                try:
+                    return os.fstat(fd).st_mtime - time.time()
+                finally:
+                    os.close(fd)
+                    with contextlib.suppress(OSError):
+                        os.unlink(probe, dir_fd=dir_fd)
+        except (OSError, nofollow.NotADirectory):
             return 0.0
-        try:
-            return os.fstat(fd).st_mtime - time.time()
-        finally:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                probe.unlink()
 
     def age(self, mtime: float) -> float:
         return self.now() - mtime
@@ -88,11 +90,11 @@ def take(lock: Path, mode: int) -> bool:
         finally:
             os.close(fd)
         try:
-            os.link(part, lock)
+            os.link(part, lock, follow_symlinks=False)   # what we wrote, never a link put in its place
             return True
         except FileExistsError:
             # NFS may answer EEXIST to a retransmitted link that did succeed: the link count says.
-            return os.stat(part).st_nlink == 2
+            return os.lstat(part).st_nlink == 2
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise NoSpaceError(f"no space left in {lock.parent} to take the lock {lock.name}",

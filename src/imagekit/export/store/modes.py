@@ -9,20 +9,21 @@ Two shapes (README "The export store: who may publish"):
   ``locks/`` and ``trash/`` are writable by the publishers' group and setgid, so every
   directory a publisher makes is ``2775`` (``2770`` when only the group may read) in
   that group, and every file ``0444`` (``0440``), set explicitly: a publisher's umask of
-  022 or 077 never locks the others out. ``holds/`` and ``used/`` are sticky and
+  022 or 077 never locks the others out. ``tmp/`` is sticky too (``3775``): no publisher
+  renames another's temporary directory while a tool writes into it. ``holds/`` and ``used/`` are sticky and
   writable by every reader (``1777``, or ``1770`` for group readers): a reader records
   there that a job uses an entry, and can remove only its own records.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.atomic import current_umask
+from imagekit.export.store import nofollow
 
 
 @dataclass(frozen=True)
@@ -46,50 +47,40 @@ class Modes:
             return cls(dir=0o2775, file=0o444, public_dir=0o1777, shared=True, group=group)
         return cls(dir=0o2770, file=0o440, public_dir=0o1770, shared=True, group=group)
 
+    def top(self, sub: str) -> int:
+        """The mode of the store's top-level directory ``sub``: ``holds/`` and ``used/`` are open to
+        readers; a shared ``tmp/`` is also sticky, so no publisher can rename another's temporary
+        directory (and plant a link in its place) while an export tool writes into it by path."""
+        if sub in ("holds", "used"):
+            return self.public_dir
+        return self.dir | (stat.S_ISVTX if sub == "tmp" and self.shared else 0)
+
+    def make_at(self, parent_fd: int, name: str, shown: Path, mode: int | None = None) -> int | None:
+        """Create ``name`` in the directory open at ``parent_fd`` with exactly ``mode`` (default:
+        :attr:`dir`), through its own descriptor (returned; None when it exists). See :mod:`.nofollow`."""
+        return nofollow.make_dir(parent_fd, name, self.dir if mode is None else mode, self.group, shown)
+
     def mkdir(self, path: Path, mode: int | None = None) -> bool:
-        """Create one directory with exactly ``mode`` (default: :attr:`dir`); False when it exists."""
-        try:
-            os.mkdir(path, 0o700)    # nobody else may enter before its mode and group are right
-        except FileExistsError:
+        """Create one directory with exactly ``mode`` (default: :attr:`dir`); False when it exists.
+        Its parent is opened without following a link on the way (:mod:`.nofollow`)."""
+        with nofollow.opened(path.parent) as parent:
+            fd = self.make_at(parent, path.name, path, mode)
+        if fd is None:
             return False
-        self.fix_dir(path, mode)
+        os.close(fd)
         return True
 
-    def fix_dir(self, path: Path, mode: int | None = None) -> None:
-        # Only for a directory this process just made 0700: nobody else can have put a link there.
-        if self.group is not None:
-            with contextlib.suppress(PermissionError):   # setgid parents give the group already
-                os.chown(path, -1, self.group)
-        os.chmod(path, self.dir if mode is None else mode)
-
-    def makedirs(self, path: Path, top: Path) -> None:
-        """Create ``path`` and its missing parents below ``top``, each with :attr:`dir`."""
-        missing = []
-        current = path
-        while current != top and not current.exists():
-            missing.append(current)
-            current = current.parent
-        for directory in reversed(missing):
-            try:
-                self.mkdir(directory)
-            except FileNotFoundError:
-                raise OSError(errno.ENOENT, "a parent was removed meanwhile", str(directory)) from None
+    def makedirs_at(self, top_fd: int, parts: tuple[str, ...], shown: Path) -> int:
+        """A descriptor of ``parts`` below ``top_fd``, each missing one made with :attr:`dir`; an
+        existing one must be a real directory, never a link (NotADirectory). The caller closes it."""
+        return nofollow.ensure_dirs(top_fd, parts, self.dir, self.group, shown)
 
     def file_mode(self, current: int) -> int:
         """:attr:`file`, plus the execute bits ``current`` has where :attr:`file` lets read (a SIF
         stays executable, ``./x.sif`` runs it)."""
         return self.file | (current & 0o111 & (self.file >> 2))
 
-    def fix_file(self, fd_or_path: int | Path) -> None:
-        """A finished file: read-only, readable as the store's readers need, in the publishers' group."""
-        if isinstance(fd_or_path, int):
-            if self.group is not None:
-                with contextlib.suppress(PermissionError):
-                    os.fchown(fd_or_path, -1, self.group)
-            os.fchmod(fd_or_path, self.file_mode(os.fstat(fd_or_path).st_mode))
-            return
-        # A path only for a file this process wrote in its own 0700-born temporary directory.
-        if self.group is not None:
-            with contextlib.suppress(PermissionError):
-                os.chown(fd_or_path, -1, self.group)
-        os.chmod(fd_or_path, self.file_mode(os.stat(fd_or_path).st_mode))
+    def fix_file(self, fd: int) -> None:
+        """A finished file, open at ``fd``: read-only, readable as the store's readers need, in the
+        publishers' group (set through the descriptor, never by path)."""
+        nofollow.set_mode(fd, self.file_mode(os.fstat(fd).st_mode), self.group)

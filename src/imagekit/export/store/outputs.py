@@ -46,7 +46,7 @@ def link_or_copy(entry: "Entry", target: Path, *, force: bool = False) -> str:
     owners.sweep_parts(target)
     tmp = target.parent / f"{owners.part_prefix(target)}{os.urandom(4).hex()}.part"
     try:
-        os.link(entry.path, tmp)
+        os.link(entry.path, tmp, follow_symlinks=False)   # the entry checked, never a link put in its place
         os.replace(tmp, target)
         return "link"
     except OSError as exc:

@@ -136,10 +136,31 @@ class Trust:
         non-member's chmod would clear the setgid bit, and the directories it makes would
         fall out of the group, locking the other publishers out)."""
         if self.me == 0:
-            return True
+            return self.redirectable() is None
         if self.group is None:
             return self.me == self.owner
         return self.group == os.getegid() or self.group in os.getgroups()
+
+    def redirectable(self) -> str | None:
+        """Where someone other than root could redirect what root writes into this store (None: nowhere).
+
+        Export tools write their file by path (``ROOT/tmp/NAME/image.sqsh``); :mod:`.nofollow` covers
+        what imagekit itself does, but not a tool's ``open``. So root publishes only where every
+        directory from ``/`` to ``tmp/`` is root's and writable by nobody else (a sticky directory
+        is fine: there only its owner, root, can rename what root made)."""
+        for path in (*reversed(self.root.parents), self.root, self.root / "tmp"):
+            try:
+                st = os.lstat(path)
+            except OSError as exc:
+                return f"{path} cannot be checked ({exc.strerror})"
+            sticky = st.st_mode & stat.S_ISVTX
+            if stat.S_ISLNK(st.st_mode):
+                return f"{path} is a symbolic link"
+            if st.st_uid != 0:
+                return f"{path} belongs to {_user(st.st_uid)}, who could rename what root writes there"
+            if st.st_mode & 0o022 and not sticky:
+                return f"{path} is writable by others ({describe(st)})"
+        return None
 
     def publishers(self) -> str:
         who = "root" if self.owner == 0 else f"root and {_user(self.owner)}"

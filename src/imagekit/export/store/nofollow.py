@@ -1,0 +1,191 @@
+"""Directory operations that never follow a symbolic link: how the store walks paths others can write.
+
+In a shared store other users write ``entries/`` and ``tmp/`` (the publishers) and ``holds/`` and
+``used/`` (everyone). A process that resolves ``STORE/entries/sha256/HEX/enroot`` by path follows
+whatever a publisher renamed into place a moment ago, a symbolic link to ``/etc`` included, and then
+makes, chmods, renames or deletes *there*, as root when root runs it. So every operation below the
+store's root starts from a descriptor:
+
+- :func:`walk` opens a directory one name at a time from ``/``, each with
+  ``O_DIRECTORY|O_NOFOLLOW``: a link anywhere on the way is refused (:class:`NotADirectory`), and
+  the descriptor it returns is the directory it checked, wherever someone renames it later;
+- :func:`make_dir` creates a directory ``0700``, opens it without following, checks that it is the
+  one it just made (this process's, still ``0700``), and only then sets its group and mode, through
+  the descriptor (``fchown``/``fchmod``);
+- names are then created, renamed and removed relative to such descriptors (``dir_fd``), and trees
+  removed with ``shutil.rmtree(dir_fd=...)``, which never follows a link inside either.
+
+A planted link is therefore never followed; a planted *directory* (someone renames a real directory
+into place) only moves the operation into a directory that user could already write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from imagekit.errors import ImagekitError
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class NotADirectory(ImagekitError):
+    """A name on a store path is a symbolic link, or not a directory: refused, never followed."""
+
+
+def describe(path: Path | str, dir_fd: int | None = None, name: str | None = None) -> str:
+    """What ``path`` is, in words ("a symbolic link to /etc", "a regular file")."""
+    try:
+        st = os.stat(name if name is not None else path, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        return exc.strerror or "unreadable"
+    if stat.S_ISLNK(st.st_mode):
+        with contextlib.suppress(OSError):
+            return f"a symbolic link to {os.readlink(name if name is not None else path, dir_fd=dir_fd)}"
+        return "a symbolic link"
+    if stat.S_ISDIR(st.st_mode):
+        return "a directory"
+    return "a regular file" if stat.S_ISREG(st.st_mode) else "not a directory"
+
+
+def open_dir(name: str, dir_fd: int | None, shown: Path | str) -> int:
+    """A descriptor of the directory ``name`` (relative to ``dir_fd``), never through a link.
+
+    NotADirectory names ``shown`` and what is there; FileNotFoundError when nothing is."""
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise NotADirectory(f"{shown} is {describe(shown, dir_fd, name)}, not a directory: refused, "
+                                "never followed",
+                                "a store holds only real directories: move it aside, then run "
+                                "imagekit store init as the store's owner") from None
+        raise
+
+
+def walk(path: Path, parts: Sequence[str] = ()) -> int:
+    """A descriptor of ``path``/``parts``, every name opened without following a link.
+
+    ``path`` is absolute (the store's root, already resolved); the caller closes the descriptor."""
+    path = Path(path)
+    names = [*path.parts[1:], *parts]
+    fd = os.open("/", DIR_FLAGS)
+    shown = Path("/")
+    try:
+        for name in names:
+            shown = shown / name
+            nxt = open_dir(name, fd, shown)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def opened(path: Path, *parts: str) -> Iterator[int]:
+    """:func:`walk` as a context manager: the descriptor is closed on leaving."""
+    fd = walk(path, parts)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def make_dir(parent_fd: int, name: str, mode: int, group: int | None, shown: Path | str) -> int | None:
+    """Create ``name`` in ``parent_fd`` with exactly ``mode`` (and ``group``); its descriptor, or None
+    when the name exists.
+
+    Made ``0700`` first, so nobody else can enter before its mode and group are right, then opened
+    without following and checked to be the directory this process just made: someone who removed
+    it and planted a link or a directory of their own in the meantime is refused, never chmodded."""
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent_fd)
+    except FileExistsError:
+        return None
+    fd = open_dir(name, parent_fd, shown)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+            raise NotADirectory(f"{shown} was replaced right after this process made it (now {owner_mode(st)})",
+                                "someone else is changing the store: check who can write its directories")
+        set_mode(fd, mode, group)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def set_mode(fd: int, mode: int, group: int | None) -> None:
+    """Group (where this process may give it) and mode of the directory or file open at ``fd``."""
+    if group is not None:
+        with contextlib.suppress(PermissionError):   # setgid parents give the group already
+            os.fchown(fd, -1, group)
+    os.fchmod(fd, mode)
+
+
+def owner_mode(st: os.stat_result) -> str:
+    return f"uid {st.st_uid}, gid {st.st_gid}, mode {stat.S_IMODE(st.st_mode):04o}"
+
+
+def ensure_dirs(top_fd: int, parts: Sequence[str], mode: int, group: int | None, shown: Path) -> int:
+    """A descriptor of ``parts`` below ``top_fd``, creating what is missing with :func:`make_dir`;
+    an existing name must be a real directory (NotADirectory otherwise). The caller closes it."""
+    fd = os.dup(top_fd)
+    try:
+        for name in parts:
+            shown = shown / name
+            nxt = make_dir(fd, name, mode, group, shown)
+            if nxt is None:
+                nxt = open_dir(name, fd, shown)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def lstat_at(dir_fd: int, name: str) -> os.stat_result:
+    return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def remove_tree(parent_fd: int, name: str) -> None:
+    """Remove ``name`` below ``parent_fd``: a file or link itself, or a directory and all it holds,
+    each level opened without following (a link inside is removed, never entered). Python's own
+    ``shutil.rmtree(dir_fd=)`` needs 3.11; this is the same walk."""
+    try:
+        st = lstat_at(parent_fd, name)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=parent_fd)
+        return
+    fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            raise OSError(errno.ESTALE, "replaced while being removed", name)
+        with os.scandir(fd) as items:
+            names = [item.name for item in items]
+        for child in names:
+            remove_tree(fd, child)
+    finally:
+        os.close(fd)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(name, dir_fd=parent_fd)
+
+
+def try_remove_tree(parent_fd: int, name: str) -> bool:
+    """:func:`remove_tree`, False instead of an OSError (what may not be removed stays)."""
+    try:
+        remove_tree(parent_fd, name)
+        return True
+    except OSError:
+        return False

@@ -1,0 +1,218 @@
+"""What root does in an export store never follows what another user planted (issue 33, G1;
+../shared/reviews/security-3.md).
+
+`store init --shared` used to chgrp and chmod whatever a planted symbolic link at ``entries``,
+``tmp``, ``holds``… pointed to (``/etc`` would have become world-writable). The fix is for the
+class: everything below the store's root is opened one name at a time with O_NOFOLLOW and
+changed through descriptors (imagekit.export.store.nofollow). The property test plants a link,
+as a real other user, at every name root creates, renames, touches or removes in a store, and
+runs every store operation as root: the link's target never changes.
+
+Other users are real processes: numeric uids under ``setpriv`` (tests/export/users.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from users import ALICE, BOB, TEAM, setpriv
+
+from imagekit import owners
+from imagekit.cli import main
+from imagekit.errors import ImagekitError
+from imagekit.export.store import Store
+from imagekit.export.store.setup import init_store
+
+IMAGE = "sha256:" + "6c" * 32
+OTHER = "sha256:" + "bb" * 32
+DEAD = "otherhost.ns1.b1+999999+1"      # another host's owner token: judged by age, never alive here
+
+
+def as_user(uid: int, script: str, *args: str, groups: tuple[int, ...] = ()) -> None:
+    """``sh -c script`` as ``uid`` (a real unprivileged process); it must succeed."""
+    proc = subprocess.run(setpriv(uid, ["sh", "-c", script, "sh", *args], groups=groups),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def snapshot(top: Path) -> dict[str, tuple]:
+    """Every name below ``top`` (and ``top``) with its type, owner, mode, size and mtime."""
+    out = {}
+    for path in [top, *sorted(top.rglob("*"))]:
+        st_ = os.lstat(path)
+        out[str(path.relative_to(top))] = (stat.S_IFMT(st_.st_mode), st_.st_uid, st_.st_gid,
+                                           stat.S_IMODE(st_.st_mode), st_.st_size, st_.st_mtime_ns)
+    return out
+
+
+def victim_dir(base: Path, name: str = "victim") -> Path:
+    """A directory only root may enter (stands in for /etc)."""
+    victim = base / name
+    victim.mkdir(mode=0o700)
+    (victim / "secret").write_text("root's\n")
+    return victim
+
+
+def legacy_store(base: Path) -> Path:
+    """The layout the old README advised: root's, group-writable by every job user, setgid."""
+    old = base / "oldstore"
+    old.mkdir()
+    os.chown(old, 0, TEAM)
+    os.chmod(old, 0o2775)
+    return old
+
+
+# --- G1: store init --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("names", [("holds", "entries"), ("used",), ("tmp",)])
+def test_g1_init_over_planted_links_changes_nothing_outside_the_store(shared_dir, names):
+    """Alice (a job user of the old group-writable store) plants links at the store's subdirectories;
+    root's `store init --shared` refuses, naming the link, and the target keeps its owner and mode:
+    Alice still cannot write there."""
+    victim = victim_dir(shared_dir)
+    old = legacy_store(shared_dir)
+    for name in names:
+        as_user(ALICE, 'ln -s "$1" "$2"', str(victim), str(old / name), groups=(TEAM,))
+    before = snapshot(victim)
+    res = CliRunner().invoke(main, ["store", "--store", str(old), "init", "--shared", "--group", str(TEAM)])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert "symbolic link" in res.output and any(str(old / n) in res.output for n in names), res.output
+    assert snapshot(victim) == before
+    probe = subprocess.run(setpriv(ALICE, ["touch", str(victim / "planted")], groups=(TEAM,)),
+                           capture_output=True, text=True)
+    assert probe.returncode != 0 and not (victim / "planted").exists()
+
+
+def test_g1_init_moves_aside_a_subdirectory_another_user_owns(shared_dir, capsys):
+    """A real directory Alice made at `tmp` (she could write the old store) is renamed aside with a
+    warning, never adopted: the store's own tmp/ is root's and sticky, and nothing Alice put there is used."""
+    old = legacy_store(shared_dir)
+    as_user(ALICE, 'mkdir "$1" && echo hers > "$1/x@host.ns1.b1+1+1@y"', str(old / "tmp"), groups=(TEAM,))
+    root = init_store(old, str(TEAM))
+    err = capsys.readouterr().err
+    assert "moved aside" in err and str(old / "tmp") in err, err
+    tmp = os.lstat(root / "tmp")
+    assert (tmp.st_uid, tmp.st_gid, stat.S_IMODE(tmp.st_mode)) == (0, TEAM, 0o3775)
+    aside = [p for p in root.iterdir() if p.name.startswith("tmp.untrusted-")]
+    assert len(aside) == 1 and aside[0].stat().st_uid == ALICE
+    assert os.listdir(root / "tmp") == []
+    assert stat.S_IMODE(os.lstat(root).st_mode) == 0o755, "the root is no longer group-writable"
+
+
+def test_g1_root_publishes_only_where_nobody_else_can_redirect_a_tools_path(shared_dir):
+    """Export tools write their file by path, below the store's tmp/: root does not publish into a store
+    another account owns (it could rename tmp/ while the tool writes); it is told why and how to fix it."""
+    store = shared_dir / "ci-owned"
+    init_store(store, str(TEAM))
+    for path in (store, store / "tmp"):
+        os.chown(path, ALICE, -1)
+    st_ = Store.open(store)
+    with pytest.raises(ImagekitError, match="root does not publish") as err:
+        st_.get_or_create(st_.key(IMAGE, "enroot", "fast"), lambda p: p.write_bytes(b"x"))
+    assert f"belongs to {ALICE}" in str(err.value) and not any((store / "entries").iterdir())
+
+
+# --- the class: a planted link is never followed, whatever root does -------------------------------------
+
+def _setup(base: Path) -> tuple[Path, Store, Path]:
+    """A shared store (publishers: group TEAM) with one entry root published."""
+    root = init_store(base / "store", str(TEAM))
+    store = Store.open(root)
+    entry, _ = store.get_or_create(store.key(IMAGE, "enroot", "fast"), lambda p: p.write_bytes(b"root's image"))
+    return root, store, entry.dir
+
+
+def _points(root: Path, entry: Path, slug: str) -> dict[str, tuple[Path, int]]:
+    """Every name root makes, renames, touches or removes in a store, and who can plant there."""
+    rel = entry.relative_to(root)
+    return {
+        "entries/sha256": (root / "entries" / "sha256", ALICE),
+        "entries/sha256/IMAGE": (root / rel.parents[2], ALICE),
+        "entries/sha256/IMAGE/enroot": (root / rel.parents[1], ALICE),
+        "entry directory": (entry, ALICE),
+        "entry file": (entry / "image.sqsh", ALICE),
+        "entry.json": (entry / "entry.json", ALICE),
+        "a lock": (root / "locks" / f"{slug}.lock", ALICE),
+        "a lock's part": (root / "locks" / f".{slug}.lock.{DEAD}.abcd.part", ALICE),
+        "a dead owner's temporary": (root / "tmp" / f"x@{DEAD}@y", ALICE),
+        "a dead owner's trash": (root / "trash" / f"x@{DEAD}@y", ALICE),
+        "root's hold": (root / "holds" / f"{slug}@0@job-1", BOB),
+        "a lapsed hold": (root / "holds" / f"{slug}@{BOB}@old", BOB),
+        "root's use mark": (root / "used" / f"{slug}@0", BOB),
+        "a use mark of an evicted entry": (root / "used" / f"gone.enroot.x@{BOB}", BOB),
+    }
+
+
+def _plant(point: Path, uid: int, victims: Path) -> Path:
+    """As ``uid``: move what is at ``point`` away (if anything) and put a link to a root-only copy of
+    it there (a copy, so that an operation which follows the link finds what it looks for)."""
+    victim = victims / "target"
+    if os.path.lexists(point):
+        if point.is_dir():
+            shutil.copytree(point, victim, symlinks=True)
+        else:
+            shutil.copy2(point, victim)
+    else:
+        victim.mkdir()
+        (victim / "secret").write_text("root's\n")
+    as_user(uid, '{ ! [ -e "$1" ] || mv "$1" "$1.moved"; } && ln -s "$2" "$1"', str(point), str(victim),
+            groups=(TEAM,) if uid == ALICE else ())
+    return victim
+
+
+OPERATIONS = {
+    "init": lambda root, store: init_store(root, str(TEAM)),
+    "open": lambda root, store: Store.open(root),
+    "publish another preset": lambda root, store: store.get_or_create(
+        store.key(IMAGE, "enroot", "shared-fs"), lambda p: p.write_bytes(b"another")),
+    "publish another image": lambda root, store: store.get_or_create(
+        store.key(OTHER, "enroot", "fast"), lambda p: p.write_bytes(b"other")),
+    "lookup": lambda root, store: store.lookup(store.key(IMAGE, "enroot", "fast")),
+    "hold and release": lambda root, store: [(store.hold(e, "job-1"), store.release(e, "job-1"))
+                                             for e in store.entries()],
+    "mark used": lambda root, store: store.holds.mark_used(store.slug(store.entries()[0])),
+    "sweep": lambda root, store: store.sweep(),
+    "gc": lambda root, store: store.gc(0),
+    "ls": lambda root, store: store.entries(),
+}
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(point=st.sampled_from(sorted(_points(Path("/r"), Path("/r/entries/sha256/h/enroot/e"), "s"))),
+       operation=st.sampled_from(sorted(OPERATIONS)))
+def test_a_link_another_user_plants_is_never_followed_by_root(shared_dir, point, operation):
+    """For every name root creates, renames, touches or removes in a store, and every store operation
+    root runs: a link another user planted at that name leaves its target exactly as it was (owner,
+    mode, contents, times). Refusing (an ImagekitError) is fine; following is not."""
+    base = Path(shared_dir) / f"case-{os.urandom(4).hex()}"
+    base.mkdir()
+    victims = base / "victims"
+    victims.mkdir(mode=0o700)
+    try:
+        root, store, entry = _setup(base)
+        path, uid = _points(root, entry, store.slug(entry))[point]
+        _plant(path, uid, victims)
+        before = snapshot(victims)
+        store = Store.open(root, create=False)
+        store.tmp_stale = store.lock_stale = 0.0        # every dead owner's leftovers are swept at once
+        store.holds.max_age = 0.0
+        try:
+            OPERATIONS[operation](root, store)
+        except (ImagekitError, OSError, IndexError):
+            pass    # refused (or nothing left to act on): fine, as long as nothing was followed
+        assert snapshot(victims) == before, f"{operation} followed a link planted at {point}"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_dead_owner_token_is_not_alive_here():
+    """The property test's leftovers must look like a dead (or long gone) owner's to be swept at all."""
+    assert owners.local(DEAD) is False

@@ -1,0 +1,53 @@
+"""Rootless Podman's build cache is each user's own (issue 33: "cache mounts are per user").
+
+Buildah keeps cache mounts (apt's and pip's caches of every build) under ``$TMPDIR``; imagekit gives
+a rootless build ``/var/tmp/imagekit-podman-UID``. In the sticky /var/tmp anyone can take that name
+first. Before: a link planted there, to a directory the user owns but others may write, was taken as
+the user's (``stat`` followed the link), so another user could poison the user's build caches. Now
+only a real directory of the user's, opened with O_NOFOLLOW and set back to 0700, is used; a taken
+name is skipped for the next. Both users are real processes (setpriv, tests/export/users.py); no
+Podman is needed for this part (tests/test_podman.py builds with it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+from export.users import ALICE, home_for, other_python, setpriv, shared_dir  # noqa: F401 - fixtures
+
+VICTIM = 2077          # a uid with no Podman state on this machine: its names in /var/tmp are free
+
+
+def test_a_planted_name_never_becomes_a_users_build_cache(other_python, shared_dir):
+    base = Path(f"/var/tmp/imagekit-podman-{VICTIM}")
+    for path in (base, base.with_name(base.name + ".2")):
+        if os.path.lexists(path):
+            (path.unlink if path.is_symlink() else lambda: shutil.rmtree(path))()
+    # The victim's own directory that others may write (a group project directory, say).
+    shared = shared_dir / "project"
+    shared.mkdir()
+    os.chown(shared, VICTIM, VICTIM)
+    shared.chmod(0o777)
+    plant = subprocess.run(setpriv(ALICE, ["ln", "-s", str(shared), str(base)]), capture_output=True, text=True)
+    assert plant.returncode == 0, plant.stderr
+    try:
+        proc = subprocess.run(setpriv(VICTIM, [str(other_python.python), "-c",
+                                               "from imagekit import podman; print(podman.build_env()['TMPDIR'])"]),
+                              env=other_python.env(HOME=str(home_for(VICTIM, shared_dir))), capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        got = Path(proc.stdout.strip())
+        assert got != base and got.parent == base.parent, got
+        st = os.lstat(got)
+        assert stat.S_ISDIR(st.st_mode) and st.st_uid == VICTIM and stat.S_IMODE(st.st_mode) == 0o700
+        assert base.is_symlink() and stat.S_IMODE(shared.stat().st_mode) == 0o777, "the planted link is left alone"
+    finally:
+        for path in (base, base.with_name(base.name + ".2")):
+            if path.is_symlink():
+                path.unlink()
+            elif path.exists():
+                shutil.rmtree(path)
