@@ -17,4 +17,23 @@ if ! bash scripts/setup-podman.sh; then
 fi
 VENV=${VENV:-.venv}
 export PATH="$(pwd)/$VENV/bin:$PATH"   # imagekit, hpccm and pytest from the set-up's venv
-exec "$VENV/bin/python" -m pytest "$@"
+
+# Tiers (scripts/heavy_tier.py). The heavy tier is the tests whose cold builds take many minutes (CUDA,
+# PyTorch, Open MPI 4.1 for PMI-2, arm64 under emulation). `--heavy` runs it alone, as CI would, and
+# records it in .ci/heavy-tier.json when every heavy test passed. IMAGEKIT_TIER picks what a plain run
+# does: `all` (the default here), `fast` (no heavy tests), or `auto` (CI's default: the heavy tier
+# too unless the record matches the tree).
+if [ "${1:-}" = "--heavy" ]; then
+    shift
+    export CI=${CI:-true} IMAGEKIT_HEAVY_RECORD=1
+    exec "$VENV/bin/python" -m pytest -m heavy "$@"
+fi
+tier=${IMAGEKIT_TIER:-$([ -n "${CI:-}" ] && echo auto || echo all)}
+select=()
+case "$tier" in
+    all) ;;
+    fast) select=(-m "not heavy"); echo "test: fast tier only (IMAGEKIT_TIER=fast): the heavy tier is left out" ;;
+    auto) if "$VENV/bin/python" scripts/heavy_tier.py status; then select=(-m "not heavy"); fi ;;
+    *) echo "test: IMAGEKIT_TIER must be all, fast or auto, not '$tier'" >&2; exit 2 ;;
+esac
+exec "$VENV/bin/python" -m pytest "${select[@]}" "$@"

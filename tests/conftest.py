@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from needs import need  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+# Which tests are heavy, and the record a passing heavy run leaves for CI (scripts/heavy_tier.py).
+pytest_plugins = ["heavy_plugin"]
 
 
 @functools.lru_cache(maxsize=1)

@@ -102,6 +102,7 @@ ldconfig
 
 
 @pytest.mark.engine
+@pytest.mark.heavy  # debian-cuda's source builds, cold
 def test_it_builds_on_the_offline_cuda_stack_and_its_checks_catch_a_broken_copy(tmp_path, base_image,
                                                                                 site_mirror):
     s = _stack(tmp_path, site_mirror)

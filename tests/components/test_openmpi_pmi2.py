@@ -20,7 +20,8 @@ from broken_images import committed_copy
 
 from imagekit import build, check, engine, stack
 
-pytestmark = [pytest.mark.engine, pytest.mark.slurm]
+# Open MPI 4.1 from source on Debian 12 and 13, cold: CI's heavy tier (tests/heavy_plugin.py).
+pytestmark = [pytest.mark.engine, pytest.mark.slurm, pytest.mark.heavy]
 
 STACK = """\
 name: imagekit-test-pmi2-{distro}

@@ -76,7 +76,9 @@ def export_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="session", params=STACKS)
+# The CUDA stacks' cold builds are CI's heavy tier (tests/heavy_plugin.py).
+@pytest.fixture(scope="session", params=[s if s == "debian-mpi" else pytest.param(s, marks=pytest.mark.heavy)
+                                         for s in STACKS])
 def shipped(request, export_dir) -> Exports:
     built = request.getfixturevalue(BUILT_BY[request.param])
     image = built if isinstance(built, str) else built[0]

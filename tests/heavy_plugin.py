@@ -1,0 +1,100 @@
+"""The heavy tier in pytest: which tests are heavy, and the record a passing heavy run leaves.
+
+A test is heavy when it is marked ``heavy`` or uses a fixture that builds a heavy image (below).
+With ``IMAGEKIT_HEAVY_RECORD`` set (``scripts/test.sh --heavy``), every image the session builds is
+noted, and a session in which heavy tests ran and nothing failed writes ``.ci/heavy-tier.json``
+(scripts/heavy_tier.py) for CI to compare the tree against.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from imagekit import build
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import heavy_tier  # noqa: E402
+
+# Fixtures whose cold build takes many minutes on two cores: toolchains and MPI stacks from source.
+HEAVY_FIXTURES = frozenset({"cuda_images", "cuda12_images", "pytorch_images"})
+RECORD_ENV = "IMAGEKIT_HEAVY_RECORD"
+
+
+def is_heavy(item: pytest.Item) -> bool:
+    return item.get_closest_marker("heavy") is not None
+
+
+class HeavyRecorder:
+    def __init__(self) -> None:
+        self.builds: list[heavy_tier.Build] = []
+        self.tests: set[str] = set()
+        self.expected = 0
+        self.passed = 0
+        self.failed = 0
+        self.started = time.monotonic()
+        self._build = build.build
+
+    def recording_build(self, stack, request=None, **kw):
+        result = self._build(stack, request, **kw)
+        self.builds.append(heavy_tier.Build(name=Path(stack.file).name, text=Path(stack.file).read_text(),
+                                            variant=stack.name if stack.variant else None,
+                                            mirror=stack.mirror is not None, recipe=result.recipe_sha256))
+        return result
+
+    def report(self, report: pytest.TestReport, heavy: bool) -> None:
+        # A skipped heavy test counts as not passed: a record vouches for every heavy test.
+        if report.failed or (heavy and report.skipped):
+            self.failed += 1
+        elif heavy and report.when == "call" and report.passed:
+            self.passed += 1
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get(RECORD_ENV):
+        recorder = HeavyRecorder()
+        config.stash[_KEY] = recorder
+        build.build = recorder.recording_build
+
+
+_KEY = pytest.StashKey[HeavyRecorder]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the markers must be on already
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.heavy)
+    recorder = config.stash.get(_KEY, None)
+    if recorder is not None:
+        heavy = [item for item in items if is_heavy(item)]
+        recorder.expected = len(heavy)
+        recorder.tests = {heavy_tier.relative(Path(str(item.path))) for item in heavy}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    outcome = yield
+    recorder = item.config.stash.get(_KEY, None)
+    if recorder is not None:
+        recorder.report(outcome.get_result(), is_heavy(item))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    recorder = session.config.stash.get(_KEY, None)
+    if recorder is None:
+        return
+    build.build = recorder._build
+    if exitstatus != 0 or recorder.failed or not recorder.passed or recorder.passed != recorder.expected:
+        print(f"\nheavy tier: not recorded ({recorder.passed} of {recorder.expected} heavy tests passed, "
+              f"{recorder.failed} failed or skipped, exit status {exitstatus})", file=sys.stderr)
+        return
+    record = heavy_tier.new_record(sorted(recorder.tests), recorder.builds, time.monotonic() - recorder.started,
+                                   recorder.passed)
+    heavy_tier.write_record(record)
+    print(f"\nheavy tier: recorded {record.passed} passing tests and {len(record.builds)} recipes in "
+          f"{heavy_tier.relative(heavy_tier.RECORD)} (commit {record.commit})", file=sys.stderr)
