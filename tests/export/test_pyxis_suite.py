@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from pyxis_standins import build_all, push_all
 from enroot_conf import allows_http
+from pyxis_standins import build_all, push_all
 from pyxis_suite import MODES, PATH, Run, bats_argv, prepare, run_bats, unpack_tests
 
 from imagekit.export import ExportRequest, export_image
