@@ -43,8 +43,9 @@ done
 #   slurm-wlm munge libpmix2 libpmix-dev                                     Slurm with the pmix plugin
 #   uidmap fuse3 fuse2fs squashfuse cryptsetup-bin                           Apptainer
 #   gnupg                                                                    the tests' Apptainer sign key
+#   bats                                                                     Pyxis's own test suite, run by the tests
 RUNTIME=(squashfs-tools fuse-overlayfs squashfuse pigz jq parallel curl gawk zstd libcap2-bin
-         slurm-wlm munge libpmix2 libpmix-dev uidmap fuse3 fuse2fs cryptsetup-bin gnupg)
+         slurm-wlm munge libpmix2 libpmix-dev uidmap fuse3 fuse2fs cryptsetup-bin gnupg bats)
 BUILD=(gcc make libtool automake autoconf libmd-dev libslurm-dev pkg-config libseccomp-dev libfuse3-dev
        libsubid-dev zlib1g-dev libsqlite3-dev)
 GO=/usr/lib/go-1.22/bin/go

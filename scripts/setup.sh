@@ -63,4 +63,9 @@ if [ "$where" != "$(pwd)/src" ]; then
     echo "setup: imagekit resolves to $where, not $(pwd)/src" >&2
     exit 1
 fi
-echo "setup: ready ($("$VENV/bin/imagekit" --version); run it as $VENV/bin/imagekit, or put $(pwd)/$VENV/bin on PATH)"
+case $VENV in /*) venv_abs=$VENV ;; *) venv_abs=$(pwd)/$VENV ;; esac
+# The Pyxis importer runs as each job's user: say so in one line when they cannot run this venv.
+if ! private=$(bash scripts/check-shared-python.sh "$venv_abs/bin/python"); then
+    echo "setup: warning: $private" >&2
+fi
+echo "setup: ready ($("$VENV/bin/imagekit" --version); run it as $venv_abs/bin/imagekit, or put $venv_abs/bin on PATH)"

@@ -55,10 +55,12 @@ def remove_engine_refs(addr: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def running_registry(root: Path, extra_config: str = "") -> Iterator[str]:
-    """Serve a registry whose storage is under ``root``; yields ``127.0.0.1:PORT``.
+def running_registry(root: Path, extra_config: str = "", host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve a registry whose storage is under ``root``; yields ``HOST:PORT`` (``127.0.0.1:PORT``).
 
     ``extra_config`` is appended to the YAML configuration (for example an ``auth:`` section).
+    ``host``: another address to listen on (a non-loopback one, where no client speaks plain HTTP
+    unasked); registries on one ``root`` serve the same images.
     Afterwards the Docker engine's tags under ``127.0.0.1:PORT`` (a push tags the image so, a pull
     by digest adds a digest reference) are removed: the registry is gone, and the next registry
     on that port would not have them.
@@ -68,13 +70,13 @@ def running_registry(root: Path, extra_config: str = "") -> Iterator[str]:
         raise RegistryNotRunning("docker-registry is not installed (apt-get install docker-registry)")
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    config = root / "config.yml"
+    config = root / ("config.yml" if host == "127.0.0.1" else f"config-{host}-{port}.yml")
     config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
                       f"    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
-                      f"http:\n  addr: 127.0.0.1:{port}\n{extra_config}")
+                      f"http:\n  addr: {host}:{port}\n{extra_config}")
     proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
-    addr = f"127.0.0.1:{port}"
+    addr = f"{host}:{port}"
     try:
         for _ in range(100):
             try:

@@ -49,7 +49,7 @@ BREAKAGES = {
     # Open MPI's UCX components (under the closure's prefix /usr/lib/x86_64-linux-gnu/openmpi) link it.
     "no-libucp": ("rm -f /usr/lib/x86_64-linux-gnu/libucp.so.0* && ldconfig", {"image.ldd_closure", "ucx.libucp"}),
     # Debian's /etc/profile then resets PATH in Enroot's login shell (a user's loses /usr/sbin).
-    "no-login-env-script": ("rm -f /etc/profile.d/zz-imagekit-environment.sh", {"image.login_env"}),
+    "no-login-env-script": ("rm -f /etc/profile.d/00-imagekit-environment.sh", {"image.login_env"}),
     "no-mpi-ring": ("rm -f /usr/local/bin/imagekit-mpi-ring", {"openmpi.ring"}),
     "no-ib-tools": ("rm -f /usr/bin/ib_write_bw", {"ofed.tools"}),
     "no-ibstat": ("rm -f /usr/sbin/ibstat", {"ofed.diags"}),

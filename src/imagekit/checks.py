@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, NoReturn
 
+from imagekit import login_env as login_env_mod
 from imagekit import quoting
 from imagekit.errors import UsageError
 
@@ -424,18 +425,30 @@ trap restore EXIT
 printf '%s\n' "$@" > "$env_file"
 shells=/bin/sh
 if [ -x /bin/bash ]; then shells="$shells /bin/bash"; fi
+# The reference: the image's own profile.d scripts (not imagekit's, at its place now or before) and the
+# user's profile on the declared values, with no /etc/profile body before them (a base resetting nothing).
+# shellcheck disable=SC2016
+reference='for i in /etc/profile.d/*.sh; do case $i in *-imagekit-environment.sh) continue ;; esac
+  if [ -r "$i" ]; then . "$i"; fi; done; unset i
+if [ -n "${BASH_VERSION-}" ]; then
+  for p in "$HOME/.bash_profile" "$HOME/.bash_login" "$HOME/.profile"; do if [ -r "$p" ]; then . "$p"; break; fi; done
+elif [ -r "$HOME/.profile" ]; then . "$HOME/.profile"; fi
+env -0 | base64 -w0'
 for uid in UIDS; do
   for shell in $shells; do
     # As enroot-switchroot starts it: only the environment file's variables, then a login shell.
     if [ "$uid" = 0 ]; then
       out=$(env -i "$@" HOME=/root "$shell" -l -c 'env -0 | base64 -w0' </dev/null)
+      ref=$(env -i "$@" HOME=/root "$shell" -c "$reference" </dev/null 2>/dev/null)
     elif command -v setpriv >/dev/null 2>&1; then
       out=$(env -i "$@" HOME=/ setpriv --reuid="$uid" --regid="$uid" --clear-groups \
             "$shell" -l -c 'env -0 | base64 -w0' </dev/null)
+      ref=$(env -i "$@" HOME=/ setpriv --reuid="$uid" --regid="$uid" --clear-groups \
+            "$shell" -c "$reference" </dev/null 2>/dev/null)
     else
-      out=NOSETPRIV
+      out=NOSETPRIV ref=NOSETPRIV
     fi
-    echo "$uid $shell ${out:--}"
+    echo "$uid $shell ${out:--} ${ref:--}"
   done
 done
 """
@@ -449,7 +462,11 @@ class LoginEnv(Check, kind="login_env"):
     /etc/profile (Debian's resets PATH); ``docker run`` starts none, so nothing else would show
     it. The check writes /etc/environment as Enroot's import does, starts ``sh -l`` (and
     ``bash -l``) with that environment alone, as ``enroot-switchroot`` does, and compares
-    every declared variable; /etc/environment is put back afterwards."""
+    every declared variable with what the image's own /etc/profile.d scripts and the user's
+    profile make of it with no /etc/profile body before them: a module system or tool chain
+    that adds to PATH passes, a base's reset fails (:mod:`imagekit.login_env`). Names a shell
+    refuses from its environment (``login_env.NEVER_RESTORED``) are not compared.
+    /etc/environment is put back afterwards."""
 
     uids: tuple[str, ...] = ("0",)
 
@@ -478,7 +495,8 @@ class LoginEnv(Check, kind="login_env"):
         for entry in base64.b64decode(raw.stdout.strip()).decode(errors="replace").split("\0"):
             name, sep, value = entry.partition("=")
             # A newline cannot be carried by Enroot's /etc/environment (imagekit export refuses it).
-            if sep and quoting.ENV_NAME.fullmatch(name) and "\n" not in value and name not in _LOGIN_OWN:
+            if (sep and quoting.ENV_NAME.fullmatch(name) and "\n" not in value and name not in _LOGIN_OWN
+                    and not login_env_mod.never_restored(name)):
                 declared[name] = value
         entries = [f"{k}={v}" for k, v in declared.items()]
         script = _LOGIN_SCRIPT.replace("UIDS", " ".join(self.uids))
@@ -486,19 +504,26 @@ class LoginEnv(Check, kind="login_env"):
         _fail_unless(cmd.rc == 0, f"could not start login shells:\n{_show(cmd)}")
         lost = []
         for line in cmd.stdout.splitlines():
-            uid, shell, out = (line.split(" ", 2) + ["", ""])[:3]
+            uid, shell, out, ref = (line.split(" ", 3) + ["", "", ""])[:4]
             if out == "NOSETPRIV":
                 continue  # no setpriv in the image: only root's shells are checked
-            seen = dict(e.partition("=")[::2] for e in
-                        base64.b64decode(out if out != "-" else "").decode(errors="replace").split("\0") if "=" in e)
+            seen, made = _env_of(out), _env_of(ref)
             who = f"`{shell.rsplit('/', 1)[-1]} -l` as uid {uid}"
             for name, value in declared.items():
-                if seen.get(name) != value:
+                want = made.get(name, value)
+                if seen.get(name) != want:
                     got = "unsets it" if name not in seen else f"sees {quoting.shown(seen[name])}"
-                    lost.append(f"{name}: {who} {got}; the image declares {quoting.shown(value)}")
+                    how = "" if want == value else f" (its profile.d scripts make it {quoting.shown(want)})"
+                    lost.append(f"{name}: {who} {got}; the image declares {quoting.shown(value)}{how}")
         _fail_unless(not lost, "a login shell (as Enroot and Pyxis start every command) loses the image's "
                      "environment:\n  " + "\n  ".join(lost) + "\nfix: build the image with imagekit, or "
-                     "export it with `imagekit export --to enroot`: both add /etc/profile.d/zz-imagekit-environment.sh")
+                     f"export it with `imagekit export --to enroot`: both put /{login_env_mod.PATH} first in "
+                     "/etc/profile.d and drop an older imagekit's " + ", ".join(f"/{p}" for p in login_env_mod.LEGACY_PATHS))
+
+
+def _env_of(b64: str) -> dict[str, str]:
+    raw = base64.b64decode(b64 if b64 not in ("-", "NOSETPRIV") else "").decode(errors="replace")
+    return dict(e.partition("=")[::2] for e in raw.split("\0") if "=" in e)
 
 
 def _as_tuple(words: Any) -> Any:

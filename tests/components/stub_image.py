@@ -91,7 +91,7 @@ rm -rf /usr/lib/python3/dist-packages/mpi4py {SITE}/numpy
 rm -f /usr/local/nccl-tests/bin/*_perf
 rm -f /usr/sbin/sshd /usr/bin/ssh
 rm -f /usr/sbin/ibstat /usr/bin/ib_write_bw
-rm -f /etc/profile.d/zz-imagekit-environment.sh
+rm -f /etc/profile.d/00-imagekit-environment.sh
 sed -i 's/^PasswordAuthentication no/PasswordAuthentication yes/' /etc/ssh/sshd_config.d/imagekit.conf
 ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key
 mkdir -p /root/.ssh && ssh-keygen -q -t ed25519 -N '' -f /root/.ssh/id_ed25519

@@ -30,7 +30,7 @@ printf '#!/bin/sh\\necho "MCA ras: simulator"\\n' > /usr/local/openmpi/bin/prte_
 mkdir -p /opt/other && cp /usr/local/nccl/lib/libnccl.so.2 /opt/other/
 echo /opt/other > /etc/ld.so.conf.d/00-other.conf
 ldconfig
-rm -f /etc/profile.d/zz-imagekit-environment.sh /usr/local/bin/imagekit-mpi-ring
+rm -f /etc/profile.d/00-imagekit-environment.sh /usr/local/bin/imagekit-mpi-ring
 """
 BROKEN_RUNTIME_FAILS = {"cuda.runtime", "image.ldd_closure", "ucx.mt", "ucx.cuda_build", "openmpi.pml_ucx",
                         "openmpi.cuda", "openmpi.pmix_external", "openmpi.slurm", "openmpi.ring",

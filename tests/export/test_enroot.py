@@ -9,6 +9,7 @@ inside the root filesystem, with /etc/environment loaded.
 from __future__ import annotations
 
 import hashlib
+import os
 import stat
 import subprocess
 import tarfile
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.export import ExportRequest, enroot, export_image, squash
+from imagekit import login_env
+from imagekit.export import ExportRequest, enroot, export_image, layers, squash
 from export_helpers import assert_superblock, engine_tree, superblock, tree_listing, unsquash
 
 # ---------------------------------------------------------------- unit: config files
@@ -80,10 +82,13 @@ def odd_tree(odd_sqsh, tmp_path_factory):
 @pytest.mark.engine
 def test_tree_matches_engine_export(odd_image, odd_tree, docker_bin):
     ref = engine_tree(docker_bin, odd_image)
+    # What Docker's init layer made for the container, not the image's layers (PXS3-4): left out.
+    docker_made = {*layers.INIT_LAYER_FILES, layers.INIT_LAYER_MTAB[0]}
     expected = {n: m for n, m in ref.items()
                 if n and n != ".dockerenv" and not n.startswith("dev/")
-                and n not in enroot.CONFIG_FILES}
+                and n not in enroot.CONFIG_FILES and n not in docker_made}
     got = tree_listing(odd_tree)
+    assert docker_made <= set(ref) and not docker_made & set(got)
     assert "dev" in got and not any(n.startswith("dev/") for n in got)
     assert ".dockerenv" not in got
     assert set(got) - set(expected) == set(enroot.CONFIG_FILES) - set(expected)
@@ -206,3 +211,25 @@ def test_shared_fs_preset_and_tar2sqfs(odd_image, odd_tree, tmp_path):
     assert all(st.st_uid == 0 and st.st_gid == 0 for st in got.values())
     assert {n: stat.S_IMODE(s.st_mode) for n, s in got.items()} == \
         {n: stat.S_IMODE(s.st_mode) for n, s in want.items()}
+
+
+@pytest.mark.engine
+def test_an_older_imagekits_last_place_profile_script_is_left_out(base_image, docker_bin, tmp_path):
+    """An image built by imagekit before issue 34 carries the login-environment script last in
+    /etc/profile.d, where it undoes the image's own profile scripts: the export leaves it out and
+    writes the script at its new, first place."""
+    tag = "imagekit-test/old-login-script:1"
+    proc = subprocess.run([docker_bin, "build", "-q", "-t", tag, "-"], text=True, capture_output=True,
+                          input=f"FROM {base_image}\nRUN mkdir -p /etc/profile.d && "
+                                f"echo '# old' > /{login_env.LEGACY_PATHS[0]}\n",
+                          env={**os.environ, "DOCKER_BUILDKIT": "1"})
+    assert proc.returncode == 0, proc.stderr
+    try:
+        out = tmp_path / "old.sqsh"
+        export_image(tag, ExportRequest("enroot"), out, store=False)
+        root = unsquash(out, tmp_path / "root")
+        assert sorted(p.name for p in (root / "etc/profile.d").iterdir() if "imagekit" in p.name) == \
+            ["00-imagekit-environment.sh"]
+        assert (root / login_env.PATH).read_text() == login_env.script()
+    finally:
+        subprocess.run([docker_bin, "rmi", tag], capture_output=True)

@@ -146,3 +146,17 @@ def test_wrong_credentials_exit_7_and_never_show_the_password(odd_image, tmp_pat
     assert call.rc == 7, call.log
     assert call.path == ""
     assert secret not in call.log and "alice" in call.log
+
+
+def test_a_failure_is_one_line_with_the_whole_reason_and_its_fix(tmp_path):
+    """PXS3-5: Pyxis prints the importer's log line by line under its own tag; the README promises one
+    ``error:`` line. The OS's reason comes through whole (a port nothing listens on)."""
+    from local_registry import free_port
+
+    port = free_port()
+    call = pyxis_get(f"docker://127.0.0.1:{port}#imagekit-test/nothing:1", _env(tmp_path / "store", tmp_path / "run", 0))
+    assert call.rc == 4 and call.path == ""
+    lines = [line for line in call.log.splitlines() if line.strip()]
+    assert lines == [f"imagekit-pyxis-importer: error: cannot reach 127.0.0.1:{port}: [Errno 111] Connection refused "
+                     f"(fix: is a registry listening at http://127.0.0.1:{port}? (plain HTTP: 127.0.0.1 is a loopback "
+                     "address))"], call.log

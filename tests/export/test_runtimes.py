@@ -205,7 +205,7 @@ def test_without_the_profile_script_a_debian_image_loses_its_path(test_user, shi
     try:
         env = [a for k, v in shipped.overrides.items() for a in ("--env", f"{k}={v}")]
         broken = enroot(test_user, ["start", "--rw", *env, name, "sh", "-c",
-                                    "rm /etc/profile.d/zz-imagekit-environment.sh && exec sh -l -c 'echo $PATH'"])
+                                    "rm /etc/profile.d/00-imagekit-environment.sh && exec sh -l -c 'echo $PATH'"])
         assert broken.returncode == 0, broken.stderr
         assert broken.stdout.strip() != shipped.declared.env["PATH"]
         assert broken.stdout.strip().startswith("/usr/local/bin:/usr/bin:/bin")

@@ -124,8 +124,11 @@ def write_file(path: str, text: str, mode: int = 0o644) -> list[str]:
 def login_environment() -> list:
     """The profile script that keeps the image's ENV under Enroot's and Pyxis's login shell
     (see :mod:`imagekit.login_env`); the last step of a stage, so changing it rebuilds one layer."""
+    # An image built by an older imagekit carries the script at its old, last place: removed, so
+    # that it stops undoing what the image's own profile.d scripts do.
+    legacy = [f"rm -f {' '.join(quoting.sh_arg('/' + p) for p in login_env.LEGACY_PATHS)}"]
     return [comment("The image's environment in login shells (Enroot, Pyxis): imagekit.login_env", reformat=False),
-            shell(commands=write_file("/" + login_env.PATH, login_env.script()))]
+            shell(commands=legacy + write_file("/" + login_env.PATH, login_env.script()))]
 
 
 MPI_PROBE = "/usr/local/bin/imagekit-mpi-ring"

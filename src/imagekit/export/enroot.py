@@ -4,6 +4,13 @@ Facts carried over from Enroot's ``dockerd://`` import (src/docker.sh,
 common.sh, enroot-switchroot) so that a ``.sqsh`` made here starts exactly like
 one made by ``enroot import dockerd://IMAGE``:
 
+- what Docker's init layer puts into every container (``docker export``'s stream, and what the
+  other sources apply to give the same tree): an empty 0755 ``/etc/hosts``, ``/etc/hostname``,
+  ``/etc/resolv.conf`` and ``/etc/mtab`` -> ``/proc/mounts`` are left out, as no image layer holds
+  them (``enroot import docker://`` has none; Enroot's own ``dockerd://`` import, which reads
+  ``docker export``, keeps them). At start Enroot binds the host's ``/etc/hosts``,
+  ``/etc/hostname`` and ``/etc/resolv.conf`` over them (``x-create=file``). An image's own file
+  at one of these paths is hidden from ``docker export`` by the init layer, so no source gives it;
 - the export stream loses ``dev/*`` (``dev`` itself stays) and ``/.dockerenv``; a hard link to one
   of them makes Enroot's ``tar -x`` fail ("Cannot hard link"), so it is refused here, and another
   name of a file Enroot regenerates (it writes /etc/rc, ... in place) becomes a link to the new one;
@@ -22,10 +29,12 @@ one made by ``enroot import dockerd://IMAGE``:
   runs it as ``$SHELL /etc/rc ARGS...``;
 - ``/etc/rc.local``: two comment lines (Pyxis overwrites it with
   ``exec "$@"`` when it must not run the entrypoint);
-- not Enroot's: ``/etc/profile.d/zz-imagekit-environment.sh``
+- not Enroot's: ``/etc/profile.d/00-imagekit-environment.sh``
   (:mod:`imagekit.login_env`), so that the image's Env survives Enroot's login
-  shell on bases whose ``/etc/profile`` resets ``PATH`` (Debian). imagekit's
-  own images already carry it; any other image gets it here;
+  shell on bases whose ``/etc/profile`` resets ``PATH`` (Debian), with what the
+  image's own profile.d scripts add kept. imagekit's own images already carry
+  it; any other image gets it here, and the old last-place script of an image
+  built by an older imagekit (``zz-imagekit-environment.sh``) is left out;
 - mksquashfs options ``-all-root`` and ``$ENROOT_SQUASH_OPTIONS`` (default
   ``-comp lzo -noD``); with ``SOURCE_DATE_EPOCH`` set, ``-mkfs-time`` and
   ``-all-time`` are that value. Extended attributes are not kept (Enroot's
@@ -48,6 +57,7 @@ from typing import Any, Callable
 from imagekit import image_facts, login_env, quoting
 from imagekit.export import squash
 from imagekit.export.image_source import Source, open_source
+from imagekit.export.layers import made_by_docker
 from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space, prepare_target,
                                     sha256_file)
 from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, DroppedLinkTarget, Member, dir_entry,
@@ -57,6 +67,8 @@ from imagekit.signals import interrupt_on_sigterm
 RC_LOCAL = ("# This file is sourced by /etc/rc when the container starts.\n"
             "# It can be used to manipulate the entrypoint or the command of the container.\n")
 CONFIG_FILES = ("etc/environment", "etc/fstab", "etc/rc", "etc/rc.local", login_env.PATH)
+# Left out of the root filesystem, and not written again.
+DROPPED_FILES = login_env.LEGACY_PATHS
 # Enroot 4.x (common::fixperms: find -maxdepth 15); Enroot 3.x used 5.
 FIXPERMS_DEPTH = 15
 
@@ -175,11 +187,12 @@ def config_files(config: dict[str, Any], image: str = "image") -> dict[str, str]
 
 
 def keep(member: Member) -> bool:
-    """Enroot's extraction filter plus the files it regenerates."""
+    """Enroot's extraction filter, the files it regenerates, and what Docker's init layer made
+    (the image's layers, as ``enroot import`` of it from a registry holds them)."""
     name = member.name
-    if name == ".dockerenv" or name.startswith("dev/"):
+    if name == ".dockerenv" or name.startswith("dev/") or made_by_docker(member):
         return False
-    return name not in CONFIG_FILES
+    return name not in CONFIG_FILES and name not in DROPPED_FILES
 
 
 def fixperms(member: Member) -> None:

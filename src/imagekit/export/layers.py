@@ -545,6 +545,25 @@ def merge(layers: Sequence[Layer], dst: BinaryIO, cancel: threading.Event | None
     dst.write(ZERO_BLOCK * 2)
 
 
+# What Docker's init layer puts over every container's root filesystem (docker_init_layer): files
+# that no image layer holds, made for the engine's own bind mounts at run time.
+INIT_LAYER_FILES = ("etc/hostname", "etc/hosts", "etc/resolv.conf")
+INIT_LAYER_MTAB = ("etc/mtab", "/proc/mounts")
+
+
+def made_by_docker(member: tarstream.Member) -> bool:
+    """True for a member of ``docker export``'s stream that Docker's init layer made, as it makes
+    them (an empty 0755 ``/etc/hosts``, ``/etc/hostname``, ``/etc/resolv.conf``; ``/etc/mtab`` ->
+    ``/proc/mounts``), not the image's layers. ``enroot import`` of the image from a registry has
+    none of them; an image's own file at one of these paths is hidden by the init layer from the
+    engine and from :func:`docker_init_layer` alike."""
+    if member.name in INIT_LAYER_FILES:
+        return member.type in tarstream.REGULAR and member.size == 0 and member.mode & 0o7777 == 0o755
+    if member.name == INIT_LAYER_MTAB[0]:
+        return member.type == tarstream.SYMLINK and member.linkname == INIT_LAYER_MTAB[1]
+    return False
+
+
 def docker_init_layer() -> Layer:
     """Docker's init layer (moby daemon/initlayer), as ``docker export`` shows it on Docker 20.10: its
     files and ``/etc/mtab`` replace the image's (empty, 0755), its directories appear only where the
@@ -554,10 +573,10 @@ def docker_init_layer() -> Layer:
         for name in ("dev/pts", "dev/shm", "proc", "sys"):
             info, _ = tarstream.dir_entry(name)
             tar.addfile(info)
-        for name in (".dockerenv", "dev/console", "etc/hostname", "etc/hosts", "etc/resolv.conf"):
+        for name in (".dockerenv", "dev/console", *INIT_LAYER_FILES):
             info, data = tarstream.file_entry(name, b"", mode=0o755)
             tar.addfile(info, io.BytesIO(data))
-        info, _ = tarstream.symlink_entry("etc/mtab", "/proc/mounts")
+        info, _ = tarstream.symlink_entry(*INIT_LAYER_MTAB)
         tar.addfile(info)
     data = buf.getvalue()
 

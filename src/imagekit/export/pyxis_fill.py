@@ -8,7 +8,6 @@ store's lock (its module docstring says where it looks and what it trusts).
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Callable, Mapping
@@ -18,14 +17,14 @@ from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, Usag
 from imagekit.export import artifact_trust, artifacts, squash
 from imagekit.export import converter as converter_for
 from imagekit.export.image_source import RegistrySource
-from imagekit.export.pyxis_importer import PROG, hold_name, log, run_command, stores
+from imagekit.export.pyxis_importer import PROG, hold_name, log, run_command, site_environment, stores
 from imagekit.export.store import ARTIFACT_OPTION, Entry, Store
 
 
 def get(uri: str, env: Mapping[str, str] | None = None) -> Path:
     """Put ``uri`` in the store this user may publish to (the shared store, else the user's own)
     and hold it; returns the entry's path. Called after the importer found no entry to serve."""
-    env = os.environ if env is None else env
+    env = site_environment(env)
     name = hold_name(env)
     shared, own = stores(env)
     source = _source(uri, env)
@@ -91,7 +90,10 @@ def _registry_source(uri: str, env: Mapping[str, str]) -> Source:
         return _pull_artifact(store, client, resolved, env)
 
     def converter() -> tuple[tuple[str, ...], Converter]:
-        if engine.available():
+        # The engine pulls over plain HTTP only from a loopback registry (or one in its own daemon.json):
+        # a registry the site's Enroot configuration allows plain HTTP to is converted straight from it.
+        engine_can_pull = not client.plain_http or registry.client.insecure_reason(ref.registry, {}) is not None
+        if engine_can_pull and engine.available():
             return (), lambda tmp, preset: _convert_with_engine(resolved.reference, resolved.config_digest,
                                                                 tmp, preset)
         return (), lambda tmp, preset: _convert_from_registry(resolved.reference, tmp, preset, env)

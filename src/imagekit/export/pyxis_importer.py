@@ -14,7 +14,10 @@ Pyxis >= 0.21 runs the executable named by ``importer=`` in plugstack.conf inste
 
 Where it looks, and what it trusts (README "The export store: who may publish"):
 
-1. resolve the URI to the image's manifest digest and config digest (the image ID);
+1. resolve the URI to the image's manifest digest and config digest (the image ID), with the
+   site's Enroot configuration for the pull (``ENROOT_ALLOW_HTTP``, ``ENROOT_CONFIG_PATH``, …
+   from ``enroot.conf`` and ``enroot.conf.d``, which Pyxis keeps out of the environment:
+   :mod:`imagekit.registry.enroot_config`);
 2. the site's shared store (``IMAGEKIT_SHARED_STORE``, published only by its publishers),
    then the user's own store (``IMAGEKIT_STORE``, else ``~/.cache/imagekit/store``): an
    Enroot export of that image, of a plain reference (never a ``--squash-opt`` variant),
@@ -50,6 +53,7 @@ from typing import Callable, Mapping, NoReturn
 
 from imagekit import engine, registry
 from imagekit.errors import ImagekitError, UsageError
+from imagekit.registry import enroot_config
 from imagekit.export import store as store_mod
 from imagekit.export.store import Entry, Store, notices
 
@@ -150,10 +154,17 @@ def identify(uri: str, env: Mapping[str, str]) -> tuple[str, str | None]:
     return resolved.config_digest, resolved.digest
 
 
+def site_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The job's environment plus what the site's Enroot configuration sets for a pull (plain HTTP,
+    the credentials file, CA bundle, proxies): Pyxis strips those from the importer's environment,
+    and ``enroot import`` reads them from enroot.conf (:mod:`imagekit.registry.enroot_config`)."""
+    return enroot_config.site_environment(os.environ if env is None else env, lambda m: log(f"warning: {m}"))
+
+
 def serve(uri: str, env: Mapping[str, str] | None = None) -> Path | None:
     """A verified store entry of ``uri``, held for this job step (its path), or None on a miss
     (then :func:`imagekit.export.pyxis_fill.get` fills the store). See the module docstring."""
-    env = os.environ if env is None else env
+    env = site_environment(env)
     name = hold_name(env)
     shared, own = stores(env)
     image_id, manifest_digest = identify(uri, env)
@@ -192,7 +203,8 @@ def run_command(get: Callable[[str], Path], argv: list[str] | None = None,
                 release: Callable[[], None] | None = None) -> int:
     """Run the importer's protocol the way Pyxis needs it: `get URI` prints the path ``get`` returns,
     `release` (where given) drops this job's holds; warnings and errors are single
-    ``imagekit-pyxis-importer:`` lines on stderr, never a traceback, with the error's exit status;
+    ``imagekit-pyxis-importer:`` lines on stderr (an error's fix on the same line, whole), never a
+    traceback, with the error's exit status;
     other arguments print the usage (status 2)."""
     argv = sys.argv[1:] if argv is None else argv
     notices.sink = lambda message: log(f"warning: {message}")
@@ -207,14 +219,21 @@ def run_command(get: Callable[[str], Path], argv: list[str] | None = None,
         print(USAGE, file=sys.stderr)
         return 2
     except ImagekitError as exc:
-        log(f"error: {exc}")
+        log(error_line(exc.message, exc.hint))
         return exc.exit_code
     except KeyboardInterrupt:
         log("interrupted")
         return 130
     except Exception as exc:  # noqa: BLE001 - Pyxis shows stderr: one line, never a traceback
-        log(f"error: {type(exc).__name__}: {exc} (a bug in {PROG}: please report it)")
+        log(error_line(f"{type(exc).__name__}: {exc} (a bug in {PROG}: please report it)"))
         return 1
+
+
+def error_line(message: str, hint: str | None = None) -> str:
+    """``error: MESSAGE (fix: HINT)`` on one line: Pyxis prefixes each line of the importer's log
+    with its own tag, and a site greps for one line a failure."""
+    text = f"error: {message}" + (f" (fix: {hint})" if hint else "")
+    return " ".join(text.split("\n"))
 
 
 def _serve_or_hand_over(uri: str) -> Path:

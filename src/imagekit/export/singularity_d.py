@@ -14,12 +14,20 @@ object that Apptainer ≥ 1.4 stores in the SIF so that ``apptainer inspect`` ne
 Deliberate differences, each where Apptainer's output would be wrong:
 
 - values in the env script are single-quoted once, so values with quotes, ``$``,
-  backslashes or newlines arrive intact (Apptainer escapes them twice for double quotes);
+  backslashes or newlines arrive intact (Apptainer escapes them twice for double quotes, so
+  ``$x`` expands and ``\\`` doubles), and a ``'`` is written ``'"'"'``, which Apptainer's own
+  shell interpreter reads right (it reads ``'\\''`` as ``\\'``);
 - the runscript sets its words with ``set --`` (Apptainer's ``set WORDS`` takes a first
   word starting with ``-`` as a shell option), and with no ENTRYPOINT, CMD or arguments it
   starts ``/bin/sh`` (Apptainer's prints the shell's variables and exits);
 - no ``org.label-schema.usage.apptainer.version`` label: no Apptainer built the file, and
   ``build-date`` is in UTC (``SOURCE_DATE_EPOCH`` gives reproducible files).
+
+From the root filesystem, as from Enroot's export: ``/dev/*`` and ``/.dockerenv``, and what Docker's
+init layer makes in every container (:func:`imagekit.export.layers.made_by_docker`): Apptainer's own
+build reads the image's layers, which have none of it, and mounts its own ``/dev``. An image's own
+``/etc/hostname`` or ``/etc/mtab`` is hidden from ``docker export`` by that layer, so no source
+gives it (tests/export/test_apptainer_differential.py lists these differences).
 
 Image metadata is someone else's text: every value goes through :mod:`imagekit.quoting`,
 and a variable name that a shell cannot export is refused with the image and the field named.
@@ -34,6 +42,7 @@ import time
 from typing import Any
 
 from imagekit import quoting
+from imagekit.export.layers import made_by_docker
 from imagekit.export.tarstream import Member, dir_entry, file_entry, symlink_entry
 
 ENV_LOOP = ('for env_script in /.singularity.d/env/*.sh; do\n'
@@ -161,18 +170,27 @@ def check_config(config: dict[str, Any], image: str = "image") -> None:
         quoting.valid_text(value, where, f"label {quoting.shown(key)}")
 
 
+def env_word(value: str) -> str:
+    """``value`` single-quoted, each ``'`` written ``'"'"'``. Apptainer 1.4 runs the env scripts with
+    its own shell interpreter, which reads the usual ``'\''`` as a backslash and a quote (``it\'s``;
+    found by tests/export/test_apptainer_differential.py); this form means the same to it and to
+    every POSIX shell."""
+    quoting.valid_text(value, "value", "Env")
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
 def env_script(config: dict[str, Any]) -> str:
-    # Apptainer writes `export NAME="${NAME:-VALUE}"` and escapes VALUE twice for it; the same
-    # default, set with a single-quoted VALUE, arrives intact in any POSIX shell.
+    # Apptainer writes `export NAME="${NAME:-VALUE}"` and escapes VALUE twice for it (a `$x` in the
+    # value expands, a `\` doubles); the same default, set with a single-quoted VALUE, arrives intact.
     lines = ["#!/bin/sh\n"]
     for entry in config.get("Env") or []:
         name, sep, value = entry.partition("=")
         if not sep:
             lines.append(f'export {name}="${{{name}:-}}"\n')
         elif name == "PATH":
-            lines.append(f"export PATH={quoting.sh(value)}\n")
+            lines.append(f"export PATH={env_word(value)}\n")
         else:
-            lines.append(f'[ -n "${{{name}:-}}" ] || {name}={quoting.sh(value)}\nexport {name}\n')
+            lines.append(f'[ -n "${{{name}:-}}" ] || {name}={env_word(value)}\nexport {name}\n')
     return "".join(lines)
 
 
@@ -322,7 +340,7 @@ def inspect_metadata(layout: dict[str, tuple[str, int]]) -> bytes:
 
 def keep(member: Member, replaced: frozenset[str]) -> bool:
     name = member.name
-    if name == ".dockerenv" or name.startswith("dev/"):
+    if name == ".dockerenv" or name.startswith("dev/") or made_by_docker(member):
         return False
     return name not in replaced
 

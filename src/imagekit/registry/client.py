@@ -317,7 +317,9 @@ class RegistryClient:
         # trust_env would send ~/.netrc's entry for any host unasked, replacing the Authorization
         # header set here (F11). The proxies and the CA bundle it also reads are taken explicitly.
         self.session.trust_env = False
-        self.session.verify = self.env.get("REQUESTS_CA_BUNDLE") or self.env.get("CURL_CA_BUNDLE") or True
+        # SSL_CERT_FILE/SSL_CERT_DIR: what Enroot's curl takes from enroot.conf (enroot_config).
+        self.session.verify = (self.env.get("REQUESTS_CA_BUNDLE") or self.env.get("CURL_CA_BUNDLE")
+                               or self.env.get("SSL_CERT_FILE") or self.env.get("SSL_CERT_DIR") or True)
         # Documents are read with a byte cap: ask for them uncompressed, so the cap is on what
         # the registry sent, not on what a small compressed body would expand to.
         self.session.headers["Accept-Encoding"] = "identity"
@@ -469,8 +471,9 @@ class RegistryClient:
             except requests.exceptions.SSLError as exc:
                 raise RegistryError(f"TLS failed talking to {label}: {_reason(exc)}",
                                     f"for a plain-HTTP registry set IMAGEKIT_INSECURE_REGISTRIES="
-                                    f"{self.registry} (or ENROOT_ALLOW_HTTP=yes, as for Enroot); for a "
-                                    "private CA set REQUESTS_CA_BUNDLE") from None
+                                    f"{self.registry}, or ENROOT_ALLOW_HTTP yes in Enroot's enroot.conf "
+                                    "(the Pyxis importer reads it too); for a private CA set "
+                                    "REQUESTS_CA_BUNDLE or SSL_CERT_FILE") from None
             except requests.exceptions.Timeout as exc:
                 raise RegistryError(f"{label} timed out ({_reason(exc)}) on {what}",
                                     f"is a registry answering at {Origin.of(url)}?") from None
@@ -833,13 +836,18 @@ class RegistryClient:
 
 
 def _reason(exc: BaseException) -> str:
-    """The innermost reason of a connection error, without URLs that could carry a query."""
+    """The innermost reason of a connection error, whole (``[SSL: WRONG_VERSION_NUMBER] wrong
+    version number (_ssl.c:992)``, ``[Errno 111] Connection refused``), without the URLs around it
+    that could carry a query. urllib3 quotes the reason, so it ends at the first quote."""
     text = str(exc)
-    for pattern in (r"\[Errno [^\]]+\] [^'\")]+", r"SSL: [A-Z_]+\][^'\")]*", r"Read timed out",
+    for pattern in (r"\[Errno [^\]]+\] [^'\"]+", r"\[SSL(: [A-Z0-9_]+)?\] [^'\"]*", r"Read timed out",
                     r"[Cc]onnect(ion)? timed out", r"timed out"):
         m = re.search(pattern, text)
         if m:
-            return m.group(0).strip()
+            reason = m.group(0).rstrip(" :")
+            while reason.endswith(")") and reason.count(")") > reason.count("("):
+                reason = reason[:-1]
+            return reason
     return type(exc).__name__
 
 

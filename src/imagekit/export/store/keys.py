@@ -21,7 +21,7 @@ from imagekit.export import formats
 
 # Bump a format's number whenever imagekit writes that format differently: entries
 # made by older code are then neither served nor overwritten, and age out by LRU.
-FORMAT_VERSION: dict[str, int] = {"enroot": 3, "sif": 2}
+FORMAT_VERSION: dict[str, int] = {"enroot": 4, "sif": 3}
 SUFFIX = formats.SUFFIX
 
 # The option an entry pulled from a registry artifact carries: a local export (whose key has no
