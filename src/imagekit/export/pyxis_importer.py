@@ -50,6 +50,7 @@ from typing import Callable, Mapping, NoReturn
 
 from imagekit import engine, registry
 from imagekit.errors import ImagekitError, UsageError
+from imagekit.export import pyxis_policy
 from imagekit.export import store as store_mod
 from imagekit.export.store import Entry, Store, notices
 
@@ -161,13 +162,27 @@ def serve(uri: str, env: Mapping[str, str] | None = None) -> Path | None:
     if shared is not None:
         entry = _serve(shared, image_id, name)
         if entry is not None:
-            return entry.path
+            return _signed(shared, entry, uri, image_id, manifest_digest, env, name)
     mine = own.get()
     if mine is not None and (shared is None or mine.root != shared.root):
         entry = _serve(mine, image_id, name)
         if entry is not None:
-            return entry.path
+            return _signed(mine, entry, uri, image_id, manifest_digest, env, name)
     return None
+
+
+def _signed(store: Store, entry: Entry, uri: str, image_id: str, manifest_digest: str | None,
+            env: Mapping[str, str], name: str) -> Path:
+    """The entry's path once the site's signature policy, if any, accepts it (:mod:`.pyxis_policy`);
+    a refusal drops the hold and nothing is printed."""
+    if pyxis_policy.configured(env) is None:
+        return entry.path
+    try:
+        pyxis_policy.enforce(uri, image_id, manifest_digest, entry, env, log=log)
+    except BaseException:
+        store.release(entry, name)
+        raise
+    return entry.path
 
 
 def release(env: Mapping[str, str] | None = None) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import engine
+from imagekit import engine, registry
 from imagekit.attest import (CYCLONEDX_PREDICATE, PAYLOAD_TYPE, SLSA_PROVENANCE, bundle, inventory, provenance,
                              sbom, signer)
 from imagekit.attest.inventory import Inventory
@@ -39,10 +39,11 @@ from imagekit.attest.provenance import BuildRun
 from imagekit.attest.sbom import ImageRecord
 from imagekit.attest.statement import Statement, Subject, hex_of
 from imagekit.errors import EngineError, ImagekitError, UsageError
-from imagekit.export import sif_sign
-from imagekit.export.image_source import Source
+from imagekit.export import artifacts, attestations, sif_sign
+from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import sha256_file
 from imagekit.image_facts import reader
+from imagekit.registry import client as reg
 from imagekit.sif_reader import ARCH_NAMES, read_sif
 
 ATTESTATIONS_ENV = "IMAGEKIT_ATTESTATIONS"
@@ -259,3 +260,78 @@ def sign_file(path: Path, key: SigningKey, log: Log | None = None) -> Signed:
     subjects = [file_subject(path, fmt, record.platform)]
     side = bundle.write(bundle.beside(path), sign_statements(described, subjects, key))
     return Signed(str(path), str(side), subjects, key.key.keyid, [str(path)] if fmt == "sif" else [])
+
+
+# --- pushed images ---------------------------------------------------------------------------------
+
+
+def _listed_files(entries: list[dict], config_digest: str, platform: str) -> list[Subject]:
+    """The .sqsh/.sif artifacts listed for the image (their recorded sha256), as subjects."""
+    out = []
+    for fmt in ("enroot", "sif"):
+        for entry in artifacts.matching(entries, fmt):
+            notes = entry.get("annotations") or {}
+            sha = notes.get(artifacts.A_SHA256, "")
+            if notes.get(artifacts.A_CONFIG) == config_digest and sha.startswith("sha256:"):
+                out.append(Subject(fmt, hex_of(sha), f"image{artifacts.kind(fmt).suffix}", platform,
+                                   notes.get(artifacts.A_PRESET, "")))
+    return out
+
+
+def push_statements(client: reg.RegistryClient, repo: str, subject: reg.Resolved, described: Described,
+                    files: list[Subject], key: SigningKey, log: Log | None = None) -> Signed:
+    """Sign the statements (subjects: manifest, config, ``files``) and list them as referrers."""
+    subjects = described.subjects(files)
+    envelopes = sign_statements(described, subjects, key)
+    digests = [attestations.push(client, repo, subject, env, ptype, key.key.keyid, log)
+               for env, ptype in zip(envelopes, (SLSA_PROVENANCE, CYCLONEDX_PREDICATE))]
+    return Signed(f"{client.registry}/{repo}@{subject.digest}", ", ".join(digests), subjects, key.key.keyid)
+
+
+def sign_reference(target: str, key: SigningKey, log: Log | None = None) -> Signed:
+    """Sign a pushed image: SBOM and provenance of this platform's manifest (its layers read from the
+    local engine when it has the image, else from the registry), with the exports listed beside it."""
+    ref = registry.parse(target)
+    client = reg.RegistryClient.for_reference(ref)
+    subject = client.resolve(ref)
+    source: Source
+    if engine.available() and engine.image_exists(subject.config_digest):
+        source = open_source(subject.config_digest)
+    else:
+        source = open_source(f"docker://{subject.reference.docker}")
+    described = describe(source, name=f"{ref.registry}/{ref.repository}", manifest_digest=subject.digest, log=log)
+    if hex_of(described.record.config_digest) != hex_of(subject.config_digest):
+        raise ImagekitError(f"{target}: read image {described.record.config_digest}, but the manifest names "
+                            f"{subject.config_digest}")
+    entries, _ = client.referrers(ref.repository, subject.digest)
+    files = _listed_files(entries, subject.config_digest, described.record.platform)
+    return push_statements(client, ref.repository, subject, described, files, key, log)
+
+
+def push_signed(image: str, to: str | None, formats: list[str], presets: dict[str, str], key: SigningKey, *,
+                log: Log | None = None, export_progress: Callable[[int, bool], None] | None = None,
+                workdir: str | Path | None = None) -> tuple[object, list, Signed]:
+    """``imagekit push --with … --sign KEY``: the image, its exports (a SIF signed inside), then the
+    signed statements naming the manifest, the config and every export, as referrers."""
+    state: dict[str, Described] = {}
+
+    def described_for(subject: reg.Resolved) -> Described:
+        if "d" not in state:
+            state["d"] = describe(open_source(image), name=subject.reference.docker.split("@")[0],
+                                  manifest_digest=subject.digest, log=log)
+        return state["d"]
+
+    def prepare(fmt: str, path: Path, subject: reg.Resolved) -> None:
+        if fmt == "sif":
+            sign_sif(path, key, described_for(subject))
+
+    pushed, results = artifacts.push_with_artifacts(image, to, formats, presets, log=log,
+                                                    export_progress=export_progress, workdir=workdir,
+                                                    prepare=prepare, signer=key.key.keyid)
+    ref = registry.parse(pushed.reference)
+    client = reg.RegistryClient.for_reference(ref)
+    subject = client.resolve(ref.with_digest(pushed.digest))
+    described = described_for(subject)
+    files = [Subject(a.format, hex_of(a.file_sha256), f"image{artifacts.kind(a.format).suffix}",
+                     described.record.platform, a.preset) for a in results if a.file_sha256]
+    return pushed, results, push_statements(client, ref.repository, subject, described, files, key, log)
