@@ -84,18 +84,19 @@ class Policy:
                                 f"add a `repositories:` rule that matches {name} to {self.path}")
 
 
-def _err(where: object, key: str, message: str, hint: str | None = None) -> PolicyError:
+def _err(where: object, key: str, message: str, hint: str | None = None, prefix: str = "") -> PolicyError:
+    """Located at ``key`` of the mapping ``where``; the key shown with its path (``keys.ci.path``)."""
     file, line = where.pos(key) if hasattr(where, "pos") else (getattr(where, "file", None), getattr(where, "line", None))
-    return PolicyError(message, file=file, line=line, key=key, hint=hint)
+    return PolicyError(message, file=file, line=line, key=prefix + key, hint=hint)
 
 
 def _unknown(doc: yamlpos.PosDict, allowed: tuple[str, ...], prefix: str) -> None:
     for k in doc:
         if k not in allowed:
-            raise _err(doc, k, f"unknown field {k!r} in {prefix}", f"known fields: {', '.join(allowed)}")
+            raise _err(doc, k, "unknown field", f"known fields here: {', '.join(allowed)}", prefix)
 
 
-def _when(value: object, doc: yamlpos.PosDict, key: str) -> dt.datetime:
+def _when(value: object, doc: yamlpos.PosDict, key: str, prefix: str) -> dt.datetime:
     if isinstance(value, dt.datetime):
         return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
     if isinstance(value, dt.date):
@@ -103,13 +104,13 @@ def _when(value: object, doc: yamlpos.PosDict, key: str) -> dt.datetime:
         return dt.datetime.combine(value, dt.time.max, dt.timezone.utc)
     if isinstance(value, str):
         try:
-            return _when(dt.datetime.fromisoformat(value.replace("Z", "+00:00")), doc, key)
+            return _when(dt.datetime.fromisoformat(value.replace("Z", "+00:00")), doc, key, prefix)
         except ValueError:
             try:
-                return _when(dt.date.fromisoformat(value), doc, key)
+                return _when(dt.date.fromisoformat(value), doc, key, prefix)
             except ValueError:
                 pass
-    raise _err(doc, key, f"{value!r} is not a date", "write it as 2027-01-31 or 2027-01-31T12:00:00Z")
+    raise _err(doc, key, f"{value!r} is not a date", "write it as 2027-01-31 or 2027-01-31T12:00:00Z", prefix)
 
 
 def _load_keys(doc: yamlpos.PosDict, base: Path) -> dict[str, TrustedKey]:
@@ -118,18 +119,18 @@ def _load_keys(doc: yamlpos.PosDict, base: Path) -> dict[str, TrustedKey]:
         raise _err(doc, "keys", "the policy names no key", "add `keys: {NAME: {path: KEY.pub}}`")
     out = {}
     for name, spec in raw.items():
-        where = f"keys.{name}"
+        where = f"keys.{name}."
         if not isinstance(spec, dict):
-            raise _err(raw, name, f"{where} is not a mapping", "write `NAME: {path: KEY.pub}`")
+            raise _err(raw, name, "is not a mapping", "write `NAME: {path: KEY.pub}`", "keys.")
         _unknown(spec, KEY_FIELDS, where)
         if not isinstance(spec.get("path"), str) or not spec["path"]:
-            raise _err(spec, "path", f"{where} has no path", "name the public key file: `path: KEY.pub`")
+            raise _err(spec, "path", "no public key file", "name it: `path: KEY.pub`", where)
         path = Path(spec["path"]) if os.path.isabs(spec["path"]) else base / spec["path"]
         try:
             key = keys_mod.load_public(path)
         except ImagekitError as exc:
-            raise _err(spec, "path", f"{where}.path: {exc.message}", exc.hint) from None
-        not_after = _when(spec["not-after"], spec, "not-after") if "not-after" in spec else None
+            raise _err(spec, "path", exc.message, exc.hint, where) from None
+        not_after = _when(spec["not-after"], spec, "not-after", where) if "not-after" in spec else None
         out[str(name)] = TrustedKey(str(name), key, not_after)
     return out
 
@@ -144,14 +145,14 @@ def load(path: str | os.PathLike) -> Policy:
     if not isinstance(doc, dict):
         raise PolicyError("the policy is not a mapping", file=str(path), line=1,
                           hint="start with `version: 1`, then `keys:` and `repositories:`")
-    _unknown(doc, TOP, "the policy")
+    _unknown(doc, TOP, "")
     if doc.get("version") != VERSION:
         raise _err(doc, "version", f"version {doc.get('version')!r}; this imagekit reads version {VERSION}",
                    "write `version: 1`")
     trusted = _load_keys(doc, path.parent)
     revoked_raw = doc.get("revoked") or []
     if not isinstance(revoked_raw, list) or not all(isinstance(r, str) for r in revoked_raw):
-        raise _err(doc, "revoked", "revoked is not a list of key names or key IDs",
+        raise _err(doc, "revoked", "not a list of key names or key IDs",
                    "write `revoked: [SHA256:…]`")
     revoked = set(revoked_raw)
     rules_raw = doc.get("repositories")
@@ -161,32 +162,32 @@ def load(path: str | os.PathLike) -> Policy:
     rules = []
     lines = getattr(rules_raw, "lines", [])
     for i, spec in enumerate(rules_raw):
-        where = f"repositories[{i}]"
+        where = f"repositories[{i}]."
         if not isinstance(spec, dict):
-            raise PolicyError(f"{where} is not a mapping", file=str(path), line=lines[i] if i < len(lines) else None,
-                              key="repositories", hint="write `- {match: PATTERN, signers: [NAME]}`")
+            raise PolicyError("is not a mapping", file=str(path), line=lines[i] if i < len(lines) else None,
+                              key=f"repositories[{i}]", hint="write `- {match: PATTERN, signers: [NAME]}`")
         _unknown(spec, RULE_FIELDS, where)
         if not isinstance(spec.get("match"), str) or not spec["match"]:
-            raise _err(spec, "match", f"{where} has no match pattern", "add `match: REGISTRY/REPO/*`")
+            raise _err(spec, "match", "no pattern", "add `match: REGISTRY/REPO/*`", where)
         convert = spec.get("convert", False)
         if not isinstance(convert, bool):
-            raise _err(spec, "convert", f"{where}.convert is {convert!r}, not true or false")
+            raise _err(spec, "convert", f"{convert!r} is not true or false", None, where)
         if "accept" in spec:
             if spec["accept"] != "unsigned":
-                raise _err(spec, "accept", f"{where}.accept is {spec['accept']!r}",
-                           "the only value is `unsigned` (and then no signers)")
+                raise _err(spec, "accept", f"{spec['accept']!r} is not a value it takes",
+                           "the only value is `unsigned` (and then no signers)", where)
             if "signers" in spec:
-                raise _err(spec, "signers", f"{where} has both signers and `accept: unsigned`", "keep one")
+                raise _err(spec, "signers", "both signers and `accept: unsigned`", "keep one", where)
             rules.append(Rule(spec["match"], None, convert, spec.pos("match")[1]))
             continue
         names = spec.get("signers")
         if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-            raise _err(spec, "signers", f"{where} names no signers",
-                       "list key names from `keys:` (`signers: [NAME]`), or say `accept: unsigned`")
+            raise _err(spec, "signers", "no signers named",
+                       "list key names from `keys:` (`signers: [NAME]`), or say `accept: unsigned`", where)
         unknown = [n for n in names if n not in trusted]
         if unknown:
-            raise _err(spec, "signers", f"{where}.signers: no key called {', '.join(map(repr, unknown))}",
-                       f"keys the policy defines: {', '.join(trusted)}")
+            raise _err(spec, "signers", f"no key called {', '.join(map(repr, unknown))}",
+                       f"keys the policy defines: {', '.join(trusted)}", where)
         rules.append(Rule(spec["match"], Trust([trusted[n] for n in names], revoked), convert,
                           spec.pos("match")[1]))
     return Policy(path, rules)
