@@ -109,13 +109,11 @@ def require(signed: list[Signed], kind: str, sha256: str, what: str, *, platform
             raise VerificationError(f"{what}: the signed statement about sha256:{want} is for {hits[0].platform}, "
                                     f"not {platform}", "sign each platform's image on its own")
     seen = sorted({_show(sub) for s in signed for sub in s.statement.subjects if sub.kind == kind})
-    others = sorted({p for s in signed for p in s.statement.platforms})
-    hint = (f"the signatures name {kind} " + (", ".join(seen) if seen else "nothing")
-            + (f" (platforms {', '.join(others)})" if others else ""))
     raise VerificationError(f"{what}: no signed statement names this {kind} sha256:{want}"
-                            + (f" ({platform})" if platform else ""),
-                            hint + ": the file or image changed after signing, or the statement is about "
-                            "another image; sign it again")
+                            + (f" ({platform})" if platform else "")
+                            + f"; they name {', '.join(seen) if seen else 'no ' + kind}",
+                            "the file or image changed after signing, or the statements are about another "
+                            "image or platform: sign this one")
 
 
 def _show(sub: Subject) -> str:

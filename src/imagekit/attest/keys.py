@@ -128,7 +128,8 @@ def _parse_private(data: bytes, path: Path) -> object:
     except (ValueError, UnsupportedAlgorithm) as exc:
         # Never echo the key's bytes: cryptography's messages do not, and neither does this one.
         text = _first_line(exc)
-        if "password" in text.lower() or "decrypt" in text.lower():
+        # A wrong passphrase decrypts to garbage: cryptography says "bad decrypt" or an ASN.1 error.
+        if secret is not None and (b"ENCRYPTED" in data or "password" in text.lower() or "decrypt" in text.lower()):
             raise UsageError(f"{path}: cannot decrypt the private key: wrong passphrase in {PASSWORD_ENV}") from None
         raise UsageError(f"{path}: not a private key imagekit can read ({text})", _HINT) from None
 

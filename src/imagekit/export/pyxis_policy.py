@@ -78,7 +78,7 @@ def name_of(uri: str) -> tuple[str, str]:
     if uri.startswith("dockerd://"):
         return uri, uri
     ref = registry.parse(uri)
-    return f"{ref.registry}/{ref.repository}", str(ref)
+    return f"{ref.registry}/{ref.repository}", ref.docker
 
 
 def _load(path: Path, uri: str, digest: str) -> policy.Policy:
@@ -97,8 +97,8 @@ def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mappi
     path = configured(env)
     if path is None:
         return Decision(uri, digest, None)
-    rules = _load(path, uri, digest)
     name, shown = name_of(uri)
+    rules = _load(path, shown, digest)
     try:
         rule = rules.rule_for(name)
     except VerificationError:

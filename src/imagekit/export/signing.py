@@ -201,11 +201,13 @@ def sign_engine_image(source: Source, key: SigningKey, *, run: BuildRun | None =
 
 def sign_sif(path: Path, key: SigningKey, described: Described, *, src: Path | None = None) -> Path:
     """Write the signed SIF at ``path`` (from ``src``, default ``path``): SBOM, provenance, signature."""
-    prov = Statement(described.subjects(), SLSA_PROVENANCE, described.predicate)
-    envelope = signer.sign(prov.payload(), PAYLOAD_TYPE, key)
+    embedded = None
+    if described.subjects():   # a file alone names no image: its provenance is only beside it
+        prov = Statement(described.subjects(), SLSA_PROVENANCE, described.predicate)
+        embedded = json.dumps(signer.sign(prov.payload(), PAYLOAD_TYPE, key), sort_keys=True).encode()
     return sif_sign.sign_file(src or path, path, key,
                               lambda payload: signer.sign(payload, sif_sign.METADATA_TYPE, key),
-                              sbom=described.sbom, provenance=json.dumps(envelope, sort_keys=True).encode())
+                              sbom=described.sbom, provenance=embedded)
 
 
 def sign_export(path: Path, fmt: str, key: SigningKey, described: Described, *, preset: str = "",
