@@ -17,7 +17,7 @@ reports the share of files under /usr and /opt that an SBOM component owns (a dp
 ``.list``, a pip distribution's ``RECORD``, or a stack component's install path), and the largest
 directories of what is left unowned.
 
-    python bench/signing.py importer [--image imagekit/debian-mpi:latest] [-r 9]
+    python bench/signing.py importer [--image imagekit/debian-mpi:latest] [-r 9] [--pythonpath OLD/src]
     python bench/signing.py completeness imagekit/debian-cuda:latest [--json]
 """
 
@@ -84,6 +84,8 @@ def importer(args: argparse.Namespace) -> dict:
             assert "pulling the pushed enroot artifact" in said, said
             side = next((store / "entries").rglob(bundle.ENTRY_NAME))
             ways = {"no policy (baseline)": {}, "policy, statements beside the entry": {"IMAGEKIT_POLICY": str(policy)}}
+            if args.pythonpath:   # the importer before this change, on the same entry
+                ways = {"before signing (--pythonpath)": {"PYTHONPATH": args.pythonpath}, **ways}
             times: dict[str, list[float]] = {w: [] for w in ways}
             times["policy, statements from the registry"] = []
             for i in range(args.runs):                 # interleaved: the machine's load hits all alike
@@ -99,7 +101,7 @@ def importer(args: argparse.Namespace) -> dict:
             side.write_bytes(saved)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    base = statistics.median(times["no policy (baseline)"])
+    base = statistics.median(times["before signing (--pythonpath)" if args.pythonpath else "no policy (baseline)"])
     rows = {w: {"median_s": round(statistics.median(t), 4), "best_s": round(min(t), 4),
                 "added_ms": round((statistics.median(t) - base) * 1000, 1),
                 "ratio": round(statistics.median(t) / base, 3)} for w, t in times.items()}
@@ -152,6 +154,9 @@ def main() -> None:
     imp = sub.add_parser("importer")
     imp.add_argument("--image", default="imagekit/debian-mpi:latest")
     imp.add_argument("-r", "--runs", type=int, default=9)
+    imp.add_argument("--pythonpath", metavar="DIR",
+                     help="also time the importer of another imagekit (e.g. `git archive BASE src | tar -x -C D`; "
+                          "DIR=D/src): the baseline then")
     comp = sub.add_parser("completeness")
     comp.add_argument("image")
     for p in (imp, comp):
