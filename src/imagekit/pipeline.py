@@ -79,8 +79,9 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
         entry = {"stack": stack.name, "build": result.as_dict()}
         entry["build"].pop("labels", None)
         image = result.tags[0]
-        # Podman's image is read from the user's store (skopeo's containers-storage: form).
-        source = f"{PODMAN}{image}" if engine_name == "podman" else image
+        # Podman's image is read from the user's store (skopeo's containers-storage: form). What is
+        # signed is the image just built, by ID: a tag another build moves meanwhile would be misnamed.
+        source = f"{PODMAN}{image}" if engine_name == "podman" else (result.image_id if key is not None else image)
         described = None
         if key is not None:
             finished = dt.datetime.now(dt.timezone.utc)

@@ -10,8 +10,10 @@ One artifact per DSSE envelope:
 | subject | the image's per-platform manifest (never an index) |
 | annotations | ``in-toto.io/predicate-type`` (SLSA provenance v1 or CycloneDX), ``io.imagekit.attestation.signer`` (key ID), ``io.imagekit.image.config`` |
 
-Listed the way :mod:`imagekit.export.artifacts` lists exports: through the referrers API when the
-registry indexes subjects, else in the ``sha256-<hex>`` referrers tag. Reading them back is bounded:
+Pushed by :mod:`imagekit.export.attestation_push` and listed the way :mod:`imagekit.export.artifacts`
+lists exports: through the referrers API when the registry indexes subjects, else in the
+``sha256-<hex>`` referrers tag. Read back here (the Pyxis importer loads this module, not the pushing
+one, whose export machinery it never needs). Reading them back is bounded:
 at most ``MAX_ATTESTATIONS`` referrers are fetched, each at most :data:`imagekit.attest.dsse.MAX_ENVELOPE`.
 """
 
@@ -23,45 +25,11 @@ from typing import Callable
 from imagekit.attest import DSSE_MEDIA_TYPE, dsse
 from imagekit.attest.dsse import Envelope, EnvelopeError
 from imagekit.errors import IntegrityError, RegistryError
-from imagekit.export import artifacts
 from imagekit.registry import client as reg
 
 A_PREDICATE = "in-toto.io/predicate-type"
 A_SIGNER = "io.imagekit.attestation.signer"
 MAX_ATTESTATIONS = 32
-
-
-def manifest_for(envelope: dict, subject: reg.Resolved, predicate_type: str, signer: str) -> tuple[bytes, bytes]:
-    """(the envelope's bytes, the artifact manifest) for one envelope."""
-    body = dsse.encode(envelope)
-    doc = {
-        "schemaVersion": 2,
-        "mediaType": reg.OCI_MANIFEST,
-        "artifactType": DSSE_MEDIA_TYPE,
-        "config": {"mediaType": reg.OCI_EMPTY, "digest": reg.sha256_digest(artifacts.EMPTY_CONFIG),
-                   "size": len(artifacts.EMPTY_CONFIG), "data": "e30="},
-        "layers": [{"mediaType": DSSE_MEDIA_TYPE, "digest": reg.sha256_digest(body), "size": len(body)}],
-        "subject": subject.descriptor(),
-        "annotations": {A_PREDICATE: predicate_type, A_SIGNER: signer, artifacts.A_CONFIG: subject.config_digest},
-    }
-    return body, artifacts.canonical(doc)
-
-
-def push(client: reg.RegistryClient, repo: str, subject: reg.Resolved, envelope: dict, predicate_type: str,
-         signer: str, log: Callable[[str], None] | None = None) -> str:
-    """Upload one envelope and its artifact manifest, list it as a referrer; its manifest digest."""
-    body, manifest = manifest_for(envelope, subject, predicate_type, signer)
-    client.ensure_access(repo, push=True)
-    client.upload_blob(repo, artifacts.EMPTY_CONFIG, reg.sha256_digest(artifacts.EMPTY_CONFIG),
-                       len(artifacts.EMPTY_CONFIG))
-    client.upload_blob(repo, body, reg.sha256_digest(body), len(body))
-    digest = reg.sha256_digest(manifest)
-    _, headers = client.put_manifest(repo, digest, manifest, reg.OCI_MANIFEST)
-    if headers.get("OCI-Subject") != subject.digest:
-        artifacts.add_to_referrers_tag(client, repo, subject.digest, artifacts.referrer_descriptor(digest, manifest))
-    if log:
-        log(f"pushed {predicate_type.rsplit('/', 2)[-2]} statement {digest} (subject {subject.digest})")
-    return digest
 
 
 def fetch(client: reg.RegistryClient, repo: str, subject: reg.Resolved,

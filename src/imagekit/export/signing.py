@@ -39,7 +39,7 @@ from imagekit.attest.provenance import BuildRun
 from imagekit.attest.sbom import ImageRecord
 from imagekit.attest.statement import Statement, Subject, hex_of
 from imagekit.errors import EngineError, ImagekitError, UsageError
-from imagekit.export import artifacts, attestations, sif_sign
+from imagekit.export import artifacts, attestation_push, sif_sign
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import sha256_file
 from imagekit.image_facts import reader
@@ -285,7 +285,7 @@ def push_statements(client: reg.RegistryClient, repo: str, subject: reg.Resolved
     """Sign the statements (subjects: manifest, config, ``files``) and list them as referrers."""
     subjects = described.subjects(files)
     envelopes = sign_statements(described, subjects, key)
-    digests = [attestations.push(client, repo, subject, env, ptype, key.key.keyid, log)
+    digests = [attestation_push.push(client, repo, subject, env, ptype, key.key.keyid, log)
                for env, ptype in zip(envelopes, (SLSA_PROVENANCE, CYCLONEDX_PREDICATE))]
     return Signed(f"{client.registry}/{repo}@{subject.digest}", ", ".join(digests), subjects, key.key.keyid)
 
