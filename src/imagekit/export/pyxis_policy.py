@@ -119,8 +119,7 @@ def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mappi
     problem = None
     if local:
         try:
-            signed = check.verify(local, rule.trust, shown)
-            check.require(signed, kind, digest, shown)
+            signed = _first_naming(local, rule.trust, kind, digest, shown)
             if log:
                 log(f"policy: {shown} is signed by {', '.join(check.signers(signed))} (beside the entry)")
             return Decision(uri, digest, rule, signed, local)
@@ -139,13 +138,28 @@ def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mappi
             raise Refused(shown, digest, _why(problem), rule.trust)
         raise Refused(shown, digest, "unsigned: no signed statement is listed for it", rule.trust)
     try:
-        signed = check.verify(envelopes, rule.trust, shown)
-        check.require(signed, kind, digest, shown)
+        signed = _first_naming(envelopes, rule.trust, kind, digest, shown)
     except VerificationError as exc:
         raise Refused(shown, digest, _why(exc), rule.trust) from None
     if log:
         log(f"policy: {shown} is signed by {', '.join(check.signers(signed))}")
     return Decision(uri, digest, rule, signed, envelopes)
+
+
+def _first_naming(envelopes: list[Envelope], trust: Trust, kind: str, digest: str, shown: str) -> list[Signed]:
+    """The first verified statement naming ``digest``, smallest envelope first: the provenance (a few KiB)
+    is checked before the SBOM (up to MiBs), and a job start needs one of them, not both (they name the
+    same subjects). VerificationError, saying why, when none does."""
+    problem: VerificationError | None = None
+    for env in sorted(envelopes, key=lambda e: len(e.payload)):
+        try:
+            signed = check.verify([env], trust, shown)
+            check.require(signed, kind, digest, shown)
+            return signed
+        except VerificationError as exc:
+            problem = problem if problem is not None and "no statement signed" not in problem.message else exc
+    assert problem is not None
+    raise problem
 
 
 def _why(exc: VerificationError) -> str:
