@@ -54,7 +54,8 @@ def signed_site(cluster, other_python, registry, test_user):
         (directory / name).mkdir(mode=0o700)
     os.chown(directory / "cache-user", test_user.uid, test_user.gid)
     wrapper = other_python.importer(directory, {"IMAGEKIT_SHARED_STORE": str(shared),
-                                                "IMAGEKIT_POLICY": str(policy)}, log)
+                                                "IMAGEKIT_POLICY": str(policy)}, log,
+                                    module="imagekit.export.pyxis_signed")
     cluster.pyxis(importer=str(wrapper))
     try:
         yield directory

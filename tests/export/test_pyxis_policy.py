@@ -9,12 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from pyxis_calls import is_squashfs, job_env, pyxis_get
+from pyxis_calls import EXE, is_squashfs, job_env, pyxis_get
 
 from imagekit.attest import bundle, keys
 from imagekit.cli import main
@@ -74,8 +75,13 @@ def refusal(call) -> str:
     return errors[0]
 
 
-def get(uri: str, tmp_path: Path, policy: Path, step: int = 0, **extra: str):
-    return pyxis_get(uri, job_env(tmp_path / "store", tmp_path / "run", step, IMAGEKIT_POLICY=str(policy), **extra))
+SIGNED = Path(sys.executable).parent / "imagekit-pyxis-importer-signed"
+
+
+def get(uri: str, tmp_path: Path, policy: Path, step: int = 0, argv: list[str] | None = None, **extra: str):
+    """``imagekit-pyxis-importer-signed get URI`` (what a site with a policy names in its wrapper)."""
+    return pyxis_get(uri, job_env(tmp_path / "store", tmp_path / "run", step, IMAGEKIT_POLICY=str(policy), **extra),
+                     argv or [str(SIGNED)])
 
 
 def test_a_signed_image_is_served_its_signed_sqsh_then_warm_hits_check_offline(base_image, registry, site, tmp_path):
@@ -190,6 +196,21 @@ def test_convert_true_serves_a_conversion_of_a_verified_image_and_false_refuses(
     line = refusal(get(f"docker://{registry}#ik-signed/noart:1", tmp_path / "other", policy))
     assert "no signed .sqsh to serve" in line and "convert: true" in line
     assert "converting" not in get(f"docker://{registry}#ik-signed/noart:1", tmp_path / "other", policy).log
+
+
+def test_the_plain_importer_hands_a_policy_over_never_ignores_it(base_image, registry, site, tmp_path):
+    """A wrapper that names imagekit-pyxis-importer with IMAGEKIT_POLICY set is slower, never open."""
+    push_image(base_image, f"{registry}/ik-signed/plain2:1")
+    call = get(f"docker://{registry}#ik-signed/plain2:1", tmp_path, site.policy(POLICY), argv=[str(EXE)])
+    assert "handing over to imagekit-pyxis-importer-signed" in call.log
+    assert "unsigned" in refusal(call)
+
+
+def test_the_signed_importer_without_a_policy_refuses_to_guess(base_image, registry, tmp_path):
+    env = job_env(tmp_path / "store", tmp_path / "run", 0)
+    env.pop("IMAGEKIT_POLICY", None)
+    call = pyxis_get(f"docker://{registry}#ik-signed/open:1", env, [str(SIGNED)])
+    assert call.rc == 2 and "IMAGEKIT_POLICY is not set" in call.log and call.path == ""
 
 
 def test_without_a_policy_nothing_changes(base_image, registry, tmp_path):

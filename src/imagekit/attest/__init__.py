@@ -27,3 +27,4 @@ CYCLONEDX_MEDIA_TYPE = "application/vnd.cyclonedx+json"
 SPDX_MEDIA_TYPE = "application/spdx+json"
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 BUNDLE_SUFFIX = ".intoto.jsonl"
+POLICY_ENV = "IMAGEKIT_POLICY"      # the site policy file (the Pyxis importer's wrapper sets it)

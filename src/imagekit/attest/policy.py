@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from imagekit import yamlpos
+from imagekit.attest import POLICY_ENV
 from imagekit.attest import keys as keys_mod
 from imagekit.attest.check import TrustedKey, Trust
 from imagekit.errors import ImagekitError, StackError, VerificationError
 
-ENV = "IMAGEKIT_POLICY"
+ENV = POLICY_ENV
 VERSION = 1
 TOP = ("version", "keys", "revoked", "repositories")
 KEY_FIELDS = ("path", "not-after")

@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Callable, Mapping, NoReturn
 
 from imagekit import engine, registry
+from imagekit.attest import POLICY_ENV
 from imagekit.errors import ImagekitError, UsageError
-from imagekit.export import pyxis_policy
 from imagekit.export import store as store_mod
 from imagekit.export.store import Entry, Store, notices
 
@@ -151,9 +151,15 @@ def identify(uri: str, env: Mapping[str, str]) -> tuple[str, str | None]:
     return resolved.config_digest, resolved.digest
 
 
-def serve(uri: str, env: Mapping[str, str] | None = None) -> Path | None:
+# A check of the entry about to be served (:func:`imagekit.export.pyxis_policy.enforce`, by
+# :mod:`imagekit.export.pyxis_signed`): (uri, image ID, manifest digest, entry, env); raises to refuse.
+Accept = Callable[[str, str, "str | None", Entry, Mapping[str, str]], None]
+
+
+def serve(uri: str, env: Mapping[str, str] | None = None, accept: Accept | None = None) -> Path | None:
     """A verified store entry of ``uri``, held for this job step (its path), or None on a miss
-    (then :func:`imagekit.export.pyxis_fill.get` fills the store). See the module docstring."""
+    (then :func:`imagekit.export.pyxis_fill.get` fills the store). See the module docstring.
+    ``accept`` may refuse the entry (its hold is dropped, nothing is served)."""
     env = os.environ if env is None else env
     name = hold_name(env)
     shared, own = stores(env)
@@ -162,25 +168,20 @@ def serve(uri: str, env: Mapping[str, str] | None = None) -> Path | None:
     if shared is not None:
         entry = _serve(shared, image_id, name)
         if entry is not None:
-            return _signed(shared, entry, uri, image_id, manifest_digest, env, name)
+            return _accepted(shared, entry, name, lambda: accept and accept(uri, image_id, manifest_digest, entry, env))
     mine = own.get()
     if mine is not None and (shared is None or mine.root != shared.root):
         entry = _serve(mine, image_id, name)
         if entry is not None:
-            return _signed(mine, entry, uri, image_id, manifest_digest, env, name)
+            return _accepted(mine, entry, name, lambda: accept and accept(uri, image_id, manifest_digest, entry, env))
     return None
 
 
-def _signed(store: Store, entry: Entry, uri: str, image_id: str, manifest_digest: str | None,
-            env: Mapping[str, str], name: str) -> Path:
-    """The entry's path once the site's signature policy, if any, accepts it (:mod:`.pyxis_policy`);
-    a refusal drops the hold and nothing is printed."""
-    if pyxis_policy.configured(env) is None:
-        return entry.path
+def _accepted(store: Store, entry: Entry, name: str, check: Callable[[], object]) -> Path:
     try:
-        pyxis_policy.enforce(uri, image_id, manifest_digest, entry, env, log=log)
+        check()
     except BaseException:
-        store.release(entry, name)
+        store.release(entry, name)   # refused: the hold goes with it
         raise
     return entry.path
 
@@ -195,12 +196,12 @@ def release(env: Mapping[str, str] | None = None) -> None:
             store.release(None, name)
 
 
-def _hand_over(argv: list[str]) -> NoReturn:
+def hand_over(argv: list[str], module: str = "imagekit.export.pyxis_fill") -> NoReturn:
     """A miss: this process becomes the fill program (exec, same pid, stdout, stderr and exit status
     for Pyxis), which loads the registry artifacts and the converters that a store hit never needs."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "imagekit.export.pyxis_fill", *argv])
+    os.execv(sys.executable, [sys.executable, "-m", module, *argv])
 
 
 def run_command(get: Callable[[str], Path], argv: list[str] | None = None,
@@ -235,11 +236,17 @@ def run_command(get: Callable[[str], Path], argv: list[str] | None = None,
 def _serve_or_hand_over(uri: str) -> Path:
     path = serve(uri)
     if path is None:
-        _hand_over(["get", uri])
+        hand_over(["get", uri])
     return path
 
 
 def main(argv: list[str] | None = None) -> int:
+    if os.environ.get(POLICY_ENV):
+        # A site signature policy is checked by imagekit-pyxis-importer-signed, which loads the
+        # verification code this program spares the sites without one; never ignored (fail closed).
+        log(f"{POLICY_ENV} is set: handing over to imagekit-pyxis-importer-signed (name it in the "
+            "wrapper to save a start)")
+        hand_over(sys.argv[1:] if argv is None else argv, "imagekit.export.pyxis_signed")
     return run_command(_serve_or_hand_over, argv, release=release)
 
 

@@ -1,8 +1,8 @@
 """The Pyxis importer's signature step: under a site policy, only signed images start. Fail closed.
 
-With ``IMAGEKIT_POLICY`` set (the importer's wrapper sets it, as it sets the store), before the importer
-prints a path (:mod:`imagekit.export.pyxis_importer` on a hit, :mod:`imagekit.export.pyxis_fill` after
-a fill):
+With ``IMAGEKIT_POLICY`` set (the importer's wrapper sets it, as it sets the store, and runs
+``imagekit-pyxis-importer-signed``), before the importer prints a path (:mod:`imagekit.export.pyxis_signed`
+on a hit, :mod:`imagekit.export.pyxis_fill` after a fill):
 
 1. the policy file is read whole; an error in it refuses every image (file:line: key: what);
 2. the rule for the image is the first whose pattern matches ``REGISTRY/REPOSITORY`` (``docker://``)
