@@ -72,3 +72,10 @@ class NoSpaceError(ImagekitError):
     """The store or output file system is (or would become) full; nothing half-written was kept."""
 
     exit_code = 8
+
+
+class VerificationError(ImagekitError):
+    """An image, file or statement failed a signature check: unsigned, a signer the policy does not
+    accept, a revoked or expired key, or subjects that do not name what is being served."""
+
+    exit_code = 9

@@ -6,14 +6,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+import datetime as dt
+
 from imagekit import podman, sources
 from imagekit import build as build_mod
 from imagekit import check as check_mod
 from imagekit import stack as stack_mod
 from imagekit.build import BuildRequest
+from imagekit.attest import keys as keys_mod
+from imagekit.attest.provenance import BuildRun
 from imagekit.errors import ImagekitError
-from imagekit.export import ExportRequest, export_image, formats
-from imagekit.export.image_source import PODMAN
+from imagekit.export import ExportRequest, export_image, formats, signing
+from imagekit.export.image_source import PODMAN, open_source
 
 if TYPE_CHECKING:
     from imagekit.export import StoreChoice
@@ -37,6 +41,7 @@ class PipelineRequest:
     exports: tuple[ExportRequest, ...] = ()
     output_dir: Path = Path("out")
     store: "StoreChoice" = None
+    sign: Path | None = None        # a site key: SBOM + provenance of the image and each export, signed
 
     def __post_init__(self) -> None:
         exports = tuple(e if isinstance(e, ExportRequest) else ExportRequest(e, force=True) for e in self.exports)
@@ -53,6 +58,7 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
     the checks, and the exports read the image from its store.
     """
     build, engine_name = request.build, request.build.engine_name
+    key = keys_mod.load_private(request.sign) if request.sign else None   # a bad key costs no build
     path, implied = stack_mod.find(request.ref)
     variant = request.variant or implied
     stacks = [stack_mod.load(path, variant)] if variant else stack_mod.load_all(path)
@@ -73,6 +79,19 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
         entry = {"stack": stack.name, "build": result.as_dict()}
         entry["build"].pop("labels", None)
         image = result.tags[0]
+        # Podman's image is read from the user's store (skopeo's containers-storage: form). What is
+        # signed is the image just built, by ID: a tag another build moves meanwhile would be misnamed.
+        source = f"{PODMAN}{image}" if engine_name == "podman" else (result.image_id if key is not None else image)
+        described = None
+        if key is not None:
+            finished = dt.datetime.now(dt.timezone.utc)
+            run = BuildRun(engine=signing.engine_version() if engine_name == "docker" else "podman",
+                           started=(finished - dt.timedelta(seconds=result.seconds)).isoformat(timespec="seconds"),
+                           finished=finished.isoformat(timespec="seconds"))
+            described = signing.describe(open_source(source), run=run, log=log)
+            signed = signing.sign_engine_image(open_source(source), key, described=described)
+            entry["signed"] = signed.as_dict()
+            log(f"signed {image} ({key.key.keyid}): SBOM and provenance in {signed.bundle}")
         if request.check:
             report = check_mod.run(image, check_mod.stack_checks(stack, build.target), engine_name=engine_name)
             entry["check"] = report.as_dict()
@@ -86,16 +105,18 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
                 again = f"imagekit check {image}" + (" --engine podman" if engine_name == "podman" else "")
                 raise ImagekitError(f"checks failed for {image}; nothing exported", f"see `{again}`")
         if request.exports:
-            # Podman's image is read from the user's store (skopeo's containers-storage: form).
-            source = f"{PODMAN}{image}" if engine_name == "podman" else image
-
             entry["exports"] = []
             request.output_dir.mkdir(parents=True, exist_ok=True)
             for export in request.exports:
                 out = request.output_dir / f"{stack.name}{formats.get(export.format).suffix}"
                 log(f"exporting {image} -> {out}")
-                entry["exports"].append(export_image(
-                    source, export, out, store=request.store,
-                    progress=export_progress() if export_progress else None).as_dict())
+                made = export_image(source, export, out, store=request.store,
+                                    progress=export_progress() if export_progress else None).as_dict()
+                if key is not None and described is not None:
+                    signed = signing.sign_export(out, export.format, key, described, preset=export.preset or "",
+                                                 store_entry=made.get("store_entry", ""), log=log)
+                    made.update(signed=signed.as_dict(), sha256=signed.subjects[-1].sha256,
+                                bytes=out.stat().st_size)
+                entry["exports"].append(made)
         results.append(entry)
     return results

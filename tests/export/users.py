@@ -41,14 +41,16 @@ class OtherPython:
         return {"PATH": f"{self.python.parent}:/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": str(self.src),
                 "LANG": "C.UTF-8", **extra}
 
-    def importer(self, directory: Path, settings: dict[str, str], log: Path | None = None) -> Path:
+    def importer(self, directory: Path, settings: dict[str, str], log: Path | None = None,
+                 module: str = "imagekit.export.pyxis_importer") -> Path:
         """A site's importer wrapper (README "The Pyxis importer"): exports ``settings``, runs the
-        importer; with ``log``, stderr also goes there (Pyxis shows it only on failure)."""
+        importer (``module``: pyxis_signed for a site with a signature policy); with ``log``, stderr
+        also goes there (Pyxis shows it only on failure)."""
         lines = ["#!/bin/bash", f"export PYTHONPATH={self.src}"]
         lines += [f"export {k}='{v}'" for k, v in settings.items()]
         if log is not None:
             lines.append(f'exec 2> >(tee -a {log} >&2)')
-        lines.append(f'exec {self.python} -m imagekit.export.pyxis_importer "$@"')
+        lines.append(f'exec {self.python} -m {module} "$@"')
         path = directory / "imagekit-importer"
         path.write_text("\n".join(lines) + "\n")
         path.chmod(0o755)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
@@ -71,13 +72,16 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool, components
 @click.option("--store", "store_dir", metavar="DIR", envvar="IMAGEKIT_STORE",
               help="export store for --export (default: $IMAGEKIT_STORE, else ~/.cache/imagekit/store)")
 @click.option("--no-store", is_flag=True, help="with --export, convert straight to the outputs")
+@click.option("--sign", "sign_key", metavar="KEY", type=click.Path(dir_okay=False),
+              help="sign with this site key (ECDSA P-256 or Ed25519, `imagekit keygen`): the image's SBOM and "
+                   "provenance, kept for `imagekit push --sign`, and each --export (docs/signing.md)")
 @MIRROR
 @ENGINE
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
 def build(stack: str, variant: str | None, target: str, single_stage: bool, tags: tuple, no_cache: bool,
           ca_bundle: str, log_dir: str, cache_from: tuple, inline_cache: bool, run_checks: bool | None,
-          exports: str, output_dir: str, store_dir: str | None, no_store: bool, mirror: str | None,
-          engine_name: str, as_json: bool) -> None:
+          exports: str, output_dir: str, store_dir: str | None, no_store: bool, sign_key: str | None,
+          mirror: str | None, engine_name: str, as_json: bool) -> None:
     """Render a stack and build its image with BuildKit (or rootless Podman).
 
     A stack with a matrix builds every variant (or --variant NAME), sharing
@@ -94,6 +98,7 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
       imagekit build debian-mpi --export enroot --store /lustre/imagekit-store -o out/
       imagekit build stacks/nccl-tests.yaml --variant nccl-tests-cu124-x86_64 --tag site/nccl:1
       imagekit build debian-cuda --mirror /site/mirror      # upstream tarballs from a local mirror
+      imagekit build debian-mpi --sign site.key --export enroot,sif -o out/   # SBOM, provenance, signatures
     """
     formats = [f for f in exports.split(",") if f]
     request = pipeline.PipelineRequest(
@@ -102,7 +107,8 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
                            single_stage=single_stage, cache_from=cache_from, inline_cache=inline_cache,
                            engine_name=engine_name),
         check=bool(formats) if run_checks is None else run_checks, exports=tuple(formats),
-        output_dir=output_dir, store=False if no_store else store_dir or None)
+        output_dir=output_dir, store=False if no_store else store_dir or None,
+        sign=Path(sign_key) if sign_key else None)
     results = pipeline.build_all(request, progress=_progress, export_progress=progress_printer,
                                  log=lambda m: click.echo(m, err=True))
     if as_json:

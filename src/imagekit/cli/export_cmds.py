@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
+from imagekit.attest import keys
 from imagekit.cli.options import progress_printer
 from imagekit.errors import UsageError
-from imagekit.export import ExportRequest, export_image, formats
+from imagekit.export import ExportRequest, export_image, formats, signing
 from imagekit.export import artifacts as art
+from imagekit.export.image_source import open_source
 from imagekit.export.push import push_image
+
+# --with names that are signed statements rather than exports (they need --sign KEY; --sign pushes both).
+STATEMENTS = ("sbom", "provenance")
 
 
 @click.command()
@@ -37,10 +44,13 @@ from imagekit.export.push import push_image
 @click.option("--platform", metavar="OS/ARCH[/VARIANT]",
               help="Registry and OCI sources: the image of a multi-platform index to convert "
                    "(default: this machine's).")
+@click.option("--sign", "sign_key", metavar="KEY", type=click.Path(dir_okay=False),
+              help="Sign it with this site key: OUTPUT.intoto.jsonl beside it (SBOM and provenance); a SIF also "
+                   "gets an SBOM object and a signature object inside (apptainer verify --key).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 def export(image, to, output, preset, squash_opts, tool, via, force, no_space_check, store_dir, no_store,
-           platform, as_json, quiet):
+           platform, sign_key, as_json, quiet):
     """Export an image as an Enroot squashfs or a SIF file, streaming.
 
     IMAGE is a local engine image, or, with no engine needed:
@@ -71,12 +81,21 @@ def export(image, to, output, preset, squash_opts, tool, via, force, no_space_ch
       imagekit export 'registry.example:5000#hpc/mpi:1' --to sif --platform linux/arm64
       imagekit export oci-archive:mpi-oci.tar --to enroot -o mpi.sqsh
       imagekit export docker-archive:mpi.tar:hpc/mpi:1 --to sif -o mpi.sif
+      imagekit export imagekit/debian-mpi:latest --to sif -o mpi.sif --sign site.key
     """
     request = ExportRequest(to, preset=preset, squash_opts=squash_opts, tool=tool, via=via, force=force,
                             check_space=not no_space_check, platform=platform)
+    key = keys.load_private(sign_key) if sign_key else None      # a bad key fails before the export
     notice = None if quiet else (lambda message: click.echo(message, err=True))
     result = export_image(image, request, output, store=False if no_store else store_dir or None,
                           progress=None if quiet else progress_printer(), notice=notice)
+    if key is not None:
+        described = signing.describe(open_source(image, platform=platform), log=notice)
+        signed = signing.sign_export(Path(result.path), request.format, key, described,
+                                     preset=request.preset or "", store_entry=result.store_entry, log=notice)
+        result.sha256, result.bytes = signed.subjects[-1].sha256, Path(result.path).stat().st_size
+        if notice:
+            notice(f"signed with {key.key.keyid}: {signed.bundle}")
     if as_json:
         click.echo(result.to_json())
     else:
@@ -97,9 +116,12 @@ def export(image, to, output, preset, squash_opts, tool, via, force, no_space_ch
 @click.option("--preset", "presets", multiple=True, metavar="[FORMAT=]PRESET",
               help="Export preset for --with (enroot: fast (default), enroot, shared-fs, small, "
                    "none; sif: gzip, zstd); FORMAT=PRESET for one format, repeatable.")
+@click.option("--sign", "sign_key", metavar="KEY", type=click.Path(dir_okay=False),
+              help="Sign with this site key: the SIF inside, and the SBOM and provenance (subjects: the "
+                   "manifest, the config and each export) pushed as referrers of the manifest.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-def push(image, to, with_, presets, as_json, quiet):
+def push(image, to, with_, presets, sign_key, as_json, quiet):
     """Push an image to a registry; print its digest and the Pyxis/Enroot reference.
 
     With --with, the image's Enroot squashfs and/or SIF go beside it as OCI
@@ -116,24 +138,39 @@ def push(image, to, with_, presets, as_json, quiet):
       imagekit push imagekit/debian-mpi:latest --to 127.0.0.1:5000/hpc/mpi:1.0 --with enroot,sif
       imagekit push imagekit/debian-mpi:latest --to 127.0.0.1:5000/hpc/mpi:1.0 --with enroot --preset shared-fs
       imagekit push imagekit/debian-mpi:latest --to 127.0.0.1:5000/hpc/mpi:1.0 --json
+      imagekit push imagekit/debian-mpi:latest --to 127.0.0.1:5000/hpc/mpi:1.0 --with enroot,sif --sign site.key
     """
     import json
 
     log = None if quiet else (lambda line: click.echo(line, err=True))
-    if not with_:
+    wanted = [f.strip() for f in (with_ or "").split(",") if f.strip()]
+    statements = [f for f in wanted if f in STATEMENTS]
+    if statements and not sign_key:
+        raise UsageError(f"--with {','.join(statements)} pushes signed statements", "add --sign KEY")
+    key = keys.load_private(sign_key) if sign_key else None
+    with_ = ",".join(f for f in wanted if f not in STATEMENTS)
+    signed = None
+    if not with_ and key is None:
         if presets:
             raise UsageError("--preset applies to the exports of --with", "add --with enroot,sif")
         result = push_image(image, to, log=None if as_json else log)
         artifacts = []
     else:
-        formats = art.parse_formats(with_)
+        formats = art.parse_formats(with_) if with_ else []
         chosen = art.parse_presets(presets, formats)
-        result, artifacts = art.push_with_artifacts(image, to, formats, chosen, log=log,
-                                                    export_progress=None if quiet else progress_printer())
+        progress = None if quiet else progress_printer()
+        if key is not None:
+            result, artifacts, signed = signing.push_signed(image, to, formats, chosen, key, log=log,
+                                                            export_progress=progress)
+        else:
+            result, artifacts = art.push_with_artifacts(image, to, formats, chosen, log=log,
+                                                        export_progress=progress)
     if as_json:
         doc = json.loads(result.to_json())
         if with_:
             doc["artifacts"] = [a.to_dict() for a in artifacts]
+        if signed is not None:
+            doc["signed"] = signed.as_dict()
         click.echo(json.dumps(doc, sort_keys=True))
         return
     click.echo(f"pushed   {result.reference}")
@@ -143,3 +180,5 @@ def push(image, to, with_, presets, as_json, quiet):
     for a in artifacts:
         click.echo(f"{a.format:<8} {a.digest}  ({a.preset}, {a.bytes} bytes, "
                    f"{'already there' if a.listed_by == 'existing' else 'listed by ' + a.listed_by})")
+    if signed is not None:
+        click.echo(f"signed   {signed.signer}: SBOM and provenance {signed.bundle}")

@@ -268,6 +268,14 @@ class Component:
         """Facts beyond version and source, as io.imagekit.component.<name>.<key>."""
         return {}
 
+    def install_paths(self) -> tuple[str, ...]:
+        """Where this component's own files go when no package manager records them (a build from a
+        release tarball, files copied out of wheels): its prefix. The SBOM credits those files to it."""
+        prefix = getattr(self, "prefix", None)
+        if self.source == "distro" or not isinstance(prefix, str) or prefix in ("/", "/usr", "/usr/local"):
+            return ()
+        return (prefix,)
+
     def role_versions(self) -> dict[str, str]:
         """The version of what fills each role this component provides (a bundle such as HPC-X has
         one version and fills "mpi" with the Open MPI it carries)."""

@@ -68,6 +68,7 @@ A_VERSION = "io.imagekit.export.version"
 A_CONFIG = "io.imagekit.image.config"
 A_SHA256 = "io.imagekit.export.sha256"
 A_SIZE = "io.imagekit.export.size"
+A_SIGNER = "io.imagekit.export.signer"      # a SIF signed inside (its signature object): the key ID
 TITLE = "org.opencontainers.image.title"
 ANNOTATIONS = {
     A_FORMAT: "enroot or sif",
@@ -78,6 +79,7 @@ ANNOTATIONS = {
     A_CONFIG: "the image's config digest (the Docker image ID)",
     A_SHA256: "sha256:<hex> of the file (also the layer digest)",
     A_SIZE: "the file's size in bytes",
+    A_SIGNER: "sif: the key ID that signed the file inside (docs/signing.md); absent when unsigned",
 }
 
 
@@ -115,6 +117,7 @@ class ExportedFile:
     options: tuple[str, ...] = ()
     sha256: str = ""          # sha256:<hex>; computed when empty
     size: int = 0
+    signer: str = ""          # the key ID of a SIF's own signature object
 
 
 @dataclass
@@ -164,9 +167,12 @@ def squash_options(tool: str, preset: str, extra: tuple[str, ...] = ()) -> tuple
 
 
 def annotations_for(file: ExportedFile, config_digest: str) -> dict[str, str]:
-    return {A_FORMAT: file.format, A_PRESET: file.preset, A_TOOL: file.tool,
-            A_OPTIONS: " ".join(file.options), A_VERSION: __version__, A_CONFIG: config_digest,
-            A_SHA256: file.sha256, A_SIZE: str(file.size)}
+    notes = {A_FORMAT: file.format, A_PRESET: file.preset, A_TOOL: file.tool,
+             A_OPTIONS: " ".join(file.options), A_VERSION: __version__, A_CONFIG: config_digest,
+             A_SHA256: file.sha256, A_SIZE: str(file.size)}
+    if file.signer:
+        notes[A_SIGNER] = file.signer
+    return notes
 
 
 def artifact_manifest(file: ExportedFile, subject: reg.Resolved) -> bytes:
@@ -398,9 +404,14 @@ def parse_formats(value: str) -> list[str]:
 def push_with_artifacts(image: str, to: str | None, formats: list[str], presets: dict[str, str], *,
                         log: Callable[[str], None] | None = None,
                         export_progress: Callable[[int, bool], None] | None = None,
-                        workdir: str | Path | None = None) -> tuple[object, list[PushedArtifact]]:
+                        workdir: str | Path | None = None,
+                        prepare: Callable[[str, Path, reg.Resolved], None] | None = None,
+                        signer: str = "") -> tuple[object, list[PushedArtifact]]:
     """Push ``image`` (docker push), then one artifact per format, exporting only what the
-    registry does not already have for this image, format and preset."""
+    registry does not already have for this image, format and preset.
+
+    ``prepare(format, file, subject)`` may change an export before it is pushed (signing a SIF
+    inside); ``signer`` is then that key's ID: a SIF pushed without it is not reused."""
     say = log or (lambda _msg: None)
     # Made first, so a bad preset fails before the image is pushed.
     requests = {fmt: ExportRequest(fmt, preset=presets.get(fmt)) for fmt in formats}
@@ -417,6 +428,8 @@ def push_with_artifacts(image: str, to: str | None, formats: list[str], presets:
     for fmt in formats:
         preset = requests[fmt].preset
         existing = matching(entries, fmt, preset)
+        if fmt == "sif" and signer:
+            existing = [e for e in existing if (e.get("annotations") or {}).get(A_SIGNER) == signer]
         if existing:
             entry = existing[-1]
             notes = entry.get("annotations") or {}
@@ -433,5 +446,9 @@ def push_with_artifacts(image: str, to: str | None, formats: list[str], presets:
             file = ExportedFile(format=fmt, path=out, preset=preset, tool=exported.tool,
                                 options=squash_options(exported.tool, preset),
                                 sha256=f"sha256:{exported.sha256}", size=exported.bytes)
+            if prepare is not None:
+                prepare(fmt, out, subject)
+                file.sha256, file.size = "", 0        # computed again from what is pushed
+                file.signer = signer if fmt == "sif" else ""
             results.append(push_artifact(client, ref.repository, subject, file, log=say))
     return pushed, results

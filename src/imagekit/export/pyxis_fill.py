@@ -14,10 +14,11 @@ from typing import Callable, Mapping
 
 from imagekit import engine, registry
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
-from imagekit.export import artifact_trust, artifacts, squash
+from imagekit.export import artifact_trust, artifacts, pyxis_policy, squash
 from imagekit.export import converter as converter_for
 from imagekit.export.image_source import RegistrySource
 from imagekit.export.pyxis_importer import PROG, hold_name, log, run_command, site_environment, stores
+from imagekit.export.pyxis_policy import Decision
 from imagekit.export.store import ARTIFACT_OPTION, Entry, Store
 
 
@@ -28,12 +29,15 @@ def get(uri: str, env: Mapping[str, str] | None = None) -> Path:
     name = hold_name(env)
     shared, own = stores(env)
     source = _source(uri, env)
+    # Under a signature policy: the image is checked before anything is pulled or converted.
+    decision = pyxis_policy.check_image(uri, source.image_id, source.manifest_digest, env, log=log)
     mine = own.get()
     target = shared if shared is not None and shared.trust.can_publish() else mine
     if target is None:
         assert own.problem is not None
         raise own.problem
-    entry, made = _fill(target, source, env)
+    entry, made = _fill(target, source, env, decision)
+    pyxis_policy.check_file(decision, entry)
     target.hold(entry, name)
     log(("stored" if made else "stored by another process") + f": {entry.path}")
     return entry.path
@@ -53,7 +57,7 @@ class Source:
     returns the key options that say which converter makes the entry, and the converter."""
 
     def __init__(self, image_id: str, manifest_digest: str | None,
-                 pull_artifact: Callable[[Store], tuple[Entry, bool]] | None,
+                 pull_artifact: Callable[[Store, Decision], tuple[Entry, bool]] | None,
                  converter: Callable[[], tuple[tuple[str, ...], Converter]]) -> None:
         self.image_id = image_id
         self.manifest_digest = manifest_digest
@@ -86,8 +90,8 @@ def _registry_source(uri: str, env: Mapping[str, str]) -> Source:
     client = registry.RegistryClient.for_reference(ref, env=dict(env))
     resolved = client.resolve(ref)
 
-    def pull_artifact(store: Store) -> tuple[Entry, bool]:
-        return _pull_artifact(store, client, resolved, env)
+    def pull_artifact(store: Store, decision: Decision) -> tuple[Entry, bool]:
+        return _pull_artifact(store, client, resolved, env, decision)
 
     def converter() -> tuple[tuple[str, ...], Converter]:
         # The engine pulls over plain HTTP only from a loopback registry (or one in its own daemon.json):
@@ -101,14 +105,19 @@ def _registry_source(uri: str, env: Mapping[str, str]) -> Source:
     return Source(resolved.config_digest, resolved.digest, pull_artifact, converter)
 
 
-def _pull_artifact(store: Store, client, resolved, env: Mapping[str, str]) -> tuple[Entry, bool]:
-    """An enroot artifact of the image from a trusted repository, checked, into ``store``."""
+def _pull_artifact(store: Store, client, resolved, env: Mapping[str, str], decision: Decision) -> tuple[Entry, bool]:
+    """An enroot artifact of the image from a trusted repository (or, under a signature policy, one a
+    verified statement names), checked, into ``store``."""
     ref = resolved.reference
-    if artifact_trust.trusted(ref.registry, ref.repository, env) is None:
+    repository_trusted = artifact_trust.trusted(ref.registry, ref.repository, env) is not None
+    if not repository_trusted and not decision.enforced:
         raise ArtifactMissing(f"artifacts of {ref.registry}/{ref.repository} are not used: the repository "
                               f"is not in {artifact_trust.ENV}")
     listed, _ = client.referrers(ref.repository, resolved.digest)
     candidates = artifact_trust.enroot_candidates(listed, resolved.config_digest, lambda m: log(f"warning: {m}"))
+    if decision.enforced:   # under a policy, only a .sqsh a verified statement names
+        candidates = [c for c in candidates if pyxis_policy.artifact_allowed(
+            decision, (c.entry.get("annotations") or {}).get(artifacts.A_SHA256))]
     if not candidates:
         raise ArtifactMissing(f"no usable enroot artifact was pushed for {resolved.digest}")
     for candidate in candidates:
@@ -124,6 +133,7 @@ def _pull_artifact(store: Store, client, resolved, env: Mapping[str, str]) -> tu
             with open(tmp, "xb") as fh:
                 client.download_blob(ref.repository, layer["digest"], fh, size=int(layer["size"]))
             artifact_trust.check_squashfs(tmp)
+            decision.save_beside(tmp)
 
         try:
             return store.get_or_create(key, download, progress=log, extra={
@@ -146,19 +156,24 @@ def _convert_from_registry(ref, tmp: Path, preset: str, env: Mapping[str, str]) 
     converter_for("enroot")(RegistrySource(f"docker://{ref.docker}", env=env), tmp, preset=preset, force=True)
 
 
-def _fill(store: Store, source: Source, env: Mapping[str, str]) -> tuple[Entry, bool]:
+def _fill(store: Store, source: Source, env: Mapping[str, str], decision: Decision) -> tuple[Entry, bool]:
     """Put the image in ``store`` once: a trusted pushed artifact if any, else a conversion."""
     preset = _default_preset()
+    missing = None
     if source.pull_artifact is not None:
         try:
-            return source.pull_artifact(store)
+            return source.pull_artifact(store, decision)
         except ArtifactMissing as exc:
-            log(f"{exc.message}; converting")
+            missing = exc.message
+            if not decision.enforced or (decision.rule is not None and decision.rule.convert):
+                log(f"{exc.message}; converting")
+    pyxis_policy.may_convert(decision, missing or "the engine's image has no pushed .sqsh")
     options, converter = source.converter()
     key = store.key(source.image_id, "enroot", preset, options)
 
     def convert(tmp: Path) -> None:
         converter(tmp, preset)
+        decision.save_beside(tmp)
         log("converted and stored")
 
     return store.get_or_create(key, convert, progress=log)

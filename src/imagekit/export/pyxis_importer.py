@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Callable, Mapping, NoReturn
 
 from imagekit import engine, registry
+from imagekit.attest import POLICY_ENV
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.registry import enroot_config
 from imagekit.export import store as store_mod
@@ -161,9 +162,15 @@ def site_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return enroot_config.site_environment(os.environ if env is None else env, lambda m: log(f"warning: {m}"))
 
 
-def serve(uri: str, env: Mapping[str, str] | None = None) -> Path | None:
+# A check of the entry about to be served (:func:`imagekit.export.pyxis_policy.enforce`, by
+# :mod:`imagekit.export.pyxis_signed`): (uri, image ID, manifest digest, entry, env); raises to refuse.
+Accept = Callable[[str, str, "str | None", Entry, Mapping[str, str]], None]
+
+
+def serve(uri: str, env: Mapping[str, str] | None = None, accept: Accept | None = None) -> Path | None:
     """A verified store entry of ``uri``, held for this job step (its path), or None on a miss
-    (then :func:`imagekit.export.pyxis_fill.get` fills the store). See the module docstring."""
+    (then :func:`imagekit.export.pyxis_fill.get` fills the store). See the module docstring.
+    ``accept`` may refuse the entry (its hold is dropped, nothing is served)."""
     env = site_environment(env)
     name = hold_name(env)
     shared, own = stores(env)
@@ -172,13 +179,22 @@ def serve(uri: str, env: Mapping[str, str] | None = None) -> Path | None:
     if shared is not None:
         entry = _serve(shared, image_id, name)
         if entry is not None:
-            return entry.path
+            return _accepted(shared, entry, name, lambda: accept and accept(uri, image_id, manifest_digest, entry, env))
     mine = own.get()
     if mine is not None and (shared is None or mine.root != shared.root):
         entry = _serve(mine, image_id, name)
         if entry is not None:
-            return entry.path
+            return _accepted(mine, entry, name, lambda: accept and accept(uri, image_id, manifest_digest, entry, env))
     return None
+
+
+def _accepted(store: Store, entry: Entry, name: str, check: Callable[[], object]) -> Path:
+    try:
+        check()
+    except BaseException:
+        store.release(entry, name)   # refused: the hold goes with it
+        raise
+    return entry.path
 
 
 def release(env: Mapping[str, str] | None = None) -> None:
@@ -191,12 +207,12 @@ def release(env: Mapping[str, str] | None = None) -> None:
             store.release(None, name)
 
 
-def _hand_over(argv: list[str]) -> NoReturn:
+def hand_over(argv: list[str], module: str = "imagekit.export.pyxis_fill") -> NoReturn:
     """A miss: this process becomes the fill program (exec, same pid, stdout, stderr and exit status
     for Pyxis), which loads the registry artifacts and the converters that a store hit never needs."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "imagekit.export.pyxis_fill", *argv])
+    os.execv(sys.executable, [sys.executable, "-m", module, *argv])
 
 
 def run_command(get: Callable[[str], Path], argv: list[str] | None = None,
@@ -239,11 +255,17 @@ def error_line(message: str, hint: str | None = None) -> str:
 def _serve_or_hand_over(uri: str) -> Path:
     path = serve(uri)
     if path is None:
-        _hand_over(["get", uri])
+        hand_over(["get", uri])
     return path
 
 
 def main(argv: list[str] | None = None) -> int:
+    if os.environ.get(POLICY_ENV):
+        # A site signature policy is checked by imagekit-pyxis-importer-signed, which loads the
+        # verification code this program spares the sites without one; never ignored (fail closed).
+        log(f"{POLICY_ENV} is set: handing over to imagekit-pyxis-importer-signed (name it in the "
+            "wrapper to save a start)")
+        hand_over(sys.argv[1:] if argv is None else argv, "imagekit.export.pyxis_signed")
     return run_command(_serve_or_hand_over, argv, release=release)
 
 

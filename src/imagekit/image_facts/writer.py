@@ -37,6 +37,14 @@ def recipe_labels(stack: "Stack") -> dict[str, str]:
         for key, value in comp.labels().items():
             if value != "":
                 labels[component_label(name, key)] = value
+        # What the SBOM and the provenance need and no package database records: the release file a
+        # build came from (URL and pinned sha256) and where its files went.
+        for artifact in comp.artifacts()[:1]:
+            labels[component_label(name, "url")] = artifact.url
+            if artifact.sha256:
+                labels[component_label(name, "sha256")] = artifact.sha256
+        if comp.install_paths():
+            labels[component_label(name, "paths")] = ",".join(comp.install_paths())
         if comp.opts.get("accept"):  # the risks the stack took on knowingly travel with the image
             labels[component_label(name, "accepted")] = ",".join(comp.opts["accept"])
     for role, name in sorted(stack.roles().items()):

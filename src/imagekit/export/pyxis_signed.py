@@ -1,0 +1,44 @@
+"""``imagekit-pyxis-importer-signed``: the Pyxis importer with the site's signature policy in force.
+
+The same program as :mod:`imagekit.export.pyxis_importer` (same protocol, stores, hits, holds and
+fill), plus :mod:`imagekit.export.pyxis_policy` checking every hit before its path is printed; a miss
+becomes :mod:`imagekit.export.pyxis_fill`, which checks the image before it pulls or converts anything
+and the file before it prints it. A separate program so that sites without a policy never load the
+verification code (its import is most of what a check costs). The plain importer hands over to this
+one whenever ``IMAGEKIT_POLICY`` is set, so a wrapper that names the plain one is slower, never open.
+
+Site wrapper (docs/signing.md)::
+
+    export IMAGEKIT_POLICY=/etc/imagekit/policy.yaml
+    exec /opt/imagekit/.venv/bin/imagekit-pyxis-importer-signed "$@"
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from imagekit.attest import POLICY_ENV
+from imagekit.errors import UsageError
+from imagekit.export import pyxis_policy
+from imagekit.export.pyxis_importer import hand_over, log, release, run_command, serve
+
+
+def _get(uri: str) -> Path:
+    if not os.environ.get(POLICY_ENV):
+        raise UsageError(f"{POLICY_ENV} is not set: imagekit-pyxis-importer-signed needs the site's policy file",
+                         "set it in the importer's wrapper, or use imagekit-pyxis-importer")
+    path = serve(uri, accept=lambda u, image_id, manifest, entry, env: pyxis_policy.enforce(
+        u, image_id, manifest, entry, env, log=log))
+    if path is None:
+        hand_over(["get", uri])
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(_get, argv, release=release)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

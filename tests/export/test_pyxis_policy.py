@@ -1,0 +1,221 @@
+"""The Pyxis importer under a site signature policy (``IMAGEKIT_POLICY``), driven as Pyxis 0.24.0 drives it
+(pyxis_calls.py): a real registry, the real Docker engine, a real store, real keys. Only signed images
+are served, and every refusal is one ``error:`` line naming the image, its digest and the accepted
+signers, with exit status 9 and nothing on stdout (Pyxis then starts nothing). Under the real Pyxis:
+test_pyxis_cluster_signed.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from pyxis_calls import EXE, is_squashfs, job_env, pyxis_get
+
+from imagekit.attest import bundle, keys
+from imagekit.cli import main
+from imagekit.export import attestation_push, attestations
+from imagekit.export.push import push_image
+from imagekit.registry import RegistryClient, parse
+
+pytestmark = pytest.mark.engine
+PREFIX = "imagekit-pyxis-importer: "
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """Keys ``ci`` (the site's) and ``rogue`` (nobody's), and ``policy(text)`` writing the policy file."""
+    root = tmp_path_factory.mktemp("site")
+    for name in ("ci", "rogue"):
+        keys.write_pair(keys.generate(), root / name)
+
+    class Site:
+        dir = root
+        ci_id = keys.load_public(root / "ci.pub").keyid
+        rogue_id = keys.load_public(root / "rogue.pub").keyid
+
+        @staticmethod
+        def policy(text: str) -> Path:
+            path = root / "policy.yaml"
+            path.write_text(textwrap.dedent(text).format(dir=root))
+            return path
+
+    return Site
+
+
+POLICY = """\
+    version: 1
+    keys:
+      ci: {{path: {dir}/ci.pub}}
+    repositories:
+      - match: "*/ik-signed/*"
+        signers: [ci]
+      - match: "*/ik-convert/*"
+        signers: [ci]
+        convert: true
+"""
+
+
+def push_signed(image: str, ref: str, key: Path, tmp_path: Path, with_: str = "enroot") -> None:
+    res = CliRunner().invoke(main, ["push", image, "--to", ref, "--with", with_, "--sign", str(key), "-q"])
+    assert res.exit_code == 0, res.output
+
+
+def refusal(call) -> str:
+    """The one error line of a refused get (and nothing else said as an error, nothing on stdout)."""
+    assert call.rc == 9 and call.path == "", (call.rc, call.path, call.log)
+    errors = [line for line in call.log.splitlines() if line.startswith(PREFIX + "error:")]
+    assert len(errors) == 1, call.log
+    assert "\n  fix:" not in call.log, call.log
+    return errors[0]
+
+
+SIGNED = Path(sys.executable).parent / "imagekit-pyxis-importer-signed"
+
+
+def get(uri: str, tmp_path: Path, policy: Path, step: int = 0, argv: list[str] | None = None, **extra: str):
+    """``imagekit-pyxis-importer-signed get URI`` (what a site with a policy names in its wrapper)."""
+    return pyxis_get(uri, job_env(tmp_path / "store", tmp_path / "run", step, IMAGEKIT_POLICY=str(policy), **extra),
+                     argv or [str(SIGNED)])
+
+
+def test_a_signed_image_is_served_its_signed_sqsh_then_warm_hits_check_offline(base_image, registry, site, tmp_path):
+    """No IMAGEKIT_TRUSTED_ARTIFACTS: the .sqsh is pulled because a verified statement names it; the
+    statements go beside the store entry, and the next job's hit verifies them with no referrer fetch."""
+    ref = f"{registry}/ik-signed/base:1"
+    push_signed(base_image, ref, site.dir / "ci.key", tmp_path)
+    policy = site.policy(POLICY)
+    cold = get(f"docker://{registry}#ik-signed/base:1", tmp_path, policy)
+    assert cold.rc == 0, cold.log
+    assert "policy: " in cold.log and f"signed by ci ({site.ci_id})" in cold.log
+    assert "pulling the pushed enroot artifact" in cold.log and "convert" not in cold.log, cold.log
+    served = Path(cold.path)
+    assert is_squashfs(str(served)) and (served.parent / bundle.ENTRY_NAME).is_file()
+    sha = hashlib.sha256(served.read_bytes()).hexdigest()
+    named = [json.loads(line) for line in (served.parent / bundle.ENTRY_NAME).read_bytes().splitlines()]
+    assert len(named) == 2
+    warm = get(f"docker://{registry}#ik-signed/base:1", tmp_path, policy, step=1)
+    assert warm.rc == 0 and warm.path == cold.path, warm.log
+    assert "(beside the entry)" in warm.log and "store hit" in warm.log
+    res = CliRunner().invoke(main, ["verify", f"docker://{ref}", "--key", str(site.dir / "ci.pub"), "--json"])
+    assert res.exit_code == 0 and any(s["digest"]["sha256"] == sha for s in json.loads(res.stdout)["subjects"])
+
+
+def test_unsigned_image_is_refused_in_one_line_and_nothing_is_stored(base_image, registry, site, tmp_path):
+    pushed = push_image(base_image, f"{registry}/ik-signed/plain:1")
+    call = get(f"docker://{registry}#ik-signed/plain:1", tmp_path, site.policy(POLICY))
+    line = refusal(call)
+    assert f"{registry}/ik-signed/plain:1" in line and pushed.digest in line
+    assert "unsigned" in line and f"accepted signers: ci ({site.ci_id})" in line
+    assert not list((tmp_path / "store" / "entries").rglob("image.sqsh"))
+
+
+def test_a_signer_the_policy_does_not_name_is_refused(base_image, registry, site, tmp_path):
+    push_signed(base_image, f"{registry}/ik-signed/rogue:1", site.dir / "rogue.key", tmp_path)
+    line = refusal(get(f"docker://{registry}#ik-signed/rogue:1", tmp_path, site.policy(POLICY)))
+    assert f"signed by {site.rogue_id}, not by a key the site accepts" in line
+    assert f"accepted signers: ci ({site.ci_id})" in line
+
+
+@pytest.mark.parametrize("change,said", [
+    (("      ci: {{path: {dir}/ci.pub}}\n", "      ci: {{path: {dir}/ci.pub}}\n    revoked: [ci]\n"), "which is revoked"),
+    (("{dir}/ci.pub}}", "{dir}/ci.pub, not-after: 2020-01-01}}"), "which expired on 2020-01-01"),
+    (("signers: [ci]\n      - match: \"*/ik-convert/*\"", "signers: [ci, nobody]\n      - match: \"*/ik-convert/*\""),
+     "the policy cannot be used: "),
+    (("*/ik-signed/*", "*/elsewhere/*"), "no rule of"),
+])
+def test_revoked_expired_broken_policy_and_no_rule_refuse(base_image, registry, site, tmp_path, change, said):
+    ref = f"{registry}/ik-signed/base:1"
+    push_signed(base_image, ref, site.dir / "ci.key", tmp_path)
+    policy = site.policy(POLICY.replace(change[0], change[1], 1))
+    line = refusal(get(f"docker://{registry}#ik-signed/base:1", tmp_path, policy))
+    assert said in line, line
+    if "cannot be used" in said:
+        assert f"{policy}:6: repositories[0].signers: no key called 'nobody'" in line
+
+
+def test_statements_of_another_manifest_are_refused(base_image, odd_image, registry, site, tmp_path):
+    """The tag moved to another image, and the old signed statements were listed for the new manifest
+    too: they name the old manifest, so nothing is served."""
+    ref = f"{registry}/ik-signed/moved:1"
+    push_signed(base_image, ref, site.dir / "ci.key", tmp_path)
+    client = RegistryClient.for_reference(parse(ref))
+    old = client.resolve(parse(ref))
+    envelopes = attestations.fetch(client, "ik-signed/moved", old)
+    moved = push_image(odd_image, ref)
+    new = client.resolve(parse(ref))
+    assert new.digest == moved.digest != old.digest
+    for env in envelopes:
+        attestation_push.push(client, "ik-signed/moved", new, json.loads(env.raw), "x", "y")
+    line = refusal(get(f"docker://{registry}#ik-signed/moved:1", tmp_path, site.policy(POLICY)))
+    assert new.digest in line and "no signed statement names this oci-manifest" in line, line
+    assert old.digest[:23] in line      # what the statements are about instead
+
+
+def test_a_store_file_that_is_not_the_signed_one_is_never_served(base_image, registry, site, tmp_path):
+    """Someone with the store's write rights swapped the entry's file and its recorded sha256: the store's
+    own check passes, the policy's does not."""
+    push_signed(base_image, f"{registry}/ik-signed/swap:1", site.dir / "ci.key", tmp_path)
+    policy = site.policy(POLICY)
+    first = get(f"docker://{registry}#ik-signed/swap:1", tmp_path, policy)
+    assert first.rc == 0, first.log
+    served = Path(first.path)
+    os.chmod(served, 0o644)
+    with open(served, "r+b") as fh:          # a byte inside the squashfs's data, superblock left as is
+        fh.seek(served.stat().st_size // 2)
+        fh.write(b"\x00" if fh.read(1) != b"\x00" else b"\x01")
+    meta = served.parent / "entry.json"
+    os.chmod(meta, 0o644)
+    doc = json.loads(meta.read_text())
+    doc["sha256"] = hashlib.sha256(served.read_bytes()).hexdigest()
+    meta.write_text(json.dumps(doc))
+    os.chmod(served, 0o444)
+    os.chmod(meta, 0o444)
+    line = refusal(get(f"docker://{registry}#ik-signed/swap:1", tmp_path, policy, step=1))
+    assert f"the .sqsh it would serve (sha256:{doc['sha256']}) is named by no signed statement" in line
+
+
+def test_convert_true_serves_a_conversion_of_a_verified_image_and_false_refuses(base_image, registry, site, tmp_path):
+    """Signed without a pushed .sqsh (`imagekit sign docker://…`): only `convert: true` lets the importer
+    convert the verified image itself; otherwise it refuses before converting anything."""
+    for repo in ("ik-convert/base:1", "ik-signed/noart:1"):
+        push_image(base_image, f"{registry}/{repo}")
+        res = CliRunner().invoke(main, ["sign", f"docker://{registry}/{repo}", "--key", str(site.dir / "ci.key"), "-q"])
+        assert res.exit_code == 0, res.output
+    policy = site.policy(POLICY)
+    ok = get(f"docker://{registry}#ik-convert/base:1", tmp_path, policy)
+    assert ok.rc == 0 and "converted and stored" in ok.log, ok.log
+    assert (Path(ok.path).parent / bundle.ENTRY_NAME).is_file()
+    again = get(f"docker://{registry}#ik-convert/base:1", tmp_path, policy, step=1)
+    assert again.rc == 0 and "store hit" in again.log, again.log
+    line = refusal(get(f"docker://{registry}#ik-signed/noart:1", tmp_path / "other", policy))
+    assert "no signed .sqsh to serve" in line and "convert: true" in line
+    assert "converting" not in get(f"docker://{registry}#ik-signed/noart:1", tmp_path / "other", policy).log
+
+
+def test_the_plain_importer_hands_a_policy_over_never_ignores_it(base_image, registry, site, tmp_path):
+    """A wrapper that names imagekit-pyxis-importer with IMAGEKIT_POLICY set is slower, never open."""
+    push_image(base_image, f"{registry}/ik-signed/plain2:1")
+    call = get(f"docker://{registry}#ik-signed/plain2:1", tmp_path, site.policy(POLICY), argv=[str(EXE)])
+    assert "handing over to imagekit-pyxis-importer-signed" in call.log
+    assert "unsigned" in refusal(call)
+
+
+def test_the_signed_importer_without_a_policy_refuses_to_guess(base_image, registry, tmp_path):
+    env = job_env(tmp_path / "store", tmp_path / "run", 0)
+    env.pop("IMAGEKIT_POLICY", None)
+    call = pyxis_get(f"docker://{registry}#ik-signed/open:1", env, [str(SIGNED)])
+    assert call.rc == 2 and "IMAGEKIT_POLICY is not set" in call.log and call.path == ""
+
+
+def test_without_a_policy_nothing_changes(base_image, registry, tmp_path):
+    push_image(base_image, f"{registry}/ik-signed/open:1")
+    env = job_env(tmp_path / "store", tmp_path / "run", 0)
+    env.pop("IMAGEKIT_POLICY", None)
+    call = pyxis_get(f"docker://{registry}#ik-signed/open:1", env)
+    assert call.rc == 0 and "policy:" not in call.log and "refused" not in call.log, call.log
