@@ -22,7 +22,7 @@ def test_stacks_json():
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
     assert [r["stack"] for r in rows] == ["debian-cuda", "debian-cuda12", "debian-mpi", "debian-pytorch",
-                                          "nccl-tests", "pytorch"]
+                                          "grace-pytorch", "nccl-tests", "pytorch"]
     for row in rows:
         assert set(row) == {"stack", "file", "from", "description", "variants"}
         assert Path(row["file"]).is_file() and row["description"]
@@ -44,9 +44,14 @@ def test_matrix_json():
     result = invoke("matrix", "--json")
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert len(rows) == 7
+    # One row per variant and arch: debian-cuda, debian-mpi and debian-pytorch offer both.
+    assert [r["id"] for r in rows] == [
+        "debian-cuda", "debian-cuda-arm64", "debian-cuda12", "debian-mpi", "debian-mpi-arm64", "debian-pytorch",
+        "debian-pytorch-arm64", "grace-pytorch", "nccl-tests-cu129-x86_64", "nccl-tests-cu129-sbsa", "pytorch"]
     arm = next(r for r in rows if r["variant"] == "nccl-tests-cu129-sbsa")
     assert arm["platform"] == "linux/arm64" and arm["arch"] == "aarch64" and arm["offline"] is False
+    mpi = next(r for r in rows if r["id"] == "debian-mpi-arm64")
+    assert (mpi["variant"], mpi["image"], mpi["suffix"]) == ("debian-mpi", "imagekit/debian-mpi:latest-arm64", "-arm64")
     # The platform CI builds for is the one `imagekit build` passes to docker.
     assert all(r["platform"] == build.PLATFORMS[r["arch"]] for r in rows)
     here = json.loads(invoke("matrix", "--json", "--buildable-here").stdout)
