@@ -24,7 +24,9 @@ def read(ref: str, engine_name: str = "docker") -> ImageFacts:
     missing engine image is an EngineError, as everywhere)."""
     if not is_file_image(ref):
         image = engines.of(engine_name).inspect(ref)
-        return from_labels(image.labels, ref=ref, env=parse_env(image.config.get("Env") or []))
+        facts = from_labels(image.labels, ref=ref, env=parse_env(image.config.get("Env") or []))
+        facts.config_arch = image.attrs.get("Architecture") or None
+        return facts
     path = Path(ref)
     if not path.is_file():
         # Often right: the path may exist only on the compute nodes (a shared job directory).
