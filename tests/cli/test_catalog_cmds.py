@@ -52,6 +52,10 @@ def test_matrix_json():
     assert arm["platform"] == "linux/arm64" and arm["arch"] == "aarch64" and arm["offline"] is False
     mpi = next(r for r in rows if r["id"] == "debian-mpi-arm64")
     assert (mpi["variant"], mpi["image"], mpi["suffix"]) == ("debian-mpi", "imagekit/debian-mpi:latest-arm64", "-arm64")
+    # A variant of several arches is pushed per arch (TAG-amd64, TAG-arm64) and joined by an index.
+    assert {(r["id"], r["push_suffix"]) for r in rows if r["index"]} >= {("debian-mpi", "-amd64"),
+                                                                       ("debian-mpi-arm64", "-arm64")}
+    assert arm["index"] is False and arm["push_suffix"] == "", "a single-arch variant keeps its tag"
     # The platform CI builds for is the one `imagekit build` passes to docker.
     assert all(r["platform"] == build.PLATFORMS[r["arch"]] for r in rows)
     here = json.loads(invoke("matrix", "--json", "--buildable-here").stdout)

@@ -90,8 +90,9 @@ def matrix(as_json: bool, buildable_here: bool) -> None:
     """List every stack x variant x arch to build, for CI to consume.
 
     A stack whose base.arch lists several architectures gives one row for each
-    (id: the variant's name, with -arm64 for its arm64 row). --buildable-here
-    keeps the offline stacks for this machine's architecture.
+    (id: the variant's name, with -arm64 for its arm64 row; index: true, and
+    push_suffix -amd64/-arm64 for the per-arch tags an index then joins).
+    --buildable-here keeps the offline stacks for this machine's architecture.
 
     \b
     Example:
@@ -109,11 +110,13 @@ def matrix(as_json: bool, buildable_here: bool) -> None:
                 offline = variant.base.image.startswith("imagekit/")
                 if buildable_here and (not offline or arch != platforms.stack_name(platforms.host_machine())):
                     continue
-                suffix = platforms.tag_suffix(arch)
+                suffix, several = platforms.tag_suffix(arch), len(variant.arches) > 1
                 rows.append({"stack": variant.stack_name, "variant": variant.name,
-                             "id": variant.name + (suffix if len(variant.arches) > 1 else ""),
+                             "id": variant.name + (suffix if several else ""),
                              "file": _relative(path), "arch": arch, "image": variant.image, "offline": offline,
-                             "platform": PLATFORMS[arch], "suffix": suffix})
+                             "platform": PLATFORMS[arch], "suffix": suffix,
+                             # Several arches: each pushed under TAG-ARCH, then one index under TAG.
+                             "index": several, "push_suffix": f"-{platforms.oci_name(arch)}" if several else ""})
     if as_json:
         click.echo(json.dumps(rows, separators=(",", ":")))
         return
