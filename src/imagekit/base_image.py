@@ -76,9 +76,10 @@ def image_tag(name: str, arch: str = "x86_64") -> str:
 
 
 def parse_arch(text: str | None) -> str:
-    """``--arch``: amd64/x86_64 or arm64/aarch64 (default: x86_64) -> the stack's spelling."""
+    """``--arch``: amd64/x86_64 or arm64/aarch64 (default: this machine's) -> the stack's spelling."""
     if not text:
-        return "x86_64"
+        host = platforms.stack_name(platforms.host_machine())
+        return host if host in platforms.ARCHES else "x86_64"
     arch = platforms.stack_name(text)
     if arch not in platforms.ARCHES:
         raise UsageError(f"unknown architecture {text!r}",
@@ -138,8 +139,8 @@ def ensure(name: str, *, mirror: str | None = None, tag: str | None = None, forc
     """Make the base image unless an image with that tag already exists; return its tag.
 
     ``bootstrapper``: ``mmdebstrap``, ``debootstrap``, or ``auto`` (mmdebstrap when installed).
-    ``arch``: x86_64/amd64 (default) or aarch64/arm64; another architecture than the host's
-    needs binfmt emulation, checked before anything runs.
+    ``arch``: x86_64/amd64 or aarch64/arm64 (default: this machine's); another architecture than
+    the host's needs binfmt emulation, checked before anything runs.
     """
     if bootstrapper not in BOOTSTRAPPERS:
         raise UsageError(f"unknown bootstrapper {bootstrapper!r}", f"use one of: {', '.join(BOOTSTRAPPERS)}")

@@ -169,7 +169,8 @@ def build(stack, request: BuildRequest | None = None, *,
 
     log_dir = request.log_dir
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{stack.name}-{target}.log"
+    # Per arch: the arm64 build of a stack never writes over its amd64 build's log.
+    log_path = log_dir / f"{stack.name}{platforms.tag_suffix(stack.base.arch)}-{target}.log"
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="imagekit-build-") as ctx:
         staged = sources.stage(stack, ctx)  # a missing or altered mirror file stops here, before building

@@ -30,12 +30,12 @@ def _progress(line: str) -> None:
               help="archive areas for the image's apt sources, e.g. main,contrib,non-free")
 @click.option("--bootstrap", "bootstrapper", type=click.Choice(base_image.BOOTSTRAPPERS), default="auto",
               show_default=True, help="mmdebstrap (root or rootless; auto picks it when installed) or debootstrap (root)")
-@click.option("--arch", metavar="ARCH", default="amd64", show_default=True,
+@click.option("--arch", metavar="ARCH",
               help="the root filesystem's architecture: amd64 (x86_64) or arm64 (aarch64; on an x86 "
-                   "machine through qemu-user-static)")
+                   "machine through qemu-user-static); default: this machine's")
 @ENGINE
 def base(name: str, mirror: str | None, tag: str | None, force: bool, components: str, engine_name: str,
-         bootstrapper: str, arch: str) -> None:
+         bootstrapper: str, arch: str | None) -> None:
     """Bootstrap an offline base image (mmdebstrap or debootstrap) and import it into the engine.
 
     NAME is DISTRO:SUITE, e.g. debian:bookworm, debian:trixie, ubuntu:jammy.
