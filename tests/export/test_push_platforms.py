@@ -184,7 +184,7 @@ def test_cli_refuses_a_multi_platform_push_without_to_or_with_platform_and_sever
     res = cli("push", AMD, ARM)
     assert res.exit_code == 2 and "needs --to" in res.output
     res = cli("push", AMD, ARM, "--platform", "linux/arm64", "--to", "127.0.0.1:1/x:1")
-    assert res.exit_code == 2 and "--platform names the platforms of one IMAGE" in res.output
+    assert res.exit_code == 2 and "--platform names the platforms of one local IMAGE" in res.output
     res = cli("push", AMD, "--platform", "linux/riscv64", "--to", "127.0.0.1:1/x:1")
     assert res.exit_code == 2 and "imagekit builds linux images for linux/amd64, linux/arm64" in res.output
 
