@@ -382,6 +382,7 @@ def test_shipped_stacks_all_load():
     assert names == {
         "debian-cuda": ["debian-cuda"],
         "debian-cuda12": ["debian-cuda12"],
+        "debian-grace": ["debian-grace"],
         "debian-mpi": ["debian-mpi"],
         "debian-pytorch": ["debian-pytorch"],
         "grace-pytorch": ["grace-pytorch"],

@@ -112,6 +112,7 @@ def test_a_build_request_refuses_a_platform_before_anything_is_built(tmp_path):
     ("debian-cuda", "linux/arm64", ["90", "100", "103"]),
     ("debian-pytorch", "linux/arm64", ["90", "100", "103"]),
     ("grace-pytorch", None, ["90", "100", "103"]),
+    ("debian-grace", None, ["90", "100", "103"]),
     ("nccl-tests", "linux/arm64", None),
 ])
 def test_the_arm64_stacks_render_in_both_formats(name, platform, gpu):
@@ -135,6 +136,17 @@ def test_the_grace_stack_is_cuda13_nccl_openmpi_ucx_and_pytorch_for_aarch64():
     assert s.tags == [t + "-arm64" for t in stack_mod.load("pytorch").tags]
     with pytest.raises(PlatformError, match="pytorch does not build for linux/arm64"):
         stack_mod.load("pytorch", platform="linux/arm64")   # grace-pytorch is its aarch64 build
+
+
+def test_the_offline_grace_stack_runs_no_compiler_in_its_build():
+    """debian-grace builds under emulation in about an hour because nothing is compiled: Debian's
+    packages and wheels only (a source build through QEMU takes days on 2 cores)."""
+    s = stack_mod.load("debian-grace")
+    assert s.arches == ("aarch64",) and s.image == "imagekit/debian-grace:latest-arm64"
+    assert all(c.source in ("distro", "pypi") for c in s.components.values())
+    assert s.get("nccl").version == s.get("pytorch").labels()["nccl"] == "2.30.7", "one NCCL: torch's"
+    text = render.render(s, "docker")
+    assert "./configure" not in text and "make -j" not in text
 
 
 def test_pytorch_for_aarch64_comes_from_pypis_cuda_wheel_only(tmp_path):

@@ -21,8 +21,8 @@ def test_stacks_json():
     result = invoke("stacks", "--json")
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert [r["stack"] for r in rows] == ["debian-cuda", "debian-cuda12", "debian-mpi", "debian-pytorch",
-                                          "grace-pytorch", "nccl-tests", "pytorch"]
+    assert [r["stack"] for r in rows] == ["debian-cuda", "debian-cuda12", "debian-grace", "debian-mpi",
+                                          "debian-pytorch", "grace-pytorch", "nccl-tests", "pytorch"]
     for row in rows:
         assert set(row) == {"stack", "file", "from", "description", "variants"}
         assert Path(row["file"]).is_file() and row["description"]
@@ -36,7 +36,7 @@ def test_stacks_text():
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert lines[0].startswith("debian-cuda ") and lines[1].startswith("debian-cuda12 ")
-    assert lines[2].startswith("debian-mpi ")
+    assert lines[2].startswith("debian-grace ") and lines[3].startswith("debian-mpi ")
     assert "  nccl-tests-cu129-sbsa" in lines
 
 
@@ -46,7 +46,8 @@ def test_matrix_json():
     rows = json.loads(result.stdout)
     # One row per variant and arch: debian-cuda, debian-mpi and debian-pytorch offer both.
     assert [r["id"] for r in rows] == [
-        "debian-cuda", "debian-cuda-arm64", "debian-cuda12", "debian-mpi", "debian-mpi-arm64", "debian-pytorch",
+        "debian-cuda", "debian-cuda-arm64", "debian-cuda12", "debian-grace", "debian-mpi", "debian-mpi-arm64",
+        "debian-pytorch",
         "debian-pytorch-arm64", "grace-pytorch", "nccl-tests-cu129-x86_64", "nccl-tests-cu129-sbsa", "pytorch"]
     arm = next(r for r in rows if r["variant"] == "nccl-tests-cu129-sbsa")
     assert arm["platform"] == "linux/arm64" and arm["arch"] == "aarch64" and arm["offline"] is False
