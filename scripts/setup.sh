@@ -17,8 +17,11 @@ cd "$(dirname "$0")/.."
 #   openssh-client            inside-out launches (ssh-keygen for per-job keys)
 #   gcc                       the check tests compile stub libraries (libnccl.so.2, ...) for stub images
 #   openssl                   the registry tests sign the tokens of a Bearer-auth registry
+#   qemu-user-static binfmt-support arch-test  arm64 base images, builds and containers on x86
+#                             (setup-emulation.sh registers the interpreters; arch-test: mmdebstrap's check)
 PACKAGES=(docker.io debootstrap squashfs-tools squashfs-tools-ng isal pigz docker-registry openmpi-bin
-          python3-mpi4py slurm-wlm munge libpmix2 libpmix-dev shellcheck openssh-client gcc openssl)
+          python3-mpi4py slurm-wlm munge libpmix2 libpmix-dev shellcheck openssh-client gcc openssl
+          qemu-user-static binfmt-support arch-test)
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -35,6 +38,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 bash scripts/setup-engine.sh
+# Not fatal: without it only the arm64 builds and tests fail (each says what is missing).
+bash scripts/setup-emulation.sh || echo "setup: no arm64 emulation here; arm64 builds will fail" >&2
 
 # imagekit lives in a virtual environment: Debian's and Ubuntu's own python3 is "externally
 # managed" (PEP 668) and refuses a plain `pip install`. PYTHON picks the interpreter, VENV the place.

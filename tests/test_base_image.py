@@ -206,3 +206,41 @@ def test_a_user_without_mmdebstrap_gets_one_error_naming_the_fix(user):
     assert "apt-get install mmdebstrap" in proc.stderr and f"docker save {tag} | podman load" in proc.stderr
     assert "Traceback" not in proc.stderr and "bootstrapping" not in proc.stderr
     assert user.podman("image", "exists", tag).returncode == 1
+
+
+# -- arm64 ---------------------------------------------------------------------------------------
+
+def test_an_arm64_base_has_its_own_tag_and_bootstraps_arm64():
+    spec = base_mod.parse("debian:bookworm", mirror="http://x", arch="arm64")
+    assert (spec.tag, spec.arch, spec.debian_arch) == ("imagekit/debian:bookworm-arm64", "aarch64", "arm64")
+    assert "--architectures=arm64" in base_mod.mmdebstrap_argv(spec)
+    assert base_mod.parse("debian:bookworm", mirror="http://x", arch="aarch64").tag == spec.tag
+    with pytest.raises(UsageError, match="unknown architecture 'sparc'") as err:
+        base_mod.parse("debian:bookworm", mirror="http://x", arch="sparc")
+    assert "arm64 (aarch64)" in err.value.hint
+
+
+def test_an_arm64_base_with_podman_is_refused_with_the_copy_to_make():
+    with pytest.raises(UsageError, match="made with the Docker engine only") as err:
+        base_mod.ensure("debian:bookworm", mirror="http://x", arch="arm64", engine_name="podman", force=True)
+    assert "docker save imagekit/debian:bookworm-arm64 | podman load" in err.value.hint
+
+
+@pytest.mark.engine
+@pytest.mark.heavy
+def test_the_arm64_base_is_an_arm64_image_that_runs_arm64_programs(base_image_arm64, base_image):
+    """Builds the arm64 base (mmdebstrap/debootstrap through QEMU: ~6 min cold on 2 cores).
+
+    Its config says arm64 (so BuildKit takes it for --platform linux/arm64), it keeps the amd64
+    base's CMD, PATH and labels, its programs are arm64 (uname in a container reports aarch64,
+    through qemu-user-static), and the amd64 base was not replaced."""
+    arm, amd = engine.inspect(base_image_arm64), engine.inspect(base_image)
+    assert (arm.attrs["Architecture"], amd.attrs["Architecture"]) == ("arm64", "amd64")
+    assert arm.config["Cmd"] == ["/bin/bash"] and any(e.startswith("PATH=/usr/local/sbin:") for e in arm.config["Env"])
+    assert arm.labels["io.imagekit.base"] == "debian:bookworm"
+    out = subprocess.run([engine.docker_cli(), "run", "--rm", "--platform", "linux/arm64", base_image_arm64,
+                          "sh", "-c", "uname -m; dpkg --print-architecture"], capture_output=True, text=True)
+    assert out.stdout.split() == ["aarch64", "arm64"], out.stderr
+    said = []
+    assert base_mod.ensure("debian:bookworm", arch="arm64", log=said.append) == base_image_arm64
+    assert "reusing" in said[0]

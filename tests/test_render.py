@@ -21,7 +21,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from imagekit import render, rules
+from imagekit import platforms, render, rules
 from imagekit.image_facts import writer
 from imagekit import stack as stack_mod
 from imagekit.components import providers_of, registry
@@ -36,16 +36,32 @@ FORMATS = render.FORMATS
 
 
 def shipped_variants() -> list[tuple[Path, str]]:
-    return [(path, s.name) for path in sorted(STACKS.glob("*.yaml")) for s in stack_mod.load_all(path)]
+    """(file, golden name) of every shipped variant for every arch it offers, whatever this host's
+    arch: the variant's name, with -arm64 for the aarch64 build of a stack that offers several."""
+    out = []
+    for path in sorted(STACKS.glob("*.yaml")):
+        for arch in sorted(_offered(path), key=list(platforms.ARCHES).index):
+            platform = str(platforms.of_arch(arch))
+            for s in stack_mod.load_all(path, platform):
+                golden = s.name + (platforms.tag_suffix(arch) if len(s.arches) > 1 else "")
+                PLATFORM[golden] = (s.name, platform)
+                out.append((path, golden))
+    return out
 
 
+def _offered(path: Path) -> set[str]:
+    return {a for s in stack_mod.load_all(path, None) for a in s.arches}
+
+
+PLATFORM: dict[str, tuple[str, str]] = {}      # golden name -> (variant, platform)
 VARIANTS = shipped_variants()
 CASES = [(path, name, fmt) for path, name in VARIANTS for fmt in FORMATS]
 IDS = [f"{name}.{fmt}" for _, name, fmt in CASES]
 
 
 def load(path: Path, name: str):
-    return stack_mod.load(path, name if stack_mod.load_all(path)[0].variant else None)
+    variant, platform = PLATFORM[name]
+    return stack_mod.load(path, variant if stack_mod.load_all(path)[0].variant else None, platform=platform)
 
 
 # -- golden ---------------------------------------------------------------
@@ -72,7 +88,7 @@ def test_golden_files_have_the_expected_shape():
     # Guards against regenerating nonsense: each golden is a two-stage recipe in its format.
     for _, name, fmt in CASES:
         text = (GOLDEN / f"{name}.{fmt}").read_text()
-        assert text.startswith("# imagekit ") and f"stack {name} (" in text.splitlines()[0]
+        assert text.startswith("# imagekit ") and f"stack {PLATFORM[name][0]} (" in text.splitlines()[0]
         assert text.endswith("\n") and not text.endswith("\n\n")
         if fmt == "docker":
             assert text.count("\nFROM ") == 2 and " AS devel\n" in text and " AS runtime\n" in text
@@ -203,9 +219,10 @@ def hpccm_cli(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("path, name, fmt", CASES, ids=IDS)
 def test_plain_hpccm_matches_imagekit_render(path, name, fmt):
-    userargs = [f"stack=stacks/{path.name}"]
+    variant, platform = PLATFORM[name]
+    userargs = [f"stack=stacks/{path.name}", f"platform={platform}"]
     if load(path, name).variant:
-        userargs.append(f"variant={name}")
+        userargs.append(f"variant={variant}")
     extra = ["--format", "singularity", "--singularity-version", "3.2"] if fmt == "singularity" else []
     out = hpccm_cli("--userarg", *userargs, *extra)
     assert out.returncode == 0, out.stderr

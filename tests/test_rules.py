@@ -251,15 +251,21 @@ CHECK_CASES.update({
           ["PyTorch 2.5.1 loads the NCCL 2.21.5", "NCCL 2.23.4-1 (repo)", "two NCCLs"],
           "  cuda: {}\n  python: {}\n  pytorch: {version: '2.5.1'}\n"),
     ],
-    "pytorch.check_stack:arch": [
-        c("pytorch-aarch64", CUDA + "  arch: aarch64\n", "  cuda: {}\n  python: {}\n  pytorch:\n    version: '2.5.1'\n",
-          "version: '2.5.1'", "components.pytorch.version",
-          ["aarch64 torch 2.5.1 wheel is CPU-only", "`arch: x86_64`"],
-          "  cuda: {}\n  python: {}\n"),
-    ],
 })
 
 CONFIGURE_CASES += [
+    # A component that does not build for the stack's arch is named (components._base.arch_problem).
+    c("pytorch-aarch64-without-a-cuda-wheel", CUDA + "  arch: aarch64\n",
+      "  cuda: {}\n  python: {}\n  pytorch:\n    version: '2.5.1'\n",
+      "version: '2.5.1'", "components.pytorch.version",
+      ["pytorch does not build for aarch64: imagekit knows no aarch64 CUDA build of PyTorch 2.5.1",
+       "2.15.0 (index: pypi)"],
+      "  cuda: {}\n  python: {}\n"),
+    c("nccl-wheel-without-aarch64", DEBIAN + "  arch: aarch64\n",
+      "  nccl:\n    source: pypi\n    version: '2.21.5'\n    cuda: '12'\n",
+      "version: '2.21.5'", "components.nccl.version",
+      ["nccl does not build for aarch64: PyPI has no aarch64 wheel of nvidia-nccl-cu12 2.21.5", '"2.23.4"'],
+      "  nccl: {source: pypi, version: '2.23.4', cuda: '12'}\n"),
     c("cuda-pypi-12-has-no-nvcc", DEBIAN, "  cuda:\n    source: pypi\n    version: '12.4.1'\n",
       "version: '12.4.1'", "components.cuda.version",
       ["CUDA 12.4.1 has no compiler on PyPI", "carries ptxas alone", "use a 13.x version"], PYPI_CUDA),

@@ -119,12 +119,13 @@ def test_extends_deep_merges_and_child_wins(tmp_path):
         """)
     s = stack_mod.load(child)
     assert s.description == "parent"
-    assert (s.base.image, s.base.distro, s.base.arch) == ("imagekit/debian:bookworm", "debian12", "aarch64")
+    # An `imagekit base` image has one local tag per arch (`imagekit base debian:bookworm --arch arm64`).
+    assert (s.base.image, s.base.distro, s.base.arch) == ("imagekit/debian:bookworm-arm64", "debian12", "aarch64")
     mpi = s.get("openmpi")
     assert (mpi.source, mpi.enabled("ucx"), mpi.enabled("slurm"), mpi.enabled("pmix")) == (
         "distro", False, False, True)
     assert s.get("python").opts["packages"] == ["scipy"], "lists are replaced, not appended"
-    assert s.tags == ["child:child"], "lists are replaced, not appended"
+    assert s.tags == ["child:child-arm64"], "lists are replaced, not appended (an aarch64 tag carries -arm64)"
     assert not s.has("sshd"), "`sshd: false` drops the inherited component"
     assert list(s.components) == ["pmix", "openmpi", "python"]
 
@@ -381,8 +382,10 @@ def test_shipped_stacks_all_load():
     assert names == {
         "debian-cuda": ["debian-cuda"],
         "debian-cuda12": ["debian-cuda12"],
+        "debian-grace": ["debian-grace"],
         "debian-mpi": ["debian-mpi"],
         "debian-pytorch": ["debian-pytorch"],
+        "grace-pytorch": ["grace-pytorch"],
         "nccl-tests": ["nccl-tests-cu129-x86_64", "nccl-tests-cu129-sbsa"],
         "pytorch": ["pytorch"],
     }

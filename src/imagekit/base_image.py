@@ -9,6 +9,13 @@ where the filesystem came from. Both give the same package set (mmdebstrap with
 its merged-/usr hook, as debootstrap does it), the keep-debs apt setting and no
 apt lists.
 
+``arch`` (``aarch64``/``arm64``) bootstraps another architecture's root filesystem from the same
+archive: debootstrap and mmdebstrap run its maintainer scripts through Debian's
+``qemu-user-static`` (binfmt_misc, :mod:`imagekit.emulation` checks it first), and the import
+records the architecture in the image config, so that ``docker build --platform linux/arm64``
+takes it. Its tag carries the architecture (``imagekit/debian:bookworm-arm64``,
+:func:`imagekit.platforms.local_tag`): it never replaces the amd64 image of the same suite.
+
 ``engine_name="podman"`` imports the same stream with ``podman import`` into the calling
 user's Podman store. As a user, that needs mmdebstrap: its unshare mode bootstraps in a user
 namespace through newuidmap and the user's subordinate ids, as rootless Podman does;
@@ -29,7 +36,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import engine, engines, podman, quoting
+from imagekit import docker_archive, emulation, engine, engines, platforms, podman, quoting
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import reader, writer
 
@@ -54,12 +61,30 @@ class BaseSpec:
     mirror: str
     tag: str
     components: tuple[str, ...] = ("main",)
+    arch: str = "x86_64"                      # the stack's spelling: x86_64, aarch64
+
+    @property
+    def debian_arch(self) -> str:
+        return platforms.oci_name(self.arch)     # Debian's names are OCI's: amd64, arm64
 
 
-def image_tag(name: str) -> str:
-    """``debian:bookworm`` -> ``imagekit/debian:bookworm`` (the local tag stacks refer to)."""
+def image_tag(name: str, arch: str = "x86_64") -> str:
+    """``debian:bookworm`` -> ``imagekit/debian:bookworm`` (the local tag stacks refer to);
+    for arm64 ``imagekit/debian:bookworm-arm64``."""
     distro, _, suite = name.partition(":")
-    return f"{DEFAULT_REPO}/{distro}:{suite}"
+    return platforms.local_tag(f"{DEFAULT_REPO}/{distro}:{suite}", arch)
+
+
+def parse_arch(text: str | None) -> str:
+    """``--arch``: amd64/x86_64 or arm64/aarch64 (default: this machine's) -> the stack's spelling."""
+    if not text:
+        host = platforms.stack_name(platforms.host_machine())
+        return host if host in platforms.ARCHES else "x86_64"
+    arch = platforms.stack_name(text)
+    if arch not in platforms.ARCHES:
+        raise UsageError(f"unknown architecture {text!r}",
+                         "use one of: " + ", ".join(f"{a.oci} ({a.stack})" for a in platforms.ARCHES.values()))
+    return arch
 
 
 # The archive areas each distro has; non-free holds NVIDIA's CUDA toolkit on Debian.
@@ -68,7 +93,7 @@ COMPONENTS = {"debian": ("main", "contrib", "non-free", "non-free-firmware"),
 
 
 def parse(name: str, mirror: str | None = None, tag: str | None = None,
-          components: tuple[str, ...] = ("main",)) -> BaseSpec:
+          components: tuple[str, ...] = ("main",), arch: str | None = None) -> BaseSpec:
     distro, _, suite = name.partition(":")
     if distro not in KNOWN or not suite:
         valid = ", ".join(f"{d}:{s}" for d, ss in KNOWN.items() for s in ss)
@@ -88,7 +113,8 @@ def parse(name: str, mirror: str | None = None, tag: str | None = None,
         raise UsageError(f"invalid {distro} components {','.join(components)!r}",
                          f"use main plus any of: {', '.join(COMPONENTS[distro][1:])} "
                          "(e.g. main,contrib,non-free)")
-    return BaseSpec(distro, suite, mirror.rstrip("/"), tag or image_tag(name), tuple(components))
+    arch = parse_arch(arch)
+    return BaseSpec(distro, suite, mirror.rstrip("/"), tag or image_tag(name, arch), tuple(components), arch)
 
 
 def host_mirror(distro: str, apt_dir: Path = Path("/etc/apt")) -> str | None:
@@ -109,21 +135,39 @@ def host_mirror(distro: str, apt_dir: Path = Path("/etc/apt")) -> str | None:
 
 def ensure(name: str, *, mirror: str | None = None, tag: str | None = None, force: bool = False,
            components: tuple[str, ...] = ("main",), log=print, engine_name: str = "docker",
-           bootstrapper: str = "auto") -> str:
+           bootstrapper: str = "auto", arch: str | None = None) -> str:
     """Make the base image unless an image with that tag already exists; return its tag.
 
     ``bootstrapper``: ``mmdebstrap``, ``debootstrap``, or ``auto`` (mmdebstrap when installed).
+    ``arch``: x86_64/amd64 or aarch64/arm64 (default: this machine's); another architecture than
+    the host's needs binfmt emulation, checked before anything runs.
     """
     if bootstrapper not in BOOTSTRAPPERS:
         raise UsageError(f"unknown bootstrapper {bootstrapper!r}", f"use one of: {', '.join(BOOTSTRAPPERS)}")
-    spec = parse(name, mirror, tag, components)
-    if not force and engines.of(engine_name).image_exists(spec.tag):
+    spec = parse(name, mirror, tag, components, arch)
+    images = engines.of(engine_name)
+    if not force and images.image_exists(spec.tag):
         had = ",".join(reader.read(spec.tag, engine_name).base_components) or "main"
-        if had == ",".join(spec.components):
+        had_arch = platforms.stack_name(images.inspect(spec.tag).attrs.get("Architecture") or "amd64")
+        if had == ",".join(spec.components) and had_arch == spec.arch:
             log(f"base image {spec.tag} exists; reusing it (--force to rebuild)")
             return spec.tag
-        log(f"base image {spec.tag} has components {had}; rebuilding it with {','.join(spec.components)}")
-    _bootstrap_and_import(spec, log, engine_name, _pick(bootstrapper, engine_name, spec.tag))
+        if had_arch != spec.arch:
+            log(f"base image {spec.tag} is {had_arch}; rebuilding it for {spec.arch}")
+        else:
+            log(f"base image {spec.tag} has components {had}; rebuilding it with {','.join(spec.components)}")
+    if engine_name == "podman" and spec.arch != "x86_64":
+        raise UsageError(f"an {spec.arch} base image is made with the Docker engine only",
+                         f"make it there and copy it: imagekit base {name} --arch {spec.debian_arch}; "
+                         f"docker save {spec.tag} | podman load")
+    emulation.require(spec.arch, f"bootstrapping {name} for {spec.debian_arch}")
+    chosen = _pick(bootstrapper, engine_name, spec.tag)
+    if chosen == "mmdebstrap" and spec.arch != platforms.stack_name(platforms.host_machine()) \
+            and not shutil.which("arch-test"):
+        # mmdebstrap checks a foreign architecture with arch-test, and refuses without it.
+        raise ImagekitError(f"mmdebstrap needs arch-test to bootstrap {spec.debian_arch}",
+                            "apt-get install arch-test (scripts/setup.sh does), or --bootstrap debootstrap")
+    _bootstrap_and_import(spec, log, engine_name, chosen)
     return spec.tag
 
 
@@ -159,7 +203,7 @@ def mmdebstrap_argv(spec: BaseSpec) -> list[str]:
     root, ``auto`` (its root mode, chroot as debootstrap does).
     """
     argv = ["mmdebstrap", "--variant=minbase", f"--mode={'unshare' if os.geteuid() != 0 else 'auto'}",
-            f"--components={','.join(spec.components)}"]
+            f"--components={','.join(spec.components)}", f"--architectures={spec.debian_arch}"]
     # debootstrap makes /usr merged with symlinks and installs usr-is-merged; without this hook
     # mmdebstrap satisfies init-system-helpers' "usrmerge | usr-is-merged" with usrmerge, which
     # drags perl into the image. The hook does what debootstrap does where the suite has
@@ -175,15 +219,15 @@ def mmdebstrap_argv(spec: BaseSpec) -> list[str]:
 
 def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker", bootstrapper: str = "mmdebstrap") -> None:
     created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    labels = {"org.opencontainers.image.title": f"{spec.distro}-{spec.suite}-minbase",
+              "org.opencontainers.image.created": created,
+              **writer.base_labels(spec.distro, spec.suite, spec.mirror, list(spec.components))}
     changes = [
         'CMD ["/bin/bash"]',
         f"ENV PATH={PATH_ENV}",
         "ENV LANG=C.UTF-8",
-        f"LABEL org.opencontainers.image.title={spec.distro}-{spec.suite}-minbase",
-        f"LABEL org.opencontainers.image.created={created}",
     ]
-    changes += [f"LABEL {key}={quoting.dockerfile_string(value, 'base image', key)}" for key, value in
-                writer.base_labels(spec.distro, spec.suite, spec.mirror, list(spec.components)).items()]
+    changes += [f"LABEL {key}={quoting.dockerfile_string(value, 'base image', key)}" for key, value in labels.items()]
     cli = podman.cli() if engine_name == "podman" else engine.docker_cli()
     # Imported untagged, tagged once the producer has succeeded: a bootstrap that fails half-way
     # leaves no tag that the next `ensure` would reuse.
@@ -191,21 +235,30 @@ def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker", boot
     for change in changes:
         import_cmd += ["--change", change]
     import_cmd.append("-")
+    # `import` records the engine's own architecture: another one is loaded as a docker-archive
+    # whose config says it (imagekit.docker_archive), the rootfs spooled to a file on the way.
+    foreign = spec.arch != platforms.stack_name(platforms.host_machine())
 
-    if bootstrapper == "mmdebstrap":
-        mode = "rootless, unshare mode" if os.geteuid() != 0 else "as root"
-        log(f"bootstrapping {spec.distro}:{spec.suite} from {spec.mirror} with mmdebstrap ({mode}, streamed "
-            f"into {engine_name} import)")
-        boot = subprocess.Popen(mmdebstrap_argv(spec), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        _run_import(cli, import_cmd, boot, "mmdebstrap", spec.tag, log)
-        return
+    def finish(producer: subprocess.Popen, what: str, workdir: Path) -> None:
+        if foreign:
+            _run_load(cli, producer, what, spec, created, labels, workdir / "layer.tar", log)
+        else:
+            _run_import(cli, import_cmd, producer, what, spec.tag, log)
 
     workdir = Path(tempfile.mkdtemp(prefix="imagekit-base-"))
     try:
+        if bootstrapper == "mmdebstrap":
+            mode = "rootless, unshare mode" if os.geteuid() != 0 else "as root"
+            log(f"bootstrapping {spec.distro}:{spec.suite} ({spec.debian_arch}) from {spec.mirror} with "
+                f"mmdebstrap ({mode}, streamed into {engine_name} {'load' if foreign else 'import'})")
+            boot = subprocess.Popen(mmdebstrap_argv(spec), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            finish(boot, "mmdebstrap", workdir)
+            return
         rootfs = workdir / "rootfs"
-        log(f"bootstrapping {spec.distro}:{spec.suite} from {spec.mirror} with debootstrap")
+        log(f"bootstrapping {spec.distro}:{spec.suite} ({spec.debian_arch}) from {spec.mirror} with debootstrap"
+            + (" (its maintainer scripts through qemu-user-static)" if foreign else ""))
         proc = subprocess.run(["debootstrap", "--variant=minbase", f"--components={','.join(spec.components)}",
-                               spec.suite, str(rootfs), spec.mirror],
+                               f"--arch={spec.debian_arch}", spec.suite, str(rootfs), spec.mirror],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if proc.returncode != 0:
             tail = "\n".join(proc.stdout.splitlines()[-15:])
@@ -219,17 +272,14 @@ def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker", boot
         log(f"importing as {spec.tag}")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", "-", "."],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        _run_import(cli, import_cmd, tar, "tar", spec.tag, log)
+        finish(tar, "tar", workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run_import(cli: str, import_cmd: list[str], producer: subprocess.Popen, what: str, tag: str, log) -> None:
-    """Stream ``producer``'s stdout into ``import_cmd``; tag the image only when both succeed.
-
-    The producer's status lines (mmdebstrap's ``I:``/``W:``/``E:``) are passed to ``log`` as
-    they come, so a minute of bootstrapping shows its progress; the rest is kept for the error.
-    """
+def _relay(producer: subprocess.Popen, what: str, log) -> tuple[threading.Thread, collections.deque]:
+    """Pass the producer's status lines (mmdebstrap's ``I:``/``W:``/``E:``) to ``log`` as they
+    come, so a minute of bootstrapping shows its progress; the rest is kept for the error."""
     tail: collections.deque[str] = collections.deque(maxlen=15)
 
     def relay() -> None:
@@ -239,8 +289,47 @@ def _run_import(cli: str, import_cmd: list[str], producer: subprocess.Popen, wha
             if line[:3] in ("I: ", "W: ", "E: "):
                 log(f"  {what}: {line[3:]}")
 
-    reader_thread = threading.Thread(target=relay, daemon=True)
-    reader_thread.start()
+    thread = threading.Thread(target=relay, daemon=True)
+    thread.start()
+    return thread, tail
+
+
+def _run_load(cli: str, producer: subprocess.Popen, what: str, spec: BaseSpec, created: str,
+              labels: dict[str, str], layer: Path, log) -> None:
+    """Spool ``producer``'s root filesystem tar to ``layer``, then ``docker load`` it as a
+    one-layer image whose config names ``spec.arch``; tag it only when everything succeeded."""
+    thread, tail = _relay(producer, what, log)
+    try:
+        with open(layer, "wb") as fh:
+            shutil.copyfileobj(producer.stdout, fh, 1 << 20)
+    finally:
+        producer.stdout.close()
+        producer_rc = producer.wait()
+        thread.join()
+    if producer_rc != 0:
+        raise ImagekitError(f"{what} failed (exit {producer_rc}); no image was tagged:\n"
+                            + ("\n".join(tail) or "no output"), "check the mirror with --mirror URL")
+    log(f"loading the {spec.debian_arch} root filesystem ({layer.stat().st_size / 1e6:.0f} MB) as {spec.tag}")
+    cfg = docker_archive.config(
+        architecture=spec.debian_arch, diff_id=docker_archive.sha256_file(layer), created=created,
+        cmd=["/bin/bash"], env=[f"PATH={PATH_ENV}", "LANG=C.UTF-8"], labels=labels,
+        history=f"imagekit base {spec.distro}:{spec.suite} --arch {spec.debian_arch}")
+    load = subprocess.Popen([cli, "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        image_id = docker_archive.write(load.stdin, layer, cfg)
+    except BrokenPipeError:       # load gave up: its stderr says why
+        image_id = ""
+    out, err = load.communicate()   # closes stdin: the end of the archive
+    loaded = out.decode(errors="replace")
+    if load.returncode != 0 or image_id.split(":", 1)[-1] not in loaded:
+        raise ImagekitError(f"loading the {spec.debian_arch} base image failed: "
+                            f"{err.decode(errors='replace').strip() or loaded.strip() or 'no image id'}")
+    _tag(cli, image_id, spec.tag, log)
+
+
+def _run_import(cli: str, import_cmd: list[str], producer: subprocess.Popen, what: str, tag: str, log) -> None:
+    """Stream ``producer``'s stdout into ``import_cmd``; tag the image only when both succeed."""
+    reader_thread, tail = _relay(producer, what, log)
     try:
         imp = subprocess.run(import_cmd, stdin=producer.stdout, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
@@ -257,6 +346,10 @@ def _run_import(cli: str, import_cmd: list[str], producer: subprocess.Popen, wha
             raise ImagekitError(f"{what} failed (exit {producer_rc}); no image was tagged:\n{detail}",
                                 "check the mirror with --mirror URL")
         raise ImagekitError(f"importing the base image failed: {imp.stderr.strip() or 'no image id'}")
+    _tag(cli, image_id, tag, log)
+
+
+def _tag(cli: str, image_id: str, tag: str, log) -> None:
     tagged = subprocess.run([cli, "tag", image_id, tag], capture_output=True, text=True)
     if tagged.returncode != 0:
         subprocess.run([cli, "rmi", "-f", image_id], capture_output=True)

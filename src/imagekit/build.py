@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagekit import engine, engines, podman, procs, render, sources
+from imagekit import emulation, engine, engines, platforms, podman, procs, render, sources
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import writer
 
@@ -31,7 +31,7 @@ TARGETS = ("runtime", "devel")
 ENGINES = ("docker", "podman")
 # The stack's arch decides the platform: a build on another arch's host must not silently take
 # the host's manifest of a multi-arch base image.
-PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}
+PLATFORMS = {arch: str(platforms.of_arch(arch)) for arch in platforms.ARCHES}
 SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 _STEP = re.compile(r"^#(\d+) \[(?P<stage>[\w-]+) +(?P<n>\d+)/(?P<total>\d+)\] (?P<cmd>.*)$")
 _MOUNT = re.compile(r"--mount=\S+ ")
@@ -85,19 +85,26 @@ def image_name(stack, target: str) -> str:
 
 
 def check_bases(stack, engine_name: str = "docker") -> None:
-    """Refuse early when a local-only base image is missing, naming the command that makes it."""
+    """Refuse early when a local-only base image is missing, naming the command that makes it, or
+    is of another architecture than the stack builds for (a local image has one platform: BuildKit
+    would look for the stack's in a registry)."""
     images = engines.of(engine_name)
-    for ref in {stack.base.image, stack.base.runtime}:
-        if images.image_exists(ref):
-            continue
-        if ref.startswith("imagekit/"):
-            distro_suite = ref.split("/", 1)[1]
+    for ref in sorted({stack.base.image, stack.base.runtime}):
+        if not ref.startswith("imagekit/"):
+            continue        # a registry's image: the build's --platform picks from its index
+        want = platforms.oci_name(stack.base.arch)
+        made_by = "imagekit base " + ref.split("/", 1)[1].removesuffix(platforms.tag_suffix(stack.base.arch)) \
+            + (f" --arch {want}" if platforms.tag_suffix(stack.base.arch) else "")
+        if not images.image_exists(ref):
             if engine_name == "podman":
                 raise ImagekitError(f"base image {ref} is not in Podman's image store",
-                                    f"make it with `imagekit base {distro_suite} --engine podman`, or copy "
+                                    f"make it with `{made_by} --engine podman`, or copy "
                                     f"Docker's: `docker save {ref} | podman load` (as the user who builds)")
-            raise ImagekitError(f"base image {ref} is not in the local engine",
-                                f"make it with `imagekit base {distro_suite}`")
+            raise ImagekitError(f"base image {ref} is not in the local engine", f"make it with `{made_by}`")
+        have = platforms.oci_name(images.inspect(ref).attrs.get("Architecture") or want)
+        if have != want:
+            raise ImagekitError(f"base image {ref} is a linux/{have} image, and {stack.name} builds for "
+                                f"linux/{want}", f"make it again with `{made_by} --force`")
 
 
 @dataclass(frozen=True)
@@ -151,6 +158,9 @@ def build(stack, request: BuildRequest | None = None, *,
         podman.preflight()   # subordinate ids and the tools, before anything is rendered or staged
     else:
         engine.client()
+    # Another architecture's RUN steps run through QEMU: a missing binfmt registration is one error
+    # now, not "exec format error" at the first RUN.
+    emulation.require(stack.base.arch, f"building {stack.name} for {stack.platform}")
     check_bases(stack, engine_name)
     bundle = resolve_ca_bundle(request.ca_bundle)
     text = render.render(stack, "docker", single_stage=request.single_stage)
@@ -159,7 +169,8 @@ def build(stack, request: BuildRequest | None = None, *,
 
     log_dir = request.log_dir
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{stack.name}-{target}.log"
+    # Per arch: the arm64 build of a stack never writes over its amd64 build's log.
+    log_path = log_dir / f"{stack.name}{platforms.tag_suffix(stack.base.arch)}-{target}.log"
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="imagekit-build-") as ctx:
         staged = sources.stage(stack, ctx)  # a missing or altered mirror file stops here, before building
@@ -179,7 +190,8 @@ def build(stack, request: BuildRequest | None = None, *,
     all_tags = [image_name(stack, target)]
     if target == "runtime":
         all_tags += list(stack.tags)
-    all_tags += [t for t in request.tags if t not in all_tags]
+    # Extra tags carry the arch as the image's own do (an arm64 build never takes an amd64 tag).
+    all_tags += [t for t in (platforms.local_tag(t, stack.base.arch) for t in request.tags) if t not in all_tags]
     image = images.inspect(image_id)
     for tag in all_tags:
         images.tag(image.id, tag)

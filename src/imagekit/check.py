@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from imagekit import engine, engines, image_facts, podman, records
+from imagekit import emulation, engine, engines, image_facts, podman, records
 from imagekit import checks as checks_mod
 from imagekit.atomic import target
 # Which checks an image gets is the model's answer (the label writer needs it too); the runner re-exports it.
@@ -96,13 +96,19 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
     for hw in (*with_, *assume):
         if hw not in HARDWARE:
             raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
+    found = engines.of(engine_name).inspect(image)  # a clear error when the image is not there
+    # An arm64 image on an x86 machine runs through QEMU: without it every check would fail with
+    # "exec format error", so say that once instead.
+    arch = found.attrs.get("Architecture")
+    if arch:
+        emulation.require(arch, f"checking {image}")
     if engine_name == "podman":
-        image_id = podman.inspect(image).id  # a clear error when the image is not there
+        image_id = found.id
         hardware = [a for hw in with_ for a in PODMAN_HARDWARE[hw]]
         with podman.throwaway(image, options=["--network", "none", *hardware], purpose="check") as container:
             return _run_in(container, image, specs, podman.cli(), junit=junit, with_=with_, assume=assume,
                            image_id=image_id, backend="podman")
-    image_id = engines.of(engine_name).inspect(image).id  # a clear error when the image is not there
+    image_id = found.id
     cli = engine.docker_cli()
     hardware = [a for hw in with_ for a in HARDWARE[hw]]
     with engine.throwaway(image, options=["--network", "none", *hardware], idle=True, purpose="check") as container:

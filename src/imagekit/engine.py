@@ -140,7 +140,12 @@ def inspect(ref: str) -> Image:
 
 
 def image_id(ref: str) -> str:
-    """The image's ID (``sha256:…``, its config digest); ImageMissing when absent.
+    """The image's ID (``sha256:…``, its config digest); ImageMissing when absent."""
+    return image_attrs(ref)["Id"]
+
+
+def image_attrs(ref: str) -> dict[str, Any]:
+    """The image's inspect document (Id, Architecture, Os, ...); ImageMissing when absent.
 
     Asks the engine's unix socket directly with the standard library (a few ms), because
     importing the ``docker`` package alone costs more than an export store hit may take;
@@ -169,8 +174,8 @@ def image_id(ref: str) -> str:
         if status == 404:
             raise ImageMissing(ref)
         if status == 200:
-            return json.loads(body)["Id"]
-    return inspect(ref).id
+            return json.loads(body)
+    return inspect(ref).attrs
 
 
 def image_exists(ref: str) -> bool:

@@ -18,6 +18,8 @@ from imagekit.attest.provenance import BuildRun
 from imagekit.errors import ImagekitError
 from imagekit.export import ExportRequest, export_image, formats, signing
 from imagekit.export.image_source import PODMAN, open_source
+from imagekit.platforms import Platform, buildable, tag_suffix
+from imagekit.platforms import parse as parse_platform
 
 if TYPE_CHECKING:
     from imagekit.export import StoreChoice
@@ -30,12 +32,15 @@ class PipelineRequest:
     ``exports`` are ExportRequests, or format names (each then exported with its defaults); each
     goes to ``output_dir``/STACK.SUFFIX, replacing what is there. ``store``: as ``export_image``
     takes it (False: convert straight to the outputs). Checked when made: ``--export enrot`` or a
-    bad preset must not cost a build and the checks.
+    bad preset must not cost a build and the checks. ``platforms``: build for each of these
+    (``linux/arm64`` ...; default: the stack's own choice, this machine's arch where offered);
+    a platform the stack does not offer fails before anything is built.
     """
 
     ref: str
     variant: str | None = None
     mirror: str | None = None
+    platforms: tuple[Platform, ...] = ()
     build: BuildRequest = field(default_factory=BuildRequest)
     check: bool = False
     exports: tuple[ExportRequest, ...] = ()
@@ -47,6 +52,10 @@ class PipelineRequest:
         exports = tuple(e if isinstance(e, ExportRequest) else ExportRequest(e, force=True) for e in self.exports)
         object.__setattr__(self, "exports", exports)
         object.__setattr__(self, "output_dir", Path(self.output_dir))
+        chosen = tuple(p if isinstance(p, Platform) else parse_platform(p) for p in self.platforms)
+        for one in chosen:
+            buildable(one)
+        object.__setattr__(self, "platforms", tuple(dict.fromkeys(chosen)))
 
 
 def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | None = None,
@@ -61,11 +70,16 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
     key = keys_mod.load_private(request.sign) if request.sign else None   # a bad key costs no build
     path, implied = stack_mod.find(request.ref)
     variant = request.variant or implied
-    stacks = [stack_mod.load(path, variant)] if variant else stack_mod.load_all(path)
+    # Every platform resolved first: one it does not offer (or a component that does not build
+    # there) fails before the first build starts.
+    stacks = []
+    for platform in request.platforms or (None,):
+        stacks += [stack_mod.load(path, variant, platform=platform)] if variant else \
+            stack_mod.load_all(path, platform)
     if request.mirror:
         for one in stacks:
             one.mirror = sources.resolve_mirror(one.file, None, request.mirror)
-    if build.tags and len(stacks) > 1:
+    if build.tags and len({one.name for one in stacks}) > 1:
         raise ImagekitError("--tag with several matrix variants would give them all the same tag",
                             "add --variant NAME, or use {placeholders} in the stack's tags")
     if engine_name == "podman":
@@ -108,7 +122,9 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
             entry["exports"] = []
             request.output_dir.mkdir(parents=True, exist_ok=True)
             for export in request.exports:
-                out = request.output_dir / f"{stack.name}{formats.get(export.format).suffix}"
+                # Per arch: the arm64 export never replaces the amd64 one (debian-mpi-arm64.sqsh).
+                out = request.output_dir / f"{stack.name}{tag_suffix(stack.base.arch)}" \
+                    f"{formats.get(export.format).suffix}"
                 log(f"exporting {image} -> {out}")
                 made = export_image(source, export, out, store=request.store,
                                     progress=export_progress() if export_progress else None).as_dict()

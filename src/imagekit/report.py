@@ -50,7 +50,8 @@ def _attribute(facts: image_facts.ImageFacts, layers: list[dict]) -> bool:
     if not name:
         return False
     try:
-        resolved = stack.load(name)
+        # The build of the image's own arch: its per_arch overlay may differ from this host's.
+        resolved = stack.load(name, platform=facts.arch) if facts.arch else stack.load(name)
         render.reset_hpccm("docker")
         owners: list[str] = []
         for owner, blocks in render.stage_parts(resolved, "devel" if facts.target == "devel" else "runtime"):

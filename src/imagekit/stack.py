@@ -5,6 +5,12 @@ components to compose. ``extends`` deep-merges a parent file (child wins;
 ``component: false`` drops an inherited component). ``matrix`` expands one file
 into variants: each axis maps a value key to an overlay, and a variant's name
 is the stack's name followed by its value keys (``nccl-tests-cu124-x86_64``).
+
+Architectures: ``base.arch`` names the one the stack builds for, or a list of those it offers
+(``[x86_64, aarch64]``). A load picks one (``platform``; default: this machine's where offered,
+else the first), applies ``per_arch.ARCH`` (an overlay like a matrix value's: per-arch pins where
+upstream differs), and gives the image a local tag that carries it (``imagekit/NAME:latest-arm64``;
+x86_64 keeps ``imagekit/NAME:latest``), so that the builds of one stack never replace each other.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import checks as checks_mod
-from imagekit import rules, schema, searchpath, settings, sources, yamlpos
+from imagekit import platforms, rules, schema, searchpath, settings, sources, yamlpos
 from imagekit.components import RETIRED, registry
 from imagekit.errors import StackError
 from imagekit.schema import Option
@@ -58,6 +64,8 @@ TOP = {
     "tags": Option(list, [], "image tags; {name} and matrix axis names are substituted", item_type=str),
     "checks": Option(list, [], "extra checks run by `imagekit check`", item_type=dict),
     "matrix": Option(dict, None, "axis -> value key -> overlay"),
+    "per_arch": Option(dict, None, "arch (x86_64, aarch64) -> overlay applied when building for it, e.g. "
+                                   "an aarch64-only pin where upstream differs"),
     "mirror": Option(str, None, "a site mirror of upstream release files: a directory (relative to this "
                                 "file) or an http(s)/file URL; --mirror and $IMAGEKIT_MIRROR override it",
                      pattern=MIRROR, pattern_help="a path or URL without spaces, quotes or shell characters"),
@@ -69,7 +77,9 @@ BASE = {
                       pattern_help=IMAGE_HELP),
     "distro": Option(str, None, "always explicit: HPCCM guesses wrong otherwise", choices=tuple(DISTROS),
                      required=True),
-    "arch": Option(str, "x86_64", "CPU architecture", choices=ARCHES),
+    # A string or a list: _arches reads it before the schema sees the chosen one.
+    "arch": Option(str, "x86_64", "CPU architecture, or the list of those the stack builds for "
+                                  "(e.g. [x86_64, aarch64]; the first is the default)", choices=ARCHES),
     "bootstrap": Option(str, "docker", "Singularity bootstrap agent for the base images",
                         choices=("docker", "docker-daemon", "localimage")),
 }
@@ -126,6 +136,12 @@ class Stack:
     stack_name: str = ""                            # the file's name: before matrix expansion
     variant: dict = field(default_factory=dict)     # axis -> value key
     mirror: str | None = None                       # resolved: a directory path or a URL
+    arches: tuple = ("x86_64",)                     # every arch the stack (this variant) builds for
+
+    @property
+    def platform(self) -> platforms.Platform:
+        """The OCI platform this resolved stack builds (linux/amd64, linux/arm64)."""
+        return platforms.of_arch(self.base.arch)
 
     def get(self, name: str):
         return self.components.get(name)
@@ -143,8 +159,11 @@ class Stack:
 
     @property
     def image(self) -> str:
-        """The local tag imagekit builds (tags from the stack are added on top)."""
-        return f"imagekit/{self.name}:latest"
+        """The local tag imagekit builds (tags from the stack are added on top); it carries the
+        architecture except for x86_64 (``imagekit/NAME:latest-arm64``), unless the name says it
+        already (a matrix variant ``nccl-tests-cu129-sbsa``)."""
+        image = f"imagekit/{self.name}:latest"
+        return image if platforms.names_arch(self.name, self.base.arch) else platforms.local_tag(image, self.base.arch)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -152,6 +171,7 @@ class Stack:
             "description": self.description,
             "base": {"image": self.base.image, "runtime": self.base.runtime, "distro": self.base.distro,
                      "arch": self.base.arch},
+            "arches": list(self.arches), "platform": str(self.platform),
             "components": [c.describe() for c in self.components.values()],
             "tags": self.tags, "image": self.image,
         }
@@ -206,21 +226,30 @@ def find(ref: str) -> tuple[Path, str | None]:
                      + f"shipped stacks: {', '.join(names)} (or give a path to a .yaml file)")
 
 
-def load(ref: str | Path, variant: str | None = None, *, mirror: str | None = None) -> Stack:
-    """One resolved stack; a matrix stack needs ``variant`` unless it has a single one.
+def load(ref: str | Path, variant: str | None = None, *, mirror: str | None = None,
+         platform: str | platforms.Platform | None = None) -> Stack:
+    """One resolved stack; a matrix stack needs ``variant`` unless it has a single one (for
+    ``platform``: a single one that offers it).
 
-    ``mirror`` (a directory or URL) overrides the stack's and $IMAGEKIT_MIRROR.
+    ``mirror`` (a directory or URL) overrides the stack's and $IMAGEKIT_MIRROR. ``platform``
+    (``linux/arm64``, ``arm64``, ``aarch64`` or a Platform) picks the architecture; default: this
+    machine's where the stack offers it, else the first in ``base.arch``.
     """
-    stack = _load_one(ref, variant)
+    stack = _load_one(ref, variant, platform)
     if mirror:
         stack.mirror = sources.resolve_mirror(stack.file, None, mirror)
     return stack
 
 
-def _load_one(ref: str | Path, variant: str | None) -> Stack:
+def _load_one(ref: str | Path, variant: str | None, platform: str | platforms.Platform | None) -> Stack:
     path, implied = find(str(ref))
     variant = variant or implied
-    stacks = load_all(path)
+    if variant is not None and platform is not None:
+        # Naming the variant first: one that does not offer the platform says so itself.
+        for one in load_all(path):
+            if one.name == variant or (one.variant and variant == "-".join(one.variant.values())):
+                return _one_variant(path, one.variant, platform)
+    stacks = load_all(path, platform)
     if variant is None:
         if len(stacks) == 1:
             return stacks[0]
@@ -233,15 +262,67 @@ def _load_one(ref: str | Path, variant: str | None) -> Stack:
                      hint="variants: " + ", ".join(s.name for s in stacks))
 
 
-def load_all(path: str | Path) -> list[Stack]:
-    """Every variant of the stack file at ``path`` (one when there is no matrix)."""
+def load_all(path: str | Path, platform: str | platforms.Platform | None = None) -> list[Stack]:
+    """Every variant of the stack file at ``path`` (one when there is no matrix). With
+    ``platform``, the variants that offer it, each resolved for it; none offering it is an error
+    naming what the file offers."""
     path = Path(path)
+    want = _wanted_arch(platform)
+    out, refused = [], []
+    for merged, keys in _variant_docs(path):
+        arches, where = _arches(merged, path)
+        if want is not None and want not in arches:
+            refused.append((merged, arches, where))
+            continue
+        out.append(_resolve_for(merged, path, keys, arches, want))
+    if not out:
+        first, _, (file, line) = refused[0]
+        offered = sorted({a for _, some, _ in refused for a in some})
+        what = (raw_name(first) or path.stem) + (" (no variant)" if len(refused) > 1 else "")
+        raise platforms.PlatformError(
+            f"{file}:{line}: base.arch: {what} does not build for {platforms.of_arch(want)}; it offers "
+            + ", ".join(f"{platforms.of_arch(a)} ({a})" for a in offered),
+            f"build it for one of those, or add {want} to base.arch (a list, e.g. [{', '.join(offered)}, "
+            f"{want}]) once every component builds there")
+    return out
+
+
+def _one_variant(path: Path, keys: dict[str, str], platform) -> Stack:
+    want = _wanted_arch(platform)
+    for merged, these in _variant_docs(path):
+        if these == keys:
+            arches, (file, line) = _arches(merged, path)
+            if want not in arches:
+                name = "-".join([raw_name(merged) or Path(path).stem, *keys.values()])
+                raise platforms.PlatformError(
+                    f"{file}:{line}: base.arch: {name} does not build for {platforms.of_arch(want)}; it "
+                    "offers " + ", ".join(f"{platforms.of_arch(a)} ({a})" for a in arches),
+                    "pick a variant built for it (imagekit matrix lists them), or add it to base.arch")
+            return _resolve_for(merged, path, keys, arches, want)
+    raise StackError(f"no variant {keys!r}", file=str(path))
+
+
+def raw_name(doc: PosDict) -> str | None:
+    """The stack's ``name:`` before validation (for an error that comes first)."""
+    name = doc.get("name") if isinstance(doc, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _wanted_arch(platform: str | platforms.Platform | None) -> str | None:
+    if platform is None:
+        return None
+    chosen = platform if isinstance(platform, platforms.Platform) else platforms.parse(platform)
+    return platforms.buildable(chosen)
+
+
+def _variant_docs(path: Path) -> list[tuple[PosDict, dict[str, str]]]:
+    """(the merged document, axis -> value key) of each matrix variant, before arch selection."""
     raw = _load_with_extends(path, seen=())
     top = schema.validate(raw, TOP, context="")
     matrix = top["matrix"]
     if not matrix:
-        return [_resolve(raw, top, path, variant={})]
-    variants = []
+        return [(raw, {})]
+    docs = []
     axes = _matrix_axes(matrix)
     for combo in itertools.product(*[list(values.items()) for _, values in axes]):
         merged = raw
@@ -250,9 +331,75 @@ def load_all(path: str | Path) -> list[Stack]:
             keys[axis] = str(value_key)
             if overlay:
                 merged = deep_merge(merged, overlay)
-        vtop = schema.validate(merged, TOP, context="")
-        variants.append(_resolve(merged, vtop, path, variant=keys))
-    return variants
+        docs.append((merged, keys))
+    return docs
+
+
+def _arches(doc: PosDict, path: Path) -> tuple[tuple[str, ...], tuple[str | None, int | None]]:
+    """The arches ``base.arch`` offers (a string or a list), and where it says so."""
+    base = doc.get("base")
+    if not isinstance(base, dict) or base.get("arch") is None:
+        # The default: the error points at `base:` (where `arch:` would go).
+        where = doc.pos("base") if hasattr(doc, "pos") else (str(path), None)
+        return (BASE["arch"].default,), (where[0] or str(path), where[1])
+    value = base["arch"]
+    file, line = base.pos("arch") if hasattr(base, "pos") else (str(path), None)
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise StackError("an empty list of architectures", file=file, line=line, key="base.arch",
+                         hint=f"name one or more of: {', '.join(ARCHES)}")
+    for item in items:
+        if not isinstance(item, str) or item not in ARCHES:
+            spelled = platforms.stack_name(item) if isinstance(item, str) else None
+            raise StackError(f"invalid value {item!r}", file=file, line=line, key="base.arch",
+                             hint=(f"write {spelled!r} (the stack file names architectures as uname -m "
+                                   "does); " if spelled in ARCHES else "") + f"valid: {', '.join(ARCHES)}")
+    if len(set(items)) != len(items):
+        raise StackError(f"{value!r} names an architecture twice", file=file, line=line, key="base.arch")
+    return tuple(items), (file or str(path), line)
+
+
+def _with_arch(doc: PosDict, arch: str) -> PosDict:
+    """``doc`` with ``base.arch`` set to the one arch chosen, keeping where it was written."""
+    base = doc.get("base")
+    if not isinstance(base, dict):
+        return doc          # the schema says what is wrong with it
+    file, line = base.pos("arch") if hasattr(base, "pos") else (None, None)
+    one = PosDict({"arch": arch}, file=getattr(base, "file", None), line=getattr(base, "line", None))
+    one.where["arch"] = (file, line)
+    overlay = PosDict({"base": one}, file=getattr(doc, "file", None), line=getattr(doc, "line", None))
+    overlay.where["base"] = doc.pos("base") if hasattr(doc, "pos") else (None, None)
+    return deep_merge(doc, overlay)
+
+
+def _resolve_for(merged: PosDict, path: Path, keys: dict[str, str], arches: tuple[str, ...],
+                 want: str | None) -> Stack:
+    """Resolve one variant for one arch: ``want``, else this machine's where offered, else the first."""
+    host = platforms.stack_name(platforms.host_machine())
+    arch = want or (host if host in arches else arches[0])
+    doc = _with_arch(merged, arch)
+    top = schema.validate(doc, TOP, context="")
+    overlays = top["per_arch"] or {}
+    for key, overlay in overlays.items():
+        file, line = overlays.pos(key) if hasattr(overlays, "pos") else (str(path), None)
+        if key not in ARCHES:
+            raise StackError(f"unknown architecture {key!r}", file=file, line=line, key=f"per_arch.{key}",
+                             hint=f"valid: {', '.join(ARCHES)}")
+        if key not in arches:
+            raise StackError(f"an overlay for {key}, which base.arch does not offer", file=file, line=line,
+                             key=f"per_arch.{key}", hint=f"add {key} to base.arch, or drop this overlay")
+        if not isinstance(overlay, dict):
+            raise StackError("expected a mapping (an overlay of stack keys)", file=file, line=line,
+                             key=f"per_arch.{key}")
+        for okey in overlay:
+            if okey not in OVERLAY_KEYS:
+                raise schema.unknown_key(overlay, okey, list(OVERLAY_KEYS), f"per_arch.{key}")
+    if overlays.get(arch):
+        doc = _with_arch(deep_merge(doc, overlays[arch]), arch)   # an overlay does not move the arch
+        top = schema.validate(doc, TOP, context="")
+    stack = _resolve(doc, top, path, variant=keys)
+    stack.arches = arches
+    return stack
 
 
 def _matrix_axes(matrix: PosDict) -> list[tuple[str, PosDict]]:
@@ -355,19 +502,25 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
         file, line = raw.pos("matrix") if "matrix" in raw else (str(path), None)
         raise StackError(f"variant name {name!r} is not an image name", file=file, line=line, key="matrix",
                          hint=f"matrix value keys become part of it: {NAME_HELP}")
+    arch = base["arch"]
     stack = Stack(
         name=name, file=str(path), stack_name=top["name"], variant=dict(variant),
         description=top["description"] or "",
         mirror=sources.resolve_mirror(str(path), top["mirror"]),
-        base=Base(image=base["image"], runtime=base["runtime"] or base["image"], distro=base["distro"],
-                  arch=base["arch"], bootstrap=base["bootstrap"]),
+        base=Base(image=_local_base(base["image"], arch), runtime=_local_base(base["runtime"] or base["image"], arch),
+                  distro=base["distro"], arch=arch, bootstrap=base["bootstrap"]),
+        arches=(arch,),
     )
-    substitutions = {"name": name, "stack": top["name"], **variant}
+    substitutions = {"name": name, "stack": top["name"], "arch": arch, **variant}
     tags = raw.get("tags") or PosList()
     for i, tag in enumerate(top["tags"]):
         try:
             # Tags only reach the engine's API as arguments (never a script): the engine checks them.
-            stack.tags.append(_substitute(tag, substitutions))
+            # A tag that does not name the arch itself ({arch}, or -sbsa, -arm64 in it) gets it
+            # (x86_64's stays as written), so one stack's builds for two arches never share a tag.
+            value = _substitute(tag, substitutions)
+            named = "{arch}" in tag or platforms.names_arch(value, arch)
+            stack.tags.append(value if named else platforms.local_tag(value, arch))
         except ValueError as exc:
             lines = getattr(tags, "lines", [])
             raise StackError(f"tag {tag!r}: {exc}", file=str(path),
@@ -400,6 +553,12 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
     stack.checks = _stack_checks(raw.get("checks") or PosList(), path)
     rules.enforce(stack)
     return stack
+
+
+def _local_base(image: str, arch: str) -> str:
+    """A base made by ``imagekit base`` (``imagekit/DISTRO:SUITE``) has one local tag per arch;
+    any other image is a registry's, whose index the build's --platform picks from."""
+    return platforms.local_tag(image, arch) if image.startswith("imagekit/") else image
 
 
 def _substitute(tag: str, values: dict[str, str]) -> str:

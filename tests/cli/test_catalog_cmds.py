@@ -21,8 +21,8 @@ def test_stacks_json():
     result = invoke("stacks", "--json")
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert [r["stack"] for r in rows] == ["debian-cuda", "debian-cuda12", "debian-mpi", "debian-pytorch",
-                                          "nccl-tests", "pytorch"]
+    assert [r["stack"] for r in rows] == ["debian-cuda", "debian-cuda12", "debian-grace", "debian-mpi",
+                                          "debian-pytorch", "grace-pytorch", "nccl-tests", "pytorch"]
     for row in rows:
         assert set(row) == {"stack", "file", "from", "description", "variants"}
         assert Path(row["file"]).is_file() and row["description"]
@@ -36,7 +36,7 @@ def test_stacks_text():
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert lines[0].startswith("debian-cuda ") and lines[1].startswith("debian-cuda12 ")
-    assert lines[2].startswith("debian-mpi ")
+    assert lines[2].startswith("debian-grace ") and lines[3].startswith("debian-mpi ")
     assert "  nccl-tests-cu129-sbsa" in lines
 
 
@@ -44,9 +44,19 @@ def test_matrix_json():
     result = invoke("matrix", "--json")
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert len(rows) == 7
+    # One row per variant and arch: debian-cuda, debian-mpi and debian-pytorch offer both.
+    assert [r["id"] for r in rows] == [
+        "debian-cuda", "debian-cuda-arm64", "debian-cuda12", "debian-grace", "debian-mpi", "debian-mpi-arm64",
+        "debian-pytorch",
+        "debian-pytorch-arm64", "grace-pytorch", "nccl-tests-cu129-x86_64", "nccl-tests-cu129-sbsa", "pytorch"]
     arm = next(r for r in rows if r["variant"] == "nccl-tests-cu129-sbsa")
     assert arm["platform"] == "linux/arm64" and arm["arch"] == "aarch64" and arm["offline"] is False
+    mpi = next(r for r in rows if r["id"] == "debian-mpi-arm64")
+    assert (mpi["variant"], mpi["image"], mpi["suffix"]) == ("debian-mpi", "imagekit/debian-mpi:latest-arm64", "-arm64")
+    # A variant of several arches is pushed per arch (TAG-amd64, TAG-arm64) and joined by an index.
+    assert {(r["id"], r["push_suffix"]) for r in rows if r["index"]} >= {("debian-mpi", "-amd64"),
+                                                                       ("debian-mpi-arm64", "-arm64")}
+    assert arm["index"] is False and arm["push_suffix"] == "", "a single-arch variant keeps its tag"
     # The platform CI builds for is the one `imagekit build` passes to docker.
     assert all(r["platform"] == build.PLATFORMS[r["arch"]] for r in rows)
     here = json.loads(invoke("matrix", "--json", "--buildable-here").stdout)

@@ -211,7 +211,7 @@ def test_a_platform_missing_from_the_registry_index(own_registry, tmp_path):
 
     addr, _ = own_registry
     push_test_image(_client(addr, tmp_path), "t/multi", "1", architectures=("amd64", "arm64"))
-    _fails(f"docker://{addr}/t/multi:1", tmp_path / "x.sqsh", r"no riscv64 image \(it has: amd64, arm64\)",
+    _fails(f"docker://{addr}/t/multi:1", tmp_path / "x.sqsh", r"no linux/riscv64 image \(it has: linux/amd64, linux/arm64\)",
            platform="linux/riscv64")
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from arch_images import make
 from click.testing import CliRunner
 from users import TEAM
 
@@ -145,3 +146,35 @@ def test_without_an_artifact_each_store_converts_once_and_the_user_never_publish
     assert proc.returncode == 0, proc.stdout + proc.stderr + said
     assert f"store hit: {published.path}" in said and "convert" not in said, said
     assert list((site.shared / "holds").iterdir()) == []
+
+
+def test_one_reference_starts_the_nodes_own_architecture(cluster, site, base_image, tmp_path):
+    """One OCI index holds the amd64 Debian base and an arm64 image (a one-layer stand-in whose
+    config says arm64: tests/export/arch_images.py). `srun --container-image=REGISTRY#REPO:TAG` on
+    this x86_64 node starts the amd64 one; a reference to the arm64 image alone fails before any
+    container starts, with both architectures named in the job's error instead of "exec format
+    error" inside it."""
+    from imagekit import engine
+    from imagekit.export.push import push_image, push_platforms
+
+    arm = "ik-arch-test/pyxis:arm64"
+    make(arm, "arm64", tmp_path, "pyxis")
+    try:
+        pushed = push_platforms([base_image, arm], f"{site.registry}/imagekit-test/pyxis-multi:1")
+        image = f"{site.registry}#imagekit-test/pyxis-multi:1"
+        before = len(site.said())
+        proc = srun(cluster, site, None, image, ["sh", "-c", "uname -m; cat /etc/debian_version"])
+        said = site.said()[before:]
+        assert proc.returncode == 0, proc.stdout + proc.stderr + said
+        assert proc.stdout.split()[0] == "x86_64" and proc.stdout.split()[1].startswith("12")
+        amd64 = next(p for p in pushed.platforms if p.platform == "linux/amd64")
+        assert f"manifest {amd64.digest[:19]}" in said, said
+
+        push_image(arm, f"{site.registry}/imagekit-test/pyxis-armonly:1")
+        proc = srun(cluster, site, None, f"{site.registry}#imagekit-test/pyxis-armonly:1", ["true"])
+        assert proc.returncode != 0
+        assert "is a linux/arm64 image, but this node is linux/amd64 (x86_64)" in proc.stderr + site.said()
+    finally:
+        subprocess.run([engine.docker_cli(), "rmi", arm, f"{site.registry}/imagekit-test/pyxis-armonly:1",
+                        f"{site.registry}/imagekit-test/pyxis-multi:1-amd64",
+                        f"{site.registry}/imagekit-test/pyxis-multi:1-arm64"], capture_output=True)

@@ -9,7 +9,9 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from imagekit import image_facts
+from export.arch_images import make
+
+from imagekit import engine, image_facts
 from imagekit.cli import main
 from imagekit.errors import ImagekitError
 from imagekit.launch import preflight as pf
@@ -20,10 +22,11 @@ LABELS = {
     "io.imagekit.component.pmix.version": "4.2.2", "io.imagekit.component.openmpi.version": "4.1.4",
     "io.imagekit.component.openmpi.pmix": "true", "io.imagekit.component.ucx.version": "1.13.1",
     "io.imagekit.component.rdma-core.version": "44.0", "io.imagekit.component.cuda.version": "12.4.1",
+    "io.imagekit.arch": "x86_64",
 }
 HOST = dict(shm_bytes=16 << 30, memlock=None, infiniband=True, driver="550.54.15",
             nvidia_container_cli="/usr/bin/nvidia-container-cli",
-            srun_mpi=["pmix", "none", "pmi2", "pmix_v4"], mpirun_version="4.1.4")
+            srun_mpi=["pmix", "none", "pmi2", "pmix_v4"], mpirun_version="4.1.4", machine="x86_64")
 # A login or CI node: no driver, no nvidia-container-cli.
 GPU_LESS = {**HOST, "driver": None, "nvidia_container_cli": None}
 CUDA_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
@@ -315,3 +318,56 @@ def test_a_gpu_less_host_still_runs_cuda_images_cpu_only():
                                   env={"NVIDIA_VISIBLE_DEVICES": "void"}))
     assert by_name(checks)["GPU driver"].status == "not checked"
     assert not pf.failed(checks), pf.format_checks(checks)
+
+
+# -- architecture -----------------------------------------------------------------------------------
+
+ARM_LABELS = {**LABELS, "io.imagekit.arch": "aarch64"}
+
+
+def test_an_image_of_another_arch_is_refused_where_its_containers_start_here():
+    """launch mpirun/inside-out start containers on this host: an arm64 image on an x86_64 host
+    would die with "exec format error" in every rank; preflight stops it, naming both."""
+    checks = by_name(pf.run("ik-arch-test/nowhere:latest-arm64", launcher="mpirun", labels=ARM_LABELS,
+                            host=pf.HostFacts(**HOST)))
+    arch = checks["architecture"]
+    assert arch.status == "fail"
+    assert "the image is linux/arm64 (aarch64) and this host is linux/amd64 (x86_64)" in arch.detail
+    assert "--platform linux/amd64" in arch.fix
+    with pytest.raises(ImagekitError, match="preflight refused: architecture"):
+        pf.enforce("img", log=lambda _m: None, labels=ARM_LABELS, host=pf.HostFacts(**HOST), launcher="mpirun")
+
+
+def test_on_a_login_node_the_compute_nodes_arch_decides():
+    """launch slurm from an x86 login node for Grace nodes: a warning naming what the nodes must be."""
+    gpu = GpuLaunch(runtime="pyxis", here=False, launcher="slurm")
+    arch = by_name(pf.run("./grace.sqsh", launcher="slurm", labels=ARM_LABELS, host=pf.HostFacts(**HOST),
+                          gpu=gpu))["architecture"]
+    assert arch.status == "warn" and "the compute nodes must be aarch64" in arch.detail
+    assert "--platform linux/amd64,linux/arm64" in arch.fix
+
+
+@pytest.mark.parametrize("facts, machine, status", [
+    (image_facts.ImageFacts(ref="x", config_arch="arm64"), "aarch64", "ok"),
+    (image_facts.ImageFacts(ref="x", config_arch="arm64", arch="x86_64"), "x86_64", "fail"),  # the engine's word wins
+    (image_facts.ImageFacts(ref="x"), "x86_64", "not checked"),
+    (image_facts.ImageFacts(ref="x", arch="x86_64"), None, "not checked"),
+])
+def test_the_images_arch_comes_from_the_engine_else_the_label(facts, machine, status):
+    assert pf.check_arch(facts, pf.HostFacts(machine=machine)).status == status
+
+
+@pytest.mark.engine
+def test_the_fix_names_this_hosts_build_when_the_engine_has_it(base_image, tmp_path):
+    """The arm64 build is asked for here, and the engine has this host's build of the same stack
+    under the local-tag rule: the fix names it."""
+    docker_bin = engine.docker_cli()
+    make("ik-arch-test/preflight:latest-arm64", "arm64", tmp_path)
+    subprocess.run([docker_bin, "tag", base_image, "ik-arch-test/preflight:latest"], check=True)
+    try:
+        checks = pf.run("ik-arch-test/preflight:latest-arm64", launcher="mpirun", host=pf.HostFacts(**HOST))
+        arch = by_name(checks)["architecture"]
+        assert arch.status == "fail" and arch.fix == "use --image ik-arch-test/preflight:latest, its linux/amd64 build"
+    finally:
+        subprocess.run([docker_bin, "rmi", "ik-arch-test/preflight:latest-arm64", "ik-arch-test/preflight:latest"],
+                       capture_output=True)

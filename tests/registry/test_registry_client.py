@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from imagekit import platforms
+from imagekit.platforms import Platform, PlatformError
+
 from imagekit.errors import CredentialsError, IntegrityError, RegistryError
 from imagekit.registry import RegistryClient, parse
 from imagekit.registry.credentials import Credential
@@ -52,8 +55,14 @@ def test_resolve_picks_this_platform_from_an_index(open_registry, tmp_path):
     assert resolved.reference.digest == pushed["digest"]
     # By digest, the same image.
     assert client.resolve(parse(f"docker://{addr}#t/multi@{pushed['digest']}")).digest == pushed["digest"]
-    with pytest.raises(RegistryError, match=r"no riscv64 image \(it has: amd64, arm64, ppc64le\)"):
+    with pytest.raises(PlatformError, match=r"no linux/riscv64 image \(it has: linux/amd64, linux/arm64, "
+                                            r"linux/ppc64le\)"):
         client.resolve(parse(f"{addr}#t/multi:1"), platform={"os": "linux", "architecture": "riscv64"})
+    # The entry's platform comes along: the importer checks it against the node without the config.
+    assert client.resolve(parse(f"{addr}#t/multi:1"), platform={"os": "linux", "architecture": "arm64"}
+                          ).platform == Platform("linux", "arm64")
+    push_test_image(client, "t/plain", "1")
+    assert client.image_platform(client.resolve(parse(f"{addr}#t/plain:1"))) == platforms.host()
 
 
 def test_a_manifest_served_with_other_bytes_is_refused(open_registry, tmp_path):

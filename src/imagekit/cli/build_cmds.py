@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from imagekit import base_image, pipeline
+from imagekit import base_image, pipeline, platforms
 from imagekit.build import BuildRequest
 from imagekit import check as check_mod
 from imagekit import report as report_mod
@@ -25,15 +25,18 @@ def _progress(line: str) -> None:
 @click.command()
 @click.argument("name")
 @click.option("--mirror", metavar="URL", help="distro mirror (default: the host's apt mirror)")
-@click.option("--tag", help="image tag (default: imagekit/DISTRO:SUITE)")
+@click.option("--tag", help="image tag (default: imagekit/DISTRO:SUITE, imagekit/DISTRO:SUITE-arm64 for arm64)")
 @click.option("--force", is_flag=True, help="rebuild even if the image exists")
 @click.option("--components", default="main", show_default=True, metavar="LIST",
               help="archive areas for the image's apt sources, e.g. main,contrib,non-free")
 @click.option("--bootstrap", "bootstrapper", type=click.Choice(base_image.BOOTSTRAPPERS), default="auto",
               show_default=True, help="mmdebstrap (root or rootless; auto picks it when installed) or debootstrap (root)")
+@click.option("--arch", metavar="ARCH",
+              help="the root filesystem's architecture: amd64 (x86_64) or arm64 (aarch64; on an x86 "
+                   "machine through qemu-user-static); default: this machine's")
 @ENGINE
 def base(name: str, mirror: str | None, tag: str | None, force: bool, components: str, engine_name: str,
-         bootstrapper: str) -> None:
+         bootstrapper: str, arch: str | None) -> None:
     """Bootstrap an offline base image (mmdebstrap or debootstrap) and import it into the engine.
 
     NAME is DISTRO:SUITE, e.g. debian:bookworm, debian:trixie, ubuntu:jammy.
@@ -44,17 +47,21 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool, components
       imagekit base debian:bookworm
       imagekit base ubuntu:jammy --mirror http://mirror.example.org/ubuntu
       imagekit base debian:trixie --components main,contrib,non-free
+      imagekit base debian:bookworm --arch arm64        # imagekit/debian:bookworm-arm64 (emulated here)
       imagekit base debian:bookworm --engine podman     # into your Podman store (mmdebstrap as a user)
     """
     click.echo(base_image.ensure(name, mirror=mirror, tag=tag, force=force,
                                  components=tuple(c for c in components.split(",") if c),
                                  log=lambda m: click.echo(m, err=True), engine_name=engine_name,
-                                 bootstrapper=bootstrapper))
+                                 bootstrapper=bootstrapper, arch=arch))
 
 
 @click.command()
 @click.argument("stack")
 @click.option("--variant", metavar="NAME", help="build one matrix variant (default: all)")
+@click.option("--platform", "platform_list", multiple=True, metavar="OS/ARCH[,OS/ARCH]",
+              help="build for these platforms (linux/amd64, linux/arm64; comma-separated or repeated), "
+                   "each that the stack's base.arch offers; default: this machine's where offered")
 @click.option("--target", type=click.Choice(["runtime", "devel"]), default="runtime", show_default=True)
 @click.option("--single-stage", is_flag=True, help="one stage (devel) instead of devel + runtime")
 @click.option("--tag", "tags", multiple=True, metavar="REF", help="extra tag (repeatable)")
@@ -78,7 +85,8 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool, components
 @MIRROR
 @ENGINE
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
-def build(stack: str, variant: str | None, target: str, single_stage: bool, tags: tuple, no_cache: bool,
+def build(stack: str, variant: str | None, platform_list: tuple, target: str, single_stage: bool, tags: tuple,
+          no_cache: bool,
           ca_bundle: str, log_dir: str, cache_from: tuple, inline_cache: bool, run_checks: bool | None,
           exports: str, output_dir: str, store_dir: str | None, no_store: bool, sign_key: str | None,
           mirror: str | None, engine_name: str, as_json: bool) -> None:
@@ -86,7 +94,10 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
 
     A stack with a matrix builds every variant (or --variant NAME), sharing
     cached layers. The image is tagged imagekit/NAME:latest (runtime) or
-    imagekit/NAME:devel, plus the stack's tags. With --engine podman the
+    imagekit/NAME:devel, plus the stack's tags; a build for arm64 gets
+    imagekit/NAME:latest-arm64 (every tag carries the arch unless it names it
+    with {arch}), so it never replaces the amd64 image. On an x86 machine an
+    arm64 build runs through qemu-user-static. With --engine podman the
     image goes into the calling user's Podman store, and --check/--export
     use it from there.
 
@@ -99,10 +110,13 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
       imagekit build stacks/nccl-tests.yaml --variant nccl-tests-cu124-x86_64 --tag site/nccl:1
       imagekit build debian-cuda --mirror /site/mirror      # upstream tarballs from a local mirror
       imagekit build debian-mpi --sign site.key --export enroot,sif -o out/   # SBOM, provenance, signatures
+      imagekit build debian-mpi --platform linux/arm64       # imagekit/debian-mpi:latest-arm64
+      imagekit build debian-mpi --platform linux/amd64,linux/arm64   # both; then one index:
+      imagekit push imagekit/debian-mpi:latest --platform linux/amd64,linux/arm64 --to 127.0.0.1:5000/hpc/mpi:1
     """
     formats = [f for f in exports.split(",") if f]
     request = pipeline.PipelineRequest(
-        stack, variant=variant, mirror=mirror,
+        stack, variant=variant, mirror=mirror, platforms=tuple(platforms.parse_list(platform_list)),
         build=BuildRequest(target=target, tags=tags, no_cache=no_cache, ca_bundle=ca_bundle, log_dir=log_dir,
                            single_stage=single_stage, cache_from=cache_from, inline_cache=inline_cache,
                            engine_name=engine_name),

@@ -11,7 +11,7 @@ import os
 
 import click
 
-from imagekit import sources
+from imagekit import platforms, sources
 from imagekit import stack as stack_mod
 from imagekit import versions
 from imagekit.build import PLATFORMS
@@ -89,6 +89,11 @@ def _outdated(refs: tuple[str, ...], as_json: bool, mirror: str | None) -> None:
 def matrix(as_json: bool, buildable_here: bool) -> None:
     """List every stack x variant x arch to build, for CI to consume.
 
+    A stack whose base.arch lists several architectures gives one row for each
+    (id: the variant's name, with -arm64 for its arm64 row; index: true, and
+    push_suffix -amd64/-arm64 for the per-arch tags an index then joins).
+    --buildable-here keeps the offline stacks for this machine's architecture.
+
     \b
     Example:
       imagekit matrix
@@ -96,18 +101,27 @@ def matrix(as_json: bool, buildable_here: bool) -> None:
     """
     rows = []
     for path in stack_mod.shipped():
-        for variant in stack_mod.load_all(path):
-            offline = variant.base.image.startswith("imagekit/")
-            if buildable_here and not offline:
-                continue
-            rows.append({"stack": variant.stack_name, "variant": variant.name, "file": _relative(path),
-                         "arch": variant.base.arch, "image": variant.image, "offline": offline,
-                         "platform": PLATFORMS[variant.base.arch]})
+        # One row per variant and arch it offers (a stack with base.arch [x86_64, aarch64] gives two):
+        # ``id`` names the row (variant, plus -arm64 where the variant has several arches), ``suffix``
+        # is what its tags carry.
+        offered = {a for v in stack_mod.load_all(path) for a in v.arches}
+        for arch in [a for a in platforms.ARCHES if a in offered]:
+            for variant in stack_mod.load_all(path, PLATFORMS[arch]):
+                offline = variant.base.image.startswith("imagekit/")
+                if buildable_here and (not offline or arch != platforms.stack_name(platforms.host_machine())):
+                    continue
+                suffix, several = platforms.tag_suffix(arch), len(variant.arches) > 1
+                rows.append({"stack": variant.stack_name, "variant": variant.name,
+                             "id": variant.name + (suffix if several else ""),
+                             "file": _relative(path), "arch": arch, "image": variant.image, "offline": offline,
+                             "platform": PLATFORMS[arch], "suffix": suffix,
+                             # Several arches: each pushed under TAG-ARCH, then one index under TAG.
+                             "index": several, "push_suffix": f"-{platforms.oci_name(arch)}" if several else ""})
     if as_json:
         click.echo(json.dumps(rows, separators=(",", ":")))
         return
     for row in rows:
-        click.echo(f"{row['variant']:<28} {row['arch']:<8} {row['file']}")
+        click.echo(f"{row['id']:<28} {row['arch']:<8} {row['file']}")
 
 
 def _relative(path) -> str:

@@ -40,9 +40,11 @@ def _progress(quiet: bool):
                                               "the newest listed wins).")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.option("--no-space-check", is_flag=True, help="Skip the free-space check.")
+@click.option("--platform", metavar="OS/ARCH", help="For a multi-platform REF: that platform's export "
+                                                    "(default: this machine's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-def pull(reference, to, output, preset, force, no_space_check, as_json, quiet):
+def pull(reference, to, output, preset, force, no_space_check, platform, as_json, quiet):
     """Fetch the export pushed beside the image REF names, and verify its digest.
 
     REF is any form Pyxis and Enroot take: REGISTRY#REPO:TAG,
@@ -63,9 +65,10 @@ def pull(reference, to, output, preset, force, no_space_check, as_json, quiet):
       imagekit pull 127.0.0.1:5000#hpc/mpi:1.0 --to enroot -o mpi.sqsh
       srun --container-image=./mpi.sqsh ./app
       imagekit pull docker://registry.example.org#hpc/mpi@sha256:<hex> --to sif -o mpi.sif --json
+      imagekit pull 127.0.0.1:5000#hpc/mpi:1.0 --to enroot --platform linux/arm64 -o mpi-arm64.sqsh
     """
     result = pull_artifact(reference, to, output, preset=preset, force=force,
-                           check_space=not no_space_check, progress=_progress(quiet))
+                           check_space=not no_space_check, progress=_progress(quiet), platform=platform)
     if as_json:
         click.echo(result.to_json())
     else:

@@ -15,19 +15,24 @@ from imagekit.atomic import write_text
 from imagekit.cli.options import MIRROR
 
 VARIANT = click.option("--variant", metavar="NAME", help="matrix variant (see `imagekit stacks`)")
+PLATFORM = click.option("--platform", metavar="OS/ARCH",
+                        help="the build for this platform (linux/amd64, linux/arm64) of a stack that offers "
+                             "several (default: this machine's where offered)")
 @click.command()
 @click.argument("stack")
 @VARIANT
+@PLATFORM
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def show(stack: str, variant: str | None, as_json: bool) -> None:
+def show(stack: str, variant: str | None, platform: str | None, as_json: bool) -> None:
     """Show the resolved stack: base, every component with version and source.
 
     \b
     Example:
       imagekit show debian-mpi
       imagekit show stacks/nccl-tests.yaml --variant nccl-tests-cu126-sbsa --json
+      imagekit show debian-mpi --platform linux/arm64
     """
-    resolved = stack_mod.load(stack, variant)
+    resolved = stack_mod.load(stack, variant, platform=platform)
     info = resolved.describe()
     if as_json:
         click.echo(json.dumps(info, indent=2))
@@ -37,6 +42,8 @@ def show(stack: str, variant: str | None, as_json: bool) -> None:
         click.echo(f"  {info['description']}")
     base = info["base"]
     click.echo(f"  base     {base['image']}  [{base['distro']}, {base['arch']}]")
+    if len(info["arches"]) > 1:
+        click.echo(f"  arches   {', '.join(info['arches'])} (--platform picks; this is {info['platform']})")
     if base["runtime"] != base["image"]:
         click.echo(f"  runtime  {base['runtime']}")
     click.echo(f"  image    {info['image']}")
@@ -52,13 +59,14 @@ def show(stack: str, variant: str | None, as_json: bool) -> None:
 @click.command()
 @click.argument("stack")
 @VARIANT
+@PLATFORM
 @click.option("--format", "fmt", type=click.Choice(["docker", "singularity"]), default="docker",
               show_default=True, help="recipe format")
 @click.option("--single-stage", is_flag=True, help="only the devel stage (no smaller runtime stage)")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="write to FILE (default: stdout)")
 @MIRROR
-def render(stack: str, variant: str | None, fmt: str, single_stage: bool, output: str | None,
-           mirror: str | None) -> None:
+def render(stack: str, variant: str | None, platform: str | None, fmt: str, single_stage: bool,
+           output: str | None, mirror: str | None) -> None:
     """Render a stack to a Dockerfile or a Singularity definition (HPCCM).
 
     With a mirror, the recipe takes upstream files from sources/ beside it:
@@ -69,8 +77,10 @@ def render(stack: str, variant: str | None, fmt: str, single_stage: bool, output
       imagekit render debian-mpi -o Dockerfile
       imagekit render nccl-tests --variant nccl-tests-cu124-sbsa --format singularity -o nccl.def
       imagekit render debian-cuda --mirror /site/mirror -o ctx/Dockerfile && docker build ctx
+      imagekit render grace-pytorch                         # aarch64 (GH200, GB200, GB300)
+      imagekit render debian-mpi --platform linux/arm64
     """
-    resolved = stack_mod.load(stack, variant, mirror=mirror)
+    resolved = stack_mod.load(stack, variant, mirror=mirror, platform=platform)
     text = render_mod.render(resolved, fmt, single_stage=single_stage)
     if output:
         staged = sources.stage(resolved, Path(output).parent)

@@ -121,6 +121,9 @@ class Component:
     # Known risks a stack may take on knowingly (`accept: [id]`), id -> what is accepted. A rule about
     # one refuses the stack unless it is accepted; the image's labels record what was.
     acceptable: ClassVar[dict[str, str]] = {}
+    # CPU architectures (the stack's spelling) this component builds for; ``arch_problem`` refines
+    # it per source and version. A stack built for another is refused, naming the component.
+    arches: ClassVar[tuple[str, ...]] = ("x86_64", "aarch64")
 
     def __init__(self, stack: "Stack", opts: dict[str, Any], where: Any = None) -> None:
         self.stack = stack
@@ -172,6 +175,20 @@ class Component:
         if self.source == "distro" and self.stack.base.family != "deb":
             self.error("source", "`source: distro` is only packaged here for Debian/Ubuntu bases",
                        "use `source: upstream` on this base")
+        arch = self.stack.base.arch
+        problem = self.arch_problem(arch)
+        if problem is not None:
+            why, fix = problem
+            key = "version" if self.where is not None and "version" in self.where else None
+            self.error(key, f"{self.name} does not build for {arch}: {why}", fix)
+
+    def arch_problem(self, arch: str) -> tuple[str, str] | None:
+        """(why, fix) when this component, as configured, cannot be built for ``arch``; else None."""
+        if arch in self.arches:
+            return None
+        return (f"imagekit builds {self.name} for {', '.join(self.arches)} only",
+                f"build this stack for {', '.join(self.arches)}, or drop `{self.name}` from its {arch} build "
+                f"(per_arch: {{{arch}: {{components: {{{self.name}: false}}}}}})")
 
     def check_stack(self) -> None:
         """Rules about this component and the roles it uses, once every component is configured and

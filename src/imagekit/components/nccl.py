@@ -33,6 +33,10 @@ WHEELS = {
            "2.31.2", "2.32.3"),
 }
 
+# nvidia-nccl-cu12 releases with no aarch64 (manylinux *_aarch64) wheel on PyPI (`pip index versions
+# --platform manylinux_2_28_aarch64 ...`, November 2026): 2.20.3, 2.20.5 and 2.23.4 onwards have one.
+# Every nvidia-nccl-cu13 release has one.
+NO_AARCH64_WHEEL = {"12": ("2.16.2", "2.16.5", "2.17.1", "2.18.1", "2.18.3", "2.19.3", "2.21.5", "2.22.3")}
 
 # The first NCCL release NVIDIA packaged for each CUDA minor: the one the nvidia/cuda images of that minor
 # first carried (their NV_LIBNCCL_PACKAGE_VERSION; 13.0: the first nvidia-nccl-cu13 wheel). An NCCL
@@ -73,6 +77,15 @@ class Nccl(Component):
             elif self.version not in published:
                 self.error("version", f"PyPI has no nvidia-nccl-cu{major} {self.version}",
                            f"published for CUDA {major}: " + ", ".join(published[-8:]) + " (and older)")
+
+    def arch_problem(self, arch: str) -> tuple[str, str] | None:
+        if self.source == "pypi" and arch == "aarch64" and self.version in NO_AARCH64_WHEEL.get(self.cuda, ()):
+            have = [v for v in WHEELS.get(self.cuda, ()) if v not in NO_AARCH64_WHEEL[self.cuda]]
+            near = next((v for v in have if _vtuple(v) > _vtuple(self.version)), have[-1])
+            return (f"PyPI has no aarch64 wheel of nvidia-nccl-cu{self.cuda} {self.version}",
+                    f"aarch64 wheels: {', '.join(have[:3])}, ... {have[-1]}; pin one for aarch64 alone with "
+                    f'per_arch: {{aarch64: {{components: {{nccl: {{version: "{near}"}}}}}}}}')
+        return super().arch_problem(arch)
 
     def check_stack(self) -> None:
         cuda = self.stack.provider("cuda")
@@ -212,8 +225,9 @@ class Nccl(Component):
 
 
 def default_archs(cuda) -> list[str]:
-    """Ampere and Hopper, plus Blackwell where this CUDA has it (what AWS's and CoreWeave's recipes build)."""
-    return [a for a in ("80", "90", "100", "120") if a in cuda.gpu_archs]
+    """Ampere and Hopper, plus Blackwell where this CUDA has it (what AWS's and CoreWeave's recipes build):
+    sm_100 (B200, GB200), sm_103 (B300, GB300; CUDA 12.9 and later) and sm_120 (RTX Blackwell)."""
+    return [a for a in ("80", "90", "100", "103", "120") if a in cuda.gpu_archs]
 
 
 def cuda_gencode(cuda, archs: list[str]) -> str:

@@ -6,9 +6,12 @@ Two wheel indexes publish torch with CUDA, and they pick the CUDA build differen
 (``.../whl/cu124``); imagekit picks the one matching the stack's CUDA.
 
 ``index: pypi`` (pip's configured index: PyPI or a site's mirror of it): one Linux
-x86_64 torch wheel per release, whose CUDA and NCCL are fixed by that wheel's own
-requirements (``cuda-toolkit[...]==X``, ``nvidia-nccl-cuNN==Y``). The stack's CUDA
-and NCCL must then be exactly those, or the image carries two of each.
+torch wheel per release and CPU architecture, whose CUDA and NCCL are fixed by that
+wheel's own requirements (``cuda-toolkit[...]==X``, ``nvidia-nccl-cuNN==Y``). The
+stack's CUDA and NCCL must then be exactly those, or the image carries two of each.
+torch 2.15.0's ``manylinux_2_28_aarch64`` wheel is a CUDA build as well (it carries
+``libtorch_cuda.so`` and requires the same CUDA and NCCL wheels, which all exist for
+aarch64): the Grace (GH200, GB200, GB300) image comes from the same index.
 
 One NCCL: torch loads ``libnccl.so.2`` from its nvidia-nccl wheel through its
 RUNPATH, ahead of the loader's cache. Where the stack has its own NCCL (the same
@@ -33,6 +36,7 @@ from imagekit.schema import Option
 INDEXES = ("pytorch", "pypi")
 # PyTorch version -> index -> the CUDA builds it publishes there (check_stack refuses others).
 # "pypi": the one CUDA build PyPI's wheel requires (`pip install --dry-run --report torch==X`).
+# These are the x86_64 wheels; AARCH64_BUILDS holds what is known for aarch64.
 CUDA_BUILDS = {
     "2.4.1": {"pytorch": ("cu118", "cu121", "cu124")},
     "2.5.1": {"pytorch": ("cu118", "cu121", "cu124")},
@@ -43,6 +47,15 @@ CUDA_BUILDS = {
     # cuda-toolkit[cublas,cudart,...]==13.2.2 and nvidia-nccl-cu13==2.30.7 (PyPI, read November 2026).
     "2.15.0": {"pypi": ("cu132",)},
 }
+# aarch64 (Grace): read from the manylinux_2_28_aarch64 wheel's metadata (`pip install --dry-run
+# --no-deps --only-binary=:all: --platform manylinux_2_28_aarch64 --report - torch==2.15.0`, November
+# 2026): the same cuda-toolkit[...]==13.2.2 and nvidia-nccl-cu13==2.30.7 as x86_64, no
+# platform_machine marker, and torch/lib/libtorch_cuda.so in the wheel. PyTorch's own index is not
+# listed: imagekit has not read its aarch64 wheels.
+AARCH64_BUILDS = {
+    "2.15.0": {"pypi": ("cu132",)},
+}
+BUILDS = {"x86_64": CUDA_BUILDS, "aarch64": AARCH64_BUILDS}
 DEFAULT_INDEX = "https://download.pytorch.org/whl/{cuda}"
 # The nvidia-nccl-cuNN version each PyTorch release requires (`pip install --dry-run --report`):
 # torch loads it from site-packages through its RUNPATH, ahead of any system NCCL.
@@ -76,13 +89,25 @@ class Pytorch(Component):
         super().configure()
         check_requirements(self, "extras")
 
+    def arch_problem(self, arch: str) -> tuple[str, str] | None:
+        table = BUILDS.get(arch)
+        if table is None:
+            return super().arch_problem(arch)
+        if table is CUDA_BUILDS:
+            return None         # x86_64: check_stack says what is wrong with a version or an index
+        if self.version in CUDA_BUILDS and self.version not in table:
+            known = ", ".join(f"{v} ({', '.join(f'index: {i}' for i in idx)})" for v, idx in table.items())
+            return (f"imagekit knows no {arch} CUDA build of PyTorch {self.version}",
+                    f"{arch} CUDA builds imagekit knows: {known}")
+        if self.version in table and self.opts["index"] not in table[self.version]:
+            return (f"imagekit knows PyTorch {self.version}'s {arch} CUDA wheels from "
+                    f"{', '.join(f'index: {i}' for i in table[self.version])} only, not index: {self.opts['index']}",
+                    f"use `index: {next(iter(table[self.version]))}` for {arch}")
+        return None
+
     def check_stack(self) -> None:
-        if self.stack.base.arch != "x86_64":
-            self.error("version", f"imagekit knows PyTorch's CUDA builds for x86_64 only; PyPI's aarch64 torch "
-                       f"{self.version} wheel is CPU-only (its nvidia-* requirements are x86_64-only)",
-                       "build the pytorch stack for `arch: x86_64`")
         cuda = self.stack.provider("cuda")
-        indexes = CUDA_BUILDS.get(self.version)
+        indexes = BUILDS[self.stack.base.arch].get(self.version)
         if indexes is None:
             self.error("version", f"no CUDA build table for PyTorch {self.version}",
                        "known versions: " + ", ".join(CUDA_BUILDS))

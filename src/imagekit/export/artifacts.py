@@ -44,12 +44,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import __version__, atomic, engine, export
+from imagekit import __version__, atomic, engine, export, platforms
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.export import ExportRequest, export_image, formats, squash
 from imagekit.export.output import check_free_space, prepare_target
 from imagekit.signals import interrupt_on_sigterm
-from imagekit.export.push import push_image
+from imagekit.export.push import IndexPushResult, push_image, push_platforms
 from imagekit.registry import client as reg
 from imagekit.registry.reference import parse
 
@@ -296,8 +296,11 @@ def _describe(entries: list[dict]) -> str:
 def pull_artifact(reference: str, fmt: str, output: str | Path, *, preset: str | None = None,
                   force: bool = False, check_space: bool = True,
                   client: reg.RegistryClient | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> PullResult:
-    """Fetch the ``fmt`` export pushed for the image ``reference`` names and verify it.
+                  progress: Callable[[int, int], None] | None = None,
+                  platform: str | None = None) -> PullResult:
+    """Fetch the ``fmt`` export pushed for the image ``reference`` names and verify it. An index
+    resolves to ``platform``'s image (``linux/arm64``; default: this machine's), and the
+    artifact is that image's own.
 
     ArtifactMissing (exit 5) when none was pushed, IntegrityError (6) when the bytes do not
     match; either way nothing is left at ``output``."""
@@ -308,7 +311,7 @@ def pull_artifact(reference: str, fmt: str, output: str | Path, *, preset: str |
     ref = parse(reference)
     target = prepare_target(Path(output), force)
     client = client or reg.RegistryClient.for_reference(ref)
-    subject = client.resolve(ref)
+    subject = client.resolve(ref, platforms.parse(platform) if platform else None)
     entries, listed_by = client.referrers(ref.repository, subject.digest)
     chosen = matching(entries, fmt, preset)
     if not chosen:
@@ -414,19 +417,46 @@ def push_with_artifacts(image: str, to: str | None, formats: list[str], presets:
     inside); ``signer`` is then that key's ID: a SIF pushed without it is not reused."""
     say = log or (lambda _msg: None)
     # Made first, so a bad preset fails before the image is pushed.
-    requests = {fmt: ExportRequest(fmt, preset=presets.get(fmt)) for fmt in formats}
+    requests = export_requests(formats, presets)
     pushed = push_image(image, to, log=say)
     ref = parse(pushed.reference)
     client = reg.RegistryClient.for_reference(ref)
     subject = client.resolve(ref.with_digest(pushed.digest))
+    results = attach(client, ref.repository, subject, image, requests, log=say,
+                     export_progress=export_progress, workdir=workdir, prepare=prepare, signer=signer)
+    return pushed, results
+
+
+def export_requests(formats: list[str], presets: dict[str, str]) -> dict[str, ExportRequest]:
+    """One checked ExportRequest per format (a bad preset fails here, before anything is pushed)."""
+    return {fmt: ExportRequest(fmt, preset=presets.get(fmt)) for fmt in formats}
+
+
+def attach(client: reg.RegistryClient, repo: str, subject: reg.Resolved, image: str,
+           requests: dict[str, ExportRequest], *, log: Callable[[str], None] | None = None,
+           export_progress: Callable[[int, bool], None] | None = None,
+           workdir: str | Path | None = None,
+           prepare: Callable[[str, Path, reg.Resolved], None] | None = None,
+           signer: str = "") -> list[PushedArtifact]:
+    """The exports of the local ``image`` as referrers of ``subject``: that image's OWN manifest.
+
+    In a multi-platform push each platform's image gets its own, so a node pulls the artifact
+    of the image it runs; an index is never a subject (it is no image: an export of one platform
+    would be served to every other). Exports the registry already lists for this subject, format
+    and preset are not made again. This is the one place per-image artifacts are attached."""
+    say = log or (lambda _msg: None)
+    if subject.media_type not in reg.MANIFEST_TYPES:
+        raise RegistryError(f"{subject.reference} is a {subject.media_type}, not one image's manifest: "
+                            "artifacts name the manifest of the image they were made from",
+                            "resolve the index to each platform's manifest first")
     image_id = engine.inspect(image).id
     if subject.config_digest != image_id:
-        raise IntegrityError(f"{pushed.pinned} has config {subject.config_digest}, but {image} is {image_id}",
+        raise IntegrityError(f"{subject.reference} has config {subject.config_digest}, but {image} is {image_id}",
                              "another push replaced the tag meanwhile: push again")
-    entries, _ = client.referrers(ref.repository, subject.digest)
+    entries, _ = client.referrers(repo, subject.digest)
     results: list[PushedArtifact] = []
-    for fmt in formats:
-        preset = requests[fmt].preset
+    for fmt, request in requests.items():
+        preset = request.preset
         existing = matching(entries, fmt, preset)
         if fmt == "sif" and signer:
             existing = [e for e in existing if (e.get("annotations") or {}).get(A_SIGNER) == signer]
@@ -442,7 +472,7 @@ def push_with_artifacts(image: str, to: str | None, formats: list[str], presets:
         with tempfile.TemporaryDirectory(prefix="imagekit-artifact-", dir=workdir) as tmp:
             out = Path(tmp) / f"image{kind(fmt).suffix}"
             say(f"exporting {image} as {fmt} ({preset})")
-            exported = export_image(image, requests[fmt], out, progress=export_progress)
+            exported = export_image(image, request, out, progress=export_progress)
             file = ExportedFile(format=fmt, path=out, preset=preset, tool=exported.tool,
                                 options=squash_options(exported.tool, preset),
                                 sha256=f"sha256:{exported.sha256}", size=exported.bytes)
@@ -450,5 +480,25 @@ def push_with_artifacts(image: str, to: str | None, formats: list[str], presets:
                 prepare(fmt, out, subject)
                 file.sha256, file.size = "", 0        # computed again from what is pushed
                 file.signer = signer if fmt == "sif" else ""
-            results.append(push_artifact(client, ref.repository, subject, file, log=say))
-    return pushed, results
+            results.append(push_artifact(client, repo, subject, file, log=say))
+    return results
+
+
+def push_platforms_with_artifacts(images: list[str], to: str, formats: list[str], presets: dict[str, str], *,
+                                  log: Callable[[str], None] | None = None,
+                                  export_progress: Callable[[int, bool], None] | None = None,
+                                  workdir: str | Path | None = None
+                                  ) -> tuple[IndexPushResult, dict[str, list[PushedArtifact]]]:
+    """:func:`imagekit.export.push.push_platforms` with each platform's exports attached to that
+    platform's own manifest, before the index is written (the index appears when all is there).
+    Returns the index push and platform -> its artifacts."""
+    requests = export_requests(formats, presets)
+    made: dict[str, list[PushedArtifact]] = {}
+
+    def before_index(client: reg.RegistryClient, repo: str, subjects: list) -> None:
+        for one, subject in subjects:
+            made[one.platform] = attach(client, repo, subject, one.image, requests, log=log,
+                                        export_progress=export_progress, workdir=workdir)
+
+    result = push_platforms(images, to, log=log, before_index=before_index)
+    return result, made

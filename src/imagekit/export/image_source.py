@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping
 
-from imagekit import engine, podman, registry
+from imagekit import engine, platforms, podman, registry
 from imagekit.errors import EngineError, ImagekitError, UsageError
 from imagekit.export.layers import Layer, LayerError, check_media_type, docker_init_layer, merge
 from imagekit.procs import log_tail, stop
 # The media types are the registry client's: one list for a registry and an OCI layout alike.
-from imagekit.registry.client import INDEX_TYPES, MANIFEST_TYPES, host_platform
+from imagekit.registry.client import INDEX_TYPES, MANIFEST_TYPES
 
 MAX_JSON_BYTES = 4 << 20          # a manifest, index or config larger than this is refused
 PRODUCER_GRACE = 5.0              # seconds an export that stops waits for its layer reader thread
@@ -152,11 +152,10 @@ class LayeredSource(Source):
         if self._layers is None:
             digest, config, layers = self._load()
             want = getattr(self, "platform", None)
-            have = {"os": config.get("os") or "linux", "architecture": config.get("architecture") or "",
-                    **({"variant": config["variant"]} if config.get("variant") else {})}
-            if want and any(want[k] != have.get(k) for k in want):
-                raise SourceError(f"{self.text} has no {'/'.join(want.values())} image (it has: "
-                                  f"{'/'.join(have.values())})", "pick that one with --platform, or drop --platform")
+            have = platforms.Platform.of(config)
+            if want and not platforms.matches(have.as_dict(), want):
+                raise SourceError(f"{self.text} has no {want} image (it has: {have})",
+                                  "pick that one with --platform, or drop --platform")
             diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
             if len(diff_ids) != len(layers):
                 raise SourceError(f"{self.text}: the config lists {len(diff_ids)} layers and the manifest "
@@ -224,30 +223,13 @@ def _json(data: bytes, what: str) -> dict[str, Any]:
     return value
 
 
-def _platform(text: str | None) -> dict[str, str] | None:
-    if not text:
-        return None
-    parts = text.split("/")
-    if len(parts) not in (2, 3) or not all(parts):
-        raise UsageError(f"--platform {text!r} is not OS/ARCH[/VARIANT]", "e.g. --platform linux/arm64")
-    return {"os": parts[0], "architecture": parts[1], **({"variant": parts[2]} if len(parts) == 3 else {})}
+def _platform(text: str | None) -> platforms.Platform | None:
+    return platforms.parse(text) if text else None
 
 
-def _pick(entries: list[dict[str, Any]], want: dict[str, str] | None, what: str) -> dict[str, Any]:
-    want = want or host_platform()
-    found = [m for m in entries
-             if (m.get("platform") or {}).get("architecture") == want["architecture"]
-             and (m.get("platform") or {}).get("os", "linux") == want.get("os", "linux")
-             and ("variant" not in want or (m.get("platform") or {}).get("variant") == want["variant"])]
-    if not found:
-        have = sorted({"/".join(filter(None, ((m.get("platform") or {}).get("os", "?"),
-                                              (m.get("platform") or {}).get("architecture", "?"),
-                                              (m.get("platform") or {}).get("variant"))))
-                       for m in entries})
-        wanted = "/".join(filter(None, (want.get("os", "linux"), want["architecture"], want.get("variant"))))
-        raise SourceError(f"{what} has no {wanted} image (it has: {', '.join(have) or 'none'})",
-                          "pick one of those with --platform OS/ARCH")
-    return found[0]
+def _pick(entries: list[dict[str, Any]], want: platforms.Platform | None, what: str) -> dict[str, Any]:
+    """The index entry for ``want`` (default: this machine's): :func:`imagekit.platforms.pick`."""
+    return dict(platforms.pick(entries, want, what))
 
 
 def _layers_of(manifest: dict[str, Any], what: str, feed_for: Callable[[dict[str, Any]], Callable[[IO[bytes]], None]]

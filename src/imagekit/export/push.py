@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
 
-from imagekit import engine
-from imagekit.errors import EngineError, UsageError
+from imagekit import engine, platforms
+from imagekit.errors import EngineError, IntegrityError, UsageError
+from imagekit.registry import client as reg
+from imagekit.registry.reference import parse
 
 DIGEST_RE = re.compile(r"digest: (sha256:[0-9a-f]{64}) size: (\d+)")
 
@@ -87,3 +90,150 @@ def push_image(image: str, to: str | None = None, log=None) -> PushResult:
     return PushResult(image=image, reference=reference, digest=digest, size=int(match.group(2)),
                       pyxis=pyxis_reference(registry, repo, tag),
                       pinned=f"{registry}/{repo}@{digest}")
+
+
+# --- one reference, several platforms -------------------------------------------------------------
+
+
+@dataclass
+class PlatformPush:
+    """One platform's image of a multi-platform push: pushed under its own tag, named by the index."""
+
+    platform: str         # linux/arm64
+    image: str            # the local image
+    reference: str        # registry/repo:TAG-arm64, the platform's own tag
+    digest: str           # its manifest digest: the subject of its artifacts
+    size: int
+    media_type: str
+    config: str           # its config digest (the local image ID)
+
+    def entry(self) -> dict[str, Any]:
+        """Its descriptor in the index."""
+        return {"mediaType": self.media_type, "digest": self.digest, "size": self.size,
+                "platform": platforms.parse(self.platform).as_dict()}
+
+
+@dataclass
+class IndexPushResult:
+    reference: str        # registry/repo:tag: the index
+    digest: str           # the index's digest
+    size: int
+    pyxis: str            # registry#repo:tag: every node starts its own architecture's image
+    pinned: str           # registry/repo@<index digest>
+    platforms: list[PlatformPush] = field(default_factory=list)
+    media_type: str = reg.OCI_INDEX
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def platform_images(images: list[str], platform_list: list[platforms.Platform]) -> list[str]:
+    """``IMAGE`` + ``--platform a,b`` -> each platform's local tag of IMAGE (the build's naming:
+    ``imagekit/x:latest`` and ``imagekit/x:latest-arm64``); several IMAGEs are taken as given."""
+    if not platform_list:
+        return list(images)
+    if len(images) != 1 or is_reference(images[0]):
+        raise UsageError("--platform names the platforms of one local IMAGE (its local tag per architecture)",
+                         "give one IMAGE with --platform, or several IMAGEs (or pushed references) without it")
+    return [platforms.local_tag(images[0], platforms.buildable(p)) for p in platform_list]
+
+
+def is_reference(text: str) -> bool:
+    """A pushed image named as Pyxis and skopeo name one (``docker://…``, ``REGISTRY#REPO:TAG``),
+    rather than a local image."""
+    return text.startswith("docker://") or "#" in text
+
+
+def inspect_platforms(images: list[str]) -> list[tuple[str, platforms.Platform, str]]:
+    """(image, its platform, its ID) for each local image; refused before anything is pushed when
+    one is missing or names no architecture."""
+    out = []
+    for image in images:
+        try:
+            found = engine.inspect(image)
+        except engine.ImageMissing:
+            arch = next((a for a in platforms.ARCHES if platforms.tag_suffix(a) and
+                         image.endswith(platforms.tag_suffix(a))), None)
+            raise EngineError(f"{image} is not in the local engine",
+                              f"build it first, e.g. imagekit build STACK --platform "
+                              f"{platforms.of_arch(arch or 'x86_64')}") from None
+        platform = platforms.Platform.of(found.attrs)
+        if not platform.architecture:
+            raise UsageError(f"{image} names no architecture in its config", "rebuild it with imagekit build")
+        out.append((image, platform, found.id))
+    return out
+
+
+def _pushed(client: reg.RegistryClient, registry: str, repo: str, text: str) -> tuple[PlatformPush, reg.Resolved]:
+    """An image already pushed (by a native builder of its arch) into the index's own repository."""
+    ref = parse(text)
+    if (ref.registry, ref.repository) != (registry, repo):
+        raise UsageError(f"{text} is in {ref.registry}/{ref.repository}, and the index goes to {registry}/{repo}",
+                         "an index names manifests of its own repository: push each platform's image there "
+                         "(e.g. under TAG-arm64) first")
+    if client.get_manifest(ref.repository, ref.reference).media_type in reg.INDEX_TYPES:
+        raise UsageError(f"{text} is an index itself", "name each platform's own image (TAG-amd64, TAG-arm64)")
+    resolved = client.resolve(ref)
+    platform = client.image_platform(resolved)
+    return PlatformPush(platform=str(platform), image=text, reference=ref.docker, digest=resolved.digest,
+                        size=resolved.size, media_type=resolved.media_type,
+                        config=resolved.config_digest), resolved
+
+
+def _one_per_platform(items: list[tuple[str, str]]) -> None:
+    seen: dict[str, str] = {}
+    for image, platform in items:
+        key = "/".join(platform.split("/")[:2])
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {image} are both {key} images: an index holds one image per "
+                             "platform", "push one of them")
+        seen[key] = image
+
+
+def push_platforms(images: list[str], to: str, *, log: Callable[[str], None] | None = None,
+                   before_index: Callable[[reg.RegistryClient, str, list[tuple[PlatformPush, reg.Resolved]]],
+                                          None] | None = None) -> IndexPushResult:
+    """Push each local image under ``TO``'s tag plus its architecture (``:1-amd64``, ``:1-arm64``),
+    check that the registry holds each manifest and that it is that image, run ``before_index``
+    (the per-platform artifacts of the local images), and only then write the OCI image index under
+    ``TO``'s tag. An image given as a reference (``docker://REGISTRY/REPO:TAG-arm64``, pushed by
+    another machine into the same repository) is named by the index as it is.
+
+    A push that fails half-way leaves the tag as it was (its previous index or image, whose
+    manifests the registry still has): never an index naming a manifest that is not there."""
+    say = log or (lambda _m: None)
+    registry, repo, tag = split_reference(to)
+    ref = parse(f"{registry}/{repo}:{tag}")
+    client = reg.RegistryClient.for_reference(ref)
+    found = inspect_platforms([i for i in images if not is_reference(i)])
+    already = [_pushed(client, registry, repo, i) for i in images if is_reference(i)]
+    _one_per_platform([(i, str(p)) for i, p, _ in found] + [(one.image, one.platform) for one, _ in already])
+    pushed: list[PlatformPush] = []
+    for image, platform, image_id in found:
+        own = f"{registry}/{repo}:{tag}-{platform.architecture}{'-' + platform.variant if platform.variant else ''}"
+        say(f"pushing {image} ({platform}) as {own}")
+        result = push_image(image, own, log=log)
+        pushed.append(PlatformPush(platform=str(platform), image=image, reference=result.reference,
+                                   digest=result.digest, size=result.size, media_type="", config=image_id))
+    subjects = []
+    for one in pushed:
+        # Read back by digest: the registry has it, and it is this image (the per-arch tag may have
+        # moved meanwhile; the digest cannot).
+        resolved = client.resolve(ref.with_digest(one.digest))
+        if resolved.config_digest != one.config:
+            raise IntegrityError(f"{registry}/{repo}@{one.digest} has config {resolved.config_digest}, but "
+                                 f"{one.image} is {one.config}", "push again; no index was written")
+        one.media_type, one.size = resolved.media_type, resolved.size
+        subjects.append((one, resolved))
+    if before_index is not None:
+        before_index(client, repo, subjects)
+    every = sorted(pushed + [one for one, _ in already], key=lambda one: one.platform)
+    body = reg.image_index([one.entry() for one in every])
+    digest, _ = client.put_manifest(repo, tag, body, reg.OCI_INDEX)
+    say(f"pushed the index {registry}/{repo}:{tag} ({digest}): " + ", ".join(one.platform for one in every))
+    return IndexPushResult(reference=f"{registry}/{repo}:{tag}", digest=digest, size=len(body),
+                           pyxis=pyxis_reference(registry, repo, tag), pinned=f"{registry}/{repo}@{digest}",
+                           platforms=every)

@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagekit import engine, registry
+from imagekit import engine, platforms, registry
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.export import artifact_trust, artifacts, pyxis_policy, squash
 from imagekit.export import converter as converter_for
 from imagekit.export.image_source import RegistrySource
-from imagekit.export.pyxis_importer import PROG, hold_name, log, run_command, site_environment, stores
+from imagekit.export.pyxis_importer import PROG, hold_name, log, resolve_for_node, run_command, site_environment, stores
 from imagekit.export.pyxis_policy import Decision
 from imagekit.export.store import ARTIFACT_OPTION, Entry, Store
 
@@ -77,7 +77,9 @@ def _source(uri: str, env: Mapping[str, str]) -> Source:
 def _engine_source(image: str) -> Source:
     if not image:
         raise UsageError("dockerd:// names no image", "e.g. dockerd://imagekit/debian-mpi:latest")
-    image_id = engine.image_id(image)
+    attrs = engine.image_attrs(image)
+    platforms.check_runs_here(platforms.Platform.of(attrs), f"dockerd://{image}")
+    image_id = attrs["Id"]
 
     def convert(tmp: Path, preset: str) -> None:
         converter_for("enroot")(image_id, tmp, preset=preset, force=True)
@@ -88,7 +90,7 @@ def _engine_source(image: str) -> Source:
 def _registry_source(uri: str, env: Mapping[str, str]) -> Source:
     ref = registry.parse(uri)
     client = registry.RegistryClient.for_reference(ref, env=dict(env))
-    resolved = client.resolve(ref)
+    resolved = resolve_for_node(client, ref, uri)
 
     def pull_artifact(store: Store, decision: Decision) -> tuple[Entry, bool]:
         return _pull_artifact(store, client, resolved, env, decision)

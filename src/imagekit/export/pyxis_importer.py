@@ -17,7 +17,9 @@ Where it looks, and what it trusts (README "The export store: who may publish"):
 1. resolve the URI to the image's manifest digest and config digest (the image ID), with the
    site's Enroot configuration for the pull (``ENROOT_ALLOW_HTTP``, ``ENROOT_CONFIG_PATH``, …
    from ``enroot.conf`` and ``enroot.conf.d``, which Pyxis keeps out of the environment:
-   :mod:`imagekit.registry.enroot_config`);
+   :mod:`imagekit.registry.enroot_config`); a multi-platform index resolves to this node's
+   architecture (``uname -m``), and an image of another architecture is refused here, naming both,
+   before Pyxis creates a container that would fail with "exec format error";
 2. the site's shared store (``IMAGEKIT_SHARED_STORE``, published only by its publishers),
    then the user's own store (``IMAGEKIT_STORE``, else ``~/.cache/imagekit/store``): an
    Enroot export of that image, of a plain reference (never a ``--squash-opt`` variant),
@@ -51,7 +53,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping, NoReturn
 
-from imagekit import engine, registry
+from imagekit import engine, platforms, registry
 from imagekit.attest import POLICY_ENV
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.registry import enroot_config
@@ -146,13 +148,24 @@ def identify(uri: str, env: Mapping[str, str]) -> tuple[str, str | None]:
         image = uri[len("dockerd://"):]
         if not image:
             raise UsageError("dockerd:// names no image", "e.g. dockerd://imagekit/debian-mpi:latest")
-        return engine.image_id(image), None
+        attrs = engine.image_attrs(image)
+        platforms.check_runs_here(platforms.Platform.of(attrs), uri)
+        return attrs["Id"], None
     if uri.startswith("podman://"):
         raise UsageError(f"{uri}: podman:// images are not served by {PROG}",
                          "push the image to a registry, or use docker:// or dockerd://")
     ref = registry.parse(uri)
-    resolved = registry.RegistryClient.for_reference(ref, env=dict(env)).resolve(ref)
+    client = registry.RegistryClient.for_reference(ref, env=dict(env))
+    resolved = resolve_for_node(client, ref, uri)
     return resolved.config_digest, resolved.digest
+
+
+def resolve_for_node(client: registry.RegistryClient, ref: registry.Reference, uri: str) -> registry.Resolved:
+    """``ref`` resolved for this node: an index's entry for its architecture (none: an error
+    naming what the index has), and a plain manifest's image checked against it (its config)."""
+    resolved = client.resolve(ref, platforms.host())
+    platforms.check_runs_here(client.image_platform(resolved), uri)
+    return resolved
 
 
 def site_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -176,6 +176,9 @@ class ImageFacts:
     benchmark: Benchmark | None = None
     base_components: list[str] = field(default_factory=list)
     env: dict[str, str] | None = None
+    # The engine's own record of the image's architecture (its config), "arm64"; None for file
+    # images, whose architecture is known from the arch label alone.
+    config_arch: str | None = None
 
     @property
     def known(self) -> bool:

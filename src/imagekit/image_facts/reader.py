@@ -15,7 +15,7 @@ from typing import Any
 from imagekit import engines
 from imagekit.errors import EngineError
 from imagekit.image_facts import ImageFacts, from_labels, is_file_image, parse_env, rc_labels
-from imagekit.sif_reader import OCI_CONFIG_NAME, read_sif
+from imagekit.sif_reader import ARCH_NAMES, OCI_CONFIG_NAME, read_sif
 
 
 def read(ref: str, engine_name: str = "docker") -> ImageFacts:
@@ -24,18 +24,29 @@ def read(ref: str, engine_name: str = "docker") -> ImageFacts:
     missing engine image is an EngineError, as everywhere)."""
     if not is_file_image(ref):
         image = engines.of(engine_name).inspect(ref)
-        return from_labels(image.labels, ref=ref, env=parse_env(image.config.get("Env") or []))
+        facts = from_labels(image.labels, ref=ref, env=parse_env(image.config.get("Env") or []))
+        facts.config_arch = image.attrs.get("Architecture") or None
+        return facts
     path = Path(ref)
     if not path.is_file():
         # Often right: the path may exist only on the compute nodes (a shared job directory).
         return ImageFacts(ref=ref, reason=f"{ref} is a file image that is not on this host; its labels were not read")
+    arch = None
     try:
-        labels, env = _sif_facts(path) if _is_sif(path) else _squashfs_facts(path)
+        if _is_sif(path):
+            labels, env = _sif_facts(path)
+            # The SIF header's architecture (Go's names, like an image config's): known even
+            # without labels.
+            arch = ARCH_NAMES.get(read_sif(path).arch)
+        else:
+            labels, env = _squashfs_facts(path)
     except (OSError, ValueError) as exc:
         return ImageFacts(ref=ref, reason=f"cannot read the labels of {ref}: {exc}")
     if labels is None:
-        return ImageFacts(ref=ref, reason=f"{ref} records no labels", env=env)
-    return from_labels(labels, ref=ref, env=env)
+        return ImageFacts(ref=ref, reason=f"{ref} records no labels", env=env, config_arch=arch)
+    facts = from_labels(labels, ref=ref, env=env)
+    facts.config_arch = arch
+    return facts
 
 
 def read_or_reason(ref: str) -> ImageFacts:

@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from imagekit import engine, image_facts
+from imagekit import engine, image_facts, platforms
 from imagekit.errors import EngineError, ImagekitError
 from imagekit.image_facts import ImageFacts, is_file_image, reader
 from imagekit.launch import gpu_env
@@ -60,6 +60,7 @@ class HostFacts:
     srun_mpi: list[str] | None = None   # `srun --mpi=list` entries; None when srun is missing
     mpirun_version: str | None = None   # host `mpirun --version` (Open MPI), None when missing
     srun_error: str | None = None       # why `srun --mpi=list` failed, when it did
+    machine: str | None = None          # `uname -m`: x86_64, aarch64
 
     @classmethod
     def probe(cls, *, want_srun: bool = False, want_mpirun: bool = False) -> "HostFacts":
@@ -72,6 +73,7 @@ class HostFacts:
         soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
         facts.memlock = None if soft == resource.RLIM_INFINITY else soft
         facts.infiniband = Path("/dev/infiniband").is_dir()
+        facts.machine = platforms.host_machine()
         facts.driver = _driver_version()
         # Enroot's 98-nvidia.sh appends /usr/sbin:/sbin to PATH before looking for it.
         facts.nvidia_container_cli = shutil.which("nvidia-container-cli",
@@ -366,6 +368,52 @@ def _runtime_of(ref: str) -> str | None:
     return "apptainer" if ref.endswith(".sif") else None
 
 
+def image_arch(img: ImageFacts) -> str | None:
+    """The image's architecture in the stack's spelling: the engine's config, else the arch label."""
+    found = img.config_arch or img.arch
+    return platforms.stack_name(found) if found else None
+
+
+def check_arch(img: ImageFacts, host: HostFacts, here: bool = True, sibling: str | None = None) -> Check:
+    """The image's architecture against this host's. Containers that start here (``here``) must
+    match, or every rank dies with "exec format error"; on a login node launching elsewhere the
+    compute nodes decide, so a difference is a warning naming what they must be."""
+    arch, machine = image_arch(img), platforms.stack_name(host.machine) if host.machine else None
+    if arch is None or machine is None:
+        return Check("architecture", SKIP, "the image's architecture is unknown" if machine else
+                     "this host's architecture is unknown")
+    if arch == machine:
+        return Check("architecture", OK, f"{platforms.of_arch(arch)} image on this {machine} host")
+    detail = f"the image is {platforms.of_arch(arch)} ({arch}) and this host is {platforms.of_arch(machine)} ({machine})"
+    if not here:
+        return Check("architecture", WARN, detail + f": the compute nodes must be {arch}",
+                     f"run it on {arch} nodes (a {arch} partition), or push both platforms under one reference "
+                     "(imagekit push IMAGE --platform linux/amd64,linux/arm64 --to REF) and launch that")
+    fix = (f"use --image {sibling}, its {platforms.of_arch(machine)} build" if sibling else
+           f"build it for this host (imagekit build STACK --platform {platforms.of_arch(machine)}), or run it on "
+           f"{arch} hosts")
+    return Check("architecture", FAIL, detail + ": its programs would fail with \"exec format error\"", fix)
+
+
+def host_build(image: str, machine: str | None) -> str | None:
+    """The local tag of ``image``'s build for ``machine`` (imagekit/x:latest <-> imagekit/x:latest-arm64),
+    when the engine has it: what to launch here instead."""
+    if not machine or is_file_image(image) or "#" in image or "://" in image:
+        return None
+    stem = image
+    for arch in platforms.ARCHES:
+        suffix = platforms.tag_suffix(arch)
+        if suffix and stem.endswith(suffix):
+            stem = stem[:-len(suffix)]
+    other = platforms.local_tag(stem, platforms.stack_name(machine))
+    if other == image:
+        return None
+    try:
+        return other if engine.image_exists(other) else None
+    except EngineError:
+        return None
+
+
 def check_sshd(img: ImageFacts) -> Check:
     if not img.known:
         return Check("image sshd", SKIP, "no component labels; the launcher checks /usr/sbin/sshd when workers start")
@@ -448,8 +496,12 @@ def run(image: str, *, scheduler: str | None = None, launcher: str | None = None
         checks.append(check_slurm_pmix(img, host))
     if launcher == "mpirun":
         checks.append(check_host_mpirun(img, host))
-    checks += [check_shm(host), check_memlock(img, host), check_infiniband(img, host), check_driver(img, host),
-               check_gpu_runtime(img, host, gpu)]
+    here = gpu.here if gpu is not None else launcher not in ("slurm", "mpijob")
+    arch = check_arch(img, host, here)
+    if arch.status == FAIL:
+        arch = check_arch(img, host, here, host_build(image, host.machine))
+    checks += [arch, check_shm(host), check_memlock(img, host), check_infiniband(img, host),
+               check_driver(img, host), check_gpu_runtime(img, host, gpu)]
     if launcher == "inside-out":
         checks.append(check_sshd(img))
         if ssh_key_dir is not None:

@@ -3,8 +3,9 @@
     hpccm --recipe recipes/stack.py --userarg stack=stacks/debian-mpi.yaml
     hpccm --recipe recipes/stack.py --userarg stack=stacks/nccl-tests.yaml variant=nccl-tests-cu124-x86_64 \
           --format singularity --singularity-version 3.2
+    hpccm --recipe recipes/stack.py --userarg stack=stacks/debian-mpi.yaml platform=linux/arm64
 
-Output is identical to `imagekit render` (same stack, variant, format and mirror: `mirror=DIR`
+Output is identical to `imagekit render` (same stack, variant, platform, format and mirror: `mirror=DIR`
 takes upstream files from sources/ beside the recipe, as `imagekit render --mirror DIR -o` stages them).
 """
 # pylint: disable=undefined-variable  (HPCCM provides Stage0, Stage1 and USERARG)
@@ -21,5 +22,6 @@ if hpccm.config.g_ctype == container_type.SINGULARITY and hpccm.config.g_singula
     logging.warning("imagekit recipes are multi-stage: using --singularity-version 3.2")
     hpccm.config.g_singularity_version = Version("3.2")
 
-_stack = stack.load(USERARG["stack"], variant=USERARG.get("variant"), mirror=USERARG.get("mirror"))
+_stack = stack.load(USERARG["stack"], variant=USERARG.get("variant"), mirror=USERARG.get("mirror"),
+                    platform=USERARG.get("platform"))
 render.populate(Stage0, Stage1, _stack)

@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import ipaddress
 import json
 import os
-import platform as _platform
 import re
 import socket
 import time
@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from imagekit import digests
+from imagekit import digests, platforms
 from imagekit.errors import CredentialsError, IntegrityError, RegistryError
 from imagekit.registry import credentials as creds
 from imagekit.registry.reference import Reference
@@ -72,8 +72,6 @@ MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 INDEX_TYPES = (OCI_INDEX, DOCKER_LIST)
 ACCEPT_ALL = ", ".join(INDEX_TYPES + MANIFEST_TYPES)
 
-ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
-        "ppc64le": "ppc64le", "s390x": "s390x"}
 CHUNK = 1 << 20
 FALSE_WORDS = {"", "0", "n", "no", "false", "off", "N", "NO", "No", "F", "FALSE", "False", "f"}
 
@@ -121,8 +119,17 @@ def referrers_tag(digest: str) -> str:
 
 
 def host_platform() -> dict[str, str]:
-    machine = _platform.machine()
-    return {"os": "linux", "architecture": ARCH.get(machine, machine)}
+    """This node's platform as an index entry names it (:func:`imagekit.platforms.host`)."""
+    return platforms.host().as_dict()
+
+
+def image_index(entries: list[dict[str, Any]], annotations: Mapping[str, str] | None = None) -> bytes:
+    """An OCI image index of ``entries`` (descriptors with ``platform``), serialized canonically:
+    the same images give the same index digest."""
+    doc: dict[str, Any] = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": list(entries)}
+    if annotations:
+        doc["annotations"] = dict(annotations)
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _split_host_port(name: str) -> tuple[str, int | None]:
@@ -242,9 +249,24 @@ class Resolved:
     size: int
     config_digest: str            # equals the image ID the Docker engine shows
     index_digest: str | None = None   # when the reference named a multi-platform index
+    platform: platforms.Platform | None = None   # the index entry's; None for a plain manifest
 
     def descriptor(self) -> dict[str, Any]:
         return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
+
+
+class _Bounded(io.BytesIO):
+    """A small document read into memory: refused once it grows past ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def write(self, data) -> int:  # type: ignore[override]
+        if self.tell() + len(data) > self.limit:
+            raise RegistryError(f"an image config over {self.limit} bytes; refusing to read it",
+                                "an image config is a few KiB: this is not a container image")
+        return super().write(data)
 
 
 def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
@@ -651,23 +673,21 @@ class RegistryClient:
                                  f"not {digest}")
         return digest, resp.headers
 
-    def resolve(self, ref: Reference, platform: dict[str, str] | None = None) -> Resolved:
-        """The image manifest ``ref`` names (for an index: this platform's entry) and its config digest."""
-        want = platform or host_platform()
+    def resolve(self, ref: Reference, platform: platforms.Platform | Mapping[str, str] | None = None) -> Resolved:
+        """The image manifest ``ref`` names (for an index: the entry for ``platform``, default this
+        node's, picked by :func:`imagekit.platforms.pick`) and its config digest."""
+        want = platform if isinstance(platform, platforms.Platform) or platform is None \
+            else platforms.Platform.of(platform)
         manifest = self.get_manifest(ref.repository, ref.reference)
-        index_digest = None
+        index_digest, chosen = None, None
         if manifest.media_type in INDEX_TYPES:
             index_digest = manifest.digest
-            entries = [m for m in manifest.json().get("manifests", [])
-                       if (m.get("platform") or {}).get("architecture") == want["architecture"]
-                       and (m.get("platform") or {}).get("os", "linux") == want.get("os", "linux")]
-            if not entries:
-                have = sorted({(m.get("platform") or {}).get("architecture", "?")
-                               for m in manifest.json().get("manifests", [])})
-                raise RegistryError(f"{ref} has no {want['architecture']} image (it has: {', '.join(have)})",
-                                    "build and push the image for this architecture, or pick one of "
-                                    "those with --platform OS/ARCH")
-            manifest = self.get_manifest(ref.repository, entries[0]["digest"], ", ".join(MANIFEST_TYPES))
+            entries = manifest.json().get("manifests") or []
+            entry = platforms.pick(entries if isinstance(entries, list) else [], want, str(ref),
+                                   "push an image for it under this reference (imagekit push IMAGE "
+                                   "--platform ... writes one index), or pick one of those with --platform OS/ARCH")
+            chosen = platforms.Platform.of(entry.get("platform"))
+            manifest = self.get_manifest(ref.repository, str(entry.get("digest", "")), ", ".join(MANIFEST_TYPES))
         if manifest.media_type not in MANIFEST_TYPES:
             raise RegistryError(f"{ref} is a {manifest.media_type or 'manifest of unknown type'}, not an image",
                                 "give the reference of a container image")
@@ -676,7 +696,20 @@ class RegistryClient:
             raise RegistryError(f"{ref}: the manifest has no config digest")
         return Resolved(reference=ref.with_digest(manifest.digest), digest=manifest.digest,
                         media_type=manifest.media_type, size=manifest.size, config_digest=config,
-                        index_digest=index_digest)
+                        index_digest=index_digest, platform=chosen)
+
+    def image_platform(self, resolved: Resolved) -> platforms.Platform:
+        """The platform an image was built for: its index entry's, else its config's (one small
+        blob read, at most MAX_MANIFEST_BYTES)."""
+        if resolved.platform is not None:
+            return resolved.platform
+        buf = _Bounded(MAX_MANIFEST_BYTES)
+        self.download_blob(resolved.reference.repository, resolved.config_digest, buf)
+        try:
+            doc = json.loads(buf.getvalue())
+        except ValueError:
+            raise RegistryError(f"{resolved.reference}: the image config is not JSON") from None
+        return platforms.Platform.of(doc if isinstance(doc, dict) else {})
 
     # --- blobs -------------------------------------------------------------------------------
 

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# arm64 builds and containers on an x86 machine (and x86 ones on arm64): QEMU user mode through the
+# kernel's binfmt_misc. Debian's qemu-user-static registers its interpreters (with the F flag, so
+# that they work inside containers) from its postinst when binfmt_misc is mounted; on a machine or
+# container without systemd it may not be, so this mounts it and enables them. Idempotent; needs
+# root (or sudo). setup.sh installs the packages (qemu-user-static binfmt-support arch-test).
+set -euo pipefail
+
+BINFMT=/proc/sys/fs/binfmt_misc
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+case "$(uname -m)" in
+    x86_64) want=qemu-aarch64 ;;
+    aarch64) want=qemu-x86_64 ;;
+    *) echo "emulation: no other architecture to run on $(uname -m)"; exit 0 ;;
+esac
+
+if [ ! -e "$BINFMT/status" ]; then
+    as_root mount -t binfmt_misc binfmt_misc "$BINFMT" || {
+        echo "emulation: cannot mount binfmt_misc at $BINFMT (a container without the privilege?)" >&2
+        exit 1
+    }
+fi
+if [ ! -e "$BINFMT/$want" ]; then
+    as_root update-binfmts --enable "$want" >/dev/null 2>&1 || as_root update-binfmts --import "$want"
+fi
+if ! head -n1 "$BINFMT/$want" | grep -qx enabled; then
+    as_root update-binfmts --enable "$want"
+fi
+if ! grep -q '^flags:.*F' "$BINFMT/$want"; then
+    echo "emulation: $BINFMT/$want has no F (fix binary) flag: containers cannot use it" >&2
+    exit 1
+fi
+echo "emulation: $want registered ($(grep '^interpreter' "$BINFMT/$want"))"

@@ -1,0 +1,66 @@
+"""Whether this machine can run another architecture's programs (binfmt_misc + QEMU user mode).
+
+Building or bootstrapping an arm64 image on an x86 machine runs the image's own programs (apt's
+maintainer scripts, a RUN step, a check) through ``qemu-aarch64``: the kernel hands arm64 ELF
+files to the interpreter registered in ``/proc/sys/fs/binfmt_misc``. Debian's
+``qemu-user-static`` registers it with the ``F`` (fix binary) flag, so the interpreter is opened
+once at registration and works inside containers whose root filesystem has no QEMU.
+
+This is checked before a build or bootstrap starts, so that a missing registration is one error
+naming its fix rather than "exec format error" several minutes into a build.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from imagekit import platforms
+from imagekit.errors import ImagekitError
+
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+# binfmt_misc entry names Debian's qemu-user-static registers, per architecture (stack spelling).
+ENTRIES = {"aarch64": "qemu-aarch64", "x86_64": "qemu-x86_64"}
+FIX = ("apt-get install qemu-user-static binfmt-support (scripts/setup.sh does it); where "
+       f"{BINFMT} is empty, mount it first: mount -t binfmt_misc binfmt_misc {BINFMT} and run "
+       "update-binfmts --enable")
+
+
+class NoEmulation(ImagekitError):
+    """Another architecture's programs cannot run here."""
+
+    exit_code = 3
+
+
+def problem(arch: str, root: Path = BINFMT) -> str | None:
+    """None when programs of ``arch`` run here (natively, or through a registered, enabled QEMU
+    interpreter with the fix-binary flag); else what is missing."""
+    arch = platforms.stack_name(arch)
+    if arch == platforms.stack_name(platforms.host_machine()):
+        return None
+    name = ENTRIES.get(arch)
+    if name is None:
+        return f"imagekit knows no QEMU interpreter for {arch}"
+    entry = root / name
+    if not (root / "status").exists():
+        return f"binfmt_misc is not mounted at {root}"
+    try:
+        text = entry.read_text()
+    except OSError:
+        return f"no {name} interpreter is registered in {root}"
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "enabled":
+        return f"the {name} interpreter in {root} is disabled"
+    flags = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("flags:")), "")
+    if "F" not in flags:
+        # Without F the kernel opens the interpreter by its path inside the container, which an
+        # image's root filesystem does not have.
+        return f"the {name} interpreter in {root} lacks the F (fix binary) flag that containers need"
+    return None
+
+
+def require(arch: str, what: str, root: Path = BINFMT) -> None:
+    """Raise :class:`NoEmulation` naming ``what`` needs it and the fix, unless ``arch`` runs here."""
+    found = problem(arch, root)
+    if found is not None:
+        raise NoEmulation(f"{what} runs {platforms.oci_name(arch)} programs on this "
+                          f"{platforms.host_machine()} machine, but {found}", FIX)

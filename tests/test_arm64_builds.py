@@ -1,0 +1,80 @@
+"""arm64 for real on this x86_64 machine: debian-mpi built for linux/arm64 under emulation
+(qemu-user-static through binfmt_misc), its checks, and its MPI ring in arm64 containers.
+
+All heavy: the arm64 base (~6 min cold) and debian-mpi's apt steps run through QEMU on 2 cores
+(bench/arch.py measures the build against the native amd64 one). Warm, they are cached layers and
+the tests take about a minute.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from imagekit import check as check_mod
+from imagekit import engine
+from imagekit import stack as stack_mod
+from imagekit.launch import inside_out
+
+pytestmark = [pytest.mark.engine, pytest.mark.heavy]
+
+
+def test_debian_mpi_for_arm64_is_an_arm64_image_beside_the_amd64_one(mpi_image_arm64, mpi_image):
+    """Builds debian-mpi for linux/arm64 (emulated). Its tag carries the arch; the amd64 image
+    that every other test uses keeps its own tag and architecture."""
+    assert mpi_image_arm64 == "imagekit/debian-mpi:latest-arm64" and mpi_image == "imagekit/debian-mpi:latest"
+    arm, amd = engine.inspect(mpi_image_arm64), engine.inspect(mpi_image)
+    assert (arm.attrs["Architecture"], amd.attrs["Architecture"]) == ("arm64", "amd64")
+    assert arm.labels["io.imagekit.arch"] == "aarch64"
+    assert arm.labels["io.imagekit.component.nccl.version"] == "2.23.4", "the aarch64 pin (per_arch)"
+    out = subprocess.run([engine.docker_cli(), "run", "--rm", mpi_image_arm64, "sh", "-c",
+                          "uname -m; file -L /usr/bin/mpirun; python3 -c 'import mpi4py; print(mpi4py.__version__)'"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "aarch64" and "ARM aarch64" in lines[1]
+
+
+def test_its_checks_pass_in_an_arm64_container(mpi_image_arm64):
+    """Every check of the stack (the mpi4py ring over Open MPI with 2 ranks among them) in a
+    container of the arm64 image."""
+    stack = stack_mod.load("debian-mpi", platform="linux/arm64")
+    report = check_mod.run(mpi_image_arm64, check_mod.stack_checks(stack, "runtime"))
+    assert report.ok, [(o.id, o.detail) for o in report.failed]
+    ring = next(o for o in report.outcomes if o.id == "stack.mpi4py-ring")
+    assert ring.status == "passed"
+
+
+def test_the_mpi_ring_runs_across_arm64_containers(mpi_image_arm64, capfd):
+    """imagekit launch inside-out with 2 arm64 worker containers (sshd, per-job keys, mpirun over
+    the private network), each rank an emulated arm64 process."""
+    job = inside_out.InsideOutJob(image=mpi_image_arm64, nodes=2, ready_timeout=300,
+                                  command=["sh", "-c", "uname -m; python3 -m mpi4py.bench ringtest"])
+    assert inside_out.execute(job, log=lambda m: None) == 0
+    out = capfd.readouterr().out
+    assert out.count("aarch64") == 2 and "time for 1 loops" in out, out
+
+
+@pytest.fixture(scope="module")
+def grace_image(base_image_arm64) -> str:
+    """debian-grace built for real under emulation (about an hour cold on 2 cores: its wheels are
+    downloaded through the pip cache mount and unpacked by an emulated pip)."""
+    from imagekit import build
+
+    result = build.build(stack_mod.load("debian-grace"), build.BuildRequest(log_dir="build/logs"))
+    return result.tags[0]
+
+
+def test_the_grace_cuda_stack_builds_and_passes_its_checks_under_emulation(grace_image):
+    """Builds debian-grace (CUDA 13.2 and NCCL 2.30.7 aarch64 wheels, PyPI's aarch64 torch 2.15.0).
+    Every check that needs no GPU passes in an arm64 container: torch imports, is built for CUDA
+    13.2, has NCCL and loads the stack's one NCCL 2.30.7, every ELF file resolves its libraries."""
+    assert engine.inspect(grace_image).attrs["Architecture"] == "arm64"
+    stack = stack_mod.load("debian-grace")
+    report = check_mod.run(grace_image, check_mod.stack_checks(stack, "runtime"))
+    assert report.ok, [(o.id, o.detail) for o in report.failed]
+    passed = {o.id for o in report.outcomes if o.status == "passed"}
+    assert {"pytorch.version", "pytorch.cuda_build", "pytorch.nccl", "pytorch.nccl_version",
+            "pytorch.one_nccl"} <= passed
+    assert {o.id for o in report.outcomes if o.status == "not-run"} >= {"pytorch.cuda"}, "no GPU here"
