@@ -37,6 +37,15 @@ and step, so ``imagekit store gc`` cannot evict it from under a running containe
 A store hit is served by this module alone, which loads no converter: on a miss the process
 becomes :mod:`imagekit.export.pyxis_fill` (exec), which fills the store (steps 3 and 4) and prints
 the path, so the hit path never pays for the artifact and conversion code it does not run.
+
+Many nodes (docs/many-nodes.md): ``imagekit launch slurm --stage sbcast|shared`` runs
+``stage URI`` (:mod:`imagekit.export.pyxis_stage`) once on the job's first node, which resolves
+the image once, makes sure the store has it, and pins the job to it: the job's environment then
+carries ``IMAGEKIT_STAGE_IMAGE`` (the URI) and ``IMAGEKIT_STAGE_IMAGE_ID``, so no node asks the
+registry again, and with ``IMAGEKIT_STAGE=sbcast`` also ``IMAGEKIT_STAGE_SHA256`` and
+``IMAGEKIT_STAGE_DIR``: each node's ``get`` then serves its node-local copy
+(:func:`imagekit.export.stage.local_copy`) and reads nothing from the shared file system.
+``stage-prepare SHA256 SIZE`` is that step's per-node part (:func:`imagekit.export.stage.prepare`).
 """
 
 from __future__ import annotations
@@ -50,18 +59,51 @@ from typing import Callable, Mapping, NoReturn
 
 from imagekit import engine, registry
 from imagekit.errors import ImagekitError, UsageError
+from imagekit.export import stage
 from imagekit.export import store as store_mod
 from imagekit.export.store import Entry, Store, notices
 
 PROG = "imagekit-pyxis-importer"
-USAGE = f"usage: {PROG} get IMAGE_URI | {PROG} release"
+USAGE = (f"usage: {PROG} get IMAGE_URI | {PROG} release | {PROG} stage [--mode sbcast|shared] IMAGE_URI | "
+         f"{PROG} stage-prepare SHA256 SIZE")
 SHARED_ENV = "IMAGEKIT_SHARED_STORE"
 _NUMBER = re.compile(r"[0-9]+")
+_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def log(message: str) -> None:
-    """Progress for Pyxis's log (stderr); stdout carries only the path."""
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    """Progress for Pyxis's log (stderr), naming this node (a job's nodes share one log); stdout
+    carries only the path."""
+    print(f"{PROG} on {stage.host()}: {message}", file=sys.stderr, flush=True)
+
+
+def normal_uri(uri: str) -> str:
+    """The URI as Pyxis hands it to the importer (a bare reference gets ``docker://``)."""
+    return uri if uri.startswith(("docker://", "dockerd://", "podman://")) else f"docker://{uri}"
+
+
+def pinned(uri: str, env: Mapping[str, str]) -> str | None:
+    """The image ID the job's stage step resolved ``uri`` to, when this is the staged image."""
+    if not env.get("IMAGEKIT_STAGE") or env.get("IMAGEKIT_STAGE_IMAGE") != normal_uri(uri):
+        return None
+    image_id = env.get("IMAGEKIT_STAGE_IMAGE_ID", "")
+    if not _IMAGE_ID.fullmatch(image_id):
+        raise UsageError(f"IMAGEKIT_STAGE_IMAGE_ID={image_id!r} is not an image ID (sha256:<64 hex>)",
+                         "it is set by the job's stage step (imagekit launch slurm --stage)")
+    return image_id
+
+
+def staged(uri: str, env: Mapping[str, str]) -> Path | None:
+    """``IMAGEKIT_STAGE=sbcast``: the verified node-local copy the stage step sent, for the staged image."""
+    if env.get("IMAGEKIT_STAGE") != "sbcast" or pinned(uri, env) is None:
+        return None
+    base, sha = env.get("IMAGEKIT_STAGE_DIR"), env.get("IMAGEKIT_STAGE_SHA256")
+    if not base or not sha:
+        raise UsageError("IMAGEKIT_STAGE=sbcast needs IMAGEKIT_STAGE_DIR and IMAGEKIT_STAGE_SHA256",
+                         "they are set by the job's stage step (imagekit launch slurm --stage sbcast)")
+    path = stage.local_copy(Path(base), sha, env.get("SLURM_JOB_ID", ""), log=log)
+    log(f"staged copy: {path} (verified)")
+    return path
 
 
 def hold_name(env: Mapping[str, str]) -> str:
@@ -155,18 +197,29 @@ def serve(uri: str, env: Mapping[str, str] | None = None) -> Path | None:
     (then :func:`imagekit.export.pyxis_fill.get` fills the store). See the module docstring."""
     env = os.environ if env is None else env
     name = hold_name(env)
+    local = staged(uri, env)
+    if local is not None:
+        return local
+    image_id = pinned(uri, env)
+    manifest_digest = None
+    if image_id is None:
+        image_id, manifest_digest = identify(uri, env)
+    log(f"{uri}: image {image_id[:19]}…" + (f" (manifest {manifest_digest[:19]}…)" if manifest_digest
+                                            else " (pinned by the job's stage step)"))
+    entry = lookup(image_id, env, name)
+    return entry.path if entry is not None else None
+
+
+def lookup(image_id: str, env: Mapping[str, str], name: str) -> Entry | None:
+    """The verified entry of ``image_id``, held as ``name``: the shared store's, else the user's own."""
     shared, own = stores(env)
-    image_id, manifest_digest = identify(uri, env)
-    log(f"{uri}: image {image_id[:19]}…" + (f" (manifest {manifest_digest[:19]}…)" if manifest_digest else ""))
     if shared is not None:
         entry = _serve(shared, image_id, name)
         if entry is not None:
-            return entry.path
+            return entry
     mine = own.get()
     if mine is not None and (shared is None or mine.root != shared.root):
-        entry = _serve(mine, image_id, name)
-        if entry is not None:
-            return entry.path
+        return _serve(mine, image_id, name)
     return None
 
 
@@ -188,24 +241,13 @@ def _hand_over(argv: list[str]) -> NoReturn:
     os.execv(sys.executable, [sys.executable, "-m", "imagekit.export.pyxis_fill", *argv])
 
 
-def run_command(get: Callable[[str], Path], argv: list[str] | None = None,
-                release: Callable[[], None] | None = None) -> int:
-    """Run the importer's protocol the way Pyxis needs it: `get URI` prints the path ``get`` returns,
-    `release` (where given) drops this job's holds; warnings and errors are single
-    ``imagekit-pyxis-importer:`` lines on stderr, never a traceback, with the error's exit status;
-    other arguments print the usage (status 2)."""
-    argv = sys.argv[1:] if argv is None else argv
+def guarded(call: Callable[[], int]) -> int:
+    """Run ``call`` the way Pyxis (and a job script) needs it: warnings and errors are single
+    ``imagekit-pyxis-importer on HOST:`` lines on stderr, never a traceback, with the error's exit
+    status."""
     notices.sink = lambda message: log(f"warning: {message}")
     try:
-        if argv[:1] == ["get"] and len(argv) == 2:
-            sys.stdout.write(f"{get(argv[1])}\n")
-            sys.stdout.flush()
-            return 0
-        if argv == ["release"] and release is not None:
-            release()
-            return 0
-        print(USAGE, file=sys.stderr)
-        return 2
+        return call()
     except ImagekitError as exc:
         log(f"error: {exc}")
         return exc.exit_code
@@ -217,6 +259,27 @@ def run_command(get: Callable[[str], Path], argv: list[str] | None = None,
         return 1
 
 
+def run_command(get: Callable[[str], Path], argv: list[str] | None = None,
+                release: Callable[[], None] | None = None) -> int:
+    """Run the importer's protocol the way Pyxis needs it (:func:`guarded`): `get URI` prints the path
+    ``get`` returns, `release` (where given) drops this job's holds; other arguments print the usage
+    (status 2)."""
+    argv = sys.argv[1:] if argv is None else argv
+
+    def call() -> int:
+        if argv[:1] == ["get"] and len(argv) == 2:
+            sys.stdout.write(f"{get(argv[1])}\n")
+            sys.stdout.flush()
+            return 0
+        if argv == ["release"] and release is not None:
+            release()
+            return 0
+        print(USAGE, file=sys.stderr)
+        return 2
+
+    return guarded(call)
+
+
 def _serve_or_hand_over(uri: str) -> Path:
     path = serve(uri)
     if path is None:
@@ -224,7 +287,27 @@ def _serve_or_hand_over(uri: str) -> Path:
     return path
 
 
+def stage_prepare(argv: list[str], env: Mapping[str, str] | None = None) -> int:
+    """``stage-prepare SHA256 SIZE`` on every node of the job: prints ``HOST have|need``."""
+    env = os.environ if env is None else env
+    if len(argv) != 2 or not argv[1].isdigit():
+        raise UsageError(f"usage: {PROG} stage-prepare SHA256 SIZE")
+    base = env.get("IMAGEKIT_STAGE_DIR")
+    if not base:
+        raise UsageError("IMAGEKIT_STAGE_DIR is not set", "the job's stage step sets it (node-local disk)")
+    state = stage.prepare(Path(base), argv[0], int(argv[1]), env.get("SLURM_JOB_ID", ""))
+    print(f"{stage.host()} {state}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["stage"]:
+        # Resolving, filling the store and sbcast: the fill program's code, exec'd as on a miss.
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "imagekit.export.pyxis_stage", *argv[1:]])
+    if argv[:1] == ["stage-prepare"]:
+        return guarded(lambda: stage_prepare(argv[1:]))
     return run_command(_serve_or_hand_over, argv, release=release)
 
 

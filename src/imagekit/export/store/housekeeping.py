@@ -57,6 +57,10 @@ class Housekeeping:
                     with contextlib.suppress(OSError):
                         locks.break_(lock, self.root / "trash")
                         removed.append(lock)
+            elif item.name.endswith(".wake") and self._wake_left_behind(lock):
+                with contextlib.suppress(OSError):
+                    lock.unlink()
+                    removed.append(lock)
             elif item.name.endswith(".part") and item.name.startswith("."):
                 token = item.name[1:].split(".lock.", 1)[-1].rsplit(".", 2)[0]
                 if self._owner_gone(token, lock):
@@ -64,6 +68,16 @@ class Housekeeping:
                         lock.unlink()
                         removed.append(lock)
         return removed
+
+    def _wake_left_behind(self, wake: Path) -> bool:
+        """A converter's doorbell (:mod:`.wake`) whose conversion lock is gone and that nobody touched
+        for ``tmp_stale`` s: its converter was killed (one that ends removes its own)."""
+        if os.path.lexists(wake.with_name(wake.name[:-len(".wake")] + ".lock")):
+            return False
+        try:
+            return self.clock.age(os.lstat(wake).st_mtime) > self.tmp_stale
+        except OSError:
+            return False
 
     def hold(self, entry: Entry | Path, name: str | None = None) -> Path:
         """Keep ``entry`` from eviction until :meth:`release`; returns the hold file.
