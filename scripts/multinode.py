@@ -79,7 +79,7 @@ SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
 SlurmdTimeout=120
-MessageTimeout=60
+MessageTimeout=30
 KillWait=5
 TreeWidth={tree_width}
 {nodes}
@@ -96,6 +96,12 @@ mount --bind "$2/pfs-client" "$3"
 mount --bind "$2/local" "$4"
 for pair in {binds}; do mount --bind "$2/local/${{pair%%=*}}" "${{pair#*=}}"; done
 mount --bind "$5" /etc/hosts
+# /dev/fuse as compute nodes have it (0666, Debian's udev rule): users' squashfuse mounts (Pyxis
+# use_squashfuse=1) need it, and this machine's own may be root's only. A node's own device node,
+# on its local disk; the machine's is not changed.
+rm -f "$2/local/.dev-fuse"
+mknod -m 0666 "$2/local/.dev-fuse" c 10 229
+mount --bind "$2/local/.dev-fuse" /dev/fuse
 mount --bind "$2/spool" "$7"
 exec slurmd -f "$6" -N "$1"
 """
@@ -145,8 +151,10 @@ class MultiCluster(Cluster):
     """N Slurm nodes on this machine (see the module docstring); ``up()`` and ``down()`` start and stop it."""
 
     def __init__(self, directory: Path = DEFAULT_DIR, nodes: int = 8, *, tree_width: int = 50,
-                 disks: Path = DISKS, subnet: str = SUBNET, pfs_size: str = "8G", local_size: str = "2G") -> None:
+                 disks: Path = DISKS, subnet: str = SUBNET, prefix: str = PREFIX, pfs_size: str = "8G",
+                 local_size: str = "2G") -> None:
         super().__init__(directory)
+        self.prefix = prefix     # node names, network namespaces and links: PREFIX1.., PREFIX-br, ...
         if not 1 <= nodes <= 50:
             raise ClusterError(f"--nodes {nodes}: between 1 and 50 nodes")
         self.n = nodes
@@ -162,14 +170,14 @@ class MultiCluster(Cluster):
 
     @property
     def nodes(self) -> list[str]:
-        return [f"{PREFIX}{i}" for i in range(1, self.n + 1)]
+        return [f"{self.prefix}{i}" for i in range(1, self.n + 1)]
 
     @property
     def head(self) -> str:
         return f"{self.subnet}.1"
 
     def addr(self, node: str) -> str:
-        return f"{self.subnet}.{10 + int(node[len(PREFIX):])}"
+        return f"{self.subnet}.{10 + int(node[len(self.prefix):])}"
 
     def node_dir(self, node: str) -> Path:
         return self.dir / "nodes" / node
@@ -241,14 +249,15 @@ class MultiCluster(Cluster):
         for path in (self.pfs, self.local, self.dir / "spool"):
             path.mkdir(exist_ok=True)
             os.chmod(path, 0o755)
-        lines = [f"NodeName={n} NodeAddr={self.addr(n)} CPUs={max(2, os.cpu_count() or 2)} State=UNKNOWN"
+        # 8 CPUs whatever the machine has (config_overrides): room for 8 tasks a node, as the tests ask.
+        lines = [f"NodeName={n} NodeAddr={self.addr(n)} CPUs=8 State=UNKNOWN"
                  for n in self.nodes]
         self.conf.write_text(SLURM_CONF.format(n=self.n, d=self.dir, head=self.head, port=CTLD_PORT,
                                                tree_width=self.tree_width, nodes="\n".join(lines),
                                                names=",".join(self.nodes)))
         os.chmod(self.conf, 0o644)
         self.pyxis(importer=importer, squashfuse=squashfuse)
-        hosts = ["127.0.0.1 localhost", f"{self.head} {PREFIX}-head"] + [f"{self.addr(n)} {n}" for n in self.nodes]
+        hosts = ["127.0.0.1 localhost", f"{self.head} {self.prefix}-head"] + [f"{self.addr(n)} {n}" for n in self.nodes]
         (self.dir / "hosts").write_text("\n".join(hosts) + "\n")
         os.chmod(self.dir / "hosts", 0o644)
 
@@ -270,7 +279,7 @@ class MultiCluster(Cluster):
     def _network(self) -> None:
         """A bridge with no ports, and one macvlan (bridge mode) per node: node-to-node traffic is
         switched by macvlan itself, so the host's firewall (Docker's FORWARD policy) never sees it."""
-        bridge, host = f"{PREFIX}-br", f"{PREFIX}-head"
+        bridge, host = f"{self.prefix}-br", f"{self.prefix}-head"
         _run(["ip", "link", "add", bridge, "type", "bridge"])
         self._record("links", bridge)
         _run(["ip", "link", "set", bridge, "up"])
@@ -278,7 +287,7 @@ class MultiCluster(Cluster):
         _run(["ip", "addr", "add", f"{self.head}/24", "dev", host])
         _run(["ip", "link", "set", host, "up"])
         for node in self.nodes:
-            ns, link = node, f"{PREFIX}-m{node[len(PREFIX):]}"
+            ns, link = node, f"{self.prefix}-m{node[len(self.prefix):]}"
             _run(["ip", "netns", "add", ns])
             self._record("netns", ns)
             _run(["ip", "link", "add", link, "link", bridge, "type", "macvlan", "mode", "bridge"])
@@ -291,7 +300,7 @@ class MultiCluster(Cluster):
         """A fresh ext4 file system in a sparse image, on a loop device (direct I/O: its read counters
         see every read that missed the file system's own page cache), mounted at ``mountpoint``."""
         self.disks.mkdir(parents=True, exist_ok=True)
-        image = self.disks / f"{name}.img"
+        image = self.disks / (f"{name}.img" if name.startswith(self.prefix) else f"{self.prefix}-{name}.img")
         image.unlink(missing_ok=True)
         _run(["truncate", "-s", size, str(image)])
         _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1", str(image)])
@@ -309,7 +318,7 @@ class MultiCluster(Cluster):
     def _node_disk(self, node: str) -> None:
         local = self.node_local(node)
         self._loop_fs(node, self.local_size, local)
-        for sub in ENROOT_DIRS:
+        for sub in [*ENROOT_DIRS, "scratch"]:      # scratch: for anyone, like /tmp (stage directories)
             (local / sub).mkdir(parents=True, exist_ok=True)
             os.chmod(local / sub, 0o1777)
         for sub in ("spool",):
@@ -320,7 +329,7 @@ class MultiCluster(Cluster):
         client.mkdir(parents=True, exist_ok=True)
         log = open(self.node_dir(node) / "countfs.log", "ab")
         proc = subprocess.Popen([str(COUNTFS), str(self.pfs), str(client), "-f", "-o",
-                                 f"allow_other,default_permissions,auto_cache,fsname={PREFIX}-pfs-{node}"],
+                                 f"allow_other,default_permissions,auto_cache,fsname={self.prefix}-pfs-{node}"],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
         (self.node_dir(node) / "countfs.pid").write_text(f"{proc.pid}\n")
@@ -403,6 +412,17 @@ class MultiCluster(Cluster):
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline and _run(["ip", "netns", "pids", ns], check=False).stdout.split():
                 time.sleep(0.1)
+
+    def restart_node(self, node: str, timeout: float = 120) -> None:
+        """``node`` as after a power cycle: its slurmd and whatever jobs left in it stopped (by pid), its
+        shared file system client made afresh, then a new slurmd in new mount and UTS namespaces."""
+        _stop_pid_file(self.node_dir(node) / "slurmd.pid")
+        self._kill_namespace(node)
+        _stop_pid_file(self.node_dir(node) / "countfs.pid", timeout=5)
+        _umount(self.node_pfs(node))
+        self._countfs(node)
+        self._slurmd(node)
+        _wait(f"{node} idle again", self._all_idle, timeout, self.node_dir(node) / "slurmd.log")
 
     def running(self) -> dict[str, int | None]:
         out = {"slurmctld": _pid(self.dir / "slurmctld.pid"), "munged": _pid(self.dir / "munge" / "munged.pid")}

@@ -139,15 +139,19 @@ class OwnStore:
         return self._store
 
 
-def stores(env: Mapping[str, str]) -> tuple[Store | None, OwnStore]:
+def stores(env: Mapping[str, str], *, strict: bool = False) -> tuple[Store | None, OwnStore]:
     """(the site's shared store or None, the user's own store). A shared store that is missing,
     or that someone outside its publishers could change, is skipped with a warning: the job
-    still runs, from the user's own store."""
+    still runs, from the user's own store. ``strict`` (a job pinned by its stage step): such a
+    store is an error, naming this node, never a reason to convert here."""
     shared = None
     if env.get(SHARED_ENV):
         try:
             shared = store_mod.Store.open(env[SHARED_ENV], create=False)
         except ImagekitError as exc:
+            if strict:
+                raise stage.StageError(f"{stage.host()}: the shared store {env[SHARED_ENV]} is not usable from "
+                                       f"this node: {exc.message}", exc.hint or "") from None
             log(f"warning: not using the shared store: {exc}")
     own = OwnStore(env)
     if shared is None:
@@ -206,13 +210,20 @@ def serve(uri: str, env: Mapping[str, str] | None = None) -> Path | None:
         image_id, manifest_digest = identify(uri, env)
     log(f"{uri}: image {image_id[:19]}…" + (f" (manifest {manifest_digest[:19]}…)" if manifest_digest
                                             else " (pinned by the job's stage step)"))
-    entry = lookup(image_id, env, name)
+    entry = lookup(image_id, env, name, strict=pinned(uri, env) is not None)
+    if entry is None and pinned(uri, env) is not None:
+        # The stage step filled the store; a node that does not see the entry must not convert it
+        # on its own (one conversion per node is what brings a big job's start down).
+        raise stage.StageError(f"{stage.host()}: no store entry of {image_id[:19]}…, which the job's stage "
+                               "step made: not converting it on this node",
+                               "check that this node sees the shared store (IMAGEKIT_SHARED_STORE) and the "
+                               "user's own store (IMAGEKIT_STORE) as the job's first node does")
     return entry.path if entry is not None else None
 
 
-def lookup(image_id: str, env: Mapping[str, str], name: str) -> Entry | None:
+def lookup(image_id: str, env: Mapping[str, str], name: str, *, strict: bool = False) -> Entry | None:
     """The verified entry of ``image_id``, held as ``name``: the shared store's, else the user's own."""
-    shared, own = stores(env)
+    shared, own = stores(env, strict=strict)
     if shared is not None:
         entry = _serve(shared, image_id, name)
         if entry is not None:

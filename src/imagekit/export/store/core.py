@@ -76,7 +76,7 @@ class Store(Creating, Housekeeping):
         except OSError as exc:
             if no_space(exc):
                 raise NoSpaceError(f"no space to create the export store {path}") from None
-            raise ImagekitError(f"cannot create the export store {path}: {exc.strerror}",
+            raise ImagekitError(f"cannot use the export store {path}: {exc.strerror}",
                                 "choose another with --store DIR or IMAGEKIT_STORE, or --no-store") from None
         return cls(path, trust, modes)
 
