@@ -9,7 +9,9 @@
  * metadata operations; reading the file /.imagekit-countfs at the mount's root (not listed) returns
  * the counts as one JSON object.
  *
- *   imagekit-countfs SOURCE MOUNTPOINT [-f] [-o allow_other,default_permissions,auto_cache]
+ *   imagekit-countfs SOURCE MOUNTPOINT PIDFILE [-f] [-o allow_other,default_permissions,auto_cache]
+ *
+ * Without -f it detaches once mounted, and writes its pid to PIDFILE (whoever stops it reads it).
  *
  * The daemon runs as root and acts for every user: the kernel checks permissions against the modes
  * it reports (default_permissions), and what it creates is given to the caller (or, in a set-group-ID
@@ -39,6 +41,7 @@
 #define STATS "/.imagekit-countfs"
 
 static int source_fd = -1;
+static const char *pid_file;
 static unsigned long long n_read_bytes, n_read_calls, n_write_bytes, n_meta, n_opens;
 
 static void add(unsigned long long *counter, unsigned long long n)
@@ -89,7 +92,15 @@ static int give_to_caller(const char *path, int is_dir)
 
 static void *cfs_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 {
+	FILE *fh;
+
 	(void)conn;
+	/* Called in the process that serves the mount (after libfuse detached it): its pid. */
+	fh = fopen(pid_file, "w");
+	if (fh != NULL) {
+		fprintf(fh, "%d\n", (int)getpid());
+		fclose(fh);
+	}
 	cfg->use_ino = 1;          /* the source's inode numbers: the same file has one number on every node */
 	cfg->nullpath_ok = 1;
 	cfg->hard_remove = 1;
@@ -413,10 +424,11 @@ int main(int argc, char *argv[])
 	char *args[argc];
 	int n = 0;
 
-	if (argc < 3 || argv[1][0] != '/') {
-		fprintf(stderr, "usage: %s /SOURCE MOUNTPOINT [fuse options]\n", argv[0]);
+	if (argc < 4 || argv[1][0] != '/' || argv[3][0] != '/') {
+		fprintf(stderr, "usage: %s /SOURCE MOUNTPOINT /PIDFILE [fuse options]\n", argv[0]);
 		return 2;
 	}
+	pid_file = argv[3];
 	source_fd = open(argv[1], O_RDONLY | O_DIRECTORY);
 	if (source_fd < 0) {
 		perror(argv[1]);
@@ -424,7 +436,8 @@ int main(int argc, char *argv[])
 	}
 	umask(0);   /* the modes the kernel hands over are already masked by the caller's umask */
 	args[n++] = argv[0];
-	for (int i = 2; i < argc; i++)
+	args[n++] = argv[2];
+	for (int i = 4; i < argc; i++)
 		args[n++] = argv[i];
 	return fuse_main(n, args, &ops, NULL);
 }

@@ -33,6 +33,7 @@ Standard library only: it runs with the distro's python3 and is imported by the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -151,9 +152,10 @@ class MultiCluster(Cluster):
     """N Slurm nodes on this machine (see the module docstring); ``up()`` and ``down()`` start and stop it."""
 
     def __init__(self, directory: Path = DEFAULT_DIR, nodes: int = 8, *, tree_width: int = 50,
-                 disks: Path = DISKS, subnet: str = SUBNET, prefix: str = PREFIX, pfs_size: str = "8G",
-                 local_size: str = "2G") -> None:
+                 disks: Path = DISKS, subnet: str = SUBNET, prefix: str = PREFIX, port: int = CTLD_PORT,
+                 pfs_size: str = "8G", local_size: str = "2G") -> None:
         super().__init__(directory)
+        self.port = port
         self.prefix = prefix     # node names, network namespaces and links: PREFIX1.., PREFIX-br, ...
         if not 1 <= nodes <= 50:
             raise ClusterError(f"--nodes {nodes}: between 1 and 50 nodes")
@@ -252,7 +254,7 @@ class MultiCluster(Cluster):
         # 8 CPUs whatever the machine has (config_overrides): room for 8 tasks a node, as the tests ask.
         lines = [f"NodeName={n} NodeAddr={self.addr(n)} CPUs=8 State=UNKNOWN"
                  for n in self.nodes]
-        self.conf.write_text(SLURM_CONF.format(n=self.n, d=self.dir, head=self.head, port=CTLD_PORT,
+        self.conf.write_text(SLURM_CONF.format(n=self.n, d=self.dir, head=self.head, port=self.port,
                                                tree_width=self.tree_width, nodes="\n".join(lines),
                                                names=",".join(self.nodes)))
         os.chmod(self.conf, 0o644)
@@ -325,19 +327,19 @@ class MultiCluster(Cluster):
             (self.node_dir(node) / sub).mkdir(exist_ok=True)
 
     def _countfs(self, node: str) -> None:
-        client = self.node_pfs(node)
+        """The node's client of the shared file system: detaches once mounted, its pid in countfs.pid."""
+        client, pid_file = self.node_pfs(node), self.node_dir(node) / "countfs.pid"
         client.mkdir(parents=True, exist_ok=True)
-        log = open(self.node_dir(node) / "countfs.log", "ab")
-        proc = subprocess.Popen([str(COUNTFS), str(self.pfs), str(client), "-f", "-o",
-                                 f"allow_other,default_permissions,auto_cache,fsname={self.prefix}-pfs-{node}"],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-        log.close()
-        (self.node_dir(node) / "countfs.pid").write_text(f"{proc.pid}\n")
+        pid_file.unlink(missing_ok=True)
         self._record("mounts", str(client))
-        _wait(f"{node}'s shared file system client", lambda: (client / STATS).exists() or proc.poll() is not None,
+        with open(self.node_dir(node) / "countfs.log", "ab") as log:
+            proc = subprocess.run([str(COUNTFS), str(self.pfs), str(client), str(pid_file), "-o",
+                                   f"allow_other,default_permissions,auto_cache,fsname={self.prefix}-pfs-{node}"],
+                                  stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        if proc.returncode != 0:
+            raise ClusterError(f"imagekit-countfs for {node} failed: see {self.node_dir(node) / 'countfs.log'}")
+        _wait(f"{node}'s shared file system client", lambda: _pid(pid_file) is not None and (client / STATS).exists(),
               10, self.node_dir(node) / "countfs.log")
-        if proc.poll() is not None:
-            raise ClusterError(f"imagekit-countfs for {node} exited: see {self.node_dir(node) / 'countfs.log'}")
 
     def _slurmd(self, node: str) -> None:
         binds = " ".join(f"{sub}={target}" for sub, target in ENROOT_DIRS.items())
@@ -379,8 +381,13 @@ class MultiCluster(Cluster):
             stopped.append("slurmctld")
         for ns in state.get("netns", []):
             self._kill_namespace(ns)
+        # All at once: each FUSE daemon takes a second or two to end its loop after SIGTERM.
+        pids = {node: _pid(self.node_dir(node) / "countfs.pid") for node in names}
+        for pid in (p for p in pids.values() if p is not None):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
         for node in names:
-            if _stop_pid_file(self.node_dir(node) / "countfs.pid", timeout=5):
+            if _stop_pid_file(self.node_dir(node) / "countfs.pid", timeout=5) or pids[node] is not None:
                 stopped.append(f"countfs@{node}")
         for mount in reversed(state.get("mounts", [])):
             _umount(Path(mount))
