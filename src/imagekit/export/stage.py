@@ -46,7 +46,6 @@ PART = ".part-"
 SUFFIX = ".sqsh"
 SEAL = ".seal"
 PART_STALE = 3600.0       # another job's part untouched this long was left by a killed transfer
-MARGIN = 64 << 20
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -124,10 +123,12 @@ def _locked(directory: Path):
 
 
 def _remove(path: Path) -> None:
+    """A copy and its seal, or a part (which has none)."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path.with_suffix(SEAL))
+    if path.name.endswith(SUFFIX):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path.with_suffix(SEAL))
 
 
 def _copies(directory: Path) -> list[Path]:
@@ -166,8 +167,13 @@ def _free(directory: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def margin(size: int) -> int:
+    """Room kept free beside a copy: the file system's own blocks, and whatever else the node writes."""
+    return (size >> 6) + (1 << 20)
+
+
 def _make_room(directory: Path, size: int, keep: str) -> None:
-    want = size + MARGIN
+    want = size + margin(size)
     old = sorted((p for p in _copies(directory) if not p.name.startswith(keep)),
                  key=lambda p: os.lstat(p).st_mtime)
     while _free(directory) < want and old:
@@ -175,7 +181,7 @@ def _make_room(directory: Path, size: int, keep: str) -> None:
     free = _free(directory)
     if free < want:
         raise NoSpaceError(f"{host()}: not enough space in {directory} for the staged image: "
-                           f"{size} bytes needed (+ {MARGIN >> 20} MiB), {free} free",
+                           f"{size} bytes needed (+ {margin(size)} to spare), {free} free",
                            "free node-local space, or point IMAGEKIT_STAGE_DIR at a larger local disk; "
                            "or use --stage shared, which copies nothing")
 
