@@ -59,9 +59,9 @@ from typing import Callable, Mapping, NoReturn
 
 from imagekit import engine, registry
 from imagekit.errors import ImagekitError, UsageError
-from imagekit.export import stage
+from imagekit.export import squash, stage
 from imagekit.export import store as store_mod
-from imagekit.export.store import Entry, Store, notices
+from imagekit.export.store import Entry, Store, locks, notices
 
 PROG = "imagekit-pyxis-importer"
 USAGE = (f"usage: {PROG} get IMAGE_URI | {PROG} release | {PROG} stage [--mode sbcast|shared] IMAGE_URI | "
@@ -199,11 +199,15 @@ def identify(uri: str, env: Mapping[str, str]) -> tuple[str, str | None]:
 def serve(uri: str, env: Mapping[str, str] | None = None) -> Path | None:
     """A verified store entry of ``uri``, held for this job step (its path), or None on a miss
     (then :func:`imagekit.export.pyxis_fill.get` fills the store). See the module docstring."""
-    env = os.environ if env is None else env
+    return find(uri, os.environ if env is None else env)[0]
+
+
+def find(uri: str, env: Mapping[str, str]) -> tuple[Path | None, str]:
+    """(:func:`serve`'s answer, the image ID it resolved; "" for a staged copy)."""
     name = hold_name(env)
     local = staged(uri, env)
     if local is not None:
-        return local
+        return local, ""
     image_id = pinned(uri, env)
     manifest_digest = None
     if image_id is None:
@@ -218,7 +222,36 @@ def serve(uri: str, env: Mapping[str, str] | None = None) -> Path | None:
                                "step made: not converting it on this node",
                                "check that this node sees the shared store (IMAGEKIT_SHARED_STORE) and the "
                                "user's own store (IMAGEKIT_STORE) as the job's first node does")
-    return entry.path if entry is not None else None
+    return (entry.path if entry is not None else None), image_id
+
+
+class _MustConvert(Exception):
+    """The converter being waited for is gone and this process got the lock: the fill program converts."""
+
+
+def _no_conversion_here(path: Path) -> None:
+    raise _MustConvert()
+
+
+def await_conversion(image_id: str, env: Mapping[str, str]) -> Path | None:
+    """A miss while another process converts this image into the store this user publishes to (another
+    node of the job, typically): wait for it here, woken by its doorbell, and serve its entry, without
+    loading the converters (nor resolving the image again) as the fill program would. None when nobody
+    converts it, or the converter died: then this process must fill the store."""
+    shared, own = stores(env)
+    target = shared if shared is not None and shared.trust.can_publish() else own.get()
+    if target is None:
+        return None
+    key = target.key(image_id, "enroot", squash.DEFAULT_STORE_PRESET)
+    if locks.owner(target.root / "locks" / f"{key.slug}.lock") is None:
+        return None
+    try:
+        entry, _ = target.get_or_create(key, _no_conversion_here, progress=log)
+    except _MustConvert:
+        return None
+    target.hold(entry, hold_name(env))
+    log(f"stored by another process: {entry.path}")
+    return entry.path
 
 
 def lookup(image_id: str, env: Mapping[str, str], name: str, *, strict: bool = False) -> Entry | None:
@@ -292,7 +325,9 @@ def run_command(get: Callable[[str], Path], argv: list[str] | None = None,
 
 
 def _serve_or_hand_over(uri: str) -> Path:
-    path = serve(uri)
+    path, image_id = find(uri, os.environ)
+    if path is None and image_id:
+        path = await_conversion(image_id, os.environ)
     if path is None:
         _hand_over(["get", uri])
     return path
