@@ -19,7 +19,7 @@ from imagekit.export import artifact_trust, artifacts, squash
 from imagekit.export import converter as converter_for
 from imagekit.export.image_source import RegistrySource
 from imagekit.export.output import ExportResult
-from imagekit.export.pyxis_importer import PROG, hold_name, log, run_command, stores
+from imagekit.export.pyxis_importer import PROG, conversion_preset, hold_name, log, run_command, stores
 from imagekit.export.store import ARTIFACT_OPTION, Entry, Store
 from imagekit.export.store.base import Made
 
@@ -31,22 +31,25 @@ def get(uri: str, env: Mapping[str, str] | None = None) -> Path:
     return fill(source_for(uri, env), env, hold_name(env)).path
 
 
-def fill(source: "Source", env: Mapping[str, str], name: str) -> Entry:
-    """The entry of ``source``, put in the store this user may publish to and held as ``name``."""
+def fill(source: "Source", env: Mapping[str, str], name: str, preset: str | None = None) -> Entry:
+    """The entry of ``source``, put in the store this user may publish to and held as ``name``;
+    converted with ``preset`` (default :func:`_default_preset`) if it must be."""
     shared, own = stores(env)
     mine = own.get()
     target = shared if shared is not None and shared.trust.can_publish() else mine
     if target is None:
         assert own.problem is not None
         raise own.problem
-    entry, made = _fill(target, source, env)
+    entry, made = _fill(target, source, env, preset or _default_preset(env))
     target.hold(entry, name)
     log(("stored" if made else "stored by another process") + f": {entry.path}")
     return entry
 
 
-def _default_preset() -> str:
-    return squash.DEFAULT_STORE_PRESET
+def _default_preset(env: Mapping[str, str]) -> str:
+    name = conversion_preset(env)
+    squash.preset(name)          # an unknown name: UsageError naming the presets
+    return name
 
 
 Converter = Callable[[Path, str], ExportResult]   # its sha256 spares the store a second read of the file
@@ -152,9 +155,8 @@ def _convert_from_registry(ref, tmp: Path, preset: str, env: Mapping[str, str]) 
                                    force=True)
 
 
-def _fill(store: Store, source: Source, env: Mapping[str, str]) -> tuple[Entry, bool]:
+def _fill(store: Store, source: Source, env: Mapping[str, str], preset: str) -> tuple[Entry, bool]:
     """Put the image in ``store`` once: a trusted pushed artifact if any, else a conversion."""
-    preset = _default_preset()
     if source.pull_artifact is not None:
         try:
             return source.pull_artifact(store)

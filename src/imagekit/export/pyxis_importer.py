@@ -67,6 +67,7 @@ PROG = "imagekit-pyxis-importer"
 USAGE = (f"usage: {PROG} get IMAGE_URI | {PROG} release | {PROG} stage [--mode sbcast|shared] IMAGE_URI | "
          f"{PROG} stage-prepare SHA256 SIZE")
 SHARED_ENV = "IMAGEKIT_SHARED_STORE"
+PRESET_ENV = "IMAGEKIT_IMPORTER_PRESET"
 _NUMBER = re.compile(r"[0-9]+")
 _IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -161,9 +162,13 @@ def stores(env: Mapping[str, str], *, strict: bool = False) -> tuple[Store | Non
     return shared, own
 
 
-def _serve(store: Store, image_id: str, name: str) -> Entry | None:
-    """A verified, held entry of ``image_id`` in ``store`` for a plain reference, or None."""
-    for entry in store.servable(image_id, "enroot"):
+def _serve(store: Store, image_id: str, name: str, *, sha256: str | None = None,
+           prefer: str | None = None) -> Entry | None:
+    """A verified, held entry of ``image_id`` in ``store`` for a plain reference, or None. ``sha256``:
+    only that entry (a job pinned by its stage step: every node starts the same bytes); ``prefer``: a
+    preset tried first."""
+    entries = [e for e in store.servable(image_id, "enroot") if sha256 is None or e.sha256 == sha256]
+    for entry in sorted(entries, key=lambda e: e.preset != prefer):
         if store.verified(entry) is None:
             continue
         try:
@@ -214,7 +219,8 @@ def find(uri: str, env: Mapping[str, str]) -> tuple[Path | None, str]:
         image_id, manifest_digest = identify(uri, env)
     log(f"{uri}: image {image_id[:19]}…" + (f" (manifest {manifest_digest[:19]}…)" if manifest_digest
                                             else " (pinned by the job's stage step)"))
-    entry = lookup(image_id, env, name, strict=pinned(uri, env) is not None)
+    sha = env.get("IMAGEKIT_STAGE_SHA256") if pinned(uri, env) is not None else None
+    entry = lookup(image_id, env, name, strict=sha is not None or pinned(uri, env) is not None, sha256=sha or None)
     if entry is None and pinned(uri, env) is not None:
         # The stage step filled the store; a node that does not see the entry must not convert it
         # on its own (one conversion per node is what brings a big job's start down).
@@ -223,6 +229,12 @@ def find(uri: str, env: Mapping[str, str]) -> tuple[Path | None, str]:
                                "check that this node sees the shared store (IMAGEKIT_SHARED_STORE) and the "
                                "user's own store (IMAGEKIT_STORE) as the job's first node does")
     return (entry.path if entry is not None else None), image_id
+
+
+def conversion_preset(env: Mapping[str, str]) -> str:
+    """The preset the importer converts with: the site's choice (its wrapper's IMAGEKIT_IMPORTER_PRESET,
+    e.g. shared-fs for 1 MiB blocks on a parallel file system), else the store's default."""
+    return env.get(PRESET_ENV) or squash.DEFAULT_STORE_PRESET
 
 
 class _MustConvert(Exception):
@@ -242,7 +254,7 @@ def await_conversion(image_id: str, env: Mapping[str, str]) -> Path | None:
     target = shared if shared is not None and shared.trust.can_publish() else own.get()
     if target is None:
         return None
-    key = target.key(image_id, "enroot", squash.DEFAULT_STORE_PRESET)
+    key = target.key(image_id, "enroot", conversion_preset(env))
     if locks.owner(target.root / "locks" / f"{key.slug}.lock") is None:
         return None
     try:
@@ -254,16 +266,17 @@ def await_conversion(image_id: str, env: Mapping[str, str]) -> Path | None:
     return entry.path
 
 
-def lookup(image_id: str, env: Mapping[str, str], name: str, *, strict: bool = False) -> Entry | None:
+def lookup(image_id: str, env: Mapping[str, str], name: str, *, strict: bool = False, sha256: str | None = None,
+           prefer: str | None = None) -> Entry | None:
     """The verified entry of ``image_id``, held as ``name``: the shared store's, else the user's own."""
     shared, own = stores(env, strict=strict)
     if shared is not None:
-        entry = _serve(shared, image_id, name)
+        entry = _serve(shared, image_id, name, sha256=sha256, prefer=prefer)
         if entry is not None:
             return entry
     mine = own.get()
     if mine is not None and (shared is None or mine.root != shared.root):
-        return _serve(mine, image_id, name)
+        return _serve(mine, image_id, name, sha256=sha256, prefer=prefer)
     return None
 
 

@@ -26,9 +26,11 @@ from typing import Mapping
 
 from imagekit.errors import UsageError
 from imagekit.export import pyxis_fill, stage
-from imagekit.export.pyxis_importer import PROG, guarded, hold_name, identify, log, lookup, normal_uri, stores
+from imagekit.export.pyxis_importer import (PRESET_ENV, PROG, guarded, hold_name, identify, log, lookup,
+                                           normal_uri, stores)
 
 MODES = ("shared", "sbcast")
+LAZY_PRESET = "shared-fs"      # zstd-3, 1 MiB blocks (imagekit.export.squash.PRESETS)
 USAGE = f"usage: {PROG} stage [--mode sbcast|shared] IMAGE_URI"
 
 
@@ -52,9 +54,16 @@ def run(argv: list[str], env: Mapping[str, str] | None = None) -> int:
     image_id, manifest = identify(uri, env)
     log(f"{uri}: image {image_id[:19]}…" + (f" (manifest {manifest[:19]}…)" if manifest else "") +
         f"; pinned for this job ({mode})")
-    entry = lookup(image_id, env, name)
+    # Nodes that mount the shared file straight from the parallel file system read it in blocks:
+    # 1 MiB ones (a stripe each) when this step converts; an entry already there is used as it is.
+    prefer = LAZY_PRESET if mode == "shared" else None
+    entry = lookup(image_id, env, name, prefer=prefer)
     if entry is None:
-        entry = pyxis_fill.fill(pyxis_fill.source_for(uri, env), env, name)
+        entry = pyxis_fill.fill(pyxis_fill.source_for(uri, env), env, name,
+                                preset=env.get(PRESET_ENV) or prefer)
+    elif mode == "shared" and entry.preset != LAZY_PRESET:
+        log(f"note: {entry.preset} entry ({entry.path}); lazy starts read fewer, larger blocks from a "
+            f"{LAZY_PRESET} one (imagekit export --preset {LAZY_PRESET}, docs/many-nodes.md)")
     try:
         if mode == "sbcast":
             _broadcast(entry, env)

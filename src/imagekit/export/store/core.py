@@ -98,11 +98,12 @@ class Store(Creating, Housekeeping):
         parts = directory.parts
         return f"{parts[-3]}.{parts[-2]}.{parts[-1]}"
 
-    def verify(self, entry: Entry) -> None:
+    def verify(self, entry: Entry, *, full: bool = False) -> None:
         """UntrustedEntry or IntegrityError unless ``entry`` is what a publisher recorded:
-        written only by publishers (:mod:`.trust`) and holding the recorded bytes (:mod:`.verify`)."""
+        written only by publishers (:mod:`.trust`) and holding the recorded bytes (:mod:`.verify`;
+        ``full``: hashed whatever its seal and stamps say)."""
         self.trust.check_entry(entry.dir, [entry.path, entry.dir / META])
-        verify_file(entry.path, entry.sha256, entry.bytes, self.stamps, entry.seal)
+        verify_file(entry.path, entry.sha256, entry.bytes, self.stamps, entry.seal, full=full)
 
     def verified(self, entry: Entry | None) -> Entry | None:
         """``entry`` when it verifies; else None, with a warning saying why it is not served."""
