@@ -68,7 +68,9 @@ ASSUME = {
     "disk_gb_s": 5.0,             # node-local NVMe write
     "sha256_gb_s": 2.0,           # one core with SHA extensions (this machine has none: measured below)
     "cores_verify": 1,            # verification is one sequential sha256 per node
-    "tree_width": 50,             # Slurm's default TreeWidth
+    "sbcast_fanout": 8,           # sbcast's tree width: its --fanout, at most 8 (Slurm 22.05)
+    "sbcast_block_mb": 8.0,       # sbcast --size (SBCAST_SIZE): one acknowledged round through the tree each
+    "block_round_ms": 1.0,        # a block's round trip per tree level beyond its transfer (latency, RPC)
     "srun_1000_s": 2.0,           # srun's launch of a step on 1,000 nodes (no public number: assumed)
 }
 
@@ -121,10 +123,15 @@ class Bench:
         from imagekit.export.store import Store
         (entry,) = Store.open(self.store, create=False).entries()
         return {"seconds": round(time.perf_counter() - t0, 2), "path": str(entry.path), "bytes": entry.bytes,
+                "preset": entry.preset,
                 "sha256": entry.sha256, "image_id": entry.image_id, "stage_out": out.stdout.strip()}
 
     def stage_dir(self) -> str:
-        """A new, empty stage directory on every node (whichever a job gets)."""
+        """A new, empty stage directory on every node (whichever a job gets); the last one's copies
+        removed first (a node's 2 GiB disk holds a few)."""
+        for node in self.cluster.nodes:
+            for old in (self.cluster.node_local(node) / "scratch").glob("run-*"):
+                shutil.rmtree(old, ignore_errors=True)
         d = str(self.cluster.local / "scratch" / f"run-{uuid.uuid4().hex[:6]}")
         sh(["srun", "-N", str(self.cluster.n), "install", "-d", "-m", "1777", d], self.env)
         return d
@@ -158,8 +165,12 @@ class Bench:
         assert len(ranks) == nodes, text
         fetched = {n: v - reads0[n] for n, v in self._reads().items()}
         staged = [float(line.rsplit("staged in ", 1)[1].split()[0]) for line in text.splitlines() if "staged in " in line]
+        ready = [line for line in text.splitlines() if "stage directories ready" in line]
+        prepare_s = float(ready[0].split(" node(s) in ")[1].split()[0]) if ready else 0.0
+        sbcast_s = float(ready[0].split(" bytes in ")[1].split()[0]) if ready and " bytes in " in ready[0] else 0.0
         return {"mode": mode, "nodes": nodes, "first_rank_s": round(ranks[0] - start, 2),
                 "last_rank_s": round(ranks[-1] - start, 2), "stage_step_s": staged[0] if staged else 0.0,
+                "stage_prepare_s": prepare_s, "stage_sbcast_s": sbcast_s,
                 "job_wall_s": round(wall, 2), "pfs_bytes_total": sum(fetched.values()),
                 "pfs_bytes_per_node": sorted((v for v in fetched.values() if v), reverse=True),
                 "pfs_disk_bytes": self.cluster.pfs_device_reads() - dev0,
@@ -205,19 +216,25 @@ class Bench:
             out["prepare_s"][n] = med([timed(["srun", "-N", str(n), str(self.wrappers["new"]), "stage-prepare",
                                               entry["sha256"], str(entry["bytes"])],
                                              {**env, "IMAGEKIT_STAGE_DIR": d}) for _ in range(runs)])
+        # sbcast's blocks travel a tree of its own --fanout (at most 8; Slurm 22.05's file_bcast.c sets
+        # the message's tree width to it), one block at a time, each acknowledged by every node first.
         out["sbcast_s"] = []
         for width in (2, 8):
-            self.cluster.set_tree_width(width)
             for n in NODES:
                 self.cluster.drop_caches()
                 d = self.stage_dir()
                 sh(["sbatch", "--wait", "-N", str(n), f"--output={self.work / 'sbcast.out'}", "--wrap",
-                    f"t0=$(date +%s.%N); sbcast --force {entry['path']} {d}/x; echo sbcast $t0 $(date +%s.%N)"], env)
-                line = next(li for li in (self.work / "sbcast.out").read_text().splitlines() if li.startswith("sbcast "))
+                    f"t0=$(date +%s.%N); sbcast --fanout={width} --force {entry['path']} {d}/x && "
+                    "echo sbcast $t0 $(date +%s.%N)"], env)
+                said = (self.work / "sbcast.out").read_text()
+                line = next((li for li in said.splitlines() if li.startswith("sbcast ")), None)
+                got = [(self.cluster.node_local(node) / Path(d).relative_to(self.cluster.local) / "x")
+                       for node in self.cluster.nodes]
+                if line is None or sum(p.exists() and p.stat().st_size == entry["bytes"] for p in got) != n:
+                    raise SystemExit(f"sbcast to {n} node(s) at TreeWidth {width} failed: {said[-1500:]}")
                 t0, t1 = map(float, line.split()[1:])
-                out["sbcast_s"].append({"nodes": n, "tree_width": width, "hops": hops(n, width),
+                out["sbcast_s"].append({"nodes": n, "fanout_option": width, "hops": hops(n, width),
                                         "fanout": min(n, width), "seconds": round(t1 - t0, 3)})
-        self.cluster.set_tree_width(2)
         t0 = time.perf_counter()
         from imagekit import digests
         digests.sha256_file(entry["path"])
@@ -274,12 +291,15 @@ def fit(doc: dict, assume: dict) -> dict:
     n, S = assume["nodes"], assume["image_gb"] * assume["entry_ratio"]
     W, B = assume["working_set_gb"], assume["pfs_gb_s"]
     per_node_pfs = min(assume["node_pfs_gb_s"], B / n)
-    h, f = hops(n, assume["tree_width"]), min(n, assume["tree_width"])
+    h, f = hops(n, assume["sbcast_fanout"]), min(n, assume["sbcast_fanout"])
+    blocks = S * 1000 / assume["sbcast_block_mb"]
     stage_step = fixed["get_shared_s"] + p0 + p1 * (math.log2(n) + 1)        # resolve + prepare on every node
     start = assume["srun_1000_s"] + fixed["mount_and_start_s"]
     terms = {
-        "today": {"each node reads the entry twice (hash, unpack): 2*N*S / PFS": 2 * n * S / B,
+        "today": {"every node reads the whole entry (its hash, then the unpack from its page cache): N*S / PFS":
+                      n * S / B,
                   "hash of the entry on each node": S / assume["sha256_gb_s"],
+                  "enroot create: unpack the entry on each node": 2 * S / assume["disk_gb_s"],
                   "importer get": fixed["get_shared_s"], "srun + mount + start": start},
         "shared": {"stage step (resolve once, fill check, pinned)": fixed["get_shared_s"],
                    "importer get (seal: no read)": fixed["get_shared_s"],
@@ -287,8 +307,9 @@ def fit(doc: dict, assume: dict) -> dict:
                    "srun + mount + start": start},
         "sbcast": {"stage step (resolve, prepare on every node)": stage_step,
                    "read the entry once from the PFS": S / min(assume["node_pfs_gb_s"], B),
-                   f"sbcast, store and forward per block: S * hops({h}) * children({f}) / link":
-                       S * h * f / assume["link_gb_s"] + S * h / assume["disk_gb_s"],
+                   f"sbcast, one block at a time through {h} levels, each sender feeding {f} children: "
+                   "S*h*f/link + blocks*h*round":
+                       S * h * f / assume["link_gb_s"] + blocks * h * assume["block_round_ms"] / 1000,
                    "verify the local copy (sha256)": S / (assume["sha256_gb_s"] * assume["cores_verify"]),
                    "importer get (sealed copy)": fixed["get_staged_sealed_s"], "srun + mount + start": start},
         "sbcast, staged before the job (prolog)": {

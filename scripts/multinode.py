@@ -420,19 +420,6 @@ class MultiCluster(Cluster):
             while time.monotonic() < deadline and _run(["ip", "netns", "pids", ns], check=False).stdout.split():
                 time.sleep(0.1)
 
-    def set_tree_width(self, width: int) -> None:
-        """Slurm's TreeWidth (the fan-out of slurmd's message tree, which sbcast's blocks travel), for the
-        whole cluster at once: slurm.conf rewritten, every daemon told to read it again."""
-        text = "".join(f"TreeWidth={width}\n" if line.startswith("TreeWidth=") else line
-                       for line in self.conf.read_text().splitlines(keepends=True))
-        tmp = self.conf.with_suffix(".tmp")
-        tmp.write_text(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, self.conf)
-        _run(["scontrol", "reconfigure"], env=self.env)
-        self.tree_width = width
-        _wait("the nodes after reconfigure", self._all_idle, 60, self.dir / "slurmctld.log")
-
     def restart_node(self, node: str, timeout: float = 120) -> None:
         """``node`` as after a power cycle: its slurmd and whatever jobs left in it stopped (by pid), its
         shared file system client made afresh, then a new slurmd in new mount and UTS namespaces."""
