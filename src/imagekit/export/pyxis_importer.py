@@ -60,6 +60,7 @@ from typing import Callable, Mapping, NoReturn
 from imagekit import engine, registry
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.export import squash, stage
+from imagekit.export.stage_env import normal_uri, pinned, pinned_entry, staged
 from imagekit.export import store as store_mod
 from imagekit.export.store import Entry, Store, locks, notices
 
@@ -69,42 +70,12 @@ USAGE = (f"usage: {PROG} get IMAGE_URI | {PROG} release | {PROG} stage [--mode s
 SHARED_ENV = "IMAGEKIT_SHARED_STORE"
 PRESET_ENV = "IMAGEKIT_IMPORTER_PRESET"
 _NUMBER = re.compile(r"[0-9]+")
-_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def log(message: str) -> None:
     """Progress for Pyxis's log (stderr), naming this node (a job's nodes share one log); stdout
     carries only the path."""
     print(f"{PROG} on {stage.host()}: {message}", file=sys.stderr, flush=True)
-
-
-def normal_uri(uri: str) -> str:
-    """The URI as Pyxis hands it to the importer (a bare reference gets ``docker://``)."""
-    return uri if uri.startswith(("docker://", "dockerd://", "podman://")) else f"docker://{uri}"
-
-
-def pinned(uri: str, env: Mapping[str, str]) -> str | None:
-    """The image ID the job's stage step resolved ``uri`` to, when this is the staged image."""
-    if not env.get("IMAGEKIT_STAGE") or env.get("IMAGEKIT_STAGE_IMAGE") != normal_uri(uri):
-        return None
-    image_id = env.get("IMAGEKIT_STAGE_IMAGE_ID", "")
-    if not _IMAGE_ID.fullmatch(image_id):
-        raise UsageError(f"IMAGEKIT_STAGE_IMAGE_ID={image_id!r} is not an image ID (sha256:<64 hex>)",
-                         "it is set by the job's stage step (imagekit launch slurm --stage)")
-    return image_id
-
-
-def staged(uri: str, env: Mapping[str, str]) -> Path | None:
-    """``IMAGEKIT_STAGE=sbcast``: the verified node-local copy the stage step sent, for the staged image."""
-    if env.get("IMAGEKIT_STAGE") != "sbcast" or pinned(uri, env) is None:
-        return None
-    base, sha = env.get("IMAGEKIT_STAGE_DIR"), env.get("IMAGEKIT_STAGE_SHA256")
-    if not base or not sha:
-        raise UsageError("IMAGEKIT_STAGE=sbcast needs IMAGEKIT_STAGE_DIR and IMAGEKIT_STAGE_SHA256",
-                         "they are set by the job's stage step (imagekit launch slurm --stage sbcast)")
-    path = stage.local_copy(Path(base), sha, env.get("SLURM_JOB_ID", ""), log=log)
-    log(f"staged copy: {path} (verified)")
-    return path
 
 
 def hold_name(env: Mapping[str, str]) -> str:
@@ -210,7 +181,7 @@ def serve(uri: str, env: Mapping[str, str] | None = None) -> Path | None:
 def find(uri: str, env: Mapping[str, str]) -> tuple[Path | None, str]:
     """(:func:`serve`'s answer, the image ID it resolved; "" for a staged copy)."""
     name = hold_name(env)
-    local = staged(uri, env)
+    local = staged(uri, env, log)
     if local is not None:
         return local, ""
     image_id = pinned(uri, env)
@@ -219,8 +190,7 @@ def find(uri: str, env: Mapping[str, str]) -> tuple[Path | None, str]:
         image_id, manifest_digest = identify(uri, env)
     log(f"{uri}: image {image_id[:19]}…" + (f" (manifest {manifest_digest[:19]}…)" if manifest_digest
                                             else " (pinned by the job's stage step)"))
-    sha = env.get("IMAGEKIT_STAGE_SHA256") if pinned(uri, env) is not None else None
-    entry = lookup(image_id, env, name, strict=sha is not None or pinned(uri, env) is not None, sha256=sha or None)
+    entry = lookup(image_id, env, name, strict=pinned(uri, env) is not None, sha256=pinned_entry(uri, env))
     if entry is None and pinned(uri, env) is not None:
         # The stage step filled the store; a node that does not see the entry must not convert it
         # on its own (one conversion per node is what brings a big job's start down).

@@ -26,8 +26,8 @@ from typing import Mapping
 
 from imagekit.errors import UsageError
 from imagekit.export import pyxis_fill, stage
-from imagekit.export.pyxis_importer import (PRESET_ENV, PROG, guarded, hold_name, identify, log, lookup,
-                                           normal_uri, stores)
+from imagekit.export.pyxis_importer import PRESET_ENV, PROG, guarded, hold_name, identify, log, lookup, stores
+from imagekit.export.stage_env import normal_uri
 
 MODES = ("shared", "sbcast")
 LAZY_PRESET = "shared-fs"      # zstd-3, 1 MiB blocks (imagekit.export.squash.PRESETS)
