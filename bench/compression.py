@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
 from imagekit.export import enroot, squash  # noqa: E402
-from imagekit.export.squash import KIB, MIB, Preset  # noqa: E402
+from imagekit.export.squash import MIB, Preset  # noqa: E402
 
 import export as export_bench  # noqa: E402  (bench/export.py: the Enroot method and the big image)
 

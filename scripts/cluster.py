@@ -255,13 +255,26 @@ def main(argv: list[str] | None = None) -> int:
                                  epilog="example:\n  sudo python3 scripts/cluster.py up && "
                                         "export SLURM_CONF=/run/imagekit-cluster/slurm.conf\n"
                                         "  srun --container-image=./out/debian-mpi.sqsh --mpi=pmix -n 2 "
-                                        "python3 -m mpi4py.bench helloworld")
+                                        "python3 -m mpi4py.bench helloworld\n"
+                                        "  sudo python3 scripts/cluster.py up --nodes 8 && "
+                                        "export SLURM_CONF=/run/imagekit-multinode/slurm.conf\n"
+                                        "  srun -N 8 --container-image=./out/debian-mpi.sqsh --mpi=pmix hostname")
     ap.add_argument("action", choices=("up", "down", "status"))
     ap.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"configuration and state (default {DEFAULT_DIR})")
     ap.add_argument("--importer", help="Pyxis importer= (e.g. the path of imagekit-pyxis-importer)")
     ap.add_argument("--squashfuse", action="store_true", help="Pyxis use_squashfuse=1")
+    ap.add_argument("--nodes", type=int, default=1,
+                    help="more than 1: the multi-node cluster of scripts/multinode.py (its own --dir default, "
+                         "/run/imagekit-multinode; see that file)")
+    ap.add_argument("--tree-width", type=int, default=50, help="multi-node: Slurm's TreeWidth (sbcast's fan-out)")
     args = ap.parse_args(argv)
-    cluster = Cluster(args.dir)
+    if args.nodes > 1:
+        import multinode   # beside this file; it needs this module, so it is imported only here
+
+        cluster = multinode.MultiCluster(args.dir if args.dir != DEFAULT_DIR else multinode.DEFAULT_DIR,
+                                         args.nodes, tree_width=args.tree_width)
+    else:
+        cluster = Cluster(args.dir)
     try:
         if args.action == "up":
             cluster.up(importer=args.importer, squashfuse=args.squashfuse)

@@ -44,8 +44,9 @@ done
 #   uidmap fuse3 fuse2fs squashfuse cryptsetup-bin                           Apptainer
 #   gnupg                                                                    the tests' Apptainer sign key
 #   bats                                                                     Pyxis's own test suite, run by the tests
+#   iproute2 e2fsprogs                                                       the multi-node test cluster
 RUNTIME=(squashfs-tools fuse-overlayfs squashfuse pigz jq parallel curl gawk zstd libcap2-bin
-         slurm-wlm munge libpmix2 libpmix-dev uidmap fuse3 fuse2fs cryptsetup-bin gnupg bats)
+         slurm-wlm munge libpmix2 libpmix-dev uidmap fuse3 fuse2fs cryptsetup-bin gnupg bats iproute2 e2fsprogs)
 BUILD=(gcc make libtool automake autoconf libmd-dev libslurm-dev pkg-config libseccomp-dev libfuse3-dev
        libsubid-dev zlib1g-dev libsqlite3-dev)
 GO=/usr/lib/go-1.22/bin/go
@@ -137,6 +138,17 @@ bnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status)
 if [ $(( 0x$bnd )) -ne $(( (1 << (last + 1)) - 1 )) ] && grep -q '^root default capabilities = full' "$conf"; then
     log "this machine's capability bounding set is not full (CapBnd $bnd): Apptainer's root runs without capabilities"
     as_root sed -i 's/^root default capabilities = full/root default capabilities = no/' "$conf"
+fi
+
+# The multi-node test cluster's shared file system client (scripts/multinode.py): a counting FUSE
+# pass-through, rebuilt when its source changes.
+COUNTFS=$PREFIX/bin/imagekit-countfs
+if [ ! -x "$COUNTFS" ] || [ "$(cat "$STAMPS/countfs.c" 2>/dev/null)" != "$(sha256sum scripts/countfs.c | cut -d' ' -f1)" ]; then
+    log "building imagekit-countfs (the multi-node cluster's shared file system client)"
+    # shellcheck disable=SC2046 # pkg-config prints several words on purpose
+    quiet countfs gcc -O2 -Wall -o "$work/imagekit-countfs" scripts/countfs.c $(pkg-config --cflags --libs fuse3)
+    as_root install -m 0755 "$work/imagekit-countfs" "$COUNTFS"
+    sha256sum scripts/countfs.c | cut -d' ' -f1 | as_root tee "$STAMPS/countfs.c" >/dev/null
 fi
 
 # The unprivileged job user of the tests (jobs as root hide permission and namespace problems).

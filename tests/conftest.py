@@ -235,6 +235,24 @@ def cluster():
         c.release()
 
 
+@pytest.fixture(scope="session")
+def multinode():
+    """The real multi-node cluster of ``scripts/multinode.py``: 8 Slurm nodes in namespaces, each with
+    its own slurmd, node-local disk and counting client of one shared file system; Pyxis with
+    ``use_squashfuse=1``; Slurm's TreeWidth 2, so that step launches are forwarded from node to node
+    (sbcast's own tree is its --fanout: the tests set SBCAST_FANOUT=2). Held while
+    the session runs and stopped by its pid files by the last holder (``down``: nothing left)."""
+    sys.path.insert(0, str(SCRIPTS))
+    import multinode as multinode_mod
+
+    need(multinode_mod.missing())
+    c = multinode_mod.MultiCluster(nodes=8, tree_width=2).hold(squashfuse=True)
+    try:
+        yield c
+    finally:
+        c.release()
+
+
 class TestUser:
     """The unprivileged job user ``scripts/setup-cluster.sh`` adds: runs commands as that user."""
 

@@ -23,9 +23,9 @@ class RegistryNotRunning(RuntimeError):
     pass
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -55,12 +55,15 @@ def remove_engine_refs(addr: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def running_registry(root: Path, extra_config: str = "", host: str = "127.0.0.1") -> Iterator[str]:
+def running_registry(root: Path, extra_config: str = "", host: str = "127.0.0.1",
+                     listen: str | None = None) -> Iterator[str]:
     """Serve a registry whose storage is under ``root``; yields ``HOST:PORT`` (``127.0.0.1:PORT``).
 
     ``extra_config`` is appended to the YAML configuration (for example an ``auth:`` section).
     ``host``: another address to listen on (a non-loopback one, where no client speaks plain HTTP
-    unasked); registries on one ``root`` serve the same images.
+    unasked); registries on one ``root`` serve the same images. ``listen`` (default: ``host``):
+    ``0.0.0.0`` for the multi-node cluster, whose nodes reach it at the head's address while the
+    Docker engine pushes to it at 127.0.0.1, which it treats as local.
     Afterwards the Docker engine's tags under ``127.0.0.1:PORT`` (a push tags the image so, a pull
     by digest adds a digest reference) are removed: the registry is gone, and the next registry
     on that port would not have them.
@@ -69,11 +72,12 @@ def running_registry(root: Path, extra_config: str = "", host: str = "127.0.0.1"
     if binary is None:
         raise RegistryNotRunning("docker-registry is not installed (apt-get install docker-registry)")
     root.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    config = root / ("config.yml" if host == "127.0.0.1" else f"config-{host}-{port}.yml")
+    listen = listen or host
+    port = free_port(listen)
+    config = root / ("config.yml" if listen == "127.0.0.1" else f"config-{listen}-{port}.yml")
     config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
                       f"    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
-                      f"http:\n  addr: {host}:{port}\n{extra_config}")
+                      f"http:\n  addr: {listen}:{port}\n{extra_config}")
     proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     addr = f"{host}:{port}"

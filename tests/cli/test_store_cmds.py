@@ -56,3 +56,21 @@ def test_help_has_examples():
     for args in (["store", "--help"], ["store", "ls", "--help"], ["store", "gc", "--help"]):
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 0 and "Examples:" in res.output and "imagekit store" in res.output
+
+
+def test_store_verify_hashes_every_entry_and_finds_a_sealed_file_damaged_in_place(tmp_path):
+    """A hit trusts the publisher's seal; `store verify` reads everything: bytes changed under an
+    unchanged mtime (a disk's silent damage) are found, named, and the exit status says so."""
+    st = Store.open(tmp_path / "s")
+    good, _ = st.get_or_create(st.key(IMAGE, "enroot", "p1"), lambda p: p.write_bytes(b"a" * 8192))
+    bad, _ = st.get_or_create(st.key(IMAGE, "enroot", "p2"), lambda p: p.write_bytes(b"b" * 8192))
+    mtime = os.stat(bad.path).st_mtime_ns
+    os.chmod(bad.path, 0o644)
+    with open(bad.path, "r+b") as fh:
+        fh.write(b"X")
+    os.utime(bad.path, ns=(mtime, mtime))
+    assert st.lookup(st.key(IMAGE, "enroot", "p2")) is not None, "a hit trusts the seal (no read)"
+    res = CliRunner().invoke(main, ["store", "--store", str(tmp_path / "s"), "verify", "--json"])
+    assert res.exit_code == 1, res.output
+    found = {e["preset"]: e["problem"] for e in json.loads(res.stdout)}
+    assert found["p1"] == "" and "publisher recorded" in found["p2"], found

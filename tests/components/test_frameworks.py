@@ -6,7 +6,6 @@ import re
 
 import pytest
 
-from imagekit.components import registry
 from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 
 TORCH = CUDA + """\

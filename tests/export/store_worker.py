@@ -4,7 +4,8 @@
 
 Waits until GO_FILE exists (so that all workers start together), then calls
 ``get_or_create`` with a slow ``make`` that appends its pid to COUNTER_FILE and writes
-SIZE bytes; ``hang`` stops half-way and sleeps (to be killed). Prints the entry as JSON.
+SIZE bytes; ``hang`` stops half-way and sleeps (to be killed). Prints the entry as JSON, with
+how many lookups the process made and how many files it hashed in full.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import sys
 import time
 
-from imagekit.export.store import Store
+from imagekit.export.store import Store, verify
 
 
 def main() -> None:
@@ -23,6 +24,19 @@ def main() -> None:
     hang = sys.argv[6:] == ["hang"]
     store = Store.open(root)
     key = store.key(image_id, "enroot", "test")
+    counts = {"lookups": 0, "hashed": 0}
+    lookup, sha256_file = store.lookup, verify.sha256_file
+
+    def counted_lookup(k):
+        counts["lookups"] += 1
+        return lookup(k)
+
+    def counted_hash(path):
+        counts["hashed"] += 1
+        return sha256_file(path)
+
+    store.lookup = counted_lookup
+    verify.sha256_file = counted_hash
 
     def make(path):
         with open(counter, "a") as fh:
@@ -41,7 +55,7 @@ def main() -> None:
     entry, created = store.get_or_create(key, make)
     data = entry.path.read_bytes()
     print(json.dumps({"path": str(entry.path), "created": created, "bytes": len(data),
-                      "sha256": hashlib.sha256(data).hexdigest(), "recorded": entry.sha256}))
+                      "sha256": hashlib.sha256(data).hexdigest(), "recorded": entry.sha256, **counts}))
 
 
 if __name__ == "__main__":

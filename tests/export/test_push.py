@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
-import socket
 import subprocess
-import time
 import urllib.request
 
 import pytest

@@ -11,6 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from imagekit.export import stage
 from pyxis_calls import is_squashfs as _is_squashfs
 from pyxis_calls import job_env as _env
 from pyxis_calls import pyxis_get, pyxis_release
@@ -157,6 +159,6 @@ def test_a_failure_is_one_line_with_the_whole_reason_and_its_fix(tmp_path):
     call = pyxis_get(f"docker://127.0.0.1:{port}#imagekit-test/nothing:1", _env(tmp_path / "store", tmp_path / "run", 0))
     assert call.rc == 4 and call.path == ""
     lines = [line for line in call.log.splitlines() if line.strip()]
-    assert lines == [f"imagekit-pyxis-importer: error: cannot reach 127.0.0.1:{port}: [Errno 111] Connection refused "
+    assert lines == [f"imagekit-pyxis-importer on {stage.host()}: error: cannot reach 127.0.0.1:{port}: [Errno 111] Connection refused "
                      f"(fix: is a registry listening at http://127.0.0.1:{port}? (plain HTTP: 127.0.0.1 is a loopback "
                      "address))"], call.log

@@ -22,9 +22,10 @@ from imagekit.cli import main
 from imagekit.export import attestation_push, attestations
 from imagekit.export.push import push_image
 from imagekit.registry import RegistryClient, parse
+from imagekit.export import stage
 
 pytestmark = pytest.mark.engine
-PREFIX = "imagekit-pyxis-importer: "
+PREFIX = f"imagekit-pyxis-importer on {stage.host()}: "   # one line per node: the host says which
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from imagekit.export import stage
 from enroot_conf import drop_in
 from local_registry import htpasswd_config, running_registry
 from pyxis_standins import build_all, push_all
@@ -105,7 +107,7 @@ def test_without_the_sites_configuration_both_refuse_and_the_error_is_one_whole_
     assert enroot_import(site, image).returncode != 0
     proc = srun(site, None, image)
     assert proc.returncode != 0, proc.stdout
-    errors = [line for line in proc.stderr.splitlines() if "imagekit-pyxis-importer: error:" in line]
+    errors = [line for line in proc.stderr.splitlines() if f"imagekit-pyxis-importer on {stage.host()}: error:" in line]
     assert len(errors) == 1, proc.stderr
     (line,) = errors
     assert f"TLS failed talking to {site['plain']}: [SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:" in line

@@ -170,9 +170,10 @@ def test_f2_a_symlink_entry_or_file_is_never_served(tmp_path):
     assert st.lookup(key) is None and find(st, IMAGE, "enroot") == []
 
 
-def test_verified_bytes_are_stamped_per_user_and_rehashed_when_the_file_changes(tmp_path, monkeypatch):
-    """The first hit of a file hashes it; later hits of the same inode, size and mtime read a stamp
-    in the user's own cache; any change of the file hashes again."""
+def test_a_sealed_entry_is_served_unread_and_a_changed_one_is_hashed_then_stamped(tmp_path, monkeypatch):
+    """The publisher sealed the file it hashed (its inode, size and mtime in entry.json): a reader's
+    first hit reads none of it. Once the file is touched the seal no longer matches: the next hit
+    hashes it in full and stamps it in the reader's own cache, and later hits read the stamp."""
     from imagekit.export.store import verify
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -184,12 +185,33 @@ def test_verified_bytes_are_stamped_per_user_and_rehashed_when_the_file_changes(
     monkeypatch.setattr(verify, "sha256_file", lambda p: hashed.append(p) or real(p))
     reader = Store.open(tmp_path / "s")
     reader.stamps = Stamps(tmp_path / "reader-cache")
+    assert reader.lookup(key) is not None and hashed == [], "a sealed file is not read"
+    os.utime(entry.path, ns=(time.time_ns(), time.time_ns() + 10**9))
     assert reader.lookup(key) is not None and len(hashed) == 1
     assert reader.lookup(key) is not None and len(hashed) == 1, "a stamp hit hashes nothing"
-    os.utime(entry.path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    os.utime(entry.path, ns=(time.time_ns(), time.time_ns() + 2 * 10**9))
     assert reader.lookup(key) is not None and len(hashed) == 2
     os.chmod(reader.stamps.dir, 0o777)
     assert not Stamps(reader.stamps.dir).usable(), "a stamp directory others can write is not used"
+
+
+def test_a_file_put_in_place_of_a_sealed_one_is_hashed_and_refused(tmp_path):
+    """The seal names the inode: other bytes renamed over the entry's file, of the same size and with
+    the sealed mtime set back, are hashed, found wrong and not served."""
+    st = Store.open(tmp_path / "s")
+    key = st.key(IMAGE, "enroot", "fast")
+    entry, _ = st.get_or_create(key, lambda p: p.write_bytes(b"A" * 4096))
+    assert entry.seal == {"ino": os.stat(entry.path).st_ino, "size": 4096,
+                          "mtime_ns": os.stat(entry.path).st_mtime_ns}
+    other = entry.dir / "other"
+    other.write_bytes(b"B" * 4096)
+    os.utime(other, ns=(entry.seal["mtime_ns"], entry.seal["mtime_ns"]))
+    os.chmod(entry.dir, 0o755)
+    os.rename(other, entry.path)
+    notices._said.clear()
+    with pytest.raises(IntegrityError, match="publisher recorded"):
+        st.verify(find(st, IMAGE, "enroot")[0])
+    assert st.lookup(key) is None
 
 
 # --- F5: content-changing variants are never served for a plain reference ---------------------------------

@@ -245,3 +245,50 @@ def test_an_image_not_on_this_host_gets_void_in_a_cpu_only_job():
     assert "--container-env=NVIDIA_VISIBLE_DEVICES" in srun_line(res.stdout)
     assert "was not read here" in res.stderr
     assert "NVIDIA_VISIBLE_DEVICES" not in _dry_run("./only-on-the-nodes.sqsh", "--gpus-per-node", "8").stdout
+
+
+# --- --stage: many nodes (docs/many-nodes.md) -----------------------------------------------------
+
+def test_stage_sbcast_runs_the_importers_stage_step_first_and_pins_the_job(shellcheck):
+    """The first command stages the image (resolve once, fill the store once, sbcast to the nodes'
+    local disks); its IMAGE_ID and SHA256 reach every container step's importer through the job's
+    environment; the srun line is the usual one."""
+    job = slurm.SlurmJob(image="reg.site#hpc/mpi:1", nodes=512, command=["./app"], stage="sbcast",
+                         stage_dir="/local/scratch", importer="/opt/site/importer wrapper")
+    script = slurm.render(job)
+    shellcheck(script)
+    lines = script.splitlines()
+    stage_at = lines.index('staged=$("$IMAGEKIT_IMPORTER" stage --mode sbcast "$IMAGEKIT_STAGE_IMAGE")')
+    srun_at = next(i for i, line in enumerate(lines) if line.startswith("srun "))
+    assert stage_at < srun_at
+    for line in ("export IMAGEKIT_STAGE=sbcast", "export IMAGEKIT_STAGE_IMAGE='docker://reg.site#hpc/mpi:1'",
+                 "export IMAGEKIT_IMPORTER='/opt/site/importer wrapper'", "export IMAGEKIT_STAGE_DIR=/local/scratch",
+                 'read -r IMAGEKIT_STAGE_IMAGE_ID IMAGEKIT_STAGE_SHA256 <<<"$staged"',
+                 "export IMAGEKIT_STAGE_IMAGE_ID IMAGEKIT_STAGE_SHA256"):
+        assert line in lines[:srun_at], line
+    assert "--container-image=reg.site#hpc/mpi:1" in srun_line(script)
+    shared = slurm.render(slurm.SlurmJob(image="docker://reg.site#hpc/mpi:1", nodes=2, command=["./app"],
+                                         stage="shared"))
+    assert "stage --mode shared" in shared and "IMAGEKIT_STAGE_DIR" not in shared
+    assert "IMAGEKIT_STAGE" not in slurm.render(slurm.SlurmJob(image="reg#x:1", nodes=2, command=["./app"]))
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"image": "./x.sqsh"}, "works with registry images"),
+    ({"runtime": "apptainer", "image": "x.sif"}, "needs --runtime pyxis"),
+    ({"stage_dir": "local"}, "not an absolute path"),
+    ({"stage": "rsync"}, "unknown --stage"),
+])
+def test_stage_refuses_what_it_cannot_stage(kw, message):
+    args = {"image": "reg#x:1", "nodes": 2, "command": ["./app"], "stage": "sbcast", **kw}
+    with pytest.raises(UsageError, match=message):
+        slurm.SlurmJob(**args)
+
+
+def test_stage_on_the_command_line():
+    res = CliRunner().invoke(main, ["launch", "slurm", "--image", "reg#x:1", "-N", "4", "--stage", "sbcast",
+                                    "--stage-dir", "/local", "--no-preflight", "--", "./app"])
+    assert res.exit_code == 0, res.output
+    assert "stage --mode sbcast" in res.stdout and "IMAGEKIT_STAGE_DIR=/local" in res.stdout
+    res = CliRunner().invoke(main, ["launch", "slurm", "--help"])
+    assert "--stage [none|shared|sbcast]" in res.output and "--stage sbcast" in res.output

@@ -89,6 +89,15 @@ def launch() -> None:
 @click.option("--mount-home/--no-mount-home", default=None, help="Pyxis: (do not) bind the home directory.")
 @click.option("--nccl-debug", is_flag=True, help="export NCCL_DEBUG=INFO in the job.")
 @click.option("--srun-arg", "srun_args", multiple=True, help="Extra srun argument (repeatable).")
+@click.option("--stage", type=click.Choice(slurm_mod.STAGES), default="none", show_default=True,
+              help="Pyxis, registry image, many nodes (docs/many-nodes.md): resolve and fill the store once "
+                   "in the job's first step; sbcast: then copy the image to each node's local disk (one read "
+                   "of the shared file system per job); shared: nodes mount the shared store's file lazily "
+                   "(Pyxis use_squashfuse=1).")
+@click.option("--stage-dir", default="/tmp", show_default=True, metavar="DIR",
+              help="--stage sbcast: node-local directory for the copies (a local disk, not a tmpfs).")
+@click.option("--importer", default="imagekit-pyxis-importer", show_default=True, metavar="PATH",
+              help="--stage: the importer on the nodes (the path in Pyxis's plugstack.conf importer=).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the sbatch script here.")
 @click.option("--dry-run/--submit", default=True, help="Print the script (default) or submit it with sbatch.")
@@ -96,8 +105,8 @@ def launch() -> None:
 @_common
 @_command_arg
 def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition, time_, account, job_name,
-          runtime, workdir, container_name, mount_home, nccl_debug, srun_args, output, dry_run, env, mounts,
-          no_preflight, command, validate, **gates) -> None:
+          runtime, workdir, container_name, mount_home, nccl_debug, srun_args, stage, stage_dir, importer, output,
+          dry_run, env, mounts, no_preflight, command, validate, **gates) -> None:
     """Write (and optionally submit) an sbatch script: srun --mpi=pmix, one container per task.
 
     \b
@@ -109,6 +118,8 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
       imagekit launch slurm --runtime docker --image REF -N 1 --ntasks-per-node 2 --submit -- ./app
       imagekit launch slurm --image ./nccl.sqsh -N 2 --gpus-per-node 8 --submit --validate \
           --system dgx-h100 -- all_reduce_perf -b 8 -e 8G -f 2 -g 1
+      imagekit launch slurm --image registry.site#hpc/mpi:1 -N 512 --stage sbcast \
+          --stage-dir /local/scratch -- ./app
     """
     if validate and dry_run:
         raise UsageError("--validate judges the job's output, so it needs --submit", "add --submit")
@@ -125,7 +136,7 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
                              job_name=job_name, mounts=common.parse_mounts(mounts), env=job_env,
                              workdir=workdir, nccl_debug=nccl_debug, mount_home=mount_home,
                              container_name=container_name, srun_args=list(srun_args),
-                             image_env=session.image_env)
+                             image_env=session.image_env, stage=stage, stage_dir=stage_dir, importer=importer)
     if not dry_run:
         common.require_tool("sbatch", "run on a Slurm login node, or write the script with --dry-run -o FILE")
     # The Slurm plugin check only applies where the script will be submitted from; the containers

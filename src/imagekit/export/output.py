@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from imagekit import atomic, digests
 from imagekit.errors import NoSpaceError, UsageError

@@ -17,37 +17,48 @@ from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, Usag
 from imagekit.export import artifact_trust, artifacts, pyxis_policy, squash
 from imagekit.export import converter as converter_for
 from imagekit.export.image_source import RegistrySource
-from imagekit.export.pyxis_importer import PROG, hold_name, log, resolve_for_node, run_command, site_environment, stores
+from imagekit.export.output import ExportResult
+from imagekit.export.pyxis_importer import (PROG, conversion_preset, hold_name, log, resolve_for_node, run_command,
+                                           site_environment, stores)
 from imagekit.export.pyxis_policy import Decision
 from imagekit.export.store import ARTIFACT_OPTION, Entry, Store
+from imagekit.export.store.base import Made
 
 
 def get(uri: str, env: Mapping[str, str] | None = None) -> Path:
     """Put ``uri`` in the store this user may publish to (the shared store, else the user's own)
     and hold it; returns the entry's path. Called after the importer found no entry to serve."""
     env = site_environment(env)
-    name = hold_name(env)
-    shared, own = stores(env)
-    source = _source(uri, env)
+    source = source_for(uri, env)
     # Under a signature policy: the image is checked before anything is pulled or converted.
     decision = pyxis_policy.check_image(uri, source.image_id, source.manifest_digest, env, log=log)
+    return fill(source, env, hold_name(env), decision).path
+
+
+def fill(source: "Source", env: Mapping[str, str], name: str, decision: Decision, preset: str | None = None) -> Entry:
+    """The entry of ``source``, put in the store this user may publish to and held as ``name``;
+    converted with ``preset`` (default :func:`_default_preset`) if it must be; under a signature
+    policy (``decision``, :func:`imagekit.export.pyxis_policy.check_image`), only a file it allows."""
+    shared, own = stores(env)
     mine = own.get()
     target = shared if shared is not None and shared.trust.can_publish() else mine
     if target is None:
         assert own.problem is not None
         raise own.problem
-    entry, made = _fill(target, source, env, decision)
+    entry, made = _fill(target, source, env, decision, preset or _default_preset(env))
     pyxis_policy.check_file(decision, entry)
     target.hold(entry, name)
     log(("stored" if made else "stored by another process") + f": {entry.path}")
-    return entry.path
+    return entry
 
 
-def _default_preset() -> str:
-    return squash.DEFAULT_STORE_PRESET
+def _default_preset(env: Mapping[str, str]) -> str:
+    name = conversion_preset(env)
+    squash.preset(name)          # an unknown name: UsageError naming the presets
+    return name
 
 
-Converter = Callable[[Path, str], None]
+Converter = Callable[[Path, str], ExportResult]   # its sha256 spares the store a second read of the file
 
 
 class Source:
@@ -65,7 +76,7 @@ class Source:
         self.converter = converter
 
 
-def _source(uri: str, env: Mapping[str, str]) -> Source:
+def source_for(uri: str, env: Mapping[str, str]) -> Source:
     if uri.startswith("dockerd://"):
         return _engine_source(uri[len("dockerd://"):])
     if uri.startswith("podman://"):
@@ -81,8 +92,8 @@ def _engine_source(image: str) -> Source:
     platforms.check_runs_here(platforms.Platform.of(attrs), f"dockerd://{image}")
     image_id = attrs["Id"]
 
-    def convert(tmp: Path, preset: str) -> None:
-        converter_for("enroot")(image_id, tmp, preset=preset, force=True)
+    def convert(tmp: Path, preset: str) -> ExportResult:
+        return converter_for("enroot")(image_id, tmp, preset=preset, force=True)
 
     return Source(image_id, None, None, lambda: ((), convert))
 
@@ -129,13 +140,15 @@ def _pull_artifact(store: Store, client, resolved, env: Mapping[str, str], decis
             log(f"warning: skipping the enroot artifact {candidate.digest}: {exc.message}")
             continue
 
-        def download(tmp: Path, candidate=candidate) -> None:
+        def download(tmp: Path, candidate=candidate) -> Made:
             layer, _ = artifacts.checked_layer(client, ref.repository, resolved, candidate.entry, "enroot")
             log(f"pulling the pushed enroot artifact ({candidate.preset}) of {resolved.digest[:19]}…")
             with open(tmp, "xb") as fh:
                 client.download_blob(ref.repository, layer["digest"], fh, size=int(layer["size"]))
             artifact_trust.check_squashfs(tmp)
             decision.save_beside(tmp)
+            # download_blob hashed the bytes as it wrote them and checked them against this digest.
+            return Made(layer["digest"].split(":", 1)[1])
 
         try:
             return store.get_or_create(key, download, progress=log, extra={
@@ -146,21 +159,22 @@ def _pull_artifact(store: Store, client, resolved, env: Mapping[str, str], decis
     raise ArtifactMissing(f"no pushed enroot artifact of {resolved.digest} passed the checks")
 
 
-def _convert_with_engine(ref, image_id: str, tmp: Path, preset: str) -> None:
+def _convert_with_engine(ref, image_id: str, tmp: Path, preset: str) -> ExportResult:
     log(f"pulling {ref.docker} into the Docker engine")
     engine.pull(ref.docker)
-    converter_for("enroot")(image_id, tmp, preset=preset, force=True)
+    return converter_for("enroot")(image_id, tmp, preset=preset, force=True)
 
 
-def _convert_from_registry(ref, tmp: Path, preset: str, env: Mapping[str, str]) -> None:
+def _convert_from_registry(ref, tmp: Path, preset: str, env: Mapping[str, str]) -> ExportResult:
     """The digest-pinned image straight from the registry: no engine, nothing unpacked."""
     log(f"converting with no Docker engine, straight from the registry: {ref.docker}")
-    converter_for("enroot")(RegistrySource(f"docker://{ref.docker}", env=env), tmp, preset=preset, force=True)
+    return converter_for("enroot")(RegistrySource(f"docker://{ref.docker}", env=env), tmp, preset=preset,
+                                   force=True)
 
 
-def _fill(store: Store, source: Source, env: Mapping[str, str], decision: Decision) -> tuple[Entry, bool]:
+def _fill(store: Store, source: Source, env: Mapping[str, str], decision: Decision,
+          preset: str) -> tuple[Entry, bool]:
     """Put the image in ``store`` once: a trusted pushed artifact if any, else a conversion."""
-    preset = _default_preset()
     missing = None
     if source.pull_artifact is not None:
         try:
@@ -173,10 +187,11 @@ def _fill(store: Store, source: Source, env: Mapping[str, str], decision: Decisi
     options, converter = source.converter()
     key = store.key(source.image_id, "enroot", preset, options)
 
-    def convert(tmp: Path) -> None:
-        converter(tmp, preset)
+    def convert(tmp: Path) -> ExportResult:
+        made = converter(tmp, preset)
         decision.save_beside(tmp)
         log("converted and stored")
+        return made
 
     return store.get_or_create(key, convert, progress=log)
 

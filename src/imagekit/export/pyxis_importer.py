@@ -42,6 +42,15 @@ and step, so ``imagekit store gc`` cannot evict it from under a running containe
 A store hit is served by this module alone, which loads no converter: on a miss the process
 becomes :mod:`imagekit.export.pyxis_fill` (exec), which fills the store (steps 3 and 4) and prints
 the path, so the hit path never pays for the artifact and conversion code it does not run.
+
+Many nodes (docs/many-nodes.md): ``imagekit launch slurm --stage sbcast|shared`` runs
+``stage URI`` (:mod:`imagekit.export.pyxis_stage`) once on the job's first node, which resolves
+the image once, makes sure the store has it, and pins the job to it: the job's environment then
+carries ``IMAGEKIT_STAGE_IMAGE`` (the URI) and ``IMAGEKIT_STAGE_IMAGE_ID``, so no node asks the
+registry again, and with ``IMAGEKIT_STAGE=sbcast`` also ``IMAGEKIT_STAGE_SHA256`` and
+``IMAGEKIT_STAGE_DIR``: each node's ``get`` then serves its node-local copy
+(:func:`imagekit.export.stage.local_copy`) and reads nothing from the shared file system.
+``stage-prepare SHA256 SIZE`` is that step's per-node part (:func:`imagekit.export.stage.prepare`).
 """
 
 from __future__ import annotations
@@ -57,18 +66,23 @@ from imagekit import engine, platforms, registry
 from imagekit.attest import POLICY_ENV
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.registry import enroot_config
+from imagekit.export import squash, stage
+from imagekit.export.stage_env import pinned, pinned_entry, staged
 from imagekit.export import store as store_mod
-from imagekit.export.store import Entry, Store, notices
+from imagekit.export.store import Entry, Store, locks, notices
 
 PROG = "imagekit-pyxis-importer"
-USAGE = f"usage: {PROG} get IMAGE_URI | {PROG} release"
+USAGE = (f"usage: {PROG} get IMAGE_URI | {PROG} release | {PROG} stage [--mode sbcast|shared] IMAGE_URI | "
+         f"{PROG} stage-prepare SHA256 SIZE")
 SHARED_ENV = "IMAGEKIT_SHARED_STORE"
+PRESET_ENV = "IMAGEKIT_IMPORTER_PRESET"
 _NUMBER = re.compile(r"[0-9]+")
 
 
 def log(message: str) -> None:
-    """Progress for Pyxis's log (stderr); stdout carries only the path."""
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    """Progress for Pyxis's log (stderr), naming this node (a job's nodes share one log); stdout
+    carries only the path."""
+    print(f"{PROG} on {stage.host()}: {message}", file=sys.stderr, flush=True)
 
 
 def hold_name(env: Mapping[str, str]) -> str:
@@ -104,15 +118,19 @@ class OwnStore:
         return self._store
 
 
-def stores(env: Mapping[str, str]) -> tuple[Store | None, OwnStore]:
+def stores(env: Mapping[str, str], *, strict: bool = False) -> tuple[Store | None, OwnStore]:
     """(the site's shared store or None, the user's own store). A shared store that is missing,
     or that someone outside its publishers could change, is skipped with a warning: the job
-    still runs, from the user's own store."""
+    still runs, from the user's own store. ``strict`` (a job pinned by its stage step): such a
+    store is an error, naming this node, never a reason to convert here."""
     shared = None
     if env.get(SHARED_ENV):
         try:
             shared = store_mod.Store.open(env[SHARED_ENV], create=False)
         except ImagekitError as exc:
+            if strict:
+                raise stage.StageError(f"{stage.host()}: the shared store {env[SHARED_ENV]} is not usable from "
+                                       f"this node: {exc.message}", exc.hint or "") from None
             log(f"warning: not using the shared store: {exc}")
     own = OwnStore(env)
     if shared is None:
@@ -122,9 +140,13 @@ def stores(env: Mapping[str, str]) -> tuple[Store | None, OwnStore]:
     return shared, own
 
 
-def _serve(store: Store, image_id: str, name: str) -> Entry | None:
-    """A verified, held entry of ``image_id`` in ``store`` for a plain reference, or None."""
-    for entry in store.servable(image_id, "enroot"):
+def _serve(store: Store, image_id: str, name: str, *, sha256: str | None = None,
+           prefer: str | None = None) -> Entry | None:
+    """A verified, held entry of ``image_id`` in ``store`` for a plain reference, or None. ``sha256``:
+    only that entry (a job pinned by its stage step: every node starts the same bytes); ``prefer``: a
+    preset tried first."""
+    entries = [e for e in store.servable(image_id, "enroot") if sha256 is None or e.sha256 == sha256]
+    for entry in sorted(entries, key=lambda e: e.preset != prefer):
         if store.verified(entry) is None:
             continue
         try:
@@ -184,30 +206,97 @@ def serve(uri: str, env: Mapping[str, str] | None = None, accept: Accept | None 
     """A verified store entry of ``uri``, held for this job step (its path), or None on a miss
     (then :func:`imagekit.export.pyxis_fill.get` fills the store). See the module docstring.
     ``accept`` may refuse the entry (its hold is dropped, nothing is served)."""
-    env = site_environment(env)
+    return find(uri, site_environment(env), accept)[0]
+
+
+def find(uri: str, env: Mapping[str, str], accept: Accept | None = None) -> tuple[Path | None, str]:
+    """(:func:`serve`'s answer, the image ID it resolved; "" for a staged copy). ``env`` is the
+    job's with the site's Enroot settings (:func:`site_environment`)."""
     name = hold_name(env)
+    # Under a signature policy only store entries are served (the policy checks an entry and the
+    # statements beside it); a node-local staged copy is a job's own file, so it is passed over.
+    local = staged(uri, env, log) if accept is None else None
+    if local is not None:
+        return local, ""
+    image_id = pinned(uri, env)
+    manifest_digest = None
+    if image_id is None:
+        image_id, manifest_digest = identify(uri, env)
+    log(f"{uri}: image {image_id[:19]}…" + (f" (manifest {manifest_digest[:19]}…)" if manifest_digest
+                                            else " (pinned by the job's stage step)"))
+    check = None if accept is None else (lambda entry: accept(uri, image_id, manifest_digest, entry, env))
+    entry = lookup(image_id, env, name, strict=pinned(uri, env) is not None, sha256=pinned_entry(uri, env),
+                   accept=check)
+    if entry is None and pinned(uri, env) is not None:
+        # The stage step filled the store; a node that does not see the entry must not convert it
+        # on its own (one conversion per node is what brings a big job's start down).
+        raise stage.StageError(f"{stage.host()}: no store entry of {image_id[:19]}…, which the job's stage "
+                               "step made: not converting it on this node",
+                               "check that this node sees the shared store (IMAGEKIT_SHARED_STORE) and the "
+                               "user's own store (IMAGEKIT_STORE) as the job's first node does")
+    return (entry.path if entry is not None else None), image_id
+
+
+def conversion_preset(env: Mapping[str, str]) -> str:
+    """The preset the importer converts with: the site's choice (its wrapper's IMAGEKIT_IMPORTER_PRESET,
+    e.g. shared-fs for 1 MiB blocks on a parallel file system), else the store's default."""
+    return env.get(PRESET_ENV) or squash.DEFAULT_STORE_PRESET
+
+
+class _MustConvert(Exception):
+    """The converter being waited for is gone and this process got the lock: the fill program converts."""
+
+
+def _no_conversion_here(path: Path) -> None:
+    raise _MustConvert()
+
+
+def await_conversion(image_id: str, env: Mapping[str, str]) -> Path | None:
+    """A miss while another process converts this image into the store this user publishes to (another
+    node of the job, typically): wait for it here, woken by its doorbell, and serve its entry, without
+    loading the converters (nor resolving the image again) as the fill program would. None when nobody
+    converts it, or the converter died: then this process must fill the store."""
     shared, own = stores(env)
-    image_id, manifest_digest = identify(uri, env)
-    log(f"{uri}: image {image_id[:19]}…" + (f" (manifest {manifest_digest[:19]}…)" if manifest_digest else ""))
+    target = shared if shared is not None and shared.trust.can_publish() else own.get()
+    if target is None:
+        return None
+    key = target.key(image_id, "enroot", conversion_preset(env))
+    if locks.owner(target.root / "locks" / f"{key.slug}.lock") is None:
+        return None
+    try:
+        entry, _ = target.get_or_create(key, _no_conversion_here, progress=log)
+    except _MustConvert:
+        return None
+    target.hold(entry, hold_name(env))
+    log(f"stored by another process: {entry.path}")
+    return entry.path
+
+
+def lookup(image_id: str, env: Mapping[str, str], name: str, *, strict: bool = False, sha256: str | None = None,
+           prefer: str | None = None, accept: Callable[[Entry], object] | None = None) -> Entry | None:
+    """The verified entry of ``image_id``, held as ``name``: the shared store's, else the user's own.
+    ``accept(entry)`` may refuse it by raising (the hold is dropped)."""
+    shared, own = stores(env, strict=strict)
     if shared is not None:
-        entry = _serve(shared, image_id, name)
+        entry = _serve(shared, image_id, name, sha256=sha256, prefer=prefer)
         if entry is not None:
-            return _accepted(shared, entry, name, lambda: accept and accept(uri, image_id, manifest_digest, entry, env))
+            return _accepted(shared, entry, name, accept)
     mine = own.get()
     if mine is not None and (shared is None or mine.root != shared.root):
-        entry = _serve(mine, image_id, name)
+        entry = _serve(mine, image_id, name, sha256=sha256, prefer=prefer)
         if entry is not None:
-            return _accepted(mine, entry, name, lambda: accept and accept(uri, image_id, manifest_digest, entry, env))
+            return _accepted(mine, entry, name, accept)
     return None
 
 
-def _accepted(store: Store, entry: Entry, name: str, check: Callable[[], object]) -> Path:
-    try:
-        check()
-    except BaseException:
-        store.release(entry, name)   # refused: the hold goes with it
-        raise
-    return entry.path
+def _accepted(store: Store, entry: Entry, name: str, check: Callable[[Entry], object] | None) -> Entry:
+    if check is not None:
+        try:
+            check(entry)
+        except BaseException:
+            store.release(entry, name)   # refused: the hold goes with it
+            raise
+    return entry
 
 
 def release(env: Mapping[str, str] | None = None) -> None:
@@ -228,25 +317,13 @@ def hand_over(argv: list[str], module: str = "imagekit.export.pyxis_fill") -> No
     os.execv(sys.executable, [sys.executable, "-m", module, *argv])
 
 
-def run_command(get: Callable[[str], Path], argv: list[str] | None = None,
-                release: Callable[[], None] | None = None) -> int:
-    """Run the importer's protocol the way Pyxis needs it: `get URI` prints the path ``get`` returns,
-    `release` (where given) drops this job's holds; warnings and errors are single
-    ``imagekit-pyxis-importer:`` lines on stderr (an error's fix on the same line, whole), never a
-    traceback, with the error's exit status;
-    other arguments print the usage (status 2)."""
-    argv = sys.argv[1:] if argv is None else argv
+def guarded(call: Callable[[], int]) -> int:
+    """Run ``call`` the way Pyxis (and a job script) needs it: warnings and errors are single
+    ``imagekit-pyxis-importer on HOST:`` lines on stderr, never a traceback, with the error's exit
+    status."""
     notices.sink = lambda message: log(f"warning: {message}")
     try:
-        if argv[:1] == ["get"] and len(argv) == 2:
-            sys.stdout.write(f"{get(argv[1])}\n")
-            sys.stdout.flush()
-            return 0
-        if argv == ["release"] and release is not None:
-            release()
-            return 0
-        print(USAGE, file=sys.stderr)
-        return 2
+        return call()
     except ImagekitError as exc:
         log(error_line(exc.message, exc.hint))
         return exc.exit_code
@@ -265,20 +342,64 @@ def error_line(message: str, hint: str | None = None) -> str:
     return " ".join(text.split("\n"))
 
 
+def run_command(get: Callable[[str], Path], argv: list[str] | None = None,
+                release: Callable[[], None] | None = None) -> int:
+    """Run the importer's protocol the way Pyxis needs it (:func:`guarded`): `get URI` prints the path
+    ``get`` returns, `release` (where given) drops this job's holds; other arguments print the usage
+    (status 2)."""
+    argv = sys.argv[1:] if argv is None else argv
+
+    def call() -> int:
+        if argv[:1] == ["get"] and len(argv) == 2:
+            sys.stdout.write(f"{get(argv[1])}\n")
+            sys.stdout.flush()
+            return 0
+        if argv == ["release"] and release is not None:
+            release()
+            return 0
+        print(USAGE, file=sys.stderr)
+        return 2
+
+    return guarded(call)
+
+
 def _serve_or_hand_over(uri: str) -> Path:
-    path = serve(uri)
+    env = site_environment()
+    path, image_id = find(uri, env)
+    if path is None and image_id:
+        path = await_conversion(image_id, env)
     if path is None:
         hand_over(["get", uri])
     return path
 
 
+def stage_prepare(argv: list[str], env: Mapping[str, str] | None = None) -> int:
+    """``stage-prepare SHA256 SIZE`` on every node of the job: prints ``HOST have|need``."""
+    env = os.environ if env is None else env
+    if len(argv) != 2 or not argv[1].isdigit():
+        raise UsageError(f"usage: {PROG} stage-prepare SHA256 SIZE")
+    base = env.get("IMAGEKIT_STAGE_DIR")
+    if not base:
+        raise UsageError("IMAGEKIT_STAGE_DIR is not set", "the job's stage step sets it (node-local disk)")
+    state = stage.prepare(Path(base), argv[0], int(argv[1]), env.get("SLURM_JOB_ID", ""))
+    print(f"{stage.host()} {state}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["stage"]:
+        # Resolving, filling the store and sbcast: the fill program's code, exec'd as on a miss.
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "imagekit.export.pyxis_stage", *argv[1:]])
+    if argv[:1] == ["stage-prepare"]:
+        return guarded(lambda: stage_prepare(argv[1:]))
     if os.environ.get(POLICY_ENV):
         # A site signature policy is checked by imagekit-pyxis-importer-signed, which loads the
         # verification code this program spares the sites without one; never ignored (fail closed).
         log(f"{POLICY_ENV} is set: handing over to imagekit-pyxis-importer-signed (name it in the "
             "wrapper to save a start)")
-        hand_over(sys.argv[1:] if argv is None else argv, "imagekit.export.pyxis_signed")
+        hand_over(argv, "imagekit.export.pyxis_signed")
     return run_command(_serve_or_hand_over, argv, release=release)
 
 

@@ -19,7 +19,7 @@ import resource
 import shutil
 import stat
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from imagekit import engine, image_facts, platforms

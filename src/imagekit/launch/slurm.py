@@ -16,6 +16,13 @@ Runtimes:
 
 Defaults: one task per GPU (``--ntasks-per-node`` = GPUs per node); CPU-only
 jobs take ``--ntasks-per-node`` from the option (default 1).
+
+Many nodes (``--stage``, pyxis with a registry image; docs/many-nodes.md): the script's first
+command is the importer's ``stage`` on the job's first node, which resolves the image once, fills
+the store once, and pins every node's import to that image ID; with ``sbcast`` it also copies the
+store entry to each node's local disk (``--stage-dir``) through Slurm's tree, so the job reads the
+image from the shared file system once; with ``shared`` the nodes mount the shared entry itself
+(Pyxis ``use_squashfuse=1``) and read only the blocks they touch.
 """
 
 from __future__ import annotations
@@ -26,13 +33,14 @@ from pathlib import Path
 from typing import IO, Callable, ClassVar
 
 from imagekit import __version__, quoting
-from imagekit.errors import ImagekitError
+from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch import wrapper
-from imagekit.launch.common import (Mount, check_choice, check_count, check_image_env, check_job, check_token,
-                                    new_job_id, quote, require_tool, write_atomic)
+from imagekit.launch.common import (Mount, check_choice, check_count, check_image_env, check_job, check_line,
+                                    check_token, new_job_id, quote, require_tool, write_atomic)
 
 RUNTIMES = ("pyxis", "apptainer", "enroot", "docker")
+STAGES = ("none", "shared", "sbcast")
 
 
 @dataclass
@@ -59,9 +67,13 @@ class SlurmJob:
     # The image's own variables (its benchmark label): the containers' only, see common.check_image_env.
     image_env: dict[str, str] = field(default_factory=dict)
     image_env_label: str = BENCHMARK
+    stage: str = "none"                  # pyxis: none | shared | sbcast (module docstring)
+    stage_dir: str = "/tmp"              # sbcast: node-local directory for the copies
+    importer: str = "imagekit-pyxis-importer"   # the site's importer (its plugstack.conf importer=)
 
     def __post_init__(self) -> None:
         check_choice("runtime", self.runtime, RUNTIMES)
+        check_stage(self)
         check_count("--nodes", self.nodes)
         check_count("--gpus-per-node", self.gpus_per_node, 0)
         if self.ntasks_per_node is not None:
@@ -99,6 +111,24 @@ class SlurmJob:
         return self.gpus_per_node or 1
 
 
+def check_stage(job: "SlurmJob") -> None:
+    check_choice("--stage", job.stage, STAGES)
+    if job.stage == "none":
+        return
+    if job.runtime != "pyxis":
+        raise UsageError(f"--stage {job.stage} stages what Pyxis's importer serves: it needs --runtime pyxis",
+                         "drop --stage, or use --runtime pyxis")
+    if job.image.startswith(("/", ".")):
+        raise UsageError(f"--stage {job.stage} works with registry images (the importer's store entries), "
+                         f"not the file {job.image}",
+                         "Pyxis mounts a file straight from where it is: drop --stage, or give the registry "
+                         "reference")
+    if not job.stage_dir.startswith("/"):
+        raise UsageError(f"--stage-dir {job.stage_dir!r} is not an absolute path", "e.g. --stage-dir /local/scratch")
+    check_line("--stage-dir", job.stage_dir)
+    check_line("--importer", job.importer)
+
+
 def check_sbatch(options: dict[str, str]) -> None:
     for option, value in options.items():
         quoting.sbatch_value(value, f"--{option}", "launch")
@@ -133,6 +163,7 @@ def render(job: SlurmJob) -> str:
     lines += [f"export {k}={quoting.sh_arg(v)}" for k, v in env.items()]
     image_env = {k: v for k, v in job.image_env.items() if k not in env}   # --env wins
     srun = ["srun", "--mpi=pmix"] + list(job.srun_args)
+    lines += stage_lines(job)
     if job.runtime == "pyxis":
         if image_env:
             # Pyxis reads them from srun's environment: only names checked safe there (check_image_env).
@@ -159,6 +190,32 @@ def render(job: SlurmJob) -> str:
             ]
         lines.append(quote(srun) + ' bash -c "$rank_wrapper" imagekit-rank ' + quote(job.command))
     return "\n".join(lines) + "\n"
+
+
+STAGE_NOTE = """\
+# {mode}: {why}
+# The importer's stage step (docs/many-nodes.md) resolves the image once, fills the store once
+# and pins every node to that image ID; a failure names the node and stops the job here."""
+STAGE_WHY = {"sbcast": "copy the image to every node's local disk (Slurm's sbcast tree), reading it once "
+                       "from the shared file system",
+             "shared": "every node mounts the shared store's file (Pyxis use_squashfuse=1) and reads only "
+                       "the blocks it touches"}
+
+
+def stage_lines(job: SlurmJob) -> list[str]:
+    """The job's first step for ``--stage`` (none: no lines)."""
+    if job.stage == "none":
+        return []
+    uri = job.image if job.image.startswith(("docker://", "dockerd://")) else f"docker://{job.image}"
+    env = {"IMAGEKIT_STAGE": job.stage, "IMAGEKIT_STAGE_IMAGE": uri, "IMAGEKIT_IMPORTER": job.importer}
+    if job.stage == "sbcast":
+        env["IMAGEKIT_STAGE_DIR"] = job.stage_dir
+    return [STAGE_NOTE.format(mode=f"--stage {job.stage}", why=STAGE_WHY[job.stage])] + \
+        [f"export {k}={quoting.sh_arg(v)}" for k, v in env.items()] + [
+        f'staged=$("$IMAGEKIT_IMPORTER" stage --mode {job.stage} "$IMAGEKIT_STAGE_IMAGE")',
+        'read -r IMAGEKIT_STAGE_IMAGE_ID IMAGEKIT_STAGE_SHA256 <<<"$staged"',
+        "export IMAGEKIT_STAGE_IMAGE_ID IMAGEKIT_STAGE_SHA256",
+    ]
 
 
 def _pyxis_flags(job: SlurmJob, env_names: list[str]) -> list[str]:

@@ -35,7 +35,9 @@ class Store(Creating, Housekeeping):
         self.lock_stale = locks.LOCK_STALE
         self.tmp_stale = TMP_STALE
         self.poll = 0.2          # seconds between checks while another process converts,
-        self.poll_max = 2.0      # growing to this
+        self.poll_max = 2.0      # growing to this (where the converter rings no doorbell: .wake)
+        self.check = locks.HEARTBEAT / 2   # with a doorbell: how often a waiter checks the lock is alive
+        self.waits = 0           # how many conversions by others this Store waited for
         self.clock = locks.Clock(root / "tmp")
         self.holds = Holds(root / "holds", root / "used", self.clock)
         self.stamps = Stamps()
@@ -71,7 +73,7 @@ class Store(Creating, Housekeeping):
         except OSError as exc:
             if no_space(exc):
                 raise NoSpaceError(f"no space to create the export store {path}") from None
-            raise ImagekitError(f"cannot create the export store {path}: {exc.strerror}",
+            raise ImagekitError(f"cannot use the export store {path}: {exc.strerror}",
                                 "choose another with --store DIR or IMAGEKIT_STORE, or --no-store") from None
         return cls(path, trust, modes)
 
@@ -93,11 +95,12 @@ class Store(Creating, Housekeeping):
         parts = directory.parts
         return f"{parts[-3]}.{parts[-2]}.{parts[-1]}"
 
-    def verify(self, entry: Entry) -> None:
+    def verify(self, entry: Entry, *, full: bool = False) -> None:
         """UntrustedEntry or IntegrityError unless ``entry`` is what a publisher recorded:
-        written only by publishers (:mod:`.trust`) and holding the recorded bytes (:mod:`.verify`)."""
+        written only by publishers (:mod:`.trust`) and holding the recorded bytes (:mod:`.verify`;
+        ``full``: hashed whatever its seal and stamps say)."""
         self.trust.check_entry(entry.dir, [entry.path, entry.dir / META])
-        verify_file(entry.path, entry.sha256, entry.bytes, self.stamps)
+        verify_file(entry.path, entry.sha256, entry.bytes, self.stamps, entry.seal, full=full)
 
     def verified(self, entry: Entry | None) -> Entry | None:
         """``entry`` when it verifies; else None, with a warning saying why it is not served."""

@@ -8,18 +8,17 @@ import hashlib
 import json
 import os
 import stat
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 from imagekit import owners
 from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
-from imagekit.export.store import locks, nofollow
+from imagekit.export.store import locks, nofollow, wake
 from imagekit.export.store.base import Made, NotPublisher, fsync_dir, no_space
 from imagekit.export.store.entries import META, Entry, meta_for, read_entry
 from imagekit.export.store.keys import SUFFIX, StoreKey
 from imagekit.export.store.outputs import need_space
-from imagekit.export.store.verify import sha256_file
+from imagekit.export.store.verify import seal_of, sha256_file
 
 
 class Creating:
@@ -59,6 +58,7 @@ class Creating:
         lock = self.root / "locks" / f"{key.slug}.lock"
         told = None
         delay = self.poll
+        waiter: wake.Waiter | None = None
         while True:
             entry = self.lookup(key)
             if entry is not None:
@@ -68,7 +68,8 @@ class Creating:
                     entry = self.lookup(key)   # published between our lookup and our lock
                     if entry is not None:
                         return entry, False
-                    return self._create(key, make, lock, sha256, extra)
+                    with wake.ringing(lock, self.modes.file):
+                        return self._create(key, make, lock, sha256, extra)
                 finally:
                     locks.drop(lock)
             holder = locks.owner(lock)
@@ -77,9 +78,14 @@ class Creating:
                 continue
             if progress is not None and holder and holder != told:
                 told = holder
+                self.waits += 1
                 progress(f"waiting for {holder} to finish converting {key.image_id[:19]} ({key.format})")
-            time.sleep(delay)
-            delay = min(delay * 1.5, self.poll_max)   # many waiting nodes: fewer stats on NFS
+            if waiter is None or waiter.done.is_set():
+                waiter = wake.Waiter(lock)
+            # Woken the moment the converter lets go; between, a look at the lock's staleness every
+            # `check` s (its owner's heartbeat), not a lookup every 2 s per waiting node.
+            waiter.wait(self.check, delay)
+            delay = min(delay * 1.5, self.poll_max)   # no doorbell: many waiting nodes, fewer stats on NFS
 
     def _take_lock(self, lock: Path) -> bool:
         try:
@@ -138,7 +144,8 @@ class Creating:
                     st = os.fstat(fd)
                 finally:
                     os.close(fd)
-                meta = meta_for(key, digest, st.st_size, getattr(made, "tool", "") or "", extra or {})
+                meta = meta_for(key, digest, st.st_size, getattr(made, "tool", "") or "", extra or {},
+                                seal_of(st))
                 fd = os.open(tmp / META, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
                 try:
                     os.write(fd, json.dumps(meta, sort_keys=True).encode())

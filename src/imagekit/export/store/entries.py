@@ -40,6 +40,7 @@ class Entry:
     last_used: float
     tool: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    seal: dict[str, int] | None = None     # the file as its publisher hashed it (store.verify)
 
     @property
     def dir(self) -> Path:
@@ -56,10 +57,28 @@ class Entry:
         return d
 
 
-def meta_for(key: StoreKey, sha256: str, size: int, tool: str, extra: dict[str, Any]) -> dict[str, Any]:
-    return {"image_id": key.image_id, "format": key.format, "preset": key.preset,
+def meta_for(key: StoreKey, sha256: str, size: int, tool: str, extra: dict[str, Any],
+             seal: dict[str, int] | None = None) -> dict[str, Any]:
+    meta = {"image_id": key.image_id, "format": key.format, "preset": key.preset,
             "options": list(key.options), "version": key.version, "sha256": sha256,
             "bytes": size, "created": time.time(), "tool": tool, "extra": extra}
+    if seal is not None:
+        meta["sealed"] = seal
+    return meta
+
+
+SEAL_FIELDS = ("ino", "size", "mtime_ns")
+
+
+def _seal(value: Any) -> dict[str, int] | None:
+    """The publisher's seal, or None when there is none or it is not one this imagekit reads (the
+    file is then hashed in full, as before seals: never a reason to skip the entry)."""
+    if not isinstance(value, dict):
+        return None
+    seal = {k: value.get(k) for k in SEAL_FIELDS}
+    if all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in seal.values()):
+        return seal
+    return None
 
 
 class Malformed(ValueError):
@@ -102,6 +121,7 @@ def parse_meta(meta: Any, fmt: str) -> dict[str, Any]:
     if not isinstance(extra, dict):
         raise Malformed("'extra' is not an object")
     out["tool"], out["extra"] = tool, extra
+    out["seal"] = _seal(meta.get("sealed"))
     return out
 
 

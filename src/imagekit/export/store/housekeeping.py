@@ -65,6 +65,10 @@ class Housekeeping:
                     with contextlib.suppress(OSError):
                         locks.break_(lock, trash)
                         removed.append(shown)
+            elif name.endswith(".wake") and self._wake_left_behind(lock):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=lock_fd)
+                    removed.append(shown)
             elif name.endswith(".part") and name.startswith("."):
                 token = name[1:].split(".lock.", 1)[-1].rsplit(".", 2)[0]
                 if self._owner_gone(token, shown):
@@ -72,6 +76,16 @@ class Housekeeping:
                         os.unlink(name, dir_fd=lock_fd)
                         removed.append(shown)
         return removed
+
+    def _wake_left_behind(self, wake: Path) -> bool:
+        """A converter's doorbell (:mod:`.wake`) whose conversion lock is gone and that nobody touched
+        for ``tmp_stale`` s: its converter was killed (one that ends removes its own)."""
+        if os.path.lexists(wake.with_name(wake.name[:-len(".wake")] + ".lock")):
+            return False
+        try:
+            return self.clock.age(os.lstat(wake).st_mtime) > self.tmp_stale
+        except OSError:
+            return False
 
     def hold(self, entry: Entry | Path, name: str | None = None) -> Path:
         """Keep ``entry`` from eviction until :meth:`release`; returns the hold file.

@@ -11,6 +11,20 @@ those hashed unless a publisher (or root) rewrote them and then set the mtime ba
 purpose, which is outside what the store can promise (README: "What it cannot promise").
 Stamps live in the user's own cache (created 0700, and used only while it is the user's
 and writable by nobody else), never in a shared store, so no one else can forge them.
+
+The publisher's **seal** makes the first hit as cheap as a stamp, on every node and for every
+user. The process that creates an entry hashes the bytes it wrote (it has them, hashed once while
+or right after writing), and records in ``entry.json`` beside the sha256 the file's inode, size
+and mtime (ns) as it left them: ``"sealed": {"ino", "size", "mtime_ns"}``. A hit whose file still
+has them is served without reading it. Why that is as strong as a stamp: entry.json is trusted
+exactly as far as the sha256 in it (written only by a publisher, :mod:`.trust`), the publisher
+hashed these very bytes, and nobody outside the publishers can have changed them since without
+moving the mtime or, by replacing the file, the inode. So the one full read per file is the
+publisher's, not one per node and user (on a parallel file system, 1,000 nodes that start a job
+would otherwise read the whole file 1,000 times, even where the container reads only the pages it
+touches). Any other file (an older entry without a seal, one copied or restored, touched, or on a
+file system that does not keep the mtime's nanoseconds) is hashed in full as before, then stamped.
+``imagekit store verify`` hashes every entry in full, for a site that wants media damage found.
 """
 
 from __future__ import annotations
@@ -85,16 +99,26 @@ class Stamps:
             tmp.unlink()
 
 
-def verify_file(path: Path, sha256: str, size: int, stamps: Stamps | None) -> bool:
-    """Check ``path`` has ``sha256`` and ``size``; True when it had to be hashed (not a stamp hit).
+def seal_of(st: os.stat_result) -> dict[str, int]:
+    """What the publisher records of the file it hashed (see the module docstring)."""
+    return {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
-    IntegrityError names the file, what was recorded and what it holds.
+
+def sealed(st: os.stat_result, seal: dict[str, int] | None) -> bool:
+    """Is this the file, unchanged, that the publisher hashed and sealed?"""
+    return bool(seal) and seal_of(st) == seal
+
+
+def verify_file(path: Path, sha256: str, size: int, stamps: Stamps | None, seal: dict[str, int] | None = None,
+                *, full: bool = False) -> bool:
+    """Check ``path`` has ``sha256`` and ``size``; True when it had to be hashed (not a seal or stamp
+    hit; ``full`` hashes always). IntegrityError names the file, what was recorded and what it holds.
     """
     st = os.lstat(path)
     if st.st_size != size:
         raise IntegrityError(f"store entry {path} is {st.st_size} bytes, but its publisher recorded {size}",
                              "it was damaged or replaced: remove it (imagekit store gc) and export again")
-    if stamps is not None and stamps.known(st, sha256):
+    if not full and (sealed(st, seal) or (stamps is not None and stamps.known(st, sha256))):
         return False
     got = sha256_file(path)
     if got != sha256:

@@ -1,0 +1,110 @@
+"""Node-local staged copies (imagekit.export.stage) on one node: prepare, verify, seal, evict, refuse.
+
+The transfer itself (sbcast through slurmd's tree) and the faults across nodes run on the 8-node
+cluster in test_many_nodes.py; here the part a node does alone, on real small file systems.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from imagekit.errors import IntegrityError, NoSpaceError
+from imagekit.export import stage
+
+DATA = os.urandom(256 << 10)
+SHA = hashlib.sha256(DATA).hexdigest()
+
+
+def send(base: Path, data: bytes = DATA, sha: str = SHA, job: str = "7") -> Path:
+    """What sbcast leaves on a node: the part, as the job's user."""
+    part = stage.user_dir(base, create=True) / f"{sha}{stage.PART}{job}"
+    part.write_bytes(data)
+    return part
+
+
+def test_a_part_is_verified_once_renamed_and_sealed_then_served_unread(tmp_path, monkeypatch):
+    assert stage.prepare(tmp_path, SHA, len(DATA), "7") == "need"
+    part = send(tmp_path)
+    hashed = []
+    real = stage.digests.sha256_file
+    monkeypatch.setattr(stage.digests, "sha256_file", lambda p, **kw: hashed.append(p) or real(p, **kw))
+    copy = stage.local_copy(tmp_path, SHA, "7")
+    assert copy == part.with_name(f"{SHA}.sqsh") and copy.read_bytes() == DATA and not part.exists()
+    assert json.loads(copy.with_suffix(".seal").read_text())["ino"] == os.stat(copy).st_ino
+    assert len(hashed) == 1
+    assert stage.local_copy(tmp_path, SHA, "8") == copy and len(hashed) == 1, "a sealed copy is not read again"
+    assert stage.prepare(tmp_path, SHA, len(DATA), "9") == "have", "nothing to send"
+
+
+def test_a_copy_that_changed_is_hashed_and_if_its_bytes_differ_removed_and_never_served(tmp_path):
+    send(tmp_path)
+    copy = stage.local_copy(tmp_path, SHA, "7")
+    with open(copy, "r+b") as fh:            # the bytes change on the node's disk (its mtime moves)
+        fh.seek(1000)
+        fh.write(b"\0" * 10)
+    assert stage.prepare(tmp_path, SHA, len(DATA), "8") == "need", "a seal that no longer matches"
+    with pytest.raises(IntegrityError, match=rf"{stage.host()}: the staged copy .* has sha256:.*not served"):
+        stage.local_copy(tmp_path, SHA, "8")
+    assert not copy.exists() and not copy.with_suffix(".seal").exists()
+    with pytest.raises(stage.StageError, match="no staged copy"):
+        stage.local_copy(tmp_path, SHA, "8")
+
+
+def test_a_changed_copy_with_its_bytes_intact_is_served_after_one_hash(tmp_path):
+    send(tmp_path)
+    copy = stage.local_copy(tmp_path, SHA, "7")
+    os.utime(copy, (time.time() + 5, time.time() + 5))
+    assert stage.local_copy(tmp_path, SHA, "8") == copy
+    assert json.loads(copy.with_suffix(".seal").read_text())["mtime_ns"] == os.stat(copy).st_mtime_ns
+
+
+def test_a_part_cut_short_is_refused(tmp_path):
+    send(tmp_path, DATA[: len(DATA) // 2])
+    with pytest.raises(IntegrityError, match="removed, not served"):
+        stage.local_copy(tmp_path, SHA, "7")
+    assert list(stage.user_dir(tmp_path, create=False).glob("*.sqsh")) == []
+
+
+def test_a_full_local_disk_is_refused_naming_the_node_and_old_copies_go_first(small_fs):
+    base = small_fs("4m")
+    old = os.urandom(1 << 20)
+    old_sha = hashlib.sha256(old).hexdigest()
+    send(base, old, old_sha, "1")
+    stage.local_copy(base, old_sha, "1")
+    assert stage.prepare(base, SHA, 2 << 20, "2") == "need"      # room made: the older copy evicted
+    assert not (stage.user_dir(base, create=False) / f"{old_sha}.sqsh").exists()
+    with pytest.raises(NoSpaceError, match=rf"{stage.host()}: not enough space in .*: {8 << 20} bytes needed"):
+        stage.prepare(base, SHA, 8 << 20, "3")
+
+
+def test_parts_of_dead_transfers_are_swept_but_not_this_jobs(tmp_path):
+    mine, old = send(tmp_path, job="5"), send(tmp_path, job="4")
+    os.utime(old, (time.time() - 2 * stage.PART_STALE,) * 2)
+    stage.prepare(tmp_path, SHA, len(DATA), "5")
+    assert mine.exists() and not old.exists()
+
+
+@pytest.mark.parametrize("bad", ["link", "mode", "file"])
+def test_a_stage_directory_that_is_not_the_users_own_is_refused(tmp_path, bad):
+    target = tmp_path / f"imagekit-stage-{os.geteuid()}"
+    if bad == "link":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        target.symlink_to(tmp_path / "elsewhere")
+    elif bad == "mode":
+        target.mkdir(mode=0o700)
+        os.chmod(target, 0o777)
+    else:
+        target.write_text("x")
+    with pytest.raises(stage.StageError, match="is not a directory of uid .* closed to others"):
+        stage.prepare(tmp_path, SHA, 10, "1")
+
+
+def test_shas_are_checked(tmp_path):
+    with pytest.raises(Exception, match="is not a sha256"):
+        stage.local_copy(tmp_path, "../../etc/passwd", "1")
