@@ -1,9 +1,9 @@
 """The Stack model: load a stack file, apply ``extends`` and ``matrix``, validate, resolve.
 
 A stack file names a base (devel and runtime images, distro, arch) and the
-components to compose. ``extends`` deep-merges a parent file (child wins;
-``component: false`` drops an inherited component). ``matrix`` expands one file
-into variants: each axis maps a value key to an overlay, and a variant's name
+components to compose. ``extends`` merges a parent file into it by :mod:`imagekit.merge`'s
+rules (child wins; ``component: false`` drops an inherited component; ``checks``,
+``packages`` and ``pip`` lists append). ``matrix`` expands one file into variants: each axis maps a value key to an overlay, and a variant's name
 is the stack's name followed by its value keys (``nccl-tests-cu124-x86_64``).
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import checks as checks_mod
-from imagekit import rules, schema, searchpath, settings, sources, yamlpos
+from imagekit import merge, rules, schema, searchpath, settings, sources, yamlpos
 from imagekit.components import RETIRED, registry
 from imagekit.errors import StackError
 from imagekit.schema import Option
@@ -249,7 +249,7 @@ def load_all(path: str | Path) -> list[Stack]:
         for (axis, _), (value_key, overlay) in zip(axes, combo):
             keys[axis] = str(value_key)
             if overlay:
-                merged = deep_merge(merged, overlay)
+                merged = merge.merge(merged, overlay, parent_file=f"{path.name} without matrix.{axis}.{value_key}")
         vtop = schema.validate(merged, TOP, context="")
         variants.append(_resolve(merged, vtop, path, variant=keys))
     return variants
@@ -289,7 +289,7 @@ def _load_with_extends(path: Path, seen: tuple[Path, ...]) -> PosDict:
                          hint=f"`extends` names a stack; stack keys are {', '.join(TOP)}")
     parent_ref = data.get("extends")
     if parent_ref is None:
-        return data
+        return merge.strip_removes(data)
     file, line = data.pos("extends")
     if not isinstance(parent_ref, str):
         raise StackError("expected a path to a parent stack file", file=file, line=line, key="extends")
@@ -297,7 +297,7 @@ def _load_with_extends(path: Path, seen: tuple[Path, ...]) -> PosDict:
     if parent.resolve() in seen or parent.resolve() == path.resolve():
         raise StackError(f"`extends` cycle through {parent}", file=file, line=line, key="extends")
     parent_data = _load_with_extends(parent, seen + (path.resolve(),))
-    merged = deep_merge(parent_data, data)
+    merged = merge.merge(parent_data, data, parent_file=str(parent))
     merged.pop("extends", None)
     return merged
 
@@ -331,20 +331,6 @@ def _resolve_parent(path: Path, ref: str, file: str | None, line: int | None) ->
     raise StackError(f"parent stack {ref!r} not found", file=file, line=line, key="extends",
                      hint=f"give a path relative to {path.parent} (with or without .yaml), or a name in "
                           + ", ".join(str(d) for d in search_path()))
-
-
-def deep_merge(parent: Any, child: Any) -> Any:
-    """Child wins; mappings merge key by key; lists and scalars are replaced."""
-    if not (isinstance(parent, dict) and isinstance(child, dict)):
-        return child
-    out = PosDict(file=getattr(child, "file", None), line=getattr(child, "line", None))
-    for key, value in parent.items():
-        out[key] = value
-        out.where[key] = parent.pos(key) if hasattr(parent, "pos") else (None, None)
-    for key, value in child.items():
-        out[key] = deep_merge(parent[key], value) if key in parent else value
-        out.where[key] = child.pos(key) if hasattr(child, "pos") else (None, None)
-    return out
 
 
 def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> Stack:
@@ -421,14 +407,14 @@ def _substitute(tag: str, values: dict[str, str]) -> str:
 
 def _stack_checks(items: list, path: Path) -> list:
     out = []
-    lines = getattr(items, "lines", [])
+    lines, files = getattr(items, "lines", []), getattr(items, "files", [])
     for i, item in enumerate(items):
         key = f"checks[{i + 1}]"
         spec = schema.validate(item, CHECK_KEYS, context=key)
         kinds = [k for k in STACK_CHECK_KINDS if spec.get(k)]
         if len(kinds) != 1:
             raise StackError(f"a check needs exactly one of {', '.join(STACK_CHECK_KINDS)} (got "
-                             f"{', '.join(kinds) or 'none'})", file=str(path),
+                             f"{', '.join(kinds) or 'none'})", file=getattr(item, "file", None) or str(path),
                              line=lines[i] if i < len(lines) else None, key=key)
         kind = kinds[0]
         if spec["expect"] is not None:
