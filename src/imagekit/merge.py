@@ -140,3 +140,44 @@ def _line(items: list, i: int) -> int | None:
 def _file(items: list, i: int) -> str | None:
     files = getattr(items, "files", [])
     return files[i] if i < len(files) and files[i] else getattr(items, "file", None)
+
+
+def diff(parent: Any, child: Any, path: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """What ``child`` (a merged stack) changed from ``parent``: one entry per added (``+``), removed
+    (``-``) or changed (``~``) key or appended-list item, in the parent's key order."""
+    key = ".".join(path)
+    if isinstance(parent, dict) and isinstance(child, dict):
+        out: list[dict[str, Any]] = []
+        for k in [*parent, *(k for k in child if k not in parent)]:
+            sub = (*path, str(k))
+            if k not in child:
+                out.append({"op": "-", "key": ".".join(sub), "parent": _plain(parent[k])})
+            elif k not in parent:
+                out.append({"op": "+", "key": ".".join(sub), "child": _plain(child[k])})
+            else:
+                out += diff(parent[k], child[k], sub)
+        return out
+    if isinstance(parent, list) and isinstance(child, list) and appended(path):
+        before = {_ident(i, path): i for i in parent}
+        after = {_ident(i, path): i for i in child}
+        out = [{"op": "-", "key": key, "item": k} for k in before if k not in after]
+        out += [{"op": "~", "key": key, "item": k, "parent": _plain(before[k]), "child": _plain(after[k])}
+                for k in before if k in after and _plain(before[k]) != _plain(after[k])]
+        return out + [{"op": "+", "key": key, "item": k} for k in after if k not in before]
+    if _plain(parent) != _plain(child):
+        return [{"op": "~", "key": key, "parent": _plain(parent), "child": _plain(child)}]
+    return []
+
+
+def _ident(item: Any, path: tuple[str, ...]) -> str:
+    known = sorted(names(item, path))
+    return known[0] if known else repr(_plain(item))
+
+
+def _plain(value: Any) -> Any:
+    """Plain dicts and lists (PosDict/PosList carry positions that must not count as changes)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

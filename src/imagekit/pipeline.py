@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from imagekit import podman, sources
+from imagekit import package_check, podman, sources
 from imagekit import build as build_mod
 from imagekit import check as check_mod
 from imagekit import stack as stack_mod
@@ -37,6 +37,8 @@ class PipelineRequest:
     exports: tuple[ExportRequest, ...] = ()
     output_dir: Path = Path("out")
     store: "StoreChoice" = None
+    # Look up the stack's distro packages in its base's archive before building (package_check).
+    check_packages: bool = True
 
     def __post_init__(self) -> None:
         exports = tuple(e if isinstance(e, ExportRequest) else ExportRequest(e, force=True) for e in self.exports)
@@ -64,6 +66,10 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
                             "add --variant NAME, or use {placeholders} in the stack's tags")
     if engine_name == "podman":
         podman.preflight()   # the user's subordinate ids: one error before anything starts
+    checked = {}
+    if request.check_packages:   # every variant before any build: a typo must not cost the first build
+        for stack in stacks:
+            checked[stack.name] = _check_packages(stack, engine_name, log)
     results = []
     for stack in stacks:
         log(f"building {stack.name} ({build.target})")
@@ -72,6 +78,8 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
             f"steps cached)")
         entry = {"stack": stack.name, "build": result.as_dict()}
         entry["build"].pop("labels", None)
+        if stack.name in checked:
+            entry["packages"] = checked[stack.name]
         image = result.tags[0]
         if request.check:
             report = check_mod.run(image, check_mod.stack_checks(stack, build.target), engine_name=engine_name)
@@ -99,3 +107,14 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
                     progress=export_progress() if export_progress else None).as_dict())
         results.append(entry)
     return results
+
+
+def _check_packages(stack, engine_name: str, log: Callable[[str], None]) -> dict:
+    found = package_check.check(stack, engine_name=engine_name, log=log)
+    for note in found.notes:
+        log(f"packages: {note}")
+    if found.checked:
+        log(f"packages: {len(found.checked)} found in {'; '.join(dict.fromkeys(found.archives))}")
+    if found.reason:
+        log(f"packages: {found.reason}")
+    return {"checked": found.checked, "not_checked": found.reason or None}

@@ -57,6 +57,7 @@ TOP = {
     "components": Option(dict, {}, "component name -> options"),
     "tags": Option(list, [], "image tags; {name} and matrix axis names are substituted", item_type=str),
     "checks": Option(list, [], "extra checks run by `imagekit check`", item_type=dict),
+    "packages": Option(dict, None, "distro packages to add: {runtime: [...], devel: [...]} (docs/site-extensions.md)"),
     "matrix": Option(dict, None, "axis -> value key -> overlay"),
     "mirror": Option(str, None, "a site mirror of upstream release files: a directory (relative to this "
                                 "file) or an http(s)/file URL; --mirror and $IMAGEKIT_MIRROR override it",
@@ -94,7 +95,27 @@ CHECK_KEYS = {
 }
 # The check kinds a stack file writes as keys (ldd_closure is the builder's own, over the prefixes).
 STACK_CHECK_KINDS = tuple(k for k in checks_mod.KINDS if k in CHECK_KEYS)
-OVERLAY_KEYS = ("description", "base", "components", "tags", "checks")
+OVERLAY_KEYS = ("description", "base", "components", "tags", "checks", "packages")
+# `packages:` stages: runtime packages go into both stages (devel builds against them), devel ones
+# into the devel stage only.
+PACKAGE_STAGES = {
+    "runtime": Option(list, [], "packages both stages install (libraries, tools)"),
+    "devel": Option(list, [], "packages only the devel stage installs (headers, compilers)"),
+}
+# A Debian package name (Debian Policy 5.6.1): what apt-get may be given, and nothing a shell reads.
+DEB_NAME = r"[a-z0-9][a-z0-9+.-]+"
+DEB_NAME_HELP = "a Debian package name: lowercase letters, digits, '+', '-' and '.', e.g. libhdf5-dev"
+
+
+@dataclass(frozen=True)
+class Package:
+    """One distro package a stack file adds, under the base distro's name, and where it was written."""
+
+    name: str
+    stage: str            # runtime | devel
+    file: str | None
+    line: int | None
+    key: str
 
 
 @dataclass(frozen=True)
@@ -126,6 +147,7 @@ class Stack:
     stack_name: str = ""                            # the file's name: before matrix expansion
     variant: dict = field(default_factory=dict)     # axis -> value key
     mirror: str | None = None                       # resolved: a directory path or a URL
+    packages: list = field(default_factory=list)    # Package, in the order written
 
     def get(self, name: str):
         return self.components.get(name)
@@ -136,6 +158,11 @@ class Stack:
     def provider(self, role: str):
         """The component that fills ``role`` (e.g. "mpi"), whichever it is, or None."""
         return next((c for c in self.components.values() if role in c.provides), None)
+
+    def package_names(self, stage: str) -> list[str]:
+        """The ``packages:`` a stage installs: a devel stage also gets the runtime ones."""
+        stages = ("runtime", "devel") if stage == "devel" else (stage,)
+        return [p.name for p in self.packages if p.stage in stages]
 
     def roles(self) -> dict[str, str]:
         """Role -> the name of the component that fills it."""
@@ -153,6 +180,8 @@ class Stack:
             "base": {"image": self.base.image, "runtime": self.base.runtime, "distro": self.base.distro,
                      "arch": self.base.arch},
             "components": [c.describe() for c in self.components.values()],
+            "packages": {stage: self.package_names(stage) for stage in PACKAGE_STAGES},
+            "checks": [c.as_dict() for c in checks_mod.stack_checks(self, "runtime")],
             "tags": self.tags, "image": self.image,
         }
 
@@ -160,7 +189,7 @@ class Stack:
 # -- locating stacks ----------------------------------------------------
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "stacks"
-PATH_ENV = "IMAGEKIT_STACKS_PATH"
+PATH_ENV = settings.STACKS_PATH_ENV
 # Site stack directories given on the command line (--stacks-dir), searched first (the list is
 # settings.stack_dirs itself, which the CLI's group fills without loading this module).
 extra_dirs: list[Path] = settings.stack_dirs
@@ -169,9 +198,8 @@ extra_dirs: list[Path] = settings.stack_dirs
 def search_path() -> list[Path]:
     """Where stacks are found, in order: --stacks-dir, $IMAGEKIT_STACKS_PATH (os.pathsep-separated),
     then the shipped stacks ($IMAGEKIT_STACKS replaces the shipped directory itself)."""
-    env = [Path(p) for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p]
     replaced = os.environ.get("IMAGEKIT_STACKS")
-    return [*extra_dirs, *env, Path(replaced) if replaced else SHIPPED_DIR]
+    return [*settings.site_stack_dirs(), Path(replaced) if replaced else SHIPPED_DIR]
 
 
 def available() -> list[tuple[Path, Path]]:
@@ -274,6 +302,21 @@ def _matrix_axes(matrix: PosDict) -> list[tuple[str, PosDict]]:
                     raise schema.unknown_key(overlay, key, list(OVERLAY_KEYS), f"matrix.{axis}.{value_key}")
         axes.append((str(axis), values))
     return axes
+
+
+def diff_parent(ref: str | Path) -> dict[str, Any]:
+    """What a stack file changes from the stack it extends, both merged as a build reads them:
+    {"stack", "parent", "changes": [{"op": "+"|"-"|"~", "key", ...}]} (before matrix expansion)."""
+    path, _ = find(str(ref))
+    data = yamlpos.load(path, max_bytes=MAX_STACK_BYTES, max_nodes=MAX_STACK_NODES)
+    if not isinstance(data, dict) or data.get("extends") is None:
+        raise StackError("extends no stack, so it has no parent to compare with", file=str(path),
+                         hint="--diff-parent applies to a stack with `extends:`")
+    file, line = data.pos("extends")
+    parent = _resolve_parent(path, str(data["extends"]), file, line)
+    before = _load_with_extends(parent, (path.resolve(),))
+    after = _load_with_extends(path, ())
+    return {"stack": str(path), "parent": str(parent), "changes": merge.diff(before, after)}
 
 
 def _load_with_extends(path: Path, seen: tuple[Path, ...]) -> PosDict:
@@ -384,6 +427,7 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
     for component in stack.components.values():
         component.configure()
     stack.checks = _stack_checks(raw.get("checks") or PosList(), path)
+    stack.packages = _packages(raw, top["packages"], stack.base, path)
     rules.enforce(stack)
     return stack
 
@@ -437,3 +481,47 @@ def _stack_checks(items: list, path: Path) -> list:
             file, line = item.pos(kind)
             raise StackError(exc.problem, file=file, line=line, key=f"{key}.{kind}", hint=exc.hint) from None
     return out
+
+
+def _packages(raw: PosDict, value: dict | None, base: Base, path: Path) -> list[Package]:
+    """The ``packages:`` key: per stage, a list of names, or of ``{DISTRO: NAME, default: NAME}``
+    mappings (a null name: none on that distro), each resolved for ``base.distro``."""
+    if not value:
+        return []
+    file, line = raw.pos("packages")
+    if base.family != "deb":
+        raise StackError(f"packages: installs with apt, and {base.distro} is not a Debian-family distro",
+                         file=file, line=line, key="packages", hint="drop it, or use a Debian/Ubuntu base")
+    stages = schema.validate(value, PACKAGE_STAGES, context="packages")
+    out: list[Package] = []
+    for stage, items in stages.items():
+        lines, files = getattr(items, "lines", []), getattr(items, "files", [])
+        for i, item in enumerate(items):
+            key = f"packages.{stage}[{i + 1}]"
+            where = (files[i] if i < len(files) and files[i] else getattr(items, "file", None) or file,
+                     lines[i] if i < len(lines) else line)
+            name = _package_name(item, base.distro, where, key)
+            if name is not None:
+                out.append(Package(name, stage, where[0], where[1], key))
+    return out
+
+
+def _package_name(item: Any, distro: str, where: tuple[str | None, int | None], key: str) -> str | None:
+    if isinstance(item, dict):
+        for k in item:
+            if k not in DISTROS and k != "default":
+                raise schema.unknown_key(item, k, [*DISTROS, "default"], key)
+        if distro not in item and "default" not in item:
+            raise StackError(f"names no package for {distro}", file=where[0], line=where[1], key=key,
+                             hint=f"add `{distro}: NAME` (or `{distro}: null` for none there), or `default: NAME`")
+        item = item[distro] if distro in item else item["default"]
+        if item is None:
+            return None
+    if not isinstance(item, str):
+        raise StackError(f"expected a package name or a mapping of distro to name, got {item!r}",
+                         file=where[0], line=where[1], key=key,
+                         hint="e.g. `- htop` or `- {debian12: libhdf5-103-1, debian13: libhdf5-310}`")
+    if not re.fullmatch(DEB_NAME, item):
+        raise StackError(f"invalid package name {item!r}", file=where[0], line=where[1], key=key,
+                         hint=DEB_NAME_HELP)
+    return item

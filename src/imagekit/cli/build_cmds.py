@@ -71,13 +71,15 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool, components
 @click.option("--store", "store_dir", metavar="DIR", envvar="IMAGEKIT_STORE",
               help="export store for --export (default: $IMAGEKIT_STORE, else ~/.cache/imagekit/store)")
 @click.option("--no-store", is_flag=True, help="with --export, convert straight to the outputs")
+@click.option("--no-package-check", is_flag=True,
+              help="do not look up the stack's distro packages in the base's archive before building")
 @MIRROR
 @ENGINE
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
 def build(stack: str, variant: str | None, target: str, single_stage: bool, tags: tuple, no_cache: bool,
           ca_bundle: str, log_dir: str, cache_from: tuple, inline_cache: bool, run_checks: bool | None,
-          exports: str, output_dir: str, store_dir: str | None, no_store: bool, mirror: str | None,
-          engine_name: str, as_json: bool) -> None:
+          exports: str, output_dir: str, store_dir: str | None, no_store: bool, no_package_check: bool,
+          mirror: str | None, engine_name: str, as_json: bool) -> None:
     """Render a stack and build its image with BuildKit (or rootless Podman).
 
     A stack with a matrix builds every variant (or --variant NAME), sharing
@@ -102,7 +104,8 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
                            single_stage=single_stage, cache_from=cache_from, inline_cache=inline_cache,
                            engine_name=engine_name),
         check=bool(formats) if run_checks is None else run_checks, exports=tuple(formats),
-        output_dir=output_dir, store=False if no_store else store_dir or None)
+        output_dir=output_dir, store=False if no_store else store_dir or None,
+        check_packages=not no_package_check)
     results = pipeline.build_all(request, progress=_progress, export_progress=progress_printer,
                                  log=lambda m: click.echo(m, err=True))
     if as_json:
