@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from imagekit import package_check, podman, sources
+from imagekit import atomic, package_check, podman, sources
 from imagekit import build as build_mod
 from imagekit import check as check_mod
 from imagekit import stack as stack_mod
@@ -66,6 +66,8 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
                             "add --variant NAME, or use {placeholders} in the stack's tags")
     if engine_name == "podman":
         podman.preflight()   # the user's subordinate ids: one error before anything starts
+    if request.exports:      # an output directory that cannot be written must not cost a build
+        atomic.writable_dir(request.output_dir, f"the exports (-o {request.output_dir})", create=True)
     checked = {}
     if request.check_packages:   # every variant before any build: a typo must not cost the first build
         for stack in stacks:

@@ -128,14 +128,20 @@ def build(stack: str, variant: str | None, target: str, single_stage: bool, tags
 @click.option("--assume", multiple=True, type=click.Choice(["gpu", "fabric"]),
               help="run the checks that need this hardware without adding device flags "
                    "(the engine's default runtime already provides it)")
+@click.option("--runtime", type=click.Choice(["enroot", "apptainer"]), default=None,
+              help="run the checks under Enroot or Apptainer, no engine (default for a .sqsh: Enroot, "
+                   "else Apptainer; for a .sif: Apptainer)")
 @ENGINE
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
 def check(ref: str, image: str | None, variant: str | None, junit: str | None, with_: tuple, assume: tuple,
-          engine_name: str, as_json: bool) -> None:
+          runtime: str | None, engine_name: str, as_json: bool) -> None:
     """Run the image's checks (pytest-testinfra) in a container of it.
 
     REF is an image (its checks travel in its labels) or a stack (then
-    --image names the image; default: the stack's own image).
+    --image names the image; default: the stack's own image). With no
+    engine: a .sqsh runs under Enroot, a .sif under Apptainer, and a
+    registry reference, oci:DIR or docker-archive:FILE is exported to an
+    Enroot file first (through the export store).
 
     \b
     Example:
@@ -143,6 +149,9 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
       imagekit check debian-mpi --image site/mpi:1 --junit checks.xml
       imagekit check site/nccl:1 --with gpu --with fabric
       imagekit check imagekit/debian-mpi:latest --engine podman    # the user's Podman image
+      imagekit check ./debian-mpi.sqsh                               # under Enroot, no engine
+      imagekit check ./debian-mpi.sif --runtime apptainer
+      imagekit check 'registry.example.org#hpc/mpi:1'                # exported, then Enroot
     """
     try:
         stack = stack_mod.load(ref, variant)
@@ -153,10 +162,10 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
     if stack is not None:
         target = image or stack.image
         specs = check_mod.stack_checks(stack, reader.read(target, engine_name).target or "runtime")
+        report = check_mod.run(target, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name)
     else:
-        target = ref
-        specs = check_mod.checks_from_image(ref, engine_name)
-    report = check_mod.run(target, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name)
+        report = check_mod.run_ref(ref, runtime=runtime, engine_name=engine_name, junit=junit, with_=with_,
+                                   assume=assume, log=lambda m: click.echo(m, err=True))
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:
