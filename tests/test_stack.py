@@ -124,8 +124,8 @@ def test_extends_deep_merges_and_child_wins(tmp_path):
     mpi = s.get("openmpi")
     assert (mpi.source, mpi.enabled("ucx"), mpi.enabled("slurm"), mpi.enabled("pmix")) == (
         "distro", False, False, True)
-    assert s.get("python").opts["packages"] == ["scipy"], "lists are replaced, not appended"
-    assert s.tags == ["child:child-arm64"], "lists are replaced, not appended (an aarch64 tag carries -arm64)"
+    assert s.get("python").opts["packages"] == ["mpi4py", "numpy", "scipy"], "package lists append"
+    assert s.tags == ["child:child-arm64"], "other lists (tags) are replaced (an aarch64 tag carries -arm64)"
     assert not s.has("sshd"), "`sshd: false` drops the inherited component"
     assert list(s.components) == ["pmix", "openmpi", "python"]
 

@@ -16,14 +16,15 @@ import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
-from imagekit import emulation, engine, engines, image_facts, podman, records
+from imagekit import check_runtimes, emulation, engine, engines, export, image_facts, podman, records
 from imagekit import checks as checks_mod
 from imagekit.atomic import target
 # Which checks an image gets is the model's answer (the label writer needs it too); the runner re-exports it.
 from imagekit.checks import LOGIN_ENV, NO_SECRETS, elf_prefixes, stack_checks  # noqa: F401
-from imagekit.errors import ImagekitError, UsageError
-from imagekit.image_facts import reader
+from imagekit.errors import ImagekitError, NotFoundError, UsageError
+from imagekit.image_facts import is_file_image, layered, reader
 
 MODULE = Path(__file__).parent / "data" / "testinfra_checks.py"
 # Hardware a check may need, and what offering it to the container means.
@@ -67,8 +68,16 @@ class Report:
 
 def checks_from_image(image: str, engine_name: str = "docker") -> list[dict]:
     """The checks the image's label carries, as JSON objects; each is refused here, naming the image,
-    if no kind reads it (the label is the image builder's text)."""
-    specs = reader.read(image, engine_name=engine_name).checks
+    if no kind reads it (the label is the image builder's text). ``image`` is any form
+    :func:`imagekit.image_facts.reader.read` reads: an engine image, a file, a registry reference."""
+    return _label_checks(image, reader.read(image, engine_name=engine_name))
+
+
+def _label_checks(image: str, facts) -> list[dict]:
+    specs = facts.checks
+    if facts.labels is None and is_file_image(image) and not layered.is_layered(image) and not os.path.exists(image):
+        raise NotFoundError(f"{image} does not exist", "give the path of a .sqsh or .sif file, a registry "
+                            "reference (docker://REGISTRY/REPO:TAG) or an engine image")
     if not specs:
         raise UsageError(f"image {image} carries no imagekit checks (label {image_facts.CHECKS})",
                          "give the stack: `imagekit check STACK --image IMAGE`")
@@ -115,17 +124,61 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
         return _run_in(container, image, specs, cli, junit=junit, with_=with_, assume=assume, image_id=image_id)
 
 
+def run_ref(ref: str, *, runtime: str | None = None, engine_name: str = "docker", junit: str | None = None,
+            with_: tuple[str, ...] = (), assume: tuple[str, ...] = (),
+            log: Callable[[str], None] = lambda _m: None) -> Report:
+    """The checks an image's label carries, run wherever the image is: a container of an engine
+    image, or with no engine a ``.sqsh``/``.sif`` under Enroot or Apptainer; a registry reference,
+    an OCI layout or a ``docker save`` tarball is exported to an Enroot file first (through the
+    export store: a second check of the same image converts nothing)."""
+    specs = checks_from_image(ref, engine_name)
+    if is_file_image(ref) and not layered.is_layered(ref):
+        return run_file(ref, specs, runtime=runtime, junit=junit, with_=with_, assume=assume)
+    source = ref
+    if not layered.is_layered(ref):
+        if runtime is None and (engine_name != "docker" or engine.available() or not layered.looks_like_registry(ref)):
+            return run(ref, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name)
+        if runtime is not None and engine.available() and engine.image_exists(ref):
+            source = ref                                    # the engine's image, exported
+        elif layered.looks_like_registry(ref):
+            source = layered.registry_fallback(ref)         # no engine: from its registry
+    with tempfile.TemporaryDirectory(prefix="imagekit-check-") as tmp:
+        out = Path(tmp) / "image.sqsh"
+        log(f"exporting {ref} to an Enroot squashfs to run its checks (kept in the export store)")
+        export.export_image(source, export.ExportRequest("enroot"), out)
+        report = run_file(out, specs, runtime=runtime, junit=junit, with_=with_, assume=assume)
+    report.image = ref
+    return report
+
+
+def run_file(path: str | Path, checks: list, *, runtime: str | None = None, junit: str | None = None,
+             with_: tuple[str, ...] = (), assume: tuple[str, ...] = ()) -> Report:
+    """Run ``checks`` in a container of the image file ``path`` (.sqsh or .sif) under Enroot or
+    Apptainer (:mod:`imagekit.check_runtimes`; ``runtime`` None picks by the file): no engine."""
+    specs = [(c if isinstance(c, checks_mod.Check) else checks_mod.from_dict(c)).as_dict() for c in checks]
+    for hw in (*with_, *assume):
+        if hw not in HARDWARE:
+            raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
+    path = Path(path)
+    chosen = check_runtimes.pick(path, runtime)
+    with check_runtimes.container(path, chosen, gpu="gpu" in with_) as prefix:
+        return _run_in(json.dumps(prefix), str(path), specs, "", junit=junit, with_=with_, assume=assume,
+                       image_id=None, backend="exec")
+
+
 def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: str | None,
-            with_: tuple[str, ...], assume: tuple[str, ...], image_id: str, backend: str = "docker") -> Report:
-    """Run the checks with testinfra in the running ``container``."""
+            with_: tuple[str, ...], assume: tuple[str, ...], image_id: str | None, backend: str = "docker") -> Report:
+    """Run the checks with testinfra in the running ``container`` (backend ``exec``: ``container``
+    is the JSON command prefix of :mod:`imagekit.check_runtimes`)."""
     workdir = Path(tempfile.mkdtemp(prefix="imagekit-check-"))
     try:
         checks_file = workdir / "checks.json"
         checks_file.write_text(json.dumps(specs))
         xml_path = workdir / "junit.xml"
-        env = {**os.environ, "IMAGEKIT_CHECKS": str(checks_file), "IMAGEKIT_CONTAINER": container,
-               "IMAGEKIT_BACKEND": backend,
-               "IMAGEKIT_WITH": ",".join((*with_, *assume)), "PATH": f"{Path(cli).parent}:{os.environ.get('PATH', '')}"}
+        env = {**os.environ, "IMAGEKIT_CHECKS": str(checks_file), "IMAGEKIT_BACKEND": backend,
+               "IMAGEKIT_WITH": ",".join((*with_, *assume)),
+               **({"IMAGEKIT_EXEC": container} if backend == "exec" else
+                  {"IMAGEKIT_CONTAINER": container, "PATH": f"{Path(cli).parent}:{os.environ.get('PATH', '')}"})}
         if os.environ.get("PYTHONPATH"):
             # The module imports imagekit's check kinds from the temporary directory: a relative
             # entry must still name the directory this imagekit came from.
@@ -142,8 +195,9 @@ def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: s
         report = Report(image=image, outcomes=_outcomes(xml_path, specs))
         counts = report.counts()
 
-        records.add(image_id, "check", image=image, passed=counts["passed"],
-                    failed=counts["failed"], not_run=counts["not-run"], with_=list(with_))
+        if image_id is not None:   # an engine image: `imagekit report` shows its last check
+            records.add(image_id, "check", image=image, passed=counts["passed"],
+                        failed=counts["failed"], not_run=counts["not-run"], with_=list(with_))
         if junit:
             with target(junit) as tmp:
                 shutil.copy(xml_path, tmp)

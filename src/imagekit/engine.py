@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from imagekit import owners
-from imagekit.errors import EngineError
+from imagekit.errors import EngineError, NotFoundError
 
 if TYPE_CHECKING:
     import docker
@@ -53,14 +53,19 @@ if TYPE_CHECKING:
 # The engines imagekit builds, checks and exports with: Docker (BuildKit, the default) and Podman
 # (rootless; imagekit.podman). Library calls take ``engine_name=``; the CLI's ``--engine`` sets it.
 ENGINES = ("docker", "podman")
-SETUP_HINT = "run `bash scripts/setup-engine.sh` (installs Debian's docker.io and starts dockerd)"
+SETUP_HINT = ("start the Docker engine (`systemctl start docker`; in an imagekit checkout `bash "
+              "scripts/setup-engine.sh` installs Debian's docker.io and starts it) or join its group; "
+              "`imagekit report|check|preflight` read a .sqsh, .sif, docker://REF, oci:DIR or "
+              "docker-archive:FILE without an engine")
 NOT_FOUND_HINT = "build it with `imagekit build STACK`, or `docker pull`/`docker load` it"
 # What an idle throwaway runs: a shell that waits until the container is removed.
 IDLE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done")
 
 
-class ImageMissing(EngineError):
+class ImageMissing(EngineError, NotFoundError):
     """The image is not in the local engine: the one message, naming the image, with the fix."""
+
+    exit_code = NotFoundError.exit_code
 
     def __init__(self, ref: str) -> None:
         super().__init__(f"image {ref!r} not found in the local engine", NOT_FOUND_HINT)
@@ -76,7 +81,7 @@ def client():
         c = docker.from_env(timeout=600)
         c.ping()
     except Exception as exc:  # docker raises several unrelated types here
-        raise EngineError(f"no Docker engine answers ({_short(exc)})", SETUP_HINT) from None
+        raise EngineError(f"no Docker engine answers at {_host()}: {_why(exc)}", SETUP_HINT) from None
 
     try:
         owners.sweep_engine(c)  # containers and networks of imagekit runs that were killed
@@ -343,6 +348,33 @@ def remove_labelled(label: str, value: str | None = None, *, timeout: float | No
         raise Unfinished(f"the engine did not finish removing what carries {flt['label']}{why}",
                          pending, unlisted) from None
     return removed
+
+
+def _host() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def _why(exc: BaseException) -> str:
+    """The cause under the docker library's wrapping, as words: not a Python exception's repr."""
+    seen: list[BaseException] = []
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or e in seen:
+            continue
+        seen.append(e)
+        if isinstance(e, FileNotFoundError):
+            return "there is no socket there (is the engine running?)"
+        if isinstance(e, PermissionError):
+            return "permission denied (run as a member of the docker group, or as root)"
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused (is the engine running?)"
+        todo += [a for a in getattr(e, "args", ()) if isinstance(a, BaseException)]
+        todo += [e.__cause__, e.__context__]
+        reason = getattr(e, "reason", None)
+        if isinstance(reason, BaseException):
+            todo.append(reason)
+    return _short(exc)
 
 
 def _short(exc: BaseException) -> str:

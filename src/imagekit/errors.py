@@ -1,6 +1,31 @@
-"""Errors that the CLI turns into one clear line and an exit code."""
+"""Errors that the CLI turns into one clear line and an exit code.
+
+Every command, and the Pyxis importer, exits by one table (docs/errors.md prints it from
+:data:`EXIT_CODES`): one code per kind of failure, wherever it happens. An error class carries its
+kind's code; the CLI prints ``imagekit: error: MESSAGE`` and ``  fix: HINT`` and exits with it.
+"""
 
 from __future__ import annotations
+
+# code -> the kind of failure; docs/errors.md and `imagekit --help` show this table.
+EXIT_CODES: dict[int, str] = {
+    0: "success",
+    1: "it ran and failed: a build step, a check, a preflight check, a validation gate (slow)",
+    2: "bad input: a stack file, an option, a reference, an output that cannot be written; nothing written",
+    3: "the container engine (Docker, Podman) is missing or refused",
+    4: "the registry is unreachable or refused a request",
+    5: "no export artifact was pushed for the image",
+    6: "integrity: bytes do not match their digest; nothing kept",
+    7: "credentials unreadable, missing or rejected",
+    8: "not enough space for the output or the store; nothing half-written kept",
+    9: "validation: the run ran wrong (wrong results, transport, NCCL)",
+    10: "not found: the image, tag or file named does not exist",
+    11: "nothing checked: preflight or check could not check anything asked",
+    130: "interrupted (Ctrl-C, SIGINT); SIGTERM gives 143, SIGHUP 129; temporary files are removed",
+}
+NOT_FOUND = 10
+NOTHING_CHECKED = 11
+INTERRUPTED = 130
 
 
 class ImagekitError(Exception):
@@ -79,3 +104,21 @@ class VerificationError(ImagekitError):
     accept, a revoked or expired key, or subjects that do not name what is being served."""
 
     exit_code = 9
+
+
+class NotFoundError(ImagekitError):
+    """What the command was asked to read does not exist: an engine image, a registry tag, a file,
+    a tag inside an archive. Subclasses of other kinds (ImageMissing is an EngineError) set this
+    code too, so that "not found" is one exit code wherever it is found out."""
+
+    exit_code = NOT_FOUND
+
+
+class OutputError(UsageError):
+    """An output cannot be written: a read-only file system, permission denied, not a directory."""
+
+
+class NothingChecked(ImagekitError):
+    """Preflight or check was asked to check an image and could check nothing."""
+
+    exit_code = NOTHING_CHECKED

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable
 
 import datetime as dt
 
-from imagekit import podman, sources
+from imagekit import atomic, package_check, podman, sources
 from imagekit import build as build_mod
 from imagekit import check as check_mod
 from imagekit import stack as stack_mod
@@ -47,6 +47,8 @@ class PipelineRequest:
     output_dir: Path = Path("out")
     store: "StoreChoice" = None
     sign: Path | None = None        # a site key: SBOM + provenance of the image and each export, signed
+    # Look up the stack's distro packages in its base's archive before building (package_check).
+    check_packages: bool = True
 
     def __post_init__(self) -> None:
         exports = tuple(e if isinstance(e, ExportRequest) else ExportRequest(e, force=True) for e in self.exports)
@@ -84,6 +86,12 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
                             "add --variant NAME, or use {placeholders} in the stack's tags")
     if engine_name == "podman":
         podman.preflight()   # the user's subordinate ids: one error before anything starts
+    if request.exports:      # an output directory that cannot be written must not cost a build
+        atomic.writable_dir(request.output_dir, f"the exports (-o {request.output_dir})", create=True)
+    checked = {}
+    if request.check_packages:   # every variant before any build: a typo must not cost the first build
+        for stack in stacks:
+            checked[stack.name] = _check_packages(stack, engine_name, log)
     results = []
     for stack in stacks:
         log(f"building {stack.name} ({build.target})")
@@ -92,6 +100,8 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
             f"steps cached)")
         entry = {"stack": stack.name, "build": result.as_dict()}
         entry["build"].pop("labels", None)
+        if stack.name in checked:
+            entry["packages"] = checked[stack.name]
         image = result.tags[0]
         # Podman's image is read from the user's store (skopeo's containers-storage: form). What is
         # signed is the image just built, by ID: a tag another build moves meanwhile would be misnamed.
@@ -136,3 +146,14 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
                 entry["exports"].append(made)
         results.append(entry)
     return results
+
+
+def _check_packages(stack, engine_name: str, log: Callable[[str], None]) -> dict:
+    found = package_check.check(stack, engine_name=engine_name, log=log)
+    for note in found.notes:
+        log(f"packages: {note}")
+    if found.checked:
+        log(f"packages: {len(found.checked)} found in {'; '.join(dict.fromkeys(found.archives))}")
+    if found.reason:
+        log(f"packages: {found.reason}")
+    return {"checked": found.checked, "not_checked": found.reason or None}

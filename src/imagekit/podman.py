@@ -34,7 +34,7 @@ from typing import Iterator, Sequence
 
 from imagekit import owners
 from imagekit.engine import Image
-from imagekit.errors import EngineError
+from imagekit.errors import EngineError, NotFoundError
 
 ENGINE = "podman"
 SETUP_HINT = ("install Podman: `apt-get install podman uidmap slirp4netns` (Debian 12: Podman 4.3), "
@@ -46,7 +46,9 @@ SUBUID, SUBGID = Path("/etc/subuid"), Path("/etc/subgid")
 IDLE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done")
 
 
-class ImageMissing(EngineError):
+class ImageMissing(EngineError, NotFoundError):
+    exit_code = NotFoundError.exit_code
+
     def __init__(self, ref: str) -> None:
         super().__init__(f"image {ref!r} not found in Podman's image store ({_who()})", NOT_FOUND_HINT)
         self.ref = ref

@@ -41,6 +41,8 @@ def reset_hpccm(fmt: str) -> None:
 
 # The owner of the layers imagekit itself adds to every stage (apt set-up, the login environment).
 OWN_LAYERS = "imagekit"
+# The owner of the stack file's own distro packages (its `packages:` key).
+PACKAGES = "packages"
 
 
 def stage_parts(stack, target: str) -> list[tuple[str, list]]:
@@ -49,10 +51,13 @@ def stage_parts(stack, target: str) -> list[tuple[str, list]]:
     report`` aligns an image's history with them."""
     if target == "devel":
         parts = [(OWN_LAYERS, _blocks.apt_cache_setup())]
-        parts += [(name, list(c.devel())) for name, c in stack.components.items()]
     else:
         parts = [(OWN_LAYERS, _blocks.runtime_slim())] if stack.base.family == "deb" else []
-        parts += [(name, list(c.runtime())) for name, c in stack.components.items()]
+    # Before the components, so that they (a pip package building against libhdf5) can use them.
+    names = stack.package_names(target)
+    if names:
+        parts.append((PACKAGES, _blocks.apt_install(stack, names, "the stack's own distro packages (packages:)")))
+    parts += [(name, list(c.devel() if target == "devel" else c.runtime())) for name, c in stack.components.items()]
     return parts + [(OWN_LAYERS, _blocks.login_environment())]
 
 

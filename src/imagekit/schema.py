@@ -70,8 +70,9 @@ def check_value(data: Mapping, key: str, value: Any, opt: Option, context: str) 
         check_text(value, opt, file, line, dotted)
     if opt.type is list and opt.item_type is not None:
         for i, item in enumerate(value):
-            lines = getattr(value, "lines", [])
+            lines, files = getattr(value, "lines", []), getattr(value, "files", [])
             item_line = lines[i] if i < len(lines) else line
+            file = files[i] if i < len(files) and files[i] else getattr(value, "file", None) or file
             if not isinstance(item, opt.item_type):
                 raise StackError(f"item {i + 1} must be {TYPE_NAMES.get(opt.item_type)}, got {_describe(item)}",
                                  file=file, line=item_line, key=dotted)

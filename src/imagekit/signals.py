@@ -16,6 +16,15 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 class Interrupted(KeyboardInterrupt):
     """Raised in the main thread when the process receives one of the signals it was told to take."""
 
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.signum = int(signum)
+
+
+def exit_status(exc: KeyboardInterrupt) -> int:
+    """The shell's convention for a process a signal ended: 128 + the signal (Ctrl-C: 130)."""
+    return 128 + getattr(exc, "signum", int(signal.SIGINT))
+
 
 @contextlib.contextmanager
 def interruptible(signals: tuple[signal.Signals, ...] = SIGNALS):
@@ -34,7 +43,7 @@ def interruptible(signals: tuple[signal.Signals, ...] = SIGNALS):
         nonlocal raised
         if not raised:
             raised = True
-            raise Interrupted(f"received {signal.Signals(signum).name}")
+            raise Interrupted(f"received {signal.Signals(signum).name}", signum)
 
     # A signal already ignored (nohup's SIGHUP, SIGINT in a background job) stays ignored.
     previous = {s: signal.signal(s, handler) for s in signals if signal.getsignal(s) is not signal.SIG_IGN}

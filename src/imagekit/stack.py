@@ -1,9 +1,9 @@
 """The Stack model: load a stack file, apply ``extends`` and ``matrix``, validate, resolve.
 
 A stack file names a base (devel and runtime images, distro, arch) and the
-components to compose. ``extends`` deep-merges a parent file (child wins;
-``component: false`` drops an inherited component). ``matrix`` expands one file
-into variants: each axis maps a value key to an overlay, and a variant's name
+components to compose. ``extends`` merges a parent file into it by :mod:`imagekit.merge`'s
+rules (child wins; ``component: false`` drops an inherited component; ``checks``,
+``packages`` and ``pip`` lists append). ``matrix`` expands one file into variants: each axis maps a value key to an overlay, and a variant's name
 is the stack's name followed by its value keys (``nccl-tests-cu124-x86_64``).
 
 Architectures: ``base.arch`` names the one the stack builds for, or a list of those it offers
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import checks as checks_mod
-from imagekit import platforms, rules, schema, searchpath, settings, sources, yamlpos
+from imagekit import merge, platforms, rules, schema, searchpath, settings, sources, yamlpos
 from imagekit.components import RETIRED, registry
 from imagekit.errors import StackError
 from imagekit.schema import Option
@@ -63,6 +63,7 @@ TOP = {
     "components": Option(dict, {}, "component name -> options"),
     "tags": Option(list, [], "image tags; {name} and matrix axis names are substituted", item_type=str),
     "checks": Option(list, [], "extra checks run by `imagekit check`", item_type=dict),
+    "packages": Option(dict, None, "distro packages to add: {runtime: [...], devel: [...]} (docs/site-extensions.md)"),
     "matrix": Option(dict, None, "axis -> value key -> overlay"),
     "per_arch": Option(dict, None, "arch (x86_64, aarch64) -> overlay applied when building for it, e.g. "
                                    "an aarch64-only pin where upstream differs"),
@@ -104,7 +105,27 @@ CHECK_KEYS = {
 }
 # The check kinds a stack file writes as keys (ldd_closure is the builder's own, over the prefixes).
 STACK_CHECK_KINDS = tuple(k for k in checks_mod.KINDS if k in CHECK_KEYS)
-OVERLAY_KEYS = ("description", "base", "components", "tags", "checks")
+OVERLAY_KEYS = ("description", "base", "components", "tags", "checks", "packages")
+# `packages:` stages: runtime packages go into both stages (devel builds against them), devel ones
+# into the devel stage only.
+PACKAGE_STAGES = {
+    "runtime": Option(list, [], "packages both stages install (libraries, tools)"),
+    "devel": Option(list, [], "packages only the devel stage installs (headers, compilers)"),
+}
+# A Debian package name (Debian Policy 5.6.1): what apt-get may be given, and nothing a shell reads.
+DEB_NAME = r"[a-z0-9][a-z0-9+.-]+"
+DEB_NAME_HELP = "a Debian package name: lowercase letters, digits, '+', '-' and '.', e.g. libhdf5-dev"
+
+
+@dataclass(frozen=True)
+class Package:
+    """One distro package a stack file adds, under the base distro's name, and where it was written."""
+
+    name: str
+    stage: str            # runtime | devel
+    file: str | None
+    line: int | None
+    key: str
 
 
 @dataclass(frozen=True)
@@ -142,6 +163,7 @@ class Stack:
     def platform(self) -> platforms.Platform:
         """The OCI platform this resolved stack builds (linux/amd64, linux/arm64)."""
         return platforms.of_arch(self.base.arch)
+    packages: list = field(default_factory=list)    # Package, in the order written
 
     def get(self, name: str):
         return self.components.get(name)
@@ -152,6 +174,11 @@ class Stack:
     def provider(self, role: str):
         """The component that fills ``role`` (e.g. "mpi"), whichever it is, or None."""
         return next((c for c in self.components.values() if role in c.provides), None)
+
+    def package_names(self, stage: str) -> list[str]:
+        """The ``packages:`` a stage installs: a devel stage also gets the runtime ones."""
+        stages = ("runtime", "devel") if stage == "devel" else (stage,)
+        return [p.name for p in self.packages if p.stage in stages]
 
     def roles(self) -> dict[str, str]:
         """Role -> the name of the component that fills it."""
@@ -173,6 +200,8 @@ class Stack:
                      "arch": self.base.arch},
             "arches": list(self.arches), "platform": str(self.platform),
             "components": [c.describe() for c in self.components.values()],
+            "packages": {stage: self.package_names(stage) for stage in PACKAGE_STAGES},
+            "checks": [c.as_dict() for c in checks_mod.stack_checks(self, "runtime")],
             "tags": self.tags, "image": self.image,
         }
 
@@ -180,7 +209,7 @@ class Stack:
 # -- locating stacks ----------------------------------------------------
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "stacks"
-PATH_ENV = "IMAGEKIT_STACKS_PATH"
+PATH_ENV = settings.STACKS_PATH_ENV
 # Site stack directories given on the command line (--stacks-dir), searched first (the list is
 # settings.stack_dirs itself, which the CLI's group fills without loading this module).
 extra_dirs: list[Path] = settings.stack_dirs
@@ -189,9 +218,8 @@ extra_dirs: list[Path] = settings.stack_dirs
 def search_path() -> list[Path]:
     """Where stacks are found, in order: --stacks-dir, $IMAGEKIT_STACKS_PATH (os.pathsep-separated),
     then the shipped stacks ($IMAGEKIT_STACKS replaces the shipped directory itself)."""
-    env = [Path(p) for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p]
     replaced = os.environ.get("IMAGEKIT_STACKS")
-    return [*extra_dirs, *env, Path(replaced) if replaced else SHIPPED_DIR]
+    return [*settings.site_stack_dirs(), Path(replaced) if replaced else SHIPPED_DIR]
 
 
 def available() -> list[tuple[Path, Path]]:
@@ -330,7 +358,7 @@ def _variant_docs(path: Path) -> list[tuple[PosDict, dict[str, str]]]:
         for (axis, _), (value_key, overlay) in zip(axes, combo):
             keys[axis] = str(value_key)
             if overlay:
-                merged = deep_merge(merged, overlay)
+                merged = merge.merge(merged, overlay, parent_file=f"{path.name} without matrix.{axis}.{value_key}")
         docs.append((merged, keys))
     return docs
 
@@ -369,7 +397,7 @@ def _with_arch(doc: PosDict, arch: str) -> PosDict:
     one.where["arch"] = (file, line)
     overlay = PosDict({"base": one}, file=getattr(doc, "file", None), line=getattr(doc, "line", None))
     overlay.where["base"] = doc.pos("base") if hasattr(doc, "pos") else (None, None)
-    return deep_merge(doc, overlay)
+    return merge.merge(doc, overlay)
 
 
 def _resolve_for(merged: PosDict, path: Path, keys: dict[str, str], arches: tuple[str, ...],
@@ -395,7 +423,7 @@ def _resolve_for(merged: PosDict, path: Path, keys: dict[str, str], arches: tupl
             if okey not in OVERLAY_KEYS:
                 raise schema.unknown_key(overlay, okey, list(OVERLAY_KEYS), f"per_arch.{key}")
     if overlays.get(arch):
-        doc = _with_arch(deep_merge(doc, overlays[arch]), arch)   # an overlay does not move the arch
+        doc = _with_arch(merge.merge(doc, overlays[arch], parent_file=f"{path.name} without per_arch.{arch}"), arch)
         top = schema.validate(doc, TOP, context="")
     stack = _resolve(doc, top, path, variant=keys)
     stack.arches = arches
@@ -423,6 +451,21 @@ def _matrix_axes(matrix: PosDict) -> list[tuple[str, PosDict]]:
     return axes
 
 
+def diff_parent(ref: str | Path) -> dict[str, Any]:
+    """What a stack file changes from the stack it extends, both merged as a build reads them:
+    {"stack", "parent", "changes": [{"op": "+"|"-"|"~", "key", ...}]} (before matrix expansion)."""
+    path, _ = find(str(ref))
+    data = yamlpos.load(path, max_bytes=MAX_STACK_BYTES, max_nodes=MAX_STACK_NODES)
+    if not isinstance(data, dict) or data.get("extends") is None:
+        raise StackError("extends no stack, so it has no parent to compare with", file=str(path),
+                         hint="--diff-parent applies to a stack with `extends:`")
+    file, line = data.pos("extends")
+    parent = _resolve_parent(path, str(data["extends"]), file, line)
+    before = _load_with_extends(parent, (path.resolve(),))
+    after = _load_with_extends(path, ())
+    return {"stack": str(path), "parent": str(parent), "changes": merge.diff(before, after)}
+
+
 def _load_with_extends(path: Path, seen: tuple[Path, ...]) -> PosDict:
     data = yamlpos.load(path, max_bytes=MAX_STACK_BYTES, max_nodes=MAX_STACK_NODES)
     if not isinstance(data, dict):
@@ -436,7 +479,7 @@ def _load_with_extends(path: Path, seen: tuple[Path, ...]) -> PosDict:
                          hint=f"`extends` names a stack; stack keys are {', '.join(TOP)}")
     parent_ref = data.get("extends")
     if parent_ref is None:
-        return data
+        return merge.strip_removes(data)
     file, line = data.pos("extends")
     if not isinstance(parent_ref, str):
         raise StackError("expected a path to a parent stack file", file=file, line=line, key="extends")
@@ -444,7 +487,7 @@ def _load_with_extends(path: Path, seen: tuple[Path, ...]) -> PosDict:
     if parent.resolve() in seen or parent.resolve() == path.resolve():
         raise StackError(f"`extends` cycle through {parent}", file=file, line=line, key="extends")
     parent_data = _load_with_extends(parent, seen + (path.resolve(),))
-    merged = deep_merge(parent_data, data)
+    merged = merge.merge(parent_data, data, parent_file=str(parent))
     merged.pop("extends", None)
     return merged
 
@@ -478,20 +521,6 @@ def _resolve_parent(path: Path, ref: str, file: str | None, line: int | None) ->
     raise StackError(f"parent stack {ref!r} not found", file=file, line=line, key="extends",
                      hint=f"give a path relative to {path.parent} (with or without .yaml), or a name in "
                           + ", ".join(str(d) for d in search_path()))
-
-
-def deep_merge(parent: Any, child: Any) -> Any:
-    """Child wins; mappings merge key by key; lists and scalars are replaced."""
-    if not (isinstance(parent, dict) and isinstance(child, dict)):
-        return child
-    out = PosDict(file=getattr(child, "file", None), line=getattr(child, "line", None))
-    for key, value in parent.items():
-        out[key] = value
-        out.where[key] = parent.pos(key) if hasattr(parent, "pos") else (None, None)
-    for key, value in child.items():
-        out[key] = deep_merge(parent[key], value) if key in parent else value
-        out.where[key] = child.pos(key) if hasattr(child, "pos") else (None, None)
-    return out
 
 
 def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> Stack:
@@ -551,6 +580,7 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
     for component in stack.components.values():
         component.configure()
     stack.checks = _stack_checks(raw.get("checks") or PosList(), path)
+    stack.packages = _packages(raw, top["packages"], stack.base, path)
     rules.enforce(stack)
     return stack
 
@@ -587,7 +617,7 @@ def _stack_checks(items: list, path: Path) -> list:
         kinds = [k for k in STACK_CHECK_KINDS if spec.get(k)]
         if len(kinds) != 1:
             raise StackError(f"a check needs exactly one of {', '.join(STACK_CHECK_KINDS)} (got "
-                             f"{', '.join(kinds) or 'none'})", file=str(path),
+                             f"{', '.join(kinds) or 'none'})", file=getattr(item, "file", None) or str(path),
                              line=lines[i] if i < len(lines) else None, key=key)
         kind = kinds[0]
         if spec["expect"] is not None:
@@ -610,3 +640,47 @@ def _stack_checks(items: list, path: Path) -> list:
             file, line = item.pos(kind)
             raise StackError(exc.problem, file=file, line=line, key=f"{key}.{kind}", hint=exc.hint) from None
     return out
+
+
+def _packages(raw: PosDict, value: dict | None, base: Base, path: Path) -> list[Package]:
+    """The ``packages:`` key: per stage, a list of names, or of ``{DISTRO: NAME, default: NAME}``
+    mappings (a null name: none on that distro), each resolved for ``base.distro``."""
+    if not value:
+        return []
+    file, line = raw.pos("packages")
+    if base.family != "deb":
+        raise StackError(f"packages: installs with apt, and {base.distro} is not a Debian-family distro",
+                         file=file, line=line, key="packages", hint="drop it, or use a Debian/Ubuntu base")
+    stages = schema.validate(value, PACKAGE_STAGES, context="packages")
+    out: list[Package] = []
+    for stage, items in stages.items():
+        lines, files = getattr(items, "lines", []), getattr(items, "files", [])
+        for i, item in enumerate(items):
+            key = f"packages.{stage}[{i + 1}]"
+            where = (files[i] if i < len(files) and files[i] else getattr(items, "file", None) or file,
+                     lines[i] if i < len(lines) else line)
+            name = _package_name(item, base.distro, where, key)
+            if name is not None:
+                out.append(Package(name, stage, where[0], where[1], key))
+    return out
+
+
+def _package_name(item: Any, distro: str, where: tuple[str | None, int | None], key: str) -> str | None:
+    if isinstance(item, dict):
+        for k in item:
+            if k not in DISTROS and k != "default":
+                raise schema.unknown_key(item, k, [*DISTROS, "default"], key)
+        if distro not in item and "default" not in item:
+            raise StackError(f"names no package for {distro}", file=where[0], line=where[1], key=key,
+                             hint=f"add `{distro}: NAME` (or `{distro}: null` for none there), or `default: NAME`")
+        item = item[distro] if distro in item else item["default"]
+        if item is None:
+            return None
+    if not isinstance(item, str):
+        raise StackError(f"expected a package name or a mapping of distro to name, got {item!r}",
+                         file=where[0], line=where[1], key=key,
+                         hint="e.g. `- htop` or `- {debian12: libhdf5-103-1, debian13: libhdf5-310}`")
+    if not re.fullmatch(DEB_NAME, item):
+        raise StackError(f"invalid package name {item!r}", file=where[0], line=where[1], key=key,
+                         hint=DEB_NAME_HELP)
+    return item

@@ -44,6 +44,8 @@ class PosList(list):
         super().__init__(*args)
         self.file, self.line = file, line
         self.lines: list[int | None] = []
+        # Each item's file where it differs from the list's (a list merged from a parent stack's).
+        self.files: list[str | None] = []
 
 
 MAX_BYTES = 16 << 20        # defaults: far above any YAML file imagekit reads

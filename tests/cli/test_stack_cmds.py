@@ -276,3 +276,35 @@ def test_help_does_not_import_heavy_libraries():
 
 def test_console_script_is_installed():
     assert os.access(imagekit_exe()[0], os.X_OK)
+
+
+def test_show_json_lists_every_check_the_image_gets():
+    info = json.loads(invoke("show", "debian-mpi", "--json").output)
+    ids = [c["id"] for c in info["checks"]]
+    assert "stack.mpi4py-ring" in ids and "openmpi.ring" in ids and "image.no_build_secrets" in ids
+    assert all({"id", "kind", "describe"} <= set(c) for c in info["checks"])
+    assert info["packages"] == {"runtime": [], "devel": []}
+
+
+def test_show_diff_parent_names_what_the_child_changed(tmp_path):
+    child = write(tmp_path, """\
+        name: site-mpi
+        extends: debian-mpi
+        packages: {runtime: [htop]}
+        components:
+          python: {packages: [numpy, {remove: mpi4py}]}
+        checks:
+          - remove: mpi4py-ring
+          - {name: h5, file: /usr/bin/htop}
+        """)
+    result = invoke("show", str(child), "--diff-parent", "--json")
+    assert result.exit_code == 0, result.output
+    diff = json.loads(result.output)
+    assert diff["parent"].endswith("debian-mpi.yaml")
+    changes = {(c["op"], c["key"], c.get("item")) for c in diff["changes"]}
+    assert {("-", "checks", "mpi4py-ring"), ("+", "checks", "h5"), ("-", "components.python.packages", "mpi4py"),
+            ("+", "components.python.packages", "numpy"), ("+", "packages", None), ("~", "name", None)} == changes
+    text = invoke("show", str(child), "--diff-parent").output
+    assert "  - checks: mpi4py-ring\n" in text and "  ~ name: debian-mpi -> site-mpi\n" in text
+    alone = invoke("show", "debian-mpi", "--diff-parent")
+    assert alone.exit_code == 2 and "extends no stack" in alone.output

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from imagekit.components import contract_problems, registry
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "src" / "imagekit"
 
@@ -48,3 +50,14 @@ def assert_added_alone(module: str, name: str) -> None:
             if name in text or module in text:
                 mentions.append(str(path.relative_to(ROOT)))
     assert not mentions, f"{name} is named outside its module: {mentions}"
+
+
+def assert_site_component_alone(path: Path, name: str) -> None:
+    """A site component is one module outside imagekit: its file is not under imagekit's source,
+    imagekit's source never names it, and it keeps the component contract the shipped ones keep."""
+    assert not path.resolve().is_relative_to(SOURCE), f"{path} is inside imagekit's source"
+    cls = registry()[name]
+    assert cls.origin and path.name in cls.origin, cls.origin
+    assert contract_problems(cls) == []
+    mentions = [str(p.relative_to(ROOT)) for p in SOURCE.rglob("*.py") if name in p.read_text(errors="replace")]
+    assert not mentions, f"{name} is named inside imagekit: {mentions}"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from imagekit import __version__, settings
+from imagekit import __version__, settings, signals
 from imagekit.errors import ImagekitError
 
 # name -> "module:attribute"; each command module owns its commands.
@@ -101,6 +101,11 @@ class LazyGroup(click.Group):
         except ImagekitError as exc:
             click.echo(f"imagekit: error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM/SIGHUP where a command takes them
+            # The command's own cleanup ran on the way here (temporary files, containers).
+            click.echo(f"imagekit: interrupted ({exc or 'SIGINT'}); what it had started was cleaned up",
+                       err=True)
+            ctx.exit(signals.exit_status(exc))
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -82,6 +82,8 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool, components
 @click.option("--sign", "sign_key", metavar="KEY", type=click.Path(dir_okay=False),
               help="sign with this site key (ECDSA P-256 or Ed25519, `imagekit keygen`): the image's SBOM and "
                    "provenance, kept for `imagekit push --sign`, and each --export (docs/signing.md)")
+@click.option("--no-package-check", is_flag=True,
+              help="do not look up the stack's distro packages in the base's archive before building")
 @MIRROR
 @ENGINE
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
@@ -89,6 +91,7 @@ def build(stack: str, variant: str | None, platform_list: tuple, target: str, si
           no_cache: bool,
           ca_bundle: str, log_dir: str, cache_from: tuple, inline_cache: bool, run_checks: bool | None,
           exports: str, output_dir: str, store_dir: str | None, no_store: bool, sign_key: str | None,
+          no_package_check: bool,
           mirror: str | None, engine_name: str, as_json: bool) -> None:
     """Render a stack and build its image with BuildKit (or rootless Podman).
 
@@ -122,7 +125,7 @@ def build(stack: str, variant: str | None, platform_list: tuple, target: str, si
                            engine_name=engine_name),
         check=bool(formats) if run_checks is None else run_checks, exports=tuple(formats),
         output_dir=output_dir, store=False if no_store else store_dir or None,
-        sign=Path(sign_key) if sign_key else None)
+        sign=Path(sign_key) if sign_key else None, check_packages=not no_package_check)
     results = pipeline.build_all(request, progress=_progress, export_progress=progress_printer,
                                  log=lambda m: click.echo(m, err=True))
     if as_json:
@@ -145,14 +148,20 @@ def build(stack: str, variant: str | None, platform_list: tuple, target: str, si
 @click.option("--assume", multiple=True, type=click.Choice(["gpu", "fabric"]),
               help="run the checks that need this hardware without adding device flags "
                    "(the engine's default runtime already provides it)")
+@click.option("--runtime", type=click.Choice(["enroot", "apptainer"]), default=None,
+              help="run the checks under Enroot or Apptainer, no engine (default for a .sqsh: Enroot, "
+                   "else Apptainer; for a .sif: Apptainer)")
 @ENGINE
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON")
 def check(ref: str, image: str | None, variant: str | None, junit: str | None, with_: tuple, assume: tuple,
-          engine_name: str, as_json: bool) -> None:
+          runtime: str | None, engine_name: str, as_json: bool) -> None:
     """Run the image's checks (pytest-testinfra) in a container of it.
 
     REF is an image (its checks travel in its labels) or a stack (then
-    --image names the image; default: the stack's own image).
+    --image names the image; default: the stack's own image). With no
+    engine: a .sqsh runs under Enroot, a .sif under Apptainer, and a
+    registry reference, oci:DIR or docker-archive:FILE is exported to an
+    Enroot file first (through the export store).
 
     \b
     Example:
@@ -160,6 +169,9 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
       imagekit check debian-mpi --image site/mpi:1 --junit checks.xml
       imagekit check site/nccl:1 --with gpu --with fabric
       imagekit check imagekit/debian-mpi:latest --engine podman    # the user's Podman image
+      imagekit check ./debian-mpi.sqsh                               # under Enroot, no engine
+      imagekit check ./debian-mpi.sif --runtime apptainer
+      imagekit check 'registry.example.org#hpc/mpi:1'                # exported, then Enroot
     """
     try:
         stack = stack_mod.load(ref, variant)
@@ -170,10 +182,10 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
     if stack is not None:
         target = image or stack.image
         specs = check_mod.stack_checks(stack, reader.read(target, engine_name).target or "runtime")
+        report = check_mod.run(target, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name)
     else:
-        target = ref
-        specs = check_mod.checks_from_image(ref, engine_name)
-    report = check_mod.run(target, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name)
+        report = check_mod.run_ref(ref, runtime=runtime, engine_name=engine_name, junit=junit, with_=with_,
+                                   assume=assume, log=lambda m: click.echo(m, err=True))
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:

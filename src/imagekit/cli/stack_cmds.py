@@ -22,16 +22,26 @@ PLATFORM = click.option("--platform", metavar="OS/ARCH",
 @click.argument("stack")
 @VARIANT
 @PLATFORM
+@click.option("--diff-parent", is_flag=True, help="show what this stack changes from the stack it extends")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-def show(stack: str, variant: str | None, platform: str | None, as_json: bool) -> None:
+def show(stack: str, variant: str | None, platform: str | None, diff_parent: bool, as_json: bool) -> None:
     """Show the resolved stack: base, every component with version and source.
+
+    Also the stack's own distro packages, every check the image gets, and
+    where a site component came from. With --diff-parent: what the stack
+    changes from the one it extends (lists such as checks append; see
+    docs/site-extensions.md).
 
     \b
     Example:
       imagekit show debian-mpi
       imagekit show stacks/nccl-tests.yaml --variant nccl-tests-cu126-sbsa --json
       imagekit show debian-mpi --platform linux/arm64
+      imagekit show debian-pytorch --diff-parent
     """
+    if diff_parent:
+        _show_diff(stack_mod.diff_parent(stack), as_json)
+        return
     resolved = stack_mod.load(stack, variant, platform=platform)
     info = resolved.describe()
     if as_json:
@@ -51,9 +61,37 @@ def show(stack: str, variant: str | None, platform: str | None, as_json: bool) -
         click.echo(f"  tag      {tag}")
     click.echo("  components:")
     for comp in info["components"]:
-        extra = ", ".join(f"{k}={v}" for k, v in comp.items() if k not in ("name", "version", "source")
+        extra = ", ".join(f"{k}={v}" for k, v in comp.items() if k not in ("name", "version", "source", "origin")
                           and v not in (None, False, [], ""))
         click.echo(f"    {comp['name']:<11} {comp['version']:<10} {comp['source']:<9} {extra}")
+        if comp.get("origin"):
+            click.echo(f"    {'':<11} site component: {comp['origin']}")
+    for stage in ("runtime", "devel"):
+        own = [p.name for p in resolved.packages if p.stage == stage]
+        if own:
+            click.echo(f"  packages ({stage}): {' '.join(own)}")
+    click.echo(f"  checks ({len(info['checks'])}): " + ", ".join(c["id"] for c in info["checks"]))
+
+
+def _show_diff(diff: dict, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(diff, indent=2))
+        return
+    click.echo(f"{diff['stack']} changes from {diff['parent']}:")
+    for c in diff["changes"]:
+        what = c["key"] + (f": {c['item']}" if "item" in c else "")
+        if c["op"] == "~":
+            click.echo(f"  ~ {what}: {_short(c.get('parent'))} -> {_short(c.get('child'))}")
+        else:
+            value = "" if "item" in c else f": {_short(c.get('child') if c['op'] == '+' else c.get('parent'))}"
+            click.echo(f"  {c['op']} {what}{value}")
+    if not diff["changes"]:
+        click.echo("  (nothing)")
+
+
+def _short(value) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @click.command()

@@ -118,6 +118,8 @@ class Component:
     # The upstream release file that `source: upstream` builds from: (mirror file name, URL),
     # both with {version}. Components with one get a `sha256:` option and mirror support.
     upstream_file: ClassVar[tuple[str, str] | None] = None
+    # Where a site component came from (its file and sha256, or its distribution); None: shipped.
+    origin: ClassVar[str | None] = None
     # Known risks a stack may take on knowingly (`accept: [id]`), id -> what is accepted. A rule about
     # one refuses the stack unless it is accepted; the image's labels record what was.
     acceptable: ClassVar[dict[str, str]] = {}
@@ -256,6 +258,12 @@ class Component:
         return _blocks.distro_names(self.stack.base.distro, list(self.distro_packages)
                                     + (list(self.distro_devel_packages) if devel else []))
 
+    def written_packages(self) -> list[tuple[str, str, int]]:
+        """Distro packages this component makes from names the stack file wrote, as (package, option,
+        index of the item in that option's list): `imagekit build` checks them against the base's
+        archive before building (:mod:`imagekit.package_check`), and names the line of a misspelt one."""
+        return []
+
     def building_blocks(self) -> list:
         """HPCCM building blocks for the devel stage; the runtime stage gets their ``runtime()`` twins."""
         return []
@@ -307,23 +315,57 @@ class Component:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "source": self.source,
+                **({"origin": self.origin} if self.origin else {}),
                 **{k: v for k, v in self.opts.items()
                    if k not in ("source", "version") and not (k == "sha256" and v is None)
                    and not (k == "accept" and not v)}}
 
 
-def defined() -> dict[str, type[Component]]:
-    """Every component class of this package by its stack key, in layer order: the Component
-    subclasses defined so far. The package imports every component module (its MODULES) before
-    any stack is read, so this is its registry, seen from below without importing the modules,
-    which import this one."""
+def defined(site: bool = True) -> dict[str, type[Component]]:
+    """Every component class by its stack key, in layer order: the Component subclasses of this
+    package defined so far, and (``site``) the site components the registry accepted (they carry
+    an ``origin``). The package imports every component module before any stack is read, so this
+    is its registry, seen from below without importing the modules, which import this one."""
     found, todo = {}, list(Component.__subclasses__())
     while todo:
         cls = todo.pop()
         todo += cls.__subclasses__()
-        if cls.__module__.startswith(__package__ + ".") and "name" in vars(cls):
+        if "name" in vars(cls) and (cls.__module__.startswith(__package__ + ".")
+                                    or (site and vars(cls).get("origin"))):
             found[cls.name] = cls
     return dict(sorted(found.items(), key=lambda kv: (kv[1].order, kv[0])))
+
+
+_NAME = re.compile(r"[a-z][a-z0-9-]*")
+
+
+def contract_problems(cls: type[Component]) -> list[str]:
+    """What a component class gets wrong about the contract every component keeps (the shipped
+    ones' tests hold them to it; a site component is refused at discovery with this list)."""
+    out = []
+    name = vars(cls).get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        return ["`name` must be a lowercase stack key like `hdf5` or `lustre-client`"]
+    if not cls.summary:
+        out.append("`summary` is empty (imagekit show and the docs list it)")
+    if not isinstance(cls.order, int):
+        out.append("`order` must be an integer (its layer position)")
+    if not cls.sources or not set(cls.sources) <= set(SOURCES):
+        out.append(f"`sources` must be some of {', '.join(SOURCES)}")
+    for role in (*cls.provides, *(r.role for r in cls.requires)):
+        if role not in ROLES:
+            out.append(f"role {role!r} is not one of imagekit's roles ({', '.join(ROLES)})")
+    for key, opt in cls.options.items():
+        if not isinstance(opt, Option):
+            out.append(f"option {key!r} is not an imagekit.schema.Option")
+        elif not (opt.help or opt.type is bool):
+            out.append(f"option {key!r} has no help")
+        elif opt.choices and opt.default is not None and opt.default not in opt.choices:
+            out.append(f"option {key!r}: its default is not one of its choices")
+    for r in cls.requires:
+        if r.option is not None and r.option not in cls.options:
+            out.append(f"requires {r.role!r} when option {r.option!r}, which it does not have")
+    return out
 
 
 def _pinnable() -> set[str]:

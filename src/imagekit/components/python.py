@@ -69,6 +69,9 @@ class Python(Component):
     def benchmark(self) -> tuple[list[str], dict[str, str]] | None:
         return (list(MPI4PY_RING), {}) if "mpi4py" in self.opts["packages"] else None
 
+    def written_packages(self) -> list[tuple[str, str, int]]:
+        return [(f"python3-{p}", "packages", i) for i, p in enumerate(self.opts["packages"])]
+
     def labels(self) -> dict[str, str]:
         return {"packages": ",".join(self.opts["packages"]), "pip": ",".join(self.opts["pip"])}
 

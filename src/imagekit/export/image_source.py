@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping
 
 from imagekit import engine, platforms, podman, registry
-from imagekit.errors import EngineError, ImagekitError, UsageError
+from imagekit.errors import EngineError, ImagekitError, NotFoundError, UsageError
 from imagekit.export.layers import Layer, LayerError, check_media_type, docker_init_layer, merge
 from imagekit.procs import log_tail, stop
 # The media types are the registry client's: one list for a registry and an OCI layout alike.
@@ -55,6 +55,12 @@ FORMS = ("docker://REGISTRY/REPO[:TAG], REGISTRY#REPO[:TAG], oci:DIR[:TAG], oci-
 
 class SourceError(ImagekitError):
     """An image source that cannot give the image asked for."""
+
+
+class SourceNotFound(SourceError, NotFoundError):
+    """The file, layout or tag named does not exist: the "not found" exit code, as for any image."""
+
+    exit_code = NotFoundError.exit_code
 
 
 class Rootfs:
@@ -469,7 +475,7 @@ class OciLayoutSource(LayeredSource):
             named = [m for m in entries if (m.get("annotations") or {}).get(REF_NAME) == self.tag]
             if not named:
                 names = sorted({(m.get("annotations") or {}).get(REF_NAME, "?") for m in entries})
-                raise SourceError(f"{where} has no image tagged {self.tag!r} (it has: {', '.join(names) or 'none'})",
+                raise SourceNotFound(f"{where} has no image tagged {self.tag!r} (it has: {', '.join(names) or 'none'})",
                                   "name one of those after the last ':'")
             entries = named
         elif len(entries) != 1:
@@ -516,7 +522,7 @@ class DockerArchiveSource(LayeredSource):
             chosen = [m for m in listed if wanted & set(m.get("RepoTags") or [])]
             if not chosen:
                 tags = sorted({t for m in listed for t in (m.get("RepoTags") or [])})
-                raise SourceError(f"{where} has no image {self.ref} (it has: {', '.join(tags) or 'untagged images'})")
+                raise SourceNotFound(f"{where} has no image {self.ref} (it has: {', '.join(tags) or 'untagged images'})")
         elif len(listed) != 1:
             tags = sorted({t for m in listed for t in (m.get("RepoTags") or [])})
             raise SourceError(f"{where} holds {len(listed)} images; say which: {', '.join(tags)}",
@@ -613,7 +619,7 @@ def open_source(text: str, *, platform: str | None = None, env: Mapping[str, str
         path, tag = _split_file(rest) if archive else _split_dir(rest)
         p = Path(path).expanduser()
         if not p.exists():
-            raise UsageError(f"{text}: {p} does not exist", f"valid forms: {FORMS}")
+            raise SourceNotFound(f"{text}: {p} does not exist", f"valid forms: {FORMS}")
         if archive and not p.is_file():     # a FIFO or a device would be read without end
             raise UsageError(f"{text}: {p} is not a regular file", f"valid forms: {FORMS}")
         return OciLayoutSource(text, p, tag, archive, platform)
@@ -621,7 +627,7 @@ def open_source(text: str, *, platform: str | None = None, env: Mapping[str, str
         path, ref = _split_file(text.split(":", 1)[1])
         p = Path(path).expanduser()
         if not p.is_file():
-            raise UsageError(f"{text}: {p} is not a file", f"valid forms: {FORMS}")
+            raise (UsageError if p.exists() else SourceNotFound)(f"{text}: {p} is not a file", f"valid forms: {FORMS}")
         return DockerArchiveSource(text, p, ref)
     if platform:
         raise UsageError("--platform applies to registry and OCI sources",

@@ -79,6 +79,7 @@ def prepare_target(output: Path, force: bool) -> Path:
         raise UsageError(f"{output} is a directory", "give a file name, e.g. -o ./image.sqsh")
     if not output.parent.is_dir():
         raise UsageError(f"directory {output.parent} does not exist", f"mkdir -p {output.parent}")
+    atomic.writable_dir(output.parent, str(output))   # before any work: read-only, permission denied
     if output.exists() and not force:
         raise UsageError(f"{output} already exists", "remove it or pass --force to replace it")
     return output

@@ -74,6 +74,38 @@ from imagekit.export.store import Entry, Store, locks, notices
 PROG = "imagekit-pyxis-importer"
 USAGE = (f"usage: {PROG} get IMAGE_URI | {PROG} release | {PROG} stage [--mode sbcast|shared] IMAGE_URI | "
          f"{PROG} stage-prepare SHA256 SIZE")
+HELP = f"""{USAGE}
+
+Pyxis's importer (Pyxis >= 0.21): Pyxis runs it as the job's user instead of `enroot import`.
+
+  get IMAGE_URI   print the path of an Enroot squashfs of the image (docker://REGISTRY#REPO:TAG):
+                  from the site's shared store, the user's store, a trusted pushed artifact, or
+                  one conversion from the registry (or the Docker engine)
+  release         drop this job step's hold on what `get` returned (Pyxis calls it twice)
+  stage [--mode sbcast|shared] IMAGE_URI
+                  (a job's first step, `imagekit launch slurm --stage`) fill the store once and pin
+                  the entry for every node, or send it to node-local disk with sbcast
+  stage-prepare SHA256 SIZE   (run by `stage` on every node) say whether the copy is there
+
+Environment:
+  IMAGEKIT_SHARED_STORE       the site's shared export store (published by CI)
+  IMAGEKIT_TRUSTED_ARTIFACTS  REGISTRY/REPO patterns (comma-separated, * as in the shell) whose
+                              pushed .sqsh artifacts are trusted
+  IMAGEKIT_STORE              the user's own store (default ~/.cache/imagekit/store)
+  IMAGEKIT_IMPORTER_PRESET    the conversion preset (shared-fs: 1 MiB blocks for a parallel FS)
+  IMAGEKIT_POLICY             a site signature policy: handed to imagekit-pyxis-importer-signed
+
+Set-up (a wrapper that sets the environment, named in Pyxis's plugstack.conf line):
+  #!/bin/sh
+  export IMAGEKIT_SHARED_STORE=/lustre/containers/imagekit-store
+  exec /opt/imagekit/.venv/bin/{PROG} "$@"
+  required /usr/lib/slurm/spank/pyxis.so importer=/usr/local/libexec/imagekit-importer
+
+Example (as Pyxis calls it):
+  SLURM_JOB_ID=1 SLURM_STEP_ID=0 {PROG} get 'docker://registry.example.org#hpc/mpi:1'
+
+Exit status: 0 ok, 4 registry unreachable, 5 no artifact, 6 digest mismatch, 7 credentials,
+8 no space, 10 image not found, 130 interrupted (the table: docs/errors.md in imagekit)."""
 SHARED_ENV = "IMAGEKIT_SHARED_STORE"
 PRESET_ENV = "IMAGEKIT_IMPORTER_PRESET"
 _NUMBER = re.compile(r"[0-9]+")
@@ -356,6 +388,9 @@ def run_command(get: Callable[[str], Path], argv: list[str] | None = None,
             return 0
         if argv == ["release"] and release is not None:
             release()
+            return 0
+        if argv[:1] in (["--help"], ["-h"]):
+            print(HELP)
             return 0
         print(USAGE, file=sys.stderr)
         return 2

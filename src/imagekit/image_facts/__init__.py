@@ -19,7 +19,10 @@ Schema history:
   benchmark are derived from the component names when such an image is read.
 - 2: adds ``schema``, ``role.<role>`` (the component that fills it),
   ``role.<role>.version`` (only where it differs from the component's version)
-  and ``benchmark`` (JSON: command and environment).
+  and ``benchmark`` (JSON: command and environment). Later, as optional labels that older
+  readers ignore (so the schema number stayed): ``packages.runtime`` and ``packages.devel``
+  (the stack's own distro packages) and ``component.<name>.origin`` (where a site component
+  came from; shipped components have none).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ SCHEMA_LABEL = PREFIX + "schema"
 STACK, VERSION, ARCH, COMPONENTS = (PREFIX + k for k in ("stack", "version", "arch", "components"))
 TARGET, RECIPE_SHA256, CHECKS, BENCHMARK = (PREFIX + k for k in ("target", "recipe.sha256", "checks", "benchmark"))
 BASE, BASE_MIRROR, BASE_COMPONENTS = (PREFIX + k for k in ("base", "base.mirror", "base.components"))
+# The stack file's own distro packages (its `packages:` key), comma-separated, per stage.
+PACKAGES = {stage: PREFIX + f"packages.{stage}" for stage in ("runtime", "devel")}
 FILE_SUFFIXES = (".sqsh", ".squashfs", ".sif")
 # Schema 1 had no roles; they follow from the component names. Frozen here as data (as
 # container-structure-test freezes its old schemas), never derived from today's component classes:
@@ -179,6 +184,7 @@ class ImageFacts:
     # The engine's own record of the image's architecture (its config), "arm64"; None for file
     # images, whose architecture is known from the arch label alone.
     config_arch: str | None = None
+    packages: dict[str, list[str]] = field(default_factory=dict)   # stage -> the stack's own packages
 
     @property
     def known(self) -> bool:
@@ -211,6 +217,7 @@ class ImageFacts:
                 "recipe_sha256": self.recipe_sha256,
                 "components": [{"name": c.name, "version": c.version, "source": c.source, "facts": c.facts}
                                for c in self.components.values()],
+                "packages": self.packages,
                 "roles": {r: {"component": v.component, "version": v.version} for r, v in self.roles.items()}}
 
 
@@ -237,7 +244,9 @@ def from_labels(labels: dict[str, str] | None, *, ref: str = "", reason: str = "
         ref=ref, labels=dict(labels), reason=reason, schema=schema, stack=labels.get(STACK),
         target=labels.get(TARGET), arch=labels.get(ARCH), imagekit_version=labels.get(VERSION),
         recipe_sha256=labels.get(RECIPE_SHA256), components=components,
-        base_components=[c for c in labels.get(BASE_COMPONENTS, "").split(",") if c], env=env)
+        base_components=[c for c in labels.get(BASE_COMPONENTS, "").split(",") if c], env=env,
+        packages={stage: [p for p in labels.get(label, "").split(",") if p] for stage, label in PACKAGES.items()
+                  if labels.get(label)})
     if schema >= 2:
         facts.roles = {}
         for key, name in labels.items():

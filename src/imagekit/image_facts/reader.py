@@ -13,17 +13,27 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import engines
-from imagekit.errors import EngineError
-from imagekit.image_facts import ImageFacts, from_labels, is_file_image, parse_env, rc_labels
+from imagekit.errors import EngineError, NotFoundError, RegistryError
+from imagekit.export.image_source import SourceError
+from imagekit.image_facts import ImageFacts, from_labels, is_file_image, layered, parse_env, rc_labels
 from imagekit.sif_reader import ARCH_NAMES, OCI_CONFIG_NAME, read_sif
 
 
 def read(ref: str, engine_name: str = "docker") -> ImageFacts:
     """The facts of an engine image (``engine_name``: docker, or the user's podman store), an
-    Enroot ``.sqsh`` or a ``.sif``; unreadable labels give ``labels=None`` and the reason (a
-    missing engine image is an EngineError, as everywhere)."""
+    Enroot ``.sqsh``, a ``.sif``, or, with no engine, a registry reference, an OCI layout or a
+    ``docker save`` tarball (:mod:`imagekit.image_facts.layered`); unreadable labels give
+    ``labels=None`` and the reason (a missing engine image is an EngineError, as everywhere)."""
+    if layered.is_layered(ref):
+        return layered.read(ref).facts
     if not is_file_image(ref):
-        image = engines.of(engine_name).inspect(ref)
+        try:
+            image = engines.of(engine_name).inspect(ref)
+        except EngineError as exc:
+            if isinstance(exc, NotFoundError) or not layered.looks_like_registry(ref):
+                raise
+            # No engine answers, and the name has a registry host: read it there (a Pyxis user's case).
+            return layered.read(layered.registry_fallback(ref)).facts
         facts = from_labels(image.labels, ref=ref, env=parse_env(image.config.get("Env") or []))
         facts.config_arch = image.attrs.get("Architecture") or None
         return facts
@@ -50,10 +60,11 @@ def read(ref: str, engine_name: str = "docker") -> ImageFacts:
 
 
 def read_or_reason(ref: str) -> ImageFacts:
-    """Like :func:`read`, but an image the engine cannot give becomes ``labels=None`` with the reason."""
+    """Like :func:`read`, but an image that cannot be read (no engine, not found, a registry that
+    does not answer) becomes ``labels=None`` with the reason."""
     try:
         return read(ref)
-    except EngineError as exc:
+    except (EngineError, RegistryError, NotFoundError, SourceError) as exc:
         return ImageFacts(ref=ref, reason=exc.message)
 
 

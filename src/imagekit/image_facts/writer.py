@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from imagekit import __version__
 from imagekit.checks import stack_checks
 from imagekit.image_facts import (ARCH, BASE, BASE_COMPONENTS, BASE_MIRROR, BENCHMARK, CHECKS, COMPONENTS,
-                                  RECIPE_SHA256, SCHEMA, SCHEMA_LABEL, STACK, TARGET, VERSION, component_label,
+                                  PACKAGES, RECIPE_SHA256, SCHEMA, SCHEMA_LABEL, STACK, TARGET, VERSION, component_label,
                                   role_label)
 
 if TYPE_CHECKING:
@@ -31,6 +31,11 @@ def recipe_labels(stack: "Stack") -> dict[str, str]:
     }
     if stack.description:
         labels["org.opencontainers.image.description"] = stack.description
+    for stage, label in PACKAGES.items():
+        # What the stack asked for, per stage (a devel stage installs both lists).
+        names = [p.name for p in stack.packages if p.stage == stage]
+        if names:
+            labels[label] = ",".join(names)
     for name, comp in stack.components.items():
         labels[component_label(name, "version")] = comp.version
         labels[component_label(name, "source")] = comp.source
@@ -45,6 +50,8 @@ def recipe_labels(stack: "Stack") -> dict[str, str]:
                 labels[component_label(name, "sha256")] = artifact.sha256
         if comp.install_paths():
             labels[component_label(name, "paths")] = ",".join(comp.install_paths())
+        if comp.origin:   # a site component: which file (and its sha256) or distribution made these layers
+            labels[component_label(name, "origin")] = comp.origin
         if comp.opts.get("accept"):  # the risks the stack took on knowingly travel with the image
             labels[component_label(name, "accepted")] = ",".join(comp.opts["accept"])
     for role, name in sorted(stack.roles().items()):

@@ -55,7 +55,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlencode, urljoin, urlsplit
 
 from imagekit import digests, platforms
-from imagekit.errors import CredentialsError, IntegrityError, RegistryError
+from imagekit.errors import CredentialsError, IntegrityError, NotFoundError, RegistryError
 from imagekit.registry import credentials as creds
 from imagekit.registry.reference import Reference
 
@@ -104,8 +104,10 @@ BLOB_MIN_BYTES = 64 << 10
 REDIRECT_CODES = (301, 302, 303, 307, 308)
 
 
-class NotFound(RegistryError):
+class NotFound(RegistryError, NotFoundError):
     """The registry answered 404 for a manifest, blob or tag."""
+
+    exit_code = NotFoundError.exit_code
 
 
 def sha256_digest(data: bytes) -> str:

@@ -1,0 +1,150 @@
+"""Site components: one module in a site directory, or one named by a Python entry point.
+
+They are discovered like the shipped ones, keep the same contract, reach `imagekit show`, the
+recipe and the labels, and an image built with one is checked with its checks. The entry point
+test installs a distribution the way pip lays one out (a ``.dist-info`` with ``entry_points.txt``)
+on PYTHONPATH and runs the real ``imagekit`` command; the build test builds a real image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from added_alone import assert_site_component_alone
+from imagekit import cli, engine, image_facts, render
+from imagekit import check as check_mod
+from imagekit import stack as stack_mod
+from imagekit.build import BuildRequest, build
+from imagekit.components import contract_problems, registry
+from imagekit.errors import StackError
+
+TOOLS = '''\
+"""Site tools: htop from the distro, in both stages."""
+from imagekit import checks
+from imagekit.components import Component
+from imagekit.schema import Option
+
+
+class SiteTools(Component):
+    name = "site-tools"
+    summary = "htop and friends from the distro"
+    order = 90
+    sources = ("distro",)
+    distro_versions = {"debian12": "3.2.2"}
+    distro_packages = ("htop",)
+    options = {"motd": Option(str, "", "a line for /etc/motd")}
+
+    def labels(self):
+        return {"motd": self.opts["motd"]}
+
+    def checks(self):
+        return [checks.file("site-tools.htop", "/usr/bin/htop")]
+'''
+STACK = """\
+name: ik-ux-site
+base: {image: imagekit/debian:bookworm, distro: debian12}
+components:
+  site-tools: {motd: hello}
+"""
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A site directory: stacks at its top, components/ beside them, on the search path."""
+    (tmp_path / "components").mkdir()
+    (tmp_path / "components" / "site_tools.py").write_text(TOOLS)
+    (tmp_path / "ik-ux-site.yaml").write_text(STACK)
+    monkeypatch.setenv("IMAGEKIT_STACKS_PATH", str(tmp_path))
+    yield tmp_path
+    monkeypatch.delenv("IMAGEKIT_STACKS_PATH")
+    registry()   # forget this site's components for the tests that follow
+
+
+def test_a_site_component_is_found_shown_rendered_and_labelled(site):
+    assert_site_component_alone(site / "components" / "site_tools.py", "site-tools")
+    result = CliRunner().invoke(cli.main, ["show", "ik-ux-site", "--json"], prog_name="imagekit")
+    assert result.exit_code == 0, result.output
+    comp = json.loads(result.output)["components"][0]
+    assert comp["name"] == "site-tools" and comp["motd"] == "hello"
+    assert comp["origin"].startswith("site_tools.py sha256:")
+    assert "site-tools.htop" in [c["id"] for c in json.loads(result.output)["checks"]]
+    text = render.render(stack_mod.load("ik-ux-site"))
+    assert "apt-get install -y --no-install-recommends htop" in text
+    assert 'io.imagekit.component.site-tools.origin="site_tools.py sha256:' in text
+    assert 'io.imagekit.component.site-tools.motd="hello"' in text
+
+
+def test_its_options_are_checked_like_a_shipped_ones(site):
+    (site / "ik-ux-site.yaml").write_text(STACK.replace("motd:", "mtod:"))
+    with pytest.raises(StackError) as info:
+        stack_mod.load("ik-ux-site")
+    assert (info.value.line, info.value.key) == (4, "components.site-tools.mtod")
+    assert "did you mean 'motd'" in str(info.value)
+
+
+@pytest.mark.parametrize("edit, fragments", [
+    (lambda t: t.replace('summary = "htop and friends from the distro"', 'summary = ""'),
+     ["breaks the component contract", "`summary` is empty"]),
+    (lambda t: t.replace('order = 90', 'order = 90\n    provides = ("hdf5",)'), ["role 'hdf5' is not one of"]),
+    (lambda t: t.replace('"a line for /etc/motd"', '""'), ["option 'motd' has no help"]),
+    (lambda t: t.replace('name = "site-tools"', 'name = "openmpi"'),
+     ["has the name of another component (shipped with imagekit)", "rename it"]),
+    (lambda t: t.replace("from imagekit import checks", "from imagekit import chekcs"),
+     ["site_tools.py:2: fails to import: ImportError"]),
+    (lambda t: "X = 1\n", ["defines no component"]),
+])
+def test_a_broken_site_component_is_one_clear_error(site, edit, fragments):
+    path = site / "components" / "site_tools.py"
+    path.write_text(edit(TOOLS))
+    result = CliRunner().invoke(cli.main, ["show", "ik-ux-site"], prog_name="imagekit")
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("imagekit: error: ")
+    assert len(result.output.strip().splitlines()) <= 2, result.output
+    for fragment in fragments:
+        assert fragment in result.output
+
+
+def test_the_contract_check_catches_what_the_shipped_ones_keep():
+    for name, cls in registry().items():
+        assert contract_problems(cls) == [], name
+
+
+def test_an_entry_point_names_a_site_module(tmp_path):
+    """An installed distribution whose entry_points.txt names the module under imagekit.components."""
+    site_packages = tmp_path / "site-packages"
+    (site_packages / "acme_imagekit").mkdir(parents=True)
+    (site_packages / "acme_imagekit" / "__init__.py").write_text("")
+    (site_packages / "acme_imagekit" / "tools.py").write_text(TOOLS.replace("site-tools", "acme-tools"))
+    info = site_packages / "acme_imagekit-1.2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-imagekit\nVersion: 1.2.0\n")
+    (info / "entry_points.txt").write_text("[imagekit.components]\nacme-tools = acme_imagekit.tools\n")
+    stack = tmp_path / "s.yaml"
+    stack.write_text(STACK.replace("site-tools", "acme-tools"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site_packages), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "imagekit", "show", str(stack), "--json"], capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    comp = json.loads(proc.stdout)["components"][0]
+    assert comp["name"] == "acme-tools"
+    assert comp["origin"] == "entry point acme_imagekit.tools (acme-imagekit 1.2.0)"
+
+
+@pytest.mark.engine
+def test_an_image_built_with_a_site_component_carries_and_passes_its_checks(site, base_image, tmp_path):
+    """Builds a small image (the base plus htop) with the site component alone, then runs its checks."""
+    s = stack_mod.load("ik-ux-site")
+    result = build(s, BuildRequest(log_dir=tmp_path / "logs"))
+    labels = engine.inspect(result.image_id).labels
+    facts = image_facts.from_labels(labels)
+    assert facts.components["site-tools"].fact("origin").startswith("site_tools.py sha256:")
+    assert facts.components["site-tools"].fact("motd") == "hello"
+    report = check_mod.run(result.tags[0], check_mod.checks_from_image(result.tags[0]))
+    outcome = {o.id: o.status for o in report.outcomes}
+    assert outcome["site-tools.htop"] == "passed" and report.ok, report.as_dict()
