@@ -64,8 +64,10 @@ def file_hashes(paths: list[str]) -> dict[str, str]:
 
 
 def support_files() -> list[str]:
+    """The helpers and data the heavy tests stand on. Another tier's test module (tests/test_*.py) is
+    none of them: fixtures do not cross test modules, and the heavy test files are hashed on their own."""
     return sorted({str(p.relative_to(TOP)) for g in SUPPORT_GLOBS for p in TOP.glob(g) if p.is_file()
-                   and "__pycache__" not in p.parts})
+                   and "__pycache__" not in p.parts and not (p.parent == TOP / "tests" and p.name.startswith("test_"))})
 
 
 @dataclass
