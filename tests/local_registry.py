@@ -78,8 +78,11 @@ def running_registry(root: Path, extra_config: str = "", host: str = "127.0.0.1"
     config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
                       f"    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
                       f"http:\n  addr: {listen}:{port}\n{extra_config}")
-    proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    # Its log goes to a file: a pipe nobody reads fills after a few hundred lines (each plain-HTTP
+    # push or pull logs a TLS handshake error) and then the registry blocks mid-request.
+    log_path = root / f"registry-{listen}-{port}.log"
+    log_file = open(log_path, "wb")
+    proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=log_file)
     addr = f"{host}:{port}"
     try:
         for _ in range(100):
@@ -90,12 +93,14 @@ def running_registry(root: Path, extra_config: str = "", host: str = "127.0.0.1"
                 break  # 401 from an auth-enabled registry: it is up
             except OSError:
                 if proc.poll() is not None:
-                    raise RegistryNotRunning(f"docker-registry exited: {proc.stderr.read().decode()[-500:]}")
+                    raise RegistryNotRunning("docker-registry exited: "
+                                             + log_path.read_bytes().decode(errors="replace")[-500:])
                 time.sleep(0.1)
         yield addr
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        log_file.close()
         remove_engine_refs(addr)
 
 
