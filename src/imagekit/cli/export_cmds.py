@@ -205,14 +205,19 @@ def push(images, to, platform_list, with_, presets, sign_key, as_json, quiet):
             doc["signed"] = signed.as_dict()
         click.echo(json.dumps(doc, sort_keys=True))
         return
-    click.echo(f"pushed   {result.reference}")
-    click.echo(f"digest   {result.digest}")
-    click.echo(f"pinned   {result.pinned}")
-    click.echo(f"pyxis    {result.pyxis}")
+    _print_pushed(result)
     for a in artifacts:
         _print_artifact(a)
     if signed is not None:
         click.echo(f"signed   {signed.signer}: SBOM and provenance {signed.bundle}")
+
+
+def _print_pushed(result, what: str = "") -> None:
+    """The lines a user copies from: the reference, its digest, the pinned form and Pyxis's spelling."""
+    click.echo(f"pushed   {result.reference}{what}")
+    click.echo(f"digest   {result.digest}")
+    click.echo(f"pinned   {result.pinned}")
+    click.echo(f"pyxis    {result.pyxis}")
 
 
 def _print_artifact(a, indent: str = "") -> None:
@@ -238,10 +243,7 @@ def _push_index(images: list[str], to: str, with_: str | None, presets: tuple, a
             one["artifacts"] = [a.to_dict() for a in made.get(one["platform"], [])]
         click.echo(json.dumps(doc, sort_keys=True))
         return
-    click.echo(f"pushed   {result.reference} (OCI image index of {len(result.platforms)} platforms)")
-    click.echo(f"digest   {result.digest}")
-    click.echo(f"pinned   {result.pinned}")
-    click.echo(f"pyxis    {result.pyxis}")
+    _print_pushed(result, f" (OCI image index of {len(result.platforms)} platforms)")
     for one in result.platforms:
         click.echo(f"{one.platform:<14} {one.digest}  {one.reference}  ({one.image})")
         for a in made.get(one.platform, []):
