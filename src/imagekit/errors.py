@@ -1,13 +1,13 @@
 """Errors that the CLI turns into one clear line and an exit code.
 
-Every command, and the Pyxis importer, exits by one table (docs/errors.md prints it from
+Every command, and the Pyxis importer, exits by one table (`imagekit --help` prints it from
 :data:`EXIT_CODES`): one code per kind of failure, wherever it happens. An error class carries its
 kind's code; the CLI prints ``imagekit: error: MESSAGE`` and ``  fix: HINT`` and exits with it.
 """
 
 from __future__ import annotations
 
-# code -> the kind of failure; docs/errors.md and `imagekit --help` show this table.
+# code -> the kind of failure; `imagekit --help` shows this table.
 EXIT_CODES: dict[int, str] = {
     0: "success",
     1: "it ran and failed: a build step, a check, a preflight check, a validation gate (slow)",
@@ -21,10 +21,13 @@ EXIT_CODES: dict[int, str] = {
     9: "validation: the run ran wrong (wrong results, transport, NCCL)",
     10: "not found: the image, tag or file named does not exist",
     11: "nothing checked: preflight or check could not check anything asked",
+    12: "signature: unsigned, a signer not accepted, a revoked or expired key, or statements that do not "
+        "name what is served",
     130: "interrupted (Ctrl-C, SIGINT); SIGTERM gives 143, SIGHUP 129; temporary files are removed",
 }
 NOT_FOUND = 10
 NOTHING_CHECKED = 11
+NOT_VERIFIED = 12
 INTERRUPTED = 130
 
 
@@ -103,7 +106,7 @@ class VerificationError(ImagekitError):
     """An image, file or statement failed a signature check: unsigned, a signer the policy does not
     accept, a revoked or expired key, or subjects that do not name what is being served."""
 
-    exit_code = 9
+    exit_code = NOT_VERIFIED
 
 
 class NotFoundError(ImagekitError):

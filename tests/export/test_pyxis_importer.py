@@ -89,10 +89,12 @@ def test_dockerd_uri_is_served_from_the_local_engine(odd_image, tmp_path):
     assert "exec " in listing.stdout
 
 
-def test_unknown_tag_fails_with_the_registry_exit_code_and_no_path(registry, tmp_path):
+def test_unknown_tag_fails_with_the_not_found_exit_code_and_no_path(registry, tmp_path):
+    """A tag the registry does not have is "not found" (10), as everywhere in imagekit; 4 is a registry
+    that cannot be reached or refuses."""
     env = _env(tmp_path / "store", tmp_path / "run", 0)
     call = pyxis_get(f"docker://{registry}#imagekit-test/nothing:here", env)
-    assert call.rc == 4, call.log
+    assert call.rc == 10, call.log
     assert call.path == ""
     assert "imagekit-test/nothing" in call.log
 

@@ -69,7 +69,7 @@ def push_signed(image: str, ref: str, key: Path, tmp_path: Path, with_: str = "e
 
 def refusal(call) -> str:
     """The one error line of a refused get (and nothing else said as an error, nothing on stdout)."""
-    assert call.rc == 9 and call.path == "", (call.rc, call.path, call.log)
+    assert call.rc == 12 and call.path == "", (call.rc, call.path, call.log)
     errors = [line for line in call.log.splitlines() if line.startswith(PREFIX + "error:")]
     assert len(errors) == 1, call.log
     assert "\n  fix:" not in call.log, call.log

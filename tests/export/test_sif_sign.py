@@ -71,7 +71,7 @@ def test_apptainer_verifies_imagekits_signature_and_refuses_a_changed_rootfs(uns
     bad = subprocess.run([binary, "verify", "--key", str(pub_path), str(signed)], capture_output=True, text=True)
     assert bad.returncode != 0 and "integrity compromised" in bad.stdout + bad.stderr
     res = CliRunner().invoke(main, ["verify", str(signed), "--key", str(pub_path)])
-    assert res.exit_code == 9 and f"object {part.id} (root file system) changed after signing" in res.output
+    assert res.exit_code == 12 and f"object {part.id} (root file system) changed after signing" in res.output
 
 
 def test_another_key_and_an_unsigned_sif_are_refused_by_both(unsigned_sif, tmp_path):
@@ -84,9 +84,9 @@ def test_another_key_and_an_unsigned_sif_are_refused_by_both(unsigned_sif, tmp_p
     assert subprocess.run([binary, "verify", "--key", str(other_pub), str(signed)],
                           capture_output=True).returncode != 0
     res = CliRunner().invoke(main, ["verify", str(signed), "--key", str(other_pub)])
-    assert res.exit_code == 9 and "not by an accepted key" in res.output
+    assert res.exit_code == 12 and "not by an accepted key" in res.output
     res = CliRunner().invoke(main, ["verify", str(unsigned_sif), "--key", str(other_pub)])
-    assert res.exit_code == 9 and "no signature (unsigned image)" in res.output
+    assert res.exit_code == 12 and "no signature (unsigned image)" in res.output
 
 
 def test_signing_twice_is_refused_and_the_source_is_never_changed(unsigned_sif, tmp_path):

@@ -116,22 +116,22 @@ def test_bad_input_each_gets_a_clear_error_and_a_non_zero_exit(base_image, ci, t
     changed.write_bytes(bytes(data))
     shutil.copyfile(side, bundle.beside(changed))
     res = invoke("verify", str(changed), "--key", str(pub))
-    assert res.exit_code == 9 and "no signed statement names this enroot" in res.output
+    assert res.exit_code == 12 and "no signed statement names this enroot" in res.output
 
     # A truncated envelope, then an oversized one.
     side.write_bytes(good[: len(good) // 2])
     res = invoke("verify", str(sqsh), "--key", str(pub))
-    assert res.exit_code == 9 and "not complete JSON" in res.output and f"{side}:2" in res.output
+    assert res.exit_code == 12 and "not complete JSON" in res.output and f"{side}:2" in res.output
     side.write_bytes(good)
     monkeypatch.setattr(dsse, "MAX_ENVELOPE", 1000)
     res = invoke("verify", str(sqsh), "--key", str(pub))
-    assert res.exit_code == 9 and "more than the 1000 imagekit reads" in res.output
+    assert res.exit_code == 12 and "more than the 1000 imagekit reads" in res.output
     monkeypatch.undo()
 
     # No statements at all.
     side.unlink()
     res = invoke("verify", str(sqsh), "--key", str(pub))
-    assert res.exit_code == 9 and "unsigned image" in res.output
+    assert res.exit_code == 12 and "unsigned image" in res.output
 
     # An unknown key type, to sign and to verify with.
     rsa_key = tmp_path / "rsa.key"
@@ -181,4 +181,4 @@ def test_push_sign_lists_statements_and_a_statement_for_another_platform_is_refu
     envelope = signer.sign(statement.payload(), PAYLOAD_TYPE, keys.load_private(key))
     attestation_push.push(client, "ik-sign/elsewhere", subject, envelope, SLSA_PROVENANCE, "x")
     res = invoke("verify", f"docker://{other}", "--key", str(pub))
-    assert res.exit_code == 9 and "is for linux/arm64, not linux/amd64" in res.output
+    assert res.exit_code == 12 and "is for linux/arm64, not linux/amd64" in res.output

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from imagekit import __version__, settings, signals
-from imagekit.errors import ImagekitError
+from imagekit.errors import EXIT_CODES, ImagekitError
 
 # name -> "module:attribute"; each command module owns its commands.
 COMMANDS: dict[str, str] = {
@@ -108,7 +108,11 @@ class LazyGroup(click.Group):
             ctx.exit(signals.exit_status(exc))
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+_EXIT_TABLE = "\b\nExit codes, the same for every command:\n" + "\n".join(
+    f"  {code:>3}  {what}" for code, what in EXIT_CODES.items())
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=_EXIT_TABLE)
 @click.version_option(__version__, prog_name="imagekit")
 @click.option("--stacks-dir", "stacks_dirs", multiple=True, metavar="DIR",
               help="a site directory of stacks, searched before $IMAGEKIT_STACKS_PATH and the shipped "

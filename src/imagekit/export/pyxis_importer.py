@@ -105,7 +105,8 @@ Example (as Pyxis calls it):
   SLURM_JOB_ID=1 SLURM_STEP_ID=0 {PROG} get 'docker://registry.example.org#hpc/mpi:1'
 
 Exit status: 0 ok, 4 registry unreachable, 5 no artifact, 6 digest mismatch, 7 credentials,
-8 no space, 10 image not found, 130 interrupted (the table: docs/errors.md in imagekit)."""
+8 no space, 10 image not found, 12 refused by the signature policy, 130 interrupted
+(the table: `imagekit --help`)."""
 SHARED_ENV = "IMAGEKIT_SHARED_STORE"
 PRESET_ENV = "IMAGEKIT_IMPORTER_PRESET"
 _NUMBER = re.compile(r"[0-9]+")
@@ -362,6 +363,10 @@ def guarded(call: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         log("interrupted")
         return 130
+    except BrokenPipeError:
+        # The reader went away (`--help | head`): nothing more to say, and nobody to say it to.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as exc:  # noqa: BLE001 - Pyxis shows stderr: one line, never a traceback
         log(error_line(f"{type(exc).__name__}: {exc} (a bug in {PROG}: please report it)"))
         return 1

@@ -17,7 +17,7 @@ on a hit, :mod:`imagekit.export.pyxis_fill` after a fill):
    conversion of the verified image instead.
 
 A refusal is one line, ``error: IMAGE (DIGEST): refused: WHY; accepted signers: …``, and exit
-status 9; nothing is printed on stdout, so Pyxis starts nothing.
+status 12; nothing is printed on stdout, so Pyxis starts nothing.
 """
 
 from __future__ import annotations
