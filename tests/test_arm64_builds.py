@@ -4,6 +4,11 @@
 All heavy: the arm64 base (~6 min cold) and debian-mpi's apt steps run through QEMU on 2 cores
 (bench/arch.py measures the build against the native amd64 one). Warm, they are cached layers and
 the tests take about a minute.
+
+debian-grace (the CUDA/PyTorch Grace stack) is not built here: under emulation its aarch64 wheels
+(torch 2.15.0, CUDA 13.2, NCCL) are unpacked by an emulated pip, over an hour on 2 cores, and its
+install ran this machine's disk out (Errno 28 in the pip step, 2026-11-27). It is rendered and its
+stack checked in the fast tier; it builds on a native arm64 runner (docs/multi-arch.md).
 """
 
 from __future__ import annotations
@@ -54,27 +59,3 @@ def test_the_mpi_ring_runs_across_arm64_containers(mpi_image_arm64, capfd):
     assert inside_out.execute(job, log=lambda m: None) == 0
     out = capfd.readouterr().out
     assert out.count("aarch64") == 2 and "time for 1 loops" in out, out
-
-
-@pytest.fixture(scope="module")
-def grace_image(base_image_arm64) -> str:
-    """debian-grace built for real under emulation (about an hour cold on 2 cores: its wheels are
-    downloaded through the pip cache mount and unpacked by an emulated pip)."""
-    from imagekit import build
-
-    result = build.build(stack_mod.load("debian-grace"), build.BuildRequest(log_dir="build/logs"))
-    return result.tags[0]
-
-
-def test_the_grace_cuda_stack_builds_and_passes_its_checks_under_emulation(grace_image):
-    """Builds debian-grace (CUDA 13.2 and NCCL 2.30.7 aarch64 wheels, PyPI's aarch64 torch 2.15.0).
-    Every check that needs no GPU passes in an arm64 container: torch imports, is built for CUDA
-    13.2, has NCCL and loads the stack's one NCCL 2.30.7, every ELF file resolves its libraries."""
-    assert engine.inspect(grace_image).attrs["Architecture"] == "arm64"
-    stack = stack_mod.load("debian-grace")
-    report = check_mod.run(grace_image, check_mod.stack_checks(stack, "runtime"))
-    assert report.ok, [(o.id, o.detail) for o in report.failed]
-    passed = {o.id for o in report.outcomes if o.status == "passed"}
-    assert {"pytorch.version", "pytorch.cuda_build", "pytorch.nccl", "pytorch.nccl_version",
-            "pytorch.one_nccl"} <= passed
-    assert {o.id for o in report.outcomes if o.status == "not-run"} >= {"pytorch.cuda"}, "no GPU here"
