@@ -22,7 +22,7 @@ from needs import need  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 # Which tests are heavy, and the record a passing heavy run leaves for CI (scripts/heavy_tier.py).
-pytest_plugins = ["heavy_plugin"]
+pytest_plugins = ["heavy_plugin", "tmp_cleanup_plugin"]
 
 
 @functools.lru_cache(maxsize=1)
