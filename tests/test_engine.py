@@ -48,7 +48,7 @@ def test_a_missing_image_gives_the_one_message_with_the_fix():
     for ask in (engine.inspect, engine.image_labels):
         with pytest.raises(EngineError) as err:
             ask(missing)
-        assert isinstance(err.value, engine.ImageMissing) and err.value.exit_code == 3
+        assert isinstance(err.value, engine.ImageMissing) and err.value.exit_code == 10   # "not found"
         assert err.value.message == f"image {missing!r} not found in the local engine"
         assert "imagekit build STACK" in err.value.hint
     assert engine.image_exists(missing) is False

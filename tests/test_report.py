@@ -37,7 +37,7 @@ def test_report_on_a_foreign_image_lists_layers_without_guessing(base_image, tmp
 
 def test_report_on_a_missing_image_says_so():
     result = CliRunner().invoke(main, ["report", "imagekit-test/never-built:none"])
-    assert result.exit_code == 3 and "not found" in result.output
+    assert result.exit_code == 10 and "not found" in result.output   # the table's "not found"
 
 
 def test_report_shows_exports_still_on_disk_and_counts_the_gone(mpi_image, tmp_path, monkeypatch):
