@@ -1,7 +1,7 @@
 """The Pyxis importer under a site signature policy (``IMAGEKIT_POLICY``), driven as Pyxis 0.24.0 drives it
 (pyxis_calls.py): a real registry, the real Docker engine, a real store, real keys. Only signed images
 are served, and every refusal is one ``error:`` line naming the image, its digest and the accepted
-signers, with exit status 9 and nothing on stdout (Pyxis then starts nothing). Under the real Pyxis:
+signers, with exit status 12 and nothing on stdout (Pyxis then starts nothing). Under the real Pyxis:
 test_pyxis_cluster_signed.py."""
 
 from __future__ import annotations
