@@ -51,7 +51,10 @@ def test_a_failing_step_names_its_command_and_last_lines(base_image, write_stack
     assert "Unable to locate package python3-doesnotexist" in text  # its last lines
     assert (tmp_path / "broken-step-runtime.log").is_file()
     assert _gone("imagekit/broken-step:latest")
-    result = CliRunner().invoke(main, ["build", str(path), "--log-dir", str(tmp_path)])
+    # The CLI looks the package up in the base's archive first: refused before any build step.
+    early = CliRunner().invoke(main, ["build", str(path), "--log-dir", str(tmp_path)])
+    assert early.exit_code == 2 and "python3-doesnotexist" in early.output and "step: [" not in early.output
+    result = CliRunner().invoke(main, ["build", str(path), "--log-dir", str(tmp_path), "--no-package-check"])
     assert result.exit_code == 1 and "step: [" in result.output and "full log:" in result.output
 
 
