@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import pytest
+from needs import need
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -27,8 +28,7 @@ def test_keygen_writes_a_private_key_only_its_owner_reads_and_a_public_key(kind,
 
 def test_key_id_is_the_openssh_fingerprint(tmp_path):
     """The ID apptainer's verifier expects in a DSSE envelope, and what `ssh-keygen -lf` prints."""
-    if shutil.which("ssh-keygen") is None:
-        pytest.skip("ssh-keygen is not installed")
+    need(None if shutil.which("ssh-keygen") else "ssh-keygen is not installed (openssh-client)")
     private = keys.generate("ecdsa-p256")
     line = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     (tmp_path / "k.pub").write_bytes(line + b"\n")
