@@ -9,7 +9,7 @@ is an edge to ``imagekit.a.b`` when ``b`` is a module, else to ``imagekit.a``.
 
 prints the cycles (strongly connected components), the function-level imagekit imports, the longest
 chain of imports, module sizes and the parameter counts of the library's entry points.
-tests/test_import_layers.py uses the same functions to hold the layers written in README.md.
+tests/test_import_layers.py uses the same functions to hold the layers written in docs/development.md.
 """
 
 from __future__ import annotations

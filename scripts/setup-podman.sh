@@ -13,7 +13,7 @@
 # an unprivileged user mount it (Linux 5.13 and later; probed here on a scratch store), else vfs.
 # fuse-overlayfs is never used: it needs a /dev/fuse the user may open, which CI runners and
 # containers often lack. vfs needs nothing but copies each layer in full (slower and bigger, see
-# README "Rootless Podman"). Needs root (or sudo).
+# docs/build.md, "Rootless Podman"). Needs root (or sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -175,13 +175,13 @@ def test_the_env_reads_the_same_from_an_image_its_sqsh_and_its_sif(tmp_path, bas
     assert plain.env is not None and "NVIDIA_VISIBLE_DEVICES" not in plain.env
 
 
-def test_the_readme_documents_every_label_written(tmp_path):
-    """Sites read the labels themselves: every key the writer produces has a row in the README's table."""
+def test_the_docs_document_every_label_written(tmp_path):
+    """Sites read the labels themselves: every key the writer produces has a row in docs/check.md's table."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    table = readme.split("## Image labels", 1)[1].split("\n## ", 1)[0]
+    doc = (Path(__file__).parents[1] / "docs" / "check.md").read_text()
+    table = doc.split("## Image labels", 1)[1].split("\n## ", 1)[0]
     patterns = []
     for row in re.findall(r"^\| (`io\.imagekit[^|]*)\|", table, re.M):
         names = re.findall(r"`([^`]+)`", row)
@@ -192,4 +192,4 @@ def test_the_readme_documents_every_label_written(tmp_path):
     labels.update(writer.base_labels("debian", "bookworm", "http://mirror", ["main"]))
     for key in labels:
         if key.startswith(image_facts.PREFIX):
-            assert any(re.fullmatch(p, key) for p in patterns), f"{key} is not documented in README.md"
+            assert any(re.fullmatch(p, key) for p in patterns), f"{key} is not documented in docs/check.md"

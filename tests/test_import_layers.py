@@ -1,4 +1,4 @@
-"""The package's layers, as README.md's "Layers" table writes them, held against the import graph.
+"""The package's layers, as docs/development.md's "Layers" table writes them, held against the import graph.
 
 The graph comes from the source (scripts/import_graph.py, ``ast``; nothing is imported): every
 ``imagekit`` import at module level, under ``TYPE_CHECKING`` or inside a function is an edge.
@@ -21,11 +21,11 @@ import import_graph  # noqa: E402
 RUN_SIDE = ("launch", "launch.*", "validate", "validate.*")
 BUILD_SIDE = ("components", "components.*", "stack", "rules", "render", "build", "image_facts.writer",
               "recipes.*")
-def layers(readme: str | None = None) -> list[tuple[int, str, list[str]]]:
-    """(number, name, patterns) for each row of README.md's layers table."""
-    text = readme if readme is not None else (ROOT / "README.md").read_text()
+def layers(text: str | None = None) -> list[tuple[int, str, list[str]]]:
+    """(number, name, patterns) for each row of docs/development.md's layers table."""
+    text = text if text is not None else (ROOT / "docs" / "development.md").read_text()
     m = re.search(r"<!-- layers:begin.*?-->\n(.*?)<!-- layers:end -->", text, re.S)
-    assert m, "README.md has no <!-- layers:begin --> ... <!-- layers:end --> table"
+    assert m, "docs/development.md has no <!-- layers:begin --> ... <!-- layers:end --> table"
     rows = []
     for line in m.group(1).splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -63,7 +63,7 @@ def graph():
 def test_every_module_has_a_layer(graph):
     _edges, _g, rows = graph
     unplaced = [m for m in import_graph.modules() if layer_of(m, rows) is None]
-    assert not unplaced, f"add these modules to README.md's layers table: {unplaced}"
+    assert not unplaced, f"add these modules to docs/development.md's layers table: {unplaced}"
 
 
 def test_no_import_cycle(graph):
@@ -131,7 +131,7 @@ def test_the_run_side_never_reaches_the_build_side(graph):
 
 
 def test_imports_sit_at_the_top(graph):
-    """No module imports imagekit inside a function (README "Layers"). The one deferred loading is a
+    """No module imports imagekit inside a function (docs/development.md, "Layers"). The one deferred loading is a
     table, not an import statement: the CLI's LazyGroup loads a command's module by name."""
     edges, _g, _rows = graph
     inside = import_graph.function_level(edges)

@@ -9,7 +9,7 @@ half-tagged image.
 
 ``engine="podman"`` runs ``podman build`` (Buildah) as the calling user instead
 (:mod:`imagekit.podman`): the same recipe, labels, secret and tags; its ``STEP n/m:``
-lines are parsed for progress and the failed step. What differs is in the README.
+lines are parsed for progress and the failed step. What differs is in docs/build.md.
 """
 
 from __future__ import annotations

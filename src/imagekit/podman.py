@@ -17,7 +17,7 @@ with no daemon and no privilege. Everything imagekit asks of Podman goes through
 - ``save_oci_archive(ref, path)``: ``podman save --format oci-archive``; the export reads it
   as an ``oci-archive:`` source (:class:`imagekit.export.image_source.PodmanSource`).
 
-What differs from BuildKit is in the README ("Rootless Podman").
+What differs from BuildKit is in docs/build.md ("Rootless Podman").
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ STATEMENTS = ("sbom", "provenance")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="Output file (default: IMAGE with / and : as +, like Enroot, in the current dir).")
 @click.option("--preset", default=None,
-              help="Compression (README 'Exporting' has the measurements). enroot: fast "
+              help="Compression (docs/export.md has the measurements). enroot: fast "
                    "(zstd-3, 128 KiB blocks; default), enroot (Enroot's own -comp lzo -noD), "
                    "shared-fs (zstd-3, 1 MiB blocks), small (zstd-19, 1 MiB), none. "
                    "sif: gzip (default), zstd.")

@@ -17,8 +17,9 @@ about 4.9 GB installed under /usr) and lays ``/usr/local/cuda-12.4`` over it
 (bin links, include -> /usr/include, lib64 with libcudart and link stubs),
 while the runtime stage copies only ``libcudart.so.12`` taken from the
 ``nvidia-cuda-runtime-cu12`` wheel of the same release, so none of Debian's
-packages (and none of the driver libraries they depend on) reach it. Debian's
-package depends on the driver's libcuda1/libnvidia-ml1 (550); a container
+packages (and none of the driver libraries they depend on) reach it.
+
+Debian's package depends on the driver's libcuda1/libnvidia-ml1 (550); a container
 must use the host's driver (the GPU runtime mounts it), so a placeholder
 package provides those names and the link stubs come from the headers, as
 for the wheels. The CUDA 12.4 nvcc supports gcc <= 13 and trixie's gcc is

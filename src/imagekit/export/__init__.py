@@ -46,7 +46,7 @@ def default_output(image: str, to: str) -> Path:
 
 
 # The preset an export gets when none is named (the store keys entries by it); the enroot
-# default follows from bench/compression.py (README "Compression presets").
+# default follows from bench/compression.py (docs/export.md, "Compression presets").
 DEFAULT_PRESET = {"enroot": squash.DEFAULT_PRESET, "sif": "gzip"}
 
 

@@ -12,7 +12,7 @@ Pyxis >= 0.21 runs the executable named by ``importer=`` in plugstack.conf inste
   Pyxis starts straight from the squashfs (``use_squashfuse``) only at cleanup, and the path
   ``get`` returned must stay valid until then.
 
-Where it looks, and what it trusts (README "The export store: who may publish"):
+Where it looks, and what it trusts (docs/export.md, "Who may publish: the trust model"):
 
 1. resolve the URI to the image's manifest digest and config digest (the image ID), with the
    site's Enroot configuration for the pull (``ENROOT_ALLOW_HTTP``, ``ENROOT_CONFIG_PATH``, …

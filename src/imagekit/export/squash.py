@@ -6,7 +6,7 @@ filter in :mod:`imagekit.export.tarstream` edits the stream on the way, and
 ``sqfstar`` or ``mksquashfs -tar`` (squashfs-tools >= 4.5) or ``tar2sqfs``
 (squashfs-tools-ng) builds the image from stdin. Nothing of the root filesystem
 ever lands on disk. :data:`PRESETS` are the compression choices, picked from
-the measurements of bench/compression.py (README "Exporting").
+the measurements of bench/compression.py (docs/export.md).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ class Preset:
         return args
 
 
-# The presets a site picks by name (README "Exporting" has the measurements behind them).
+# The presets a site picks by name (docs/export.md has the measurements behind them).
 PRESETS: dict[str, Preset] = {
     # Enroot's default ENROOT_SQUASH_OPTIONS exactly: `mksquashfs DIR OUT -all-root -comp lzo
     # -noD`, so lzo1x_999 level 8 on metadata and fragments, raw data, and mksquashfs's

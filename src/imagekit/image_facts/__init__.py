@@ -6,7 +6,7 @@ launch, validate) reads them back as one typed :class:`ImageFacts`, from an
 engine image, an exported Enroot ``.sqsh`` or a ``.sif``
 (:mod:`imagekit.image_facts.reader`). This module needs neither a stack nor an
 engine: both halves import it, and it imports neither. Sites that read the labels themselves find the schema
-in the README ("Image labels"); its version is ``io.imagekit.schema``.
+in docs/check.md ("Image labels"); its version is ``io.imagekit.schema``.
 
 The image's environment (``Config.Env``) is read in the same pass, from the same
 places: a runtime acts on some of it before the container starts (Enroot's GPU

@@ -21,8 +21,8 @@ directory, and, in a shared store, the group ``entries/`` is writable by. Every 
 that nobody else could have written the entry, and that its bytes are the sha256 its
 publisher recorded (:mod:`.verify`); anything else is not served, with a warning. A shared
 store is read by everyone and written by its publishers only (``store init --shared``);
-each user converts into a private store of their own (README "The export store: who may
-publish").
+each user converts into a private store of their own (docs/export.md, "Who may
+publish: the trust model").
 
 Publication. An entry is built in ``tmp/`` on the store's own file system, its data and
 ``entry.json`` fsynced, and the whole directory renamed to its final name. ``rename(2)``

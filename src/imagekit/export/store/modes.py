@@ -1,6 +1,6 @@
 """The modes a store gives what it creates, whatever the creating process's umask.
 
-Two shapes (README "The export store: who may publish"):
+Two shapes (docs/export.md, "Who may publish: the trust model"):
 
 - a **private** store (one user's): directories ``0755`` and files ``0444``, less the
   umask, never group- or world-writable, so a umask of 077 keeps the user's exports

@@ -1,6 +1,6 @@
 """``imagekit store init``: lay a store out with the modes its trust model needs.
 
-A shared store (README "The export store: who may publish")::
+A shared store (docs/export.md, "Who may publish: the trust model")::
 
     ROOT                 owner (root or CI), group G, 0755 (0750: group readers only)
     entries/ tmp/ locks/ trash/

@@ -8,7 +8,7 @@ stamp with the recorded digest costs one ``stat``; any other is hashed in full, 
 stamp written. Why a stamp is enough: the trust check (:mod:`.trust`) has shown that only
 the store's publishers can write the file, and every write moves its mtime, so the bytes are
 those hashed unless a publisher (or root) rewrote them and then set the mtime back on
-purpose, which is outside what the store can promise (README: "What it cannot promise").
+purpose, which is outside what the store can promise (docs/export.md: "What it cannot promise").
 Stamps live in the user's own cache (created 0700, and used only while it is the user's
 and writable by nobody else), never in a shared store, so no one else can forge them.
 
