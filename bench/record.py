@@ -34,7 +34,7 @@ from typing import Any, Iterator
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
 # What finish() puts in every document; a bench's own keys may not take these names.
-METADATA = ("bench", "commit", "dirty", "when", "argv", "seconds", "machine", "load")
+METADATA = ("bench", "commit", "dirty", "when", "argv", "elapsed_s", "machine", "load")
 
 
 # --- timing ---------------------------------------------------------------------------------------
@@ -183,7 +183,7 @@ class Run:
             raise ValueError(f"a bench's result may not use the harness's keys: {', '.join(clash)}")
         head, dirty = commit()
         return {"bench": self.name, "commit": head, "dirty": dirty, "when": self.when, "argv": self.argv,
-                "seconds": round(time.perf_counter() - self._t0, 3), "machine": machine(),
+                "elapsed_s": round(time.perf_counter() - self._t0, 3), "machine": machine(),
                 "load": {"before": self.load_before, "after": load()}, **data}
 
     def finish(self, data: dict) -> Path:
