@@ -22,13 +22,13 @@ Measured side by side in one run (issue 37):
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import record
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -76,26 +76,27 @@ def resolve_times(uri: str, runs: int, arch_check: bool = True) -> list[float]:
     once()                                           # a first call: connections, imports
     took = []
     for _ in range(runs):
-        t0 = time.perf_counter()
-        once()
-        took.append(time.perf_counter() - t0)
+        with record.timer() as t:
+            once()
+        took.append(t.wall)
     return took
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = record.parser(__doc__)
     ap.add_argument("-r", type=int, default=50, help="resolutions of each kind")
     ap.add_argument("--no-build", action="store_true", help="use the images as they are (no --no-cache builds)")
     ap.add_argument("--cuda", metavar="STACK", help="also build STACK for linux/arm64 under emulation, with checks")
     ap.add_argument("--mirror", default=str(ROOT.parent / "shared" / "mirror"), help="site mirror for --cuda")
     args = ap.parse_args()
+    run = record.start("arch", args)
     from local_registry import running_registry
 
-    t0 = time.monotonic()
-    had_base = engine.image_exists(base_image.image_tag("debian:bookworm", "aarch64"))
-    base_image.ensure("debian:bookworm", log=lambda *_: None)
-    base_image.ensure("debian:bookworm", arch="arm64", log=lambda m: print(f"  {m}", file=sys.stderr))
-    base_s = None if had_base else time.monotonic() - t0
+    with record.timer() as t:
+        had_base = engine.image_exists(base_image.image_tag("debian:bookworm", "aarch64"))
+        base_image.ensure("debian:bookworm", log=lambda *_: None)
+        base_image.ensure("debian:bookworm", arch="arm64", log=lambda m: print(f"  {m}", file=sys.stderr))
+    base_s = None if had_base else t.wall
 
     rows = []
     work = Path(tempfile.mkdtemp(prefix="bench-arch-stack-"))
@@ -138,16 +139,27 @@ def main() -> None:
     print(f"| identify() | {med(before) * 1000:.1f} | {med(plain) * 1000:.1f} | {med(index) * 1000:.1f} | "
           f"{added:+.1f} (target < 20: {'met' if added < 20 else 'NOT met'}) |")
 
+    cuda = None
     if args.cuda:
         s = stack.load(args.cuda, platform="linux/arm64", mirror=args.mirror)
-        t0 = time.monotonic()
-        result = build.build(s, build.BuildRequest(log_dir=LOGS))
-        report = check.run(result.tags[0], check.stack_checks(s, "runtime"))
-        took = time.monotonic() - t0
+        with record.timer() as t:
+            result = build.build(s, build.BuildRequest(log_dir=LOGS))
+            report = check.run(result.tags[0], check.stack_checks(s, "runtime"))
+        took = t.wall
         c = report.counts()
         print(f"\n| {args.cuda} for linux/arm64, emulated | {took / 60:.0f} min build + checks | "
               f"{result.size_bytes / 1e9:.1f} GB | checks: {c['passed']} passed, {c['failed']} failed, "
               f"{c['not-run']} not run (GPU/fabric) |")
+        cuda = {"stack": args.cuda, "build_and_checks_s": round(took, 1), "image_bytes": result.size_bytes,
+                "checks": c}
+    run.finish({"host_machine": platforms.host_machine(), "arm64_base_s": base_s,
+                "rows": [{"measurement": name, "linux/amd64": amd, "linux/arm64": arm, "note": note}
+                         for name, amd, arm, note in rows],
+                "resolutions": args.r,
+                "identify_ms": {"plain_before": [round(x * 1000, 3) for x in before],
+                                "plain_now": [round(x * 1000, 3) for x in plain],
+                                "index": [round(x * 1000, 3) for x in index]},
+                "index_added_median_ms": round(added, 2), "cuda_arm64": cuda})
 
 
 if __name__ == "__main__":

@@ -19,15 +19,15 @@ is part of every number; ``--rounds N`` alternates the order. Tags are the bench
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pwd
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import record
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -35,21 +35,20 @@ sys.path.insert(0, str(ROOT / "src"))
 from imagekit import base_image, engine  # noqa: E402
 
 
-def timed(argv: list[str], user: str | None, cwd: str) -> float:
+def seconds_of(argv: list[str], user: str | None, cwd: str) -> float:
     if user:
         entry = pwd.getpwnam(user)
         argv = ["runuser", "-u", user, "--", "env", f"HOME={entry.pw_dir}",
                 f"XDG_RUNTIME_DIR=/run/user/{entry.pw_uid}", *argv]
-    started = time.monotonic()
-    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
-    seconds = time.monotonic() - started
+    with record.timer() as t:
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"{' '.join(argv)} failed:\n{proc.stderr[-3000:]}")
-    return seconds
+    return t.wall
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = record.parser(__doc__)
     parser.add_argument("--user", default=os.environ.get("IMAGEKIT_TEST_USER", "imagekit-user"))
     parser.add_argument("--venv", default=str(ROOT / "build/venv-distro"),
                         help="a venv the user can run (its python must be readable by the user)")
@@ -58,6 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root: it bootstraps as root for Docker and runs the rootless one as --user")
+    run = record.start("base", args)
     imagekit = str(Path(args.venv) / "bin" / "imagekit")
     mirror = base_image.parse("debian:bookworm", args.mirror).mirror
     work = tempfile.mkdtemp(prefix="imagekit-bench-base-")
@@ -77,7 +77,7 @@ def main() -> None:
             for name in order:
                 argv, user = ways[name]
                 ref = f"{tag}-{list(ways).index(name)}:bookworm"
-                times[name].append(timed([*argv, "--mirror", mirror, "--tag", ref, "--force"], user, work))
+                times[name].append(seconds_of([*argv, "--mirror", mirror, "--tag", ref, "--force"], user, work))
                 if user:
                     out = subprocess.run(["runuser", "-u", user, "--", "env",
                                           f"HOME={pwd.getpwnam(user).pw_dir}",
@@ -108,6 +108,9 @@ def main() -> None:
         mean = sum(values) / len(values)
         base = sum(times[first]) / len(times[first])
         print(f"{name:<44} {mean:>8.1f} {mean / base:>19.2f}x {sizes.get(name, 0) / 1e6:>9.0f}")
+    run.finish({"mmdebstrap": mm, "rounds": args.rounds, "mirror": mirror,
+                "ways": {name: {"seconds": values, "mean_s": round(sum(values) / len(values), 2),
+                                "image_bytes": sizes.get(name, 0)} for name, values in times.items()}})
 
 
 if __name__ == "__main__":

@@ -29,16 +29,14 @@ the machine: run it alone.
 
 from __future__ import annotations
 
-import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -49,6 +47,7 @@ from imagekit.export import enroot, squash  # noqa: E402
 from imagekit.export.squash import MIB, Preset  # noqa: E402
 
 import export as export_bench  # noqa: E402  (bench/export.py: the Enroot method and the big image)
+import record  # noqa: E402
 
 # Named presets, then the candidates they were chosen from.
 CANDIDATES: dict[str, Preset] = {
@@ -89,12 +88,6 @@ class Row:
     kernel: list[float] = field(default_factory=list)
 
 
-def cpu_now() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-
 def drop_caches() -> bool:
     subprocess.run(["sync"])
     try:
@@ -102,12 +95,6 @@ def drop_caches() -> bool:
         return True
     except OSError:
         return False
-
-
-def timed(fn, *args) -> tuple[float, float]:
-    c0, t0 = cpu_now(), time.monotonic()
-    fn(*args)
-    return time.monotonic() - t0, cpu_now() - c0
 
 
 def export_with(image: str, out: Path, p: Preset) -> str:
@@ -190,9 +177,10 @@ def bench_image(image: str, names: list[str], runs: int, work: Path, start: bool
     for _ in range(runs):
         if cold:
             drop_caches()
-        wall, cpu = timed(export_bench.enroot_method, image, work, out)
-        base.export_wall.append(wall)
-        base.export_cpu.append(cpu)
+        with record.timer() as t:
+            export_bench.enroot_method(image, work, out)
+        base.export_wall.append(t.wall)
+        base.export_cpu.append(t.cpu)
         base.size = out.stat().st_size
         out.unlink()
     base.tool = "tar + mksquashfs"
@@ -206,25 +194,27 @@ def bench_image(image: str, names: list[str], runs: int, work: Path, start: bool
                 out.unlink()
             if cold:
                 drop_caches()
-            c0, t0 = cpu_now(), time.monotonic()
-            row.tool = export_with(image, out, p)
-            row.export_wall.append(time.monotonic() - t0)
-            row.export_cpu.append(cpu_now() - c0)
+            with record.timer() as t:
+                row.tool = export_with(image, out, p)
+            row.export_wall.append(t.wall)
+            row.export_cpu.append(t.cpu)
             row.size = out.stat().st_size
             if not start:
                 continue
             if cold:
                 drop_caches()
-            wall, cpu = timed(unsquash, out, work)
-            row.unsquash.append(wall)
-            row.unsquash_cpu.append(cpu)
+            with record.timer() as t:
+                unsquash(out, work)
+            row.unsquash.append(t.wall)
+            row.unsquash_cpu.append(t.cpu)
             shutil.rmtree(work / "unsquashed")
             if have_fuse:
                 if cold:
                     drop_caches()
-                wall, cpu = timed(fuse_read, out, mnt)
-                row.fuse.append(wall)
-                row.fuse_cpu.append(cpu)
+                with record.timer() as t:
+                    fuse_read(out, mnt)
+                row.fuse.append(t.wall)
+                row.fuse_cpu.append(t.cpu)
             if have_kernel is None:
                 have_kernel = can_kernel_mount(out, mnt)
                 if not have_kernel:
@@ -232,8 +222,9 @@ def bench_image(image: str, names: list[str], runs: int, work: Path, start: bool
             if have_kernel:
                 if cold:
                     drop_caches()
-                wall, _ = timed(kernel_read, out, mnt)
-                row.kernel.append(wall)
+                with record.timer() as t:
+                    kernel_read(out, mnt)
+                row.kernel.append(t.wall)
         out.unlink()
         log(f"{image}: {name} ({row.label}): export {statistics.median(row.export_wall):.1f}s, "
             f"{row.size / MIB:.0f} MiB")
@@ -275,7 +266,7 @@ def table(image: str, rows: list[Row], cold: bool) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = record.parser(__doc__)
     ap.add_argument("--image", default="imagekit/debian-mpi:latest")
     ap.add_argument("--big-image", help=f"a >= 1 GB image (default: {REAL_BIG} when built, a real "
                     f"CUDA toolkit image, else {export_bench.BIG_TAG}, built here)")
@@ -287,6 +278,7 @@ def main() -> int:
     ap.add_argument("--no-start", action="store_true", help="export only, no start-cost columns")
     ap.add_argument("--workdir", default="/var/tmp")
     args = ap.parse_args()
+    run = record.start("compression", args)
 
     from imagekit import base_image, engine
 
@@ -323,6 +315,8 @@ def main() -> int:
     for image, rows in results:
         print(table(image, rows, cold))
         print()
+    run.finish({"runs": args.runs, "caches_dropped": cold, "squash_processors": squash.processors(),
+                "baseline": BASELINE, "images": {image: [asdict(r) for r in rows] for image, rows in results}})
     return 0
 
 

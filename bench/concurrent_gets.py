@@ -19,17 +19,14 @@ Writes bench/results/concurrent_gets.json.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "bench"))
 import record  # noqa: E402
 
 BASELINE = "0dbd89e"
@@ -38,25 +35,26 @@ BASELINE = "0dbd89e"
 def run_gets(n: int, uri: str, work: Path, pythonpath: Path) -> dict:
     store = work / "store"
     procs: dict[int, int] = {}
-    started = time.monotonic()
-    for i in range(n):
-        env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "IMAGEKIT_STORE": str(store),
-               "XDG_CACHE_HOME": str(work / f"cache-{i}"), "SLURM_JOB_ID": "1", "SLURM_STEP_ID": str(i),
-               "SLURM_JOB_UID": str(os.getuid()), "PYXIS_VERSION": "0.24.0", "PYTHONPATH": str(pythonpath),
-               "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
-        with open(work / f"out-{i}", "wb") as out, open(work / f"err-{i}", "wb") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "imagekit.export.pyxis_importer", "get", uri],
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
-        procs[proc.pid] = i
-    spawned = time.monotonic() - started
-    ends: dict[int, tuple[float, float]] = {}
-    while len(ends) < n:            # as they end: when, and the CPU the kernel accounted to each
-        pid, status, usage = os.wait4(-1, 0)
-        if pid not in procs:
-            continue
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise SystemExit(f"get failed: {(work / f'err-{procs[pid]}').read_text()[-800:]}")
-        ends[procs[pid]] = (time.monotonic() - started, usage.ru_utime + usage.ru_stime)
+    with record.timer() as clock:
+        for i in range(n):
+            env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"),
+                   "IMAGEKIT_STORE": str(store), "XDG_CACHE_HOME": str(work / f"cache-{i}"),
+                   "SLURM_JOB_ID": "1", "SLURM_STEP_ID": str(i), "SLURM_JOB_UID": str(os.getuid()),
+                   "PYXIS_VERSION": "0.24.0", "PYTHONPATH": str(pythonpath),
+                   "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+            with open(work / f"out-{i}", "wb") as out, open(work / f"err-{i}", "wb") as err:
+                proc = subprocess.Popen([sys.executable, "-m", "imagekit.export.pyxis_importer", "get", uri],
+                                        stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
+            procs[proc.pid] = i
+        spawned = clock.elapsed()
+        ends: dict[int, tuple[float, float]] = {}
+        while len(ends) < n:            # as they end: when, and the CPU the kernel accounted to each
+            pid, status, usage = os.wait4(-1, 0)
+            if pid not in procs:
+                continue
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise SystemExit(f"get failed: {(work / f'err-{procs[pid]}').read_text()[-800:]}")
+            ends[procs[pid]] = (clock.elapsed(), usage.ru_utime + usage.ru_stime)
     logs = {i: (work / f"err-{i}").read_text() for i in range(n)}
     paths = {(work / f"out-{i}").read_text().split("\n", 1)[0] for i in range(n)}
     converters = [i for i, log in logs.items() if "converted and stored" in log]
@@ -73,7 +71,7 @@ def run_gets(n: int, uri: str, work: Path, pythonpath: Path) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = record.parser(__doc__)
     ap.add_argument("--image", default="imagekit/debian-mpi:latest")
     ap.add_argument("-n", type=int, nargs="+", default=[8, 32, 128])
     ap.add_argument("--baseline", default=BASELINE, help="the commit whose importer is 'before'")
@@ -82,7 +80,7 @@ def main() -> None:
 
     from imagekit.export.push import push_image
 
-    load = record.load()
+    run = record.start("concurrent_gets", args)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-gets-", dir="/var/tmp") as tmp, \
             running_registry(Path(tmp) / "registry") as addr:
@@ -110,9 +108,8 @@ def main() -> None:
               f"{b['cpu_s_median']} s / {a['cpu_s_median']} s | {b['last_waiter_after_converter_s']} s / "
               f"{a['last_waiter_after_converter_s']} s | {b['cpu_s_total']} s / {a['cpu_s_total']} s | "
               f"{b['conversions']}, {a['conversions']} |")
-    path = record.write("concurrent_gets", {"image": args.image, "baseline": args.baseline, "rows": rows,
-                                            "perf3_before_s": {"8": 22.6, "32": 66.6, "128": 255.5}}, load)
-    print(f"\nwrote {path}")
+    run.finish({"image": args.image, "baseline": args.baseline, "rows": rows,
+                "perf3_before_s": {"8": 22.6, "32": 66.6, "128": 255.5}})
 
 
 if __name__ == "__main__":

@@ -19,11 +19,12 @@ changed layer for real (downloads included): the per-step costs of its log are c
 
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import record
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -68,18 +69,20 @@ def du(image: str, paths: list[str]) -> dict[str, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = record.parser(__doc__)
     parser.add_argument("--mirror", help="the site mirror of upstream release files")
     parser.add_argument("--warm", action="store_true", help="do not prune the build cache")
     parser.add_argument("--log", type=Path, help="only report the per-component costs in this build log")
     parser.add_argument("--stack", default="debian-cuda", help="debian-cuda (default) or debian-pytorch")
     args = parser.parse_args()
+    run = record.start(f"cuda_build-{args.stack}" if not args.log else "cuda_build-log", args)
     if args.log:
         costs = step_seconds(args.log)
         total = sum(costs.values())
         print(f"devel-stage step time in {args.log}: {total:.0f} s")
         for owner, secs in sorted(costs.items(), key=lambda kv: -kv[1]):
             print(f"  {owner:<22} {secs:>7.1f} s  ({secs / total:.0%})")
+        run.finish({"log": str(args.log), "devel_step_seconds": costs, "devel_step_total_s": round(total, 1)})
         return
     if not args.mirror:
         parser.error("--mirror is needed to build")
@@ -128,6 +131,10 @@ def main() -> None:
         low, high = NGC_PYTORCH_BYTES
         print(f"\nNGC PyTorch container (published): {low / 1e9:.0f}-{high / 1e9:.0f} GB; this runtime image "
               f"{runtime_size / 1e9:.1f} GB = {runtime_size / high:.2f}-{runtime_size / low:.2f} of it")
+    run.finish({"stack": args.stack, "warm": args.warm,
+                "rows": [{"measurement": name, "seconds": secs, "detail": detail} for name, secs, detail in rows],
+                "devel_step_seconds": costs, "devel_bytes": devel_size, "runtime_bytes": runtime_size,
+                "base_bytes": base, "path_bytes": sizes})
 
 
 if __name__ == "__main__":

@@ -35,9 +35,7 @@ incompressible and compressible files, --big-gb).
 
 from __future__ import annotations
 
-import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -46,6 +44,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import record
 
 DOCKER = "/usr/bin/docker"
 BIG_TAG = "imagekit-bench/export-big:latest"
@@ -78,16 +78,6 @@ class DiskSampler:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, used_bytes(self.path) - self.base)
-
-
-def children_cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
-def self_cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
 
 
 def enroot_method(image: str, work: Path, out: Path) -> None:
@@ -147,13 +137,10 @@ def measure(fn, image: str, work: Path, out: Path) -> dict:
     if out.exists():
         out.unlink()
     subprocess.run(["sync"])
-    c0, s0, t0 = children_cpu(), self_cpu(), time.monotonic()
-    with DiskSampler(work) as disk:
+    with record.timer() as t, DiskSampler(work) as disk:
         fn(image, work, out)
-    wall = time.monotonic() - t0
-    cpu = children_cpu() - c0 + self_cpu() - s0
     size = out.stat().st_size
-    result = {"wall": wall, "cpu": cpu, "peak_extra": disk.peak, "out": size}
+    result = {"wall": t.wall, "cpu": t.cpu, "peak_extra": disk.peak, "out": size}
     out.unlink()
     return result
 
@@ -184,7 +171,7 @@ def image_size(image: str) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = record.parser(__doc__)
     ap.add_argument("--image", help="image to export (default: imagekit/debian-mpi:latest or the base)")
     ap.add_argument("--runs", type=int, default=3, help="paired runs per method and image (median shown)")
     ap.add_argument("--big-image", help="the >= 1 GB image (default: imagekit/debian-cuda:devel, else made here)")
@@ -195,6 +182,7 @@ def main() -> int:
     ap.add_argument("--to", choices=("enroot", "sif"), default="enroot")
     ap.add_argument("--apptainer", default=shutil.which("apptainer"), help="apptainer executable (default: PATH)")
     args = ap.parse_args()
+    run = record.start(f"export-{args.to}", args)
 
     from imagekit import base_image, engine
     from imagekit.export import squash
@@ -259,6 +247,11 @@ def main() -> int:
                   f"{r['peak_extra'] / mib:.0f} | {r['out'] / mib:.0f} |")
     print(f"\nratios: the baseline row's time over the row's (higher is faster), baseline: {methods[0][0]}"
           + "".join(f"; for {k}: {v}" for k, v in baseline_of.items() if args.to == "sif"))
+    run.finish({"to": args.to, "runs": args.runs, "baseline": methods[0][0],
+                "images": {image: image_size(image) for image in images},
+                "results": [{"image": image, "method": label, "runs": results[(image, label)],
+                             "median": median_of(results[(image, label)])}
+                            for image in images for label, _ in methods]})
     return 0
 
 

@@ -22,16 +22,15 @@ imagekit/debian-cuda:devel when present (--image to choose).
 
 from __future__ import annotations
 
-import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import record
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -39,23 +38,22 @@ DOCKER = "/usr/bin/docker"
 DEFAULT_IMAGES = ("imagekit/debian-mpi:latest", "imagekit/debian-cuda:devel")
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.monotonic()
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wall = time.monotonic() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+def wall_and_cpu(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """The command's wall time and its CPU time (the child's, not this process's)."""
+    with record.timer() as t:
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return t.wall, t.children_cpu
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = record.parser(__doc__)
     ap.add_argument("--image", action="append", help="image to push and convert (repeatable)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--workdir", default="/var/tmp")
     args = ap.parse_args()
+    run = record.start("export_registry", args)
     from local_registry import running_registry
 
     from imagekit.export.layers import GZIP_TYPES
@@ -101,7 +99,7 @@ def main() -> int:
                             (workdir / "e.sqsh").unlink(missing_ok=True)
                             shutil.rmtree(workdir / "ecache", ignore_errors=True)   # cold: no layer cache
                         os.sync()
-                        times[name].append(timed(cmd, env))
+                        times[name].append(wall_and_cpu(cmd, env))
                         print(f"  {image} run {run + 1}: {name}: {times[name][-1][0]:.1f}s", file=sys.stderr)
                 base = statistics.median(t[0] for t in times.get("enroot import docker://", [(0, 0)]))
                 base_cpu = statistics.median(t[1] for t in times.get("enroot import docker://", [(0, 0)]))
@@ -117,6 +115,10 @@ def main() -> int:
     print(f"\nratios: enroot import docker:// / row, median of {args.runs} paired runs; "
           "engine rows are the same image from the local Docker engine; gzip layers inflated by "
           f"{_decompressor(sorted(GZIP_TYPES)[0])[0]}")
+    run.finish({"runs": args.runs, "gzip_inflater": _decompressor(sorted(GZIP_TYPES)[0])[0],
+                "rows": [{"image": image, "method": name, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+                          "x_wall": round(xw, 3), "x_cpu": round(xc, 3)}
+                         for image, name, wall, cpu, xw, xc in rows]})
     return 0
 
 

@@ -23,15 +23,15 @@ compare with an older importer.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import record
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -50,13 +50,12 @@ def env_for(store: Path, step: int, cache: Path, pythonpath: str | None) -> dict
 
 
 def get(uri: str, env: dict[str, str]) -> tuple[float, str, str]:
-    t0 = time.monotonic()
-    proc = subprocess.run([str(EXE), "get", uri], stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, env=env)
-    took = time.monotonic() - t0
+    with record.timer() as t:
+        proc = subprocess.run([str(EXE), "get", uri], stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"get failed ({proc.returncode}): {proc.stderr}")
-    return took, proc.stdout.split("\n", 1)[0], proc.stderr
+    return t.wall, proc.stdout.split("\n", 1)[0], proc.stderr
 
 
 def release(env: dict[str, str]) -> None:
@@ -84,12 +83,12 @@ def srun_steps(uri_pyxis: str, store: Path, cache: Path, runs: int, extra: dict[
     cluster.pyxis(importer=str(wrapper), squashfuse=True)
     took = []
     try:
+        argv = ["srun", f"--container-image={uri_pyxis}"] + (["--container-env=" + ",".join(extra)] if extra else [])
         for _ in range(runs + 1):          # the first one warms Pyxis's and Enroot's own caches
-            t0 = time.perf_counter()
-            argv = ["srun", f"--container-image={uri_pyxis}"] + (["--container-env=" + ",".join(extra)] if extra else [])
-            proc = subprocess.run(argv + ["true"], env={**cluster.env, **extra}, capture_output=True, text=True,
-                                  cwd="/tmp")
-            took.append(time.perf_counter() - t0)
+            with record.timer() as t:
+                proc = subprocess.run(argv + ["true"], env={**cluster.env, **extra}, capture_output=True,
+                                      text=True, cwd="/tmp")
+            took.append(t.wall)
             if proc.returncode != 0:
                 raise SystemExit(f"srun failed: {proc.stdout}{proc.stderr}")
     finally:
@@ -99,13 +98,14 @@ def srun_steps(uri_pyxis: str, store: Path, cache: Path, runs: int, extra: dict[
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = record.parser(__doc__)
     ap.add_argument("--image", default="imagekit/debian-mpi:latest")
     ap.add_argument("-n", type=int, default=4, help="concurrent gets on the cold store")
     ap.add_argument("-r", type=int, default=5, help="warm gets of each kind")
     ap.add_argument("--pythonpath", help="run the importer from this imagekit source (an older one)")
     ap.add_argument("--srun", action="store_true", help="also warm job steps through the real Pyxis")
     args = ap.parse_args()
+    run = record.start("importer", args)
     from local_registry import running_registry
 
     from imagekit.export.push import push_image
@@ -116,10 +116,9 @@ def main() -> None:
         uri = f"docker://{addr}#bench/importer:1"
         store, stamps = Path(tmp) / "store", Path(tmp) / "cache"
         env = lambda step, cache=stamps: env_for(store, step, cache, args.pythonpath)  # noqa: E731
-        t0 = time.monotonic()
-        with concurrent.futures.ThreadPoolExecutor(args.n) as pool:
+        with record.timer() as t, concurrent.futures.ThreadPoolExecutor(args.n) as pool:
             cold = list(pool.map(lambda i: get(uri, env(i, Path(tmp) / f"cold-cache-{i}")), range(args.n)))
-        cold_wall = time.monotonic() - t0
+        cold_wall = t.wall
         conversions = sum(log.count("converted and stored") for _, _, log in cold)
         path = cold[0][1]
         size = os.path.getsize(path)
@@ -141,6 +140,10 @@ def main() -> None:
     if srun:
         print(f"| warm job step, srun ... true with use_squashfuse=1, best / median of {args.r} | "
               f"{min(srun):.3f} s / {med(srun):.3f} s |")
+    run.finish({"image": args.image, "entry_bytes": size, "pythonpath": args.pythonpath, "n": args.n,
+                "cold_wall_s": round(cold_wall, 3), "cold_gets_s": [round(c[0], 3) for c in cold],
+                "conversions": conversions, "runs": args.r, "first_hit_s": [round(x, 4) for x in first],
+                "later_hit_s": [round(x, 4) for x in later], "srun_step_s": [round(x, 4) for x in srun]})
 
 
 if __name__ == "__main__":

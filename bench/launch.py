@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import statistics
@@ -31,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+import record  # noqa: E402
 from imagekit.launch import inside_out, mpirun  # noqa: E402
 
 PINGPONG = r"""
@@ -121,10 +121,12 @@ def best(runs: list[dict]) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = record.parser(__doc__)
     ap.add_argument("--image", default="imagekit/debian-mpi:latest")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
+    run = record.start("launch", args)
+    started: dict[int, dict] = {}
 
     print(f"# inside-out start-up ({args.image}, median of {args.repeat}; target < 10 s for 4 workers)")
     for nodes in (2, 4):
@@ -133,6 +135,8 @@ def main() -> None:
         up, ready, mpi = (statistics.median(r[i] for r in runs) for i in range(3))
         print(f"workers={nodes}  total={tot:.2f} s  (containers up {up:.2f} + sshd ready {ready:.2f} "
               f"+ mpirun true {mpi:.2f})  {'OK' if nodes != 4 or tot < 10 else 'OVER TARGET'}")
+        started[nodes] = {"total_s": tot, "containers_up_s": up, "sshd_ready_s": ready, "mpirun_true_s": mpi,
+                          "runs": runs}
 
     # Interleaved, best of N: other jobs share this 2-core machine, and noise only ever slows a run.
     runs: dict[str, list] = {k: [] for k in ("oi_tcp", "oi_shm", "io_tcp", "host_tcp", "host_shm")}
@@ -155,6 +159,10 @@ def main() -> None:
             ok = "within 10 %" if max(cl / hl, hb / cb) <= 1.10 else "outside 10 %"
             print(f"  {label:>6}: latency {cl:7.2f} us vs {hl:7.2f} us ratio {cl / hl:.2f} | bandwidth "
                   f"{cb:8.1f} vs {hb:8.1f} MB/s ratio {cb / hb:.2f}  [{ok}]")
+    run.finish({"image": args.image, "repeat": args.repeat, "startup": started,
+                "pingpong_best": {k: {str(size): {"latency_us": lat, "bandwidth_mb_s": bw}
+                                      for size, (lat, bw) in v.items()} for k, v in b.items()}})
+
 
 if __name__ == "__main__":
     main()

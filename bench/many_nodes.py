@@ -33,7 +33,6 @@ Writes bench/results/many_nodes.json (the model alone: ``--model-only`` re-fits 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -42,14 +41,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "bench"))
 import record  # noqa: E402
 
 BASELINE = "0dbd89e"
@@ -82,10 +79,10 @@ def sh(argv: list[str], env: dict, check: bool = True, **kw) -> subprocess.Compl
     return proc
 
 
-def timed(argv: list[str], env: dict) -> float:
-    t0 = time.perf_counter()
-    sh(argv, env)
-    return time.perf_counter() - t0
+def seconds_of(argv: list[str], env: dict) -> float:
+    with record.timer() as t:
+        sh(argv, env)
+    return t.wall
 
 
 class Bench:
@@ -117,12 +114,13 @@ class Bench:
         from imagekit.cli import main
         res = CliRunner().invoke(main, ["store", "--store", str(self.store), "init", "--shared", "--group", "0"])
         assert res.exit_code == 0, res.output
-        t0 = time.perf_counter()
-        out = sh([str(self.wrappers["new"]), "stage", self.uri], {**self.env, "SLURM_JOB_ID": "1", "SLURM_JOB_UID": "0",
-                                                                    "XDG_CACHE_HOME": str(self.work / "ci-cache")})
+        with record.timer() as t:
+            out = sh([str(self.wrappers["new"]), "stage", self.uri],
+                     {**self.env, "SLURM_JOB_ID": "1", "SLURM_JOB_UID": "0",
+                      "XDG_CACHE_HOME": str(self.work / "ci-cache")})
         from imagekit.export.store import Store
         (entry,) = Store.open(self.store, create=False).entries()
-        return {"seconds": round(time.perf_counter() - t0, 2), "path": str(entry.path), "bytes": entry.bytes,
+        return {"seconds": round(t.wall, 2), "path": str(entry.path), "bytes": entry.bytes,
                 "preset": entry.preset,
                 "sha256": entry.sha256, "image_id": entry.image_id, "stage_out": out.stdout.strip()}
 
@@ -156,9 +154,8 @@ class Bench:
         self.cluster.drop_caches()
         reads0, dev0, said0 = self._reads(), self.cluster.pfs_device_reads(), len(self.said())
         out = script.with_suffix(".out")
-        t0 = time.perf_counter()
-        sh(["sbatch", "--wait", f"--output={out}", str(script)], {**self.env, "XDG_CACHE_HOME": str(cache)})
-        wall = time.perf_counter() - t0
+        wall = seconds_of(["sbatch", "--wait", f"--output={out}", str(script)],
+                          {**self.env, "XDG_CACHE_HOME": str(cache)})
         text, said = out.read_text(), self.said()[said0:]
         start = float(next(line.split()[1] for line in text.splitlines() if line.startswith("t0 ")))
         ranks = sorted(float(line.split()[2]) for line in text.splitlines() if line.startswith("rank "))
@@ -190,9 +187,9 @@ class Bench:
         env = {**self.env, "XDG_CACHE_HOME": str(self.work / "parts-cache")}
         get = ["srun", *node1, str(self.wrappers["new"]), "get", self.uri]
         bare = ["srun", *node1, "true"]
-        out["srun_bare_s"] = med([timed(bare, env) for _ in range(runs)])
-        out["get_shared_pinned_s"] = med([timed(get, {**env, **pinned}) for _ in range(runs)])
-        out["get_resolved_s"] = med([timed(get, env) for _ in range(runs)])       # asks the registry
+        out["srun_bare_s"] = med([seconds_of(bare, env) for _ in range(runs)])
+        out["get_shared_pinned_s"] = med([seconds_of(get, {**env, **pinned}) for _ in range(runs)])
+        out["get_resolved_s"] = med([seconds_of(get, env) for _ in range(runs)])       # asks the registry
         stage_dir = self.stage_dir()
         staged = {**pinned, "IMAGEKIT_STAGE": "sbcast", "IMAGEKIT_STAGE_DIR": stage_dir,
                   "IMAGEKIT_STAGE_SHA256": entry["sha256"]}
@@ -205,15 +202,15 @@ class Bench:
         line = next(li for li in (self.work / "stage1.out").read_text().splitlines() if li.startswith("first "))
         t0, t1 = map(float, line.split()[1:])
         out["get_staged_first_s"] = round(t1 - t0, 3)                             # verifies its copy
-        out["get_staged_sealed_s"] = med([timed(get, {**env, **staged}) for _ in range(runs)])
+        out["get_staged_sealed_s"] = med([seconds_of(get, {**env, **staged}) for _ in range(runs)])
         local = Path(stage_dir) / "imagekit-stage-0" / f"{entry['sha256']}.sqsh"
         self.cluster.pyxis(importer=str(self.wrappers["new"]), squashfuse=True)
-        start = med([timed(["srun", *node1, f"--container-image={local}", "true"], env) for _ in range(runs)])
+        start = med([seconds_of(["srun", *node1, f"--container-image={local}", "true"], env) for _ in range(runs)])
         out["mount_and_start_s"] = round(start - out["srun_bare_s"], 3)
         out["prepare_s"] = {}
         for n in NODES:
             d = self.stage_dir()
-            out["prepare_s"][n] = med([timed(["srun", "-N", str(n), str(self.wrappers["new"]), "stage-prepare",
+            out["prepare_s"][n] = med([seconds_of(["srun", "-N", str(n), str(self.wrappers["new"]), "stage-prepare",
                                               entry["sha256"], str(entry["bytes"])],
                                              {**env, "IMAGEKIT_STAGE_DIR": d}) for _ in range(runs)])
         # sbcast's blocks travel a tree of its own --fanout (at most 8; Slurm 22.05's file_bcast.c sets
@@ -235,11 +232,11 @@ class Bench:
                 t0, t1 = map(float, line.split()[1:])
                 out["sbcast_s"].append({"nodes": n, "fanout_option": width, "hops": hops(n, width),
                                         "fanout": min(n, width), "seconds": round(t1 - t0, 3)})
-        t0 = time.perf_counter()
         from imagekit import digests
-        digests.sha256_file(entry["path"])
-        digests.sha256_file(entry["path"])
-        out["sha256_gb_s_here"] = round(2 * entry["bytes"] / (time.perf_counter() - t0) / 1e9, 3)
+        with record.timer() as t:
+            digests.sha256_file(entry["path"])
+            digests.sha256_file(entry["path"])
+        out["sha256_gb_s_here"] = round(2 * entry["bytes"] / t.wall / 1e9, 3)
         return out
 
 
@@ -348,7 +345,7 @@ def report(doc: dict) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = record.parser(__doc__)
     ap.add_argument("--image", default="imagekit/debian-mpi:latest")
     ap.add_argument("--runs", type=int, default=3, help="repeats of each part (median)")
     ap.add_argument("--baseline", default=BASELINE)
@@ -359,19 +356,23 @@ def main() -> None:
     for item in args.assume:
         key, value = item.split("=", 1)
         assume[key] = type(ASSUME[key])(value)
-    path = record.RESULTS / "many_nodes.json"
     if args.model_only:
+        # A re-fit keeps the measurement's own commit, machine and load: only the model changes.
+        path = args.out or record.RESULTS / "many_nodes.json"
         doc = json.loads(path.read_text())
         doc["model"] = fit(doc, assume)
-        path.write_text(json.dumps(doc, indent=1) + "\n")
-        report(doc)
+        if args.json:
+            print(json.dumps(doc, indent=1))
+        else:
+            report(doc)
+        record.write_json(path, doc)
         return
     import multinode
     from local_registry import running_registry
 
     from imagekit.export.push import push_image
 
-    load = record.load()
+    run = record.start("many_nodes", args)
     cluster = multinode.MultiCluster(nodes=8, tree_width=2).hold(squashfuse=True)
     work = Path(tempfile.mkdtemp(prefix="bench-many-", dir="/var/tmp"))
     try:
@@ -401,7 +402,7 @@ def main() -> None:
                        "client per node", "node_disk": "ext4 on a loop device per node"}}
     doc["model"] = fit(doc, assume)
     report(doc)
-    print(f"\nwrote {record.write('many_nodes', doc, load)}")
+    run.finish(doc)
 
 
 if __name__ == "__main__":

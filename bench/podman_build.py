@@ -22,7 +22,6 @@ build again. $IMAGEKIT_SITE (a site pins file) is passed on to the user's imagek
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pwd
@@ -30,8 +29,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import record
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -53,16 +53,15 @@ def podman_build(user: str, imagekit: str, work: str, no_cache: bool, env: dict[
         (["--mirror", mirror] if mirror else [])
     if os.environ.get("IMAGEKIT_SITE"):
         env = {**(env or {}), "IMAGEKIT_SITE": os.environ["IMAGEKIT_SITE"]}
-    started = time.monotonic()
-    proc = as_user(user, argv + (["--no-cache"] if no_cache else []), cwd=work, env=env)
-    seconds = time.monotonic() - started
+    with record.timer() as t:
+        proc = as_user(user, argv + (["--no-cache"] if no_cache else []), cwd=work, env=env)
     if proc.returncode != 0:
         sys.exit(f"podman build as {user} failed:\n{proc.stderr[-3000:]}")
-    return seconds, json.loads(proc.stdout)[0]["build"]
+    return t.wall, json.loads(proc.stdout)[0]["build"]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = record.parser(__doc__)
     parser.add_argument("--user", default=os.environ.get("IMAGEKIT_TEST_USER", "imagekit-user"))
     parser.add_argument("--venv", default=str(ROOT / "build/venv-distro"),
                         help="a venv the user can run (its python must be readable by the user)")
@@ -76,6 +75,7 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root: it builds with Docker and runs Podman as --user")
+    run = record.start(f"podman_build-{args.stack}", args)
     imagekit = str(Path(args.venv) / "bin" / "imagekit")
     s = stack.load(args.stack, mirror=args.mirror)
     # The offline stacks' bases are imagekit's own (imagekit/debian:SUITE), made here when missing.
@@ -110,6 +110,9 @@ def main() -> None:
               f"image {again_p['size_bytes'] / 1e6:.0f} MB")
         shutil.rmtree(logs, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
+        run.finish({"stack": args.stack, "user": args.user, "podman_only": True,
+                    "first": {**cold_p, "with_cli_s": round(cold_p_s, 2)},
+                    "no_change": {**again_p, "with_cli_s": round(again_p_s, 2)}})
         return
     cold_d = build.build(s, build.BuildRequest(no_cache=True, log_dir=logs))
     again_d = build.build(s, build.BuildRequest(log_dir=logs))
@@ -154,6 +157,14 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     if args.also_vfs:
         print(f"vfs store after one build (base, cache layers, image): {int(du) / 1e9:.1f} GB")
+    run.finish({"stack": args.stack, "user": args.user, "storage_driver": driver,
+                "docker_version": engine.client().version()["Version"],
+                "rows": [{"measurement": name, "docker_s": d, "podman_s": p, "podman_with_cli_s": round(p_all, 2)}
+                         for name, d, p, p_all in rows],
+                "cached_steps": {"docker": [again_d.cached_steps, again_d.steps],
+                                 "podman": [again_p["cached_steps"], again_p["steps"]]},
+                "image_bytes": {"docker": again_d.size_bytes, "podman": again_p["size_bytes"]},
+                "vfs_store_bytes": int(du) if args.also_vfs else None})
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ with scripts/cluster.py and leaves Pyxis's line as it found it.
 
 from __future__ import annotations
 
-import argparse
 import os
 import pwd
 import shutil
@@ -30,7 +29,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +37,7 @@ sys.path.insert(0, str(ROOT / "tests" / "export"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import cluster as cluster_mod  # noqa: E402
+import record  # noqa: E402
 from local_registry import running_registry  # noqa: E402
 from pyxis_standins import build_all, push_all  # noqa: E402
 from enroot_conf import allows_http  # noqa: E402
@@ -71,20 +70,21 @@ def start(cluster, image: str, user: str | None, cache: Path) -> float:
     else:
         home = pwd.getpwnam(user).pw_dir
         argv = ["runuser", "-u", user, "--", "env", "-i", f"HOME={home}", *(f"{k}={v}" for k, v in env.items())]
-    t0 = time.perf_counter()
-    proc = subprocess.run([*argv, "srun", f"--container-image={image}", "true"], cwd="/tmp",
-                          capture_output=True, text=True)
-    took = time.perf_counter() - t0
+    with record.timer() as t:
+        proc = subprocess.run([*argv, "srun", f"--container-image={image}", "true"], cwd="/tmp",
+                              capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"srun --container-image={image} failed:\n{proc.stdout[-1500:]}{proc.stderr[-1500:]}")
-    return took
+    return t.wall
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = record.parser(__doc__)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--user", help="also as this user (e.g. imagekit-user)")
     args = ap.parse_args()
+    run = record.start("pyxis_modes", args)
+    results: dict[str, dict] = {}
     base = base_image.ensure("debian:bookworm", log=lambda *_: None)
     tag = build_all(base)[IMAGE]
     cluster = cluster_mod.Cluster().hold()
@@ -123,11 +123,17 @@ def main() -> int:
                     med = statistics.median(times[mode])
                     runs = " ".join(f"{t:.2f}" for t in sorted(times[mode]))
                     print(f"{who:<14} {mode:<10} {first[mode]:7.2f} {med:7.2f} {base_median / med:6.2f}   {runs}")
+                results[who] = {mode: {"first_s": round(first[mode], 3),
+                                       "median_s": round(statistics.median(times[mode]), 3),
+                                       "ratio": round(base_median / statistics.median(times[mode]), 3),
+                                       "runs_s": [round(x, 3) for x in times[mode]]} for mode in MODES}
             print(f"load average after: {os.getloadavg()[0]:.1f}")
+            sqsh_bytes = sqsh.stat().st_size
     finally:
         cluster.pyxis()
         shutil.rmtree(work, ignore_errors=True)
         cluster.release()
+    run.finish({"image": IMAGE, "sqsh_bytes": sqsh_bytes, "runs": args.runs, "by_user": results})
     return 0
 
 

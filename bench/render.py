@@ -16,12 +16,12 @@ and in subprocesses:
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+import record
 
 REPO = Path(__file__).resolve().parents[1]
 RENDER_TARGET_S = 1.0
@@ -30,39 +30,35 @@ HELP_TARGET_S = 0.3
 
 def best_of(cmd: list[str], runs: int) -> float:
     """Best of ``runs``: the child's CPU time (user + system), which load on the machine barely moves."""
-    import resource
-
     times = []
     for _ in range(runs):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, cwd=REPO)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        times.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        with record.timer() as t:
+            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, cwd=REPO)
+        times.append(t.children_cpu)
     return min(times)
 
 
 def render_pass() -> tuple[list[tuple[str, str, float, int]], float]:
-    started = time.perf_counter()
-    from imagekit import render, stack
-
     rows = []
-    for path in sorted((REPO / "stacks").glob("*.yaml")):
-        t0 = time.perf_counter()
-        variants = stack.load_all(path)
-        load_s = time.perf_counter() - t0
-        for i, variant in enumerate(variants):
-            for fmt in render.FORMATS:
-                t1 = time.perf_counter()
-                text = render.render(variant, fmt)
-                seconds = time.perf_counter() - t1 + (load_s / len(variants) / 2)
-                rows.append((variant.name, fmt, seconds, len(text)))
-    return rows, time.perf_counter() - started
+    with record.timer() as whole:
+        from imagekit import render, stack
+
+        for path in sorted((REPO / "stacks").glob("*.yaml")):
+            with record.timer() as loading:
+                variants = stack.load_all(path)
+            for variant in variants:
+                for fmt in render.FORMATS:
+                    with record.timer() as t:
+                        text = render.render(variant, fmt)
+                    rows.append((variant.name, fmt, t.wall + loading.wall / len(variants) / 2, len(text)))
+    return rows, whole.wall
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = record.parser(__doc__)
     parser.add_argument("--runs", type=int, default=5, help="subprocess runs (best of N)")
     args = parser.parse_args()
+    run = record.start("render", args)
 
     cold_rows, cold_total = render_pass()
     warm_rows, warm_total = render_pass()
@@ -94,6 +90,14 @@ def main() -> int:
           f"   ({hpccm_s / warm_one:.0f}x faster than the hpccm process)")
     print(f"{'render budget used (cold total / target)':<44} {cold_total / RENDER_TARGET_S:8.0%}")
     print(f"{'start-up budget used (help / target)':<44} {help_s / HELP_TARGET_S:8.0%}")
+    run.finish({"runs": args.runs,
+                "renders": [{"variant": name, "format": fmt, "cold_s": round(cold, 5), "warm_s": round(warm, 5),
+                             "bytes": size}
+                            for (name, fmt, cold, size), (_, _, warm, _) in zip(cold_rows, warm_rows)],
+                "cold_total_s": round(cold_total, 4), "warm_total_s": round(warm_total, 4),
+                "help_cpu_best_s": round(help_s, 4), "hpccm_cpu_best_s": round(hpccm_s, 4),
+                "targets": {"render_all_s": RENDER_TARGET_S, "help_s": HELP_TARGET_S},
+                "met": {"render_all": ok_render, "help": ok_help}})
     return 0 if ok_render and ok_help else 1
 
 

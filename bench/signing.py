@@ -33,8 +33,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
+
+import record
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -52,13 +53,13 @@ def env_for(store: Path, step: int, **extra: str) -> dict[str, str]:
 
 def get(uri: str, env: dict[str, str]) -> tuple[float, str]:
     exe = SIGNED if env.get("IMAGEKIT_POLICY") else EXE
-    t0 = time.monotonic()
-    proc = subprocess.run([str(exe), "get", uri], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env)
-    took = time.monotonic() - t0
+    with record.timer() as t:
+        proc = subprocess.run([str(exe), "get", uri], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              env=env)
     if proc.returncode != 0:
         raise SystemExit(f"get failed ({proc.returncode}): {proc.stderr}")
     subprocess.run([str(EXE), "release"], env=env, stdin=subprocess.DEVNULL, capture_output=True)
-    return took, proc.stderr
+    return t.wall, proc.stderr
 
 
 def importer(args: argparse.Namespace) -> dict:
@@ -101,9 +102,10 @@ def importer(args: argparse.Namespace) -> dict:
             image_id, manifest = pyxis_importer.identify(uri, env_for(store, 0))
             inproc = []
             for _ in range(args.runs * 5):
-                t0 = time.perf_counter()
-                pyxis_policy.enforce(uri, image_id, manifest, entry, env_for(store, 0, IMAGEKIT_POLICY=str(policy)))
-                inproc.append(time.perf_counter() - t0)
+                with record.timer() as t:
+                    pyxis_policy.enforce(uri, image_id, manifest, entry,
+                                         env_for(store, 0, IMAGEKIT_POLICY=str(policy)))
+                inproc.append(t.wall)
             times["the policy check alone, in-process (no start, no imports)"] = inproc
             saved = side.read_bytes()
             os.chmod(side.parent, 0o755)
@@ -138,11 +140,16 @@ def _canonical(path: str, links: dict[str, str]) -> str:
 
 
 def completeness(args: argparse.Namespace) -> dict:
+    with record.timer() as t:
+        out = _completeness(args)
+    return {**out, "seconds": round(t.wall, 1)}
+
+
+def _completeness(args: argparse.Namespace) -> dict:
     from imagekit.attest import sbom
     from imagekit.export import signing
     from imagekit.export.image_source import open_source
 
-    t0 = time.monotonic()
     source = open_source(args.image)
     inv = signing.scan_source(source, files=True)
     record = signing.record_of(source)
@@ -164,30 +171,28 @@ def completeness(args: argparse.Namespace) -> dict:
             "owned": len(files) - len(unowned), "share_owned": round(1 - len(unowned) / max(1, len(files)), 4),
             "sbom_components": len(doc["components"]),
             "by_stack_component_path": by_prefix,
-            "unowned_top_dirs": by_dir.most_common(15), "unowned_examples": sorted(unowned)[:20],
-            "seconds": round(time.monotonic() - t0, 1)}
+            "unowned_top_dirs": by_dir.most_common(15), "unowned_examples": sorted(unowned)[:20]}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what")
-    imp = sub.add_parser("importer")
+    # The harness's --json and --out on each subcommand: on the top parser a subcommand's defaults
+    # would overwrite them.
+    imp = sub.add_parser("importer", parents=[record.options()])
     imp.add_argument("--image", default="imagekit/debian-mpi:latest")
     imp.add_argument("-r", "--runs", type=int, default=9)
     imp.add_argument("--pythonpath", metavar="DIR",
                      help="also time the importer of another imagekit (e.g. `git archive BASE src | tar -x -C D`; "
                           "DIR=D/src): the baseline then")
-    comp = sub.add_parser("completeness")
+    comp = sub.add_parser("completeness", parents=[record.options()])
     comp.add_argument("image")
-    for p in (imp, comp):
-        p.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    if args.what is None:
-        args = parser.parse_args(["importer", *sys.argv[1:]])
+    argv = sys.argv[1:]
+    if not argv or argv[0] not in ("importer", "completeness", "-h", "--help"):
+        argv = ["importer", *argv]      # importer is the default, its options given alone included
+    args = parser.parse_args(argv)
+    run = record.start(f"signing-{args.what}", args)
     result = importer(args) if args.what == "importer" else completeness(args)
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
     if args.what == "importer":
         print(f"warm importer get of {result['image']}, median of {result['runs']} (process start included)")
         for way, row in result["results"].items():
@@ -203,6 +208,7 @@ def main() -> None:
         print("  unowned, by directory:")
         for d, n in result["unowned_top_dirs"]:
             print(f"    {n:6d}  {d}")
+    run.finish(result)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ is shown. It needs the cluster of scripts/setup-cluster.sh; it holds it with scr
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -25,13 +24,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import cluster as cluster_mod  # noqa: E402
+import record  # noqa: E402
 
 
 def export(image: str, out: Path, preset: str | None) -> None:
@@ -55,22 +54,23 @@ def start_once(cluster, sqsh: Path, extra_env: dict[str, str]) -> float:
     argv = ["srun", f"--container-image={sqsh}"]
     if extra_env:
         argv.append("--container-env=" + ",".join(extra_env))
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv + ["true"], env={**cluster.env, **extra_env}, capture_output=True, text=True,
-                          cwd="/tmp")
-    elapsed = time.perf_counter() - t0
+    with record.timer() as t:
+        proc = subprocess.run(argv + ["true"], env={**cluster.env, **extra_env}, capture_output=True, text=True,
+                              cwd="/tmp")
     if proc.returncode != 0:
         raise SystemExit(f"srun failed for {sqsh}:\n{proc.stderr[-2000:]}")
-    return elapsed
+    return t.wall
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = record.parser(__doc__)
     ap.add_argument("--image", action="append", help="engine image (repeatable; default imagekit/debian-mpi:latest)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--workdir", default="/var/tmp", help="where the three files are written")
     args = ap.parse_args()
+    run = record.start("srun_start", args)
     images = args.image or ["imagekit/debian-mpi:latest"]
+    results: dict[str, dict] = {}
     cluster = cluster_mod.Cluster().hold()
     work = Path(tempfile.mkdtemp(prefix="bench-srun-", dir=args.workdir))
     os.chmod(work, 0o755)
@@ -100,12 +100,16 @@ def main() -> int:
                 r = rows[name]
                 print(f"{name:<28} {path.stat().st_size / 1e6:7.0f} {r[False]:9.2f} {base[False] / r[False]:6.2f} "
                       f"{r[True]:11.2f} {base[True] / r[True]:6.2f}")
+            results[image] = {name: {"bytes": path.stat().st_size, "unpacked_median_s": round(rows[name][False], 3),
+                                     "squashfuse_median_s": round(rows[name][True], 3)}
+                              for name, path in files.items()}
             for path in files.values():
                 path.unlink()
     finally:
         cluster.pyxis()
         shutil.rmtree(work, ignore_errors=True)
         cluster.release()
+    run.finish({"runs": args.runs, "baseline": "enroot import dockerd://", "images": results})
     return 0
 
 

@@ -11,14 +11,13 @@ imports included), median of ``--rounds``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+import record
 from imagekit import stack
 from imagekit.errors import StackError
 
@@ -44,32 +43,38 @@ def cases(directory: Path) -> dict[str, Path]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = record.parser(__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    run = record.start("stack_bounds", args)
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         print(f"{'case':48} {'load_all s':>10} {'render s':>9}  (median of {args.rounds}; baseline: >60 s, killed)")
         for name, path in cases(Path(tmp)).items():
             lib, cli = [], []
             for _ in range(args.rounds):
-                start = time.perf_counter()
-                try:
-                    stack.load_all(path)
-                except StackError:
-                    pass
-                lib.append(time.perf_counter() - start)
-                start = time.perf_counter()
-                proc = subprocess.run([sys.executable, "-m", "imagekit", "render", str(path)],
-                                      capture_output=True, text=True)
-                cli.append(time.perf_counter() - start)
+                with record.timer() as t:
+                    try:
+                        stack.load_all(path)
+                    except StackError:
+                        pass
+                lib.append(t.wall)
+                with record.timer() as t:
+                    proc = subprocess.run([sys.executable, "-m", "imagekit", "render", str(path)],
+                                          capture_output=True, text=True)
+                cli.append(t.wall)
                 assert proc.returncode == 2, proc.stderr
             print(f"{name:48} {statistics.median(lib):10.3f} {statistics.median(cli):9.3f}")
+            rows.append({"case": name, "load_all_s": round(statistics.median(lib), 4),
+                         "render_s": round(statistics.median(cli), 4)})
         start_up = []
         for _ in range(args.rounds):
-            start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "imagekit", "stacks"], capture_output=True, check=True)
-            start_up.append(time.perf_counter() - start)
+            with record.timer() as t:
+                subprocess.run([sys.executable, "-m", "imagekit", "stacks"], capture_output=True, check=True)
+            start_up.append(t.wall)
         print(f"{'(start-up: imagekit stacks, no hostile input)':48} {'':10} {statistics.median(start_up):9.3f}")
+    run.finish({"rounds": args.rounds, "cases": rows, "start_up_s": round(statistics.median(start_up), 4),
+                "baseline": "> 60 s, killed (../shared/reviews/security-3.md)"})
 
 
 if __name__ == "__main__":

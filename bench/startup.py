@@ -15,15 +15,13 @@ on the same machine in the same minute).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+import record
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("hpccm", "yaml", "docker", "testinfra", "spython", "requests")
@@ -56,13 +54,11 @@ def _loaded(args: list[str]) -> list[str]:
 def measure(args: list[str], runs: int) -> dict:
     walls, cpus = [], []
     for _ in range(runs):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        subprocess.run(_argv(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                       cwd=REPO, env=ENV)
-        walls.append(time.perf_counter() - start)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        with record.timer() as t:
+            subprocess.run(_argv(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+                           cwd=REPO, env=ENV)
+        walls.append(t.wall)
+        cpus.append(t.children_cpu)
     return {"wall_median_s": round(statistics.median(walls), 4),
             "cpu_median_s": round(statistics.median(cpus), 4),
             "wall_min_s": round(min(walls), 4),
@@ -70,24 +66,22 @@ def measure(args: list[str], runs: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = record.parser(__doc__)
     parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--src", type=Path, help="a src/ directory to run instead of the installed imagekit")
     opts = parser.parse_args()
+    run = record.start("startup", opts)
     if opts.src:
         ENV["PYTHONPATH"] = str(opts.src.resolve())
     # one untimed run each first, so that .pyc files exist and the page cache is warm
     for args in COMMANDS.values():
         subprocess.run(_argv(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO, env=ENV)
     results = {name: measure(args, opts.runs) for name, args in COMMANDS.items()}
-    if opts.json:
-        print(json.dumps({"runs": opts.runs, "results": results}, indent=2))
-        return
     print(f"median of {opts.runs} runs (wall / child CPU), heavy libraries loaded:")
     for name, r in results.items():
         print(f"  {name:30} {r['wall_median_s']:.3f} s / {r['cpu_median_s']:.3f} s   "
               f"[{', '.join(r['heavy_imported']) or 'none'}]")
+    run.finish({"runs": opts.runs, "src": str(opts.src.resolve()) if opts.src else None, "results": results})
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ In a fresh store (a temporary directory on --workdir's file system):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -23,25 +22,27 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import record
 
 
 def cli_export(image: str, out: Path, store: Path) -> tuple[float, dict]:
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "imagekit", "export", image, "--to", "enroot",
-                           "-o", str(out), "--json", "-q"], capture_output=True, text=True,
-                          env=dict(os.environ, IMAGEKIT_STORE=str(store)), check=True)
-    return time.monotonic() - t0, json.loads(proc.stdout)
+    with record.timer() as t:
+        proc = subprocess.run([sys.executable, "-m", "imagekit", "export", image, "--to", "enroot",
+                               "-o", str(out), "--json", "-q"], capture_output=True, text=True,
+                              env=dict(os.environ, IMAGEKIT_STORE=str(store)), check=True)
+    return t.wall, json.loads(proc.stdout)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = record.parser(__doc__)
     ap.add_argument("--image", help="image (default: imagekit/debian-mpi:latest, else the base image)")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--concurrent", type=int, default=4)
     ap.add_argument("--workdir", default="/var/tmp")
     args = ap.parse_args()
+    run = record.start("store", args)
 
     from imagekit import base_image, engine
     from imagekit.export import ExportRequest, export_image
@@ -59,20 +60,20 @@ def main() -> int:
             seconds, doc = cli_export(image, work / f"cli{i}.sqsh", store)
             assert doc["store_hit"], doc
             cli_hits.append(seconds)
-            t0 = time.monotonic()
-            result = export_image(image, ExportRequest("enroot"), work / f"lib{i}.sqsh", store=store)
-            lib_hits.append(time.monotonic() - t0)
+            with record.timer() as t:
+                result = export_image(image, ExportRequest("enroot"), work / f"lib{i}.sqsh", store=store)
+            lib_hits.append(t.wall)
             assert result.store_hit
 
         store2 = work / "store2"
         env = dict(os.environ, IMAGEKIT_STORE=str(store2))
-        t0 = time.monotonic()
-        procs = [subprocess.Popen([sys.executable, "-m", "imagekit", "export", image, "--to", "enroot",
-                                   "-o", str(work / f"con{i}.sqsh"), "--json", "-q"],
-                                  stdout=subprocess.PIPE, text=True, env=env)
-                 for i in range(args.concurrent)]
-        docs = [json.loads(p.communicate()[0]) for p in procs]
-        together = time.monotonic() - t0
+        with record.timer() as t:
+            procs = [subprocess.Popen([sys.executable, "-m", "imagekit", "export", image, "--to", "enroot",
+                                       "-o", str(work / f"con{i}.sqsh"), "--json", "-q"],
+                                      stdout=subprocess.PIPE, text=True, env=env)
+                     for i in range(args.concurrent)]
+            docs = [json.loads(p.communicate()[0]) for p in procs]
+        together = t.wall
         conversions = sum(not d["store_hit"] for d in docs)
         inodes = {os.stat(d["path"]).st_ino for d in docs}
     finally:
@@ -87,6 +88,11 @@ def main() -> int:
           f"(min {min(lib_hits):.3f}, max {max(lib_hits):.3f})")
     print(f"{args.concurrent} concurrent exports, fresh store: {conversions} conversion(s), "
           f"{len(inodes)} distinct file(s), {together:.1f} s until all done")
+    run.finish({"image": image, "sqsh_bytes": doc["bytes"], "preset": doc["compression"], "runs": args.runs,
+                "first_export_s": round(first, 3), "cli_hits_s": [round(x, 4) for x in cli_hits],
+                "lib_hits_s": [round(x, 4) for x in lib_hits], "concurrent": args.concurrent,
+                "concurrent_conversions": conversions, "concurrent_files": len(inodes),
+                "concurrent_wall_s": round(together, 2)})
     return 0
 
 
