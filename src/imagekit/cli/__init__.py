@@ -142,7 +142,7 @@ def main(stacks_dirs: tuple[str, ...], site: str | None) -> None:
       imagekit export imagekit/debian-mpi:latest --to enroot -o mpi.sqsh
       imagekit launch slurm --image ./mpi.sqsh --nodes 2 -- ./app
       imagekit validate nccl-tests.log --min-busbw 100
-      imagekit --stacks-dir /site/stacks render site-nccl   # a site's own stacks first
+      imagekit --stacks-dir /site/stacks render debian-mpi  # the site's debian-mpi, if it has one
       imagekit --site /site/pins.yaml build debian-cuda --mirror /site/mirror
     """
     settings.site_file = site          # one process may run several commands (tests do): reset it too
