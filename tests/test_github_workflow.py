@@ -6,6 +6,7 @@ Each linter is also shown failing on a broken copy, so these tests can fail.
 """
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import click
 import yaml
 
-from imagekit import sources
+from imagekit import settings, sources
 from imagekit.cli import COMMANDS, main
 
 WORKFLOW = Path(__file__).resolve().parents[1] / ".github/workflows/build.yml"
@@ -152,7 +153,46 @@ def test_validate_jobs_system_gate_fails_a_single_node_run_and_passes_two(tmp_pa
     assert run(("n1", "n2"), "Socket") == 9
 
 
-def test_build_job_takes_the_site_mirror():
-    build_env = yaml.safe_load(WORKFLOW.read_text())["jobs"]["build"]["env"]
-    assert build_env[sources.MIRROR_ENV] == "${{ vars.IMAGEKIT_MIRROR }}"
-    assert build_env[sources.SITE_ENV] == "${{ vars.IMAGEKIT_SITE }}"  # the mirror's own pins, when not upstream's
+def test_the_site_sets_registry_stacks_and_mirror_as_inputs_or_variables():
+    """A manual run's input wins over the repository/organisation variable; both unset, no default host."""
+    doc = yaml.safe_load(WORKFLOW.read_text())
+    # PyYAML reads the key `on` as True.
+    inputs = (doc.get("on") or doc[True])["workflow_dispatch"]["inputs"]
+    assert {"registry", "stacks_dir", "mirror"} <= set(inputs)
+    assert all(i["type"] == "string" and i["default"] == "" for i in inputs.values())
+    env = doc["env"]
+    assert env["REGISTRY"] == "${{ inputs.registry || vars.IMAGEKIT_REGISTRY }}"
+    assert env[settings.STACKS_PATH_ENV] == "${{ inputs.stacks_dir || vars.IMAGEKIT_STACKS_DIR }}"
+    assert env[sources.MIRROR_ENV] == "${{ inputs.mirror || vars.IMAGEKIT_MIRROR }}"
+    assert env[sources.SITE_ENV] == "${{ vars.IMAGEKIT_SITE }}"  # the mirror's own pins, when not upstream's
+
+
+def test_no_registry_host_is_written_in_the_workflow():
+    text = WORKFLOW.read_text()
+    code = "\n".join(line.split("#")[0] for line in text.splitlines())
+    # A host is a dotted name or host:port before a slash, outside comments and expressions.
+    hosts = re.findall(r"(?<![\w$.{-])((?:[a-z0-9-]+\.)+[a-z]{2,}|[a-z0-9.-]+:\d+)/", code)
+    assert hosts == [], hosts
+    doc = yaml.safe_load(text)
+    # Every reference pushed to is under $REGISTRY, and nothing is pushed or logged in without one.
+    for name in ("build", "index"):
+        for step in doc["jobs"][name]["steps"]:
+            run = step.get("run", "")
+            for call in _imagekit_calls(run):
+                if call[0] == "push":
+                    to = call[call.index("--to") + 1]
+                    assert to.startswith("$REGISTRY/") or (to.startswith("$repo:") and 'repo="$REGISTRY/' in run), call
+            if "docker login" in run or any(c[0] == "push" for c in _imagekit_calls(run)):
+                assert "REGISTRY" in (step.get("if", "") + doc["jobs"][name].get("if", "")), step
+
+
+def test_matrix_with_a_site_stack_directory_lists_its_stacks_by_relative_path(tmp_path):
+    """What the matrix job runs with IMAGEKIT_STACKS_PATH set to a directory of the checkout."""
+    site = tmp_path / "site-stacks"
+    site.mkdir()
+    (site / "site-mpi.yaml").write_text("name: site-mpi\nextends: debian-mpi\n")
+    env = {**os.environ, settings.STACKS_PATH_ENV: "site-stacks"}
+    rows = json.loads(subprocess.run(["imagekit", "matrix", "--json"], capture_output=True, text=True, check=True,
+                                     cwd=tmp_path, env=env).stdout)
+    site_rows = [r for r in rows if r["stack"] == "site-mpi"]
+    assert site_rows and all(r["file"] == "site-stacks/site-mpi.yaml" for r in site_rows)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from imagekit import __version__, settings, signals
+from imagekit import settings, signals
 from imagekit.errors import EXIT_CODES, ImagekitError
 
 # name -> "module:attribute"; each command module owns its commands.
@@ -112,8 +112,19 @@ _EXIT_TABLE = "\b\nExit codes, the same for every command:\n" + "\n".join(
     f"  {code:>3}  {what}" for code, what in EXIT_CODES.items())
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    # Only when asked: the commit look-up runs git, which `imagekit --help`'s start-up must not wait for.
+    if not value or ctx.resilient_parsing:
+        return
+    from imagekit import version_info
+
+    click.echo(f"imagekit, version {version_info.full_version()}")
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=_EXIT_TABLE)
-@click.version_option(__version__, prog_name="imagekit")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version (with the commit it was built from) and exit.")
 @click.option("--stacks-dir", "stacks_dirs", multiple=True, metavar="DIR",
               help="a site directory of stacks, searched before $IMAGEKIT_STACKS_PATH and the shipped "
                    "stacks (repeatable)")
@@ -131,7 +142,7 @@ def main(stacks_dirs: tuple[str, ...], site: str | None) -> None:
       imagekit export imagekit/debian-mpi:latest --to enroot -o mpi.sqsh
       imagekit launch slurm --image ./mpi.sqsh --nodes 2 -- ./app
       imagekit validate nccl-tests.log --min-busbw 100
-      imagekit --stacks-dir /site/stacks render site-nccl   # a site's own stacks first
+      imagekit --stacks-dir /site/stacks render debian-mpi  # the site's debian-mpi, if it has one
       imagekit --site /site/pins.yaml build debian-cuda --mirror /site/mirror
     """
     settings.site_file = site          # one process may run several commands (tests do): reset it too

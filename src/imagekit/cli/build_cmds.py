@@ -110,7 +110,7 @@ def build(stack: str, variant: str | None, platform_list: tuple, target: str, si
       imagekit build debian-mpi --engine podman --export enroot -o out/   # as a user, no daemon
       imagekit build debian-mpi --export enroot,sif -o out/
       imagekit build debian-mpi --export enroot --store /lustre/imagekit-store -o out/
-      imagekit build stacks/nccl-tests.yaml --variant nccl-tests-cu124-x86_64 --tag site/nccl:1
+      imagekit build stacks/nccl-tests.yaml --variant nccl-tests-cu129-x86_64 --tag site/nccl:1
       imagekit build debian-cuda --mirror /site/mirror      # upstream tarballs from a local mirror
       imagekit build debian-mpi --sign site.key --export enroot,sif -o out/   # SBOM, provenance, signatures
       imagekit build debian-mpi --platform linux/arm64       # imagekit/debian-mpi:latest-arm64

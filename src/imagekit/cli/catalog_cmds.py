@@ -36,7 +36,7 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
       IMAGEKIT_STACKS_PATH=/site/stacks imagekit stacks --json | jq -r '.[] | .stack + " " + .from'
       imagekit stacks --outdated                       # every stack: pinned, newest served, behind
       imagekit stacks --outdated debian-cuda --mirror /site/mirror --json
-      imagekit stacks --outdated ./site-stack.yaml     # before a build: exit 2 if a pin is not served
+      imagekit stacks --outdated stacks/debian-cuda.yaml  # before a build: exit 2 if a pin is not served
     """
     if outdated:
         _outdated(refs, as_json, mirror)

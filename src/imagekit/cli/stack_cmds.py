@@ -35,7 +35,7 @@ def show(stack: str, variant: str | None, platform: str | None, diff_parent: boo
     \b
     Example:
       imagekit show debian-mpi
-      imagekit show stacks/nccl-tests.yaml --variant nccl-tests-cu126-sbsa --json
+      imagekit show stacks/nccl-tests.yaml --variant nccl-tests-cu129-sbsa --json
       imagekit show debian-mpi --platform linux/arm64
       imagekit show debian-pytorch --diff-parent
     """
@@ -113,7 +113,7 @@ def render(stack: str, variant: str | None, platform: str | None, fmt: str, sing
     \b
     Example:
       imagekit render debian-mpi -o Dockerfile
-      imagekit render nccl-tests --variant nccl-tests-cu124-sbsa --format singularity -o nccl.def
+      imagekit render nccl-tests --variant nccl-tests-cu129-sbsa --format singularity -o nccl.def
       imagekit render debian-cuda --mirror /site/mirror -o ctx/Dockerfile && docker build ctx
       imagekit render grace-pytorch                         # aarch64 (GH200, GB200, GB300)
       imagekit render debian-mpi --platform linux/arm64

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from imagekit import __version__
+from imagekit import __version__, version_info
 from imagekit.checks import stack_checks
 from imagekit.image_facts import (ARCH, BASE, BASE_COMPONENTS, BASE_MIRROR, BENCHMARK, CHECKS, COMPONENTS,
                                   PACKAGES, RECIPE_SHA256, SCHEMA, SCHEMA_LABEL, STACK, TARGET, VERSION, component_label,
@@ -69,12 +69,19 @@ def recipe_labels(stack: "Stack") -> dict[str, str]:
 
 
 def build_labels(stack: "Stack", target: str, recipe_sha256: str) -> dict[str, str]:
-    """What the build adds on top of the recipe's labels: the recipe hash, the target, the checks."""
+    """What the build adds on top of the recipe's labels: the recipe hash, the target, the checks, and
+    the version with its commit.
+
+    The version replaces the recipe's own (the package version alone): a build-time label wins over
+    the recipe's, and the commit stays out of the recipe text, its hash and the layer cache.
+    """
     checks = json.dumps([c.as_dict() for c in stack_checks(stack, target)], separators=(",", ":"))
-    return {RECIPE_SHA256: recipe_sha256, TARGET: target, CHECKS: checks}
+    return {RECIPE_SHA256: recipe_sha256, TARGET: target, CHECKS: checks, VERSION: version_info.full_version()}
 
 
 def base_labels(distro: str, suite: str, mirror: str, components: list[str]) -> dict[str, str]:
     """Labels of a base image that ``imagekit base`` bootstraps."""
+    # The package version alone: a commit here would give the base a new id at every commit, and
+    # every stack built on it would miss the layer cache.
     return {BASE: f"{distro}:{suite}", BASE_MIRROR: mirror, BASE_COMPONENTS: ",".join(components),
             VERSION: __version__}
