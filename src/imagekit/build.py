@@ -28,7 +28,7 @@ from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import writer
 
 TARGETS = ("runtime", "devel")
-ENGINES = ("docker", "podman")
+ENGINES = engine.ENGINES
 # The stack's arch decides the platform: a build on another arch's host must not silently take
 # the host's manifest of a multi-arch base image.
 PLATFORMS = {arch: str(platforms.of_arch(arch)) for arch in platforms.ARCHES}

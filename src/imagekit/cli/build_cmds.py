@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
-from imagekit import base_image, pipeline, platforms
-from imagekit.build import BuildRequest
+from imagekit import base_image, check_runtimes, pipeline, platforms
+from imagekit import checks as checks_mod
+from imagekit.build import TARGETS, BuildRequest
 from imagekit import check as check_mod
 from imagekit import report as report_mod
 from imagekit import stack as stack_mod
@@ -62,7 +63,7 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool, components
 @click.option("--platform", "platform_list", multiple=True, metavar="OS/ARCH[,OS/ARCH]",
               help="build for these platforms (linux/amd64, linux/arm64; comma-separated or repeated), "
                    "each that the stack's base.arch offers; default: this machine's where offered")
-@click.option("--target", type=click.Choice(["runtime", "devel"]), default="runtime", show_default=True)
+@click.option("--target", type=click.Choice(TARGETS), default="runtime", show_default=True)
 @click.option("--single-stage", is_flag=True, help="one stage (devel) instead of devel + runtime")
 @click.option("--tag", "tags", multiple=True, metavar="REF", help="extra tag (repeatable)")
 @click.option("--no-cache", is_flag=True, help="do not use the build cache")
@@ -143,12 +144,12 @@ def build(stack: str, variant: str | None, platform_list: tuple, target: str, si
 @click.option("--image", metavar="TAG", help="image to check when REF is a stack")
 @click.option("--variant", metavar="NAME", help="matrix variant when REF is a stack")
 @click.option("--junit", metavar="FILE", help="write JUnit XML for CI")
-@click.option("--with", "with_", multiple=True, type=click.Choice(["gpu", "fabric"]),
+@click.option("--with", "with_", multiple=True, type=click.Choice(checks_mod.NEEDS),
               help="offer this hardware to the container and run the checks that need it")
-@click.option("--assume", multiple=True, type=click.Choice(["gpu", "fabric"]),
+@click.option("--assume", multiple=True, type=click.Choice(checks_mod.NEEDS),
               help="run the checks that need this hardware without adding device flags "
                    "(the engine's default runtime already provides it)")
-@click.option("--runtime", type=click.Choice(["enroot", "apptainer"]), default=None,
+@click.option("--runtime", type=click.Choice(check_runtimes.RUNTIMES), default=None,
               help="run the checks under Enroot or Apptainer, no engine (default for a .sqsh: Enroot, "
                    "else Apptainer; for a .sif: Apptainer)")
 @ENGINE

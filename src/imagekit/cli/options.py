@@ -9,12 +9,14 @@ import time
 
 import click
 
+from imagekit.engine import ENGINES
+
 MIRROR = click.option("--mirror", metavar="DIR|URL",
                       help="site mirror of upstream release files (overrides $IMAGEKIT_MIRROR and the stack's)")
 
 
 ENGINE = click.option(
-    "--engine", "engine_name", type=click.Choice(["docker", "podman"]), default="docker", show_default=True,
+    "--engine", "engine_name", type=click.Choice(ENGINES), default="docker", show_default=True,
     envvar="IMAGEKIT_ENGINE",
     help="docker: the Docker engine's BuildKit; podman: Podman as the calling user (rootless), its own "
          "image store (default: $IMAGEKIT_ENGINE, else docker)")

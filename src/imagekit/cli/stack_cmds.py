@@ -98,7 +98,7 @@ def _short(value) -> str:
 @click.argument("stack")
 @VARIANT
 @PLATFORM
-@click.option("--format", "fmt", type=click.Choice(["docker", "singularity"]), default="docker",
+@click.option("--format", "fmt", type=click.Choice(render_mod.FORMATS), default="docker",
               show_default=True, help="recipe format")
 @click.option("--single-stage", is_flag=True, help="only the devel stage (no smaller runtime stage)")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="write to FILE (default: stdout)")

@@ -9,7 +9,7 @@ from imagekit.errors import IntegrityError
 from imagekit.export.output import human
 from imagekit.export.store import Store, UntrustedEntry
 from imagekit.sizes import parse_size
-from imagekit.export.store.setup import init_store
+from imagekit.export.store.setup import READERS, init_store
 
 
 def _age(seconds: float) -> str:
@@ -41,7 +41,7 @@ def store(ctx: click.Context, store_dir: str | None) -> None:
               help="A store that GROUP publishes into and every job reads (else: a private store).")
 @click.option("--group", "group_name", metavar="GROUP",
               help="With --shared: the publishers' group (CI and the people who may publish; never all users).")
-@click.option("--readers", type=click.Choice(["all", "group"]), default="all", show_default=True,
+@click.option("--readers", type=click.Choice(READERS), default="all", show_default=True,
               help="With --shared: who may read and hold entries.")
 @click.pass_obj
 def init(store_dir: str | None, shared: bool, group_name: str | None, readers: str) -> None:

@@ -34,6 +34,9 @@ from imagekit.export.store.modes import Modes
 from imagekit.export.store.trust import UntrustedStore
 
 
+READERS = ("all", "group")   # who may read a shared store: everyone, or its group only
+
+
 def init_store(root: str | Path | None, group: str | None, *, readers_all: bool = True) -> Path:
     """Create or fix the store at ``root`` (default: the user's own); ``group`` makes it shared."""
     path = Path(os.path.realpath(Path(root).expanduser() if root is not None else default_root()))
