@@ -136,3 +136,18 @@ def test_the_file_trees_differ_only_where_documented(pair):
     scripts = {n for n in set(theirs) | set(ours) if n.startswith("/.singularity.d/")}
     # Apptainer's empty env/94-appsbase.sh (SCIF apps, which an image from Docker has none of).
     assert {n for n in scripts if (n in theirs) != (n in ours)} == {"/.singularity.d/env/94-appsbase.sh"}
+
+
+def test_the_fast_preset_writes_zstd_that_apptainer_runs_with_the_same_tree(pair, odd_image, tmp_path):
+    """`--preset fast` (zstd-3, the .sqsh default's compression) is written by `mksquashfs -tar` in
+    place at the partition's offset: the real Apptainer runs it, and its tree is the gzip SIF's."""
+    fast = tmp_path / "image.sif"
+    result = export_image(odd_image, ExportRequest("sif", preset="fast"), fast, store=False)
+    info = sif.read_sif(fast)
+    part = info.primary_partition()
+    assert sif.check_squashfs(fast, part, "").compressor == "zstd"
+    assert result.tool == "mksquashfs" and result.compression == "fast"
+    assert listing(fast) == listing(pair["imagekit"])
+    assert apptainer("exec", str(fast), "cat", "/etc/debian_version").strip()
+    outs = [apptainer("run", str(p), "a", "b c", cwd=tmp_path) for p in (fast, pair["imagekit"])]
+    assert outs[0] == outs[1]

@@ -15,7 +15,7 @@ MISSING = "imagekit-test/no-such-image:never"
 @pytest.mark.parametrize("kw, message", [
     (dict(format="enrot"), "unknown export format 'enrot'"),
     (dict(format="enroot", preset="fastest"), "unknown compression preset 'fastest'"),
-    (dict(format="sif", preset="fast"), "unknown SIF compression 'fast'"),
+    (dict(format="sif", preset="lz4"), "unknown SIF compression 'lz4'"),
     (dict(format="enroot", tool="gensquashfs"), "unknown squashfs tool 'gensquashfs'"),
     (dict(format="enroot", via="apptainer"), "--via applies to --to sif only"),
     (dict(format="sif", via="singularity"), "unknown --via 'singularity'"),

@@ -10,7 +10,7 @@ from imagekit.attest import keys
 from imagekit import platforms
 from imagekit.cli.options import progress_printer
 from imagekit.errors import UsageError
-from imagekit.export import ExportRequest, export_image, formats, signing
+from imagekit.export import VIAS, ExportRequest, export_image, formats, signing, squash
 from imagekit.export import artifacts as art
 from imagekit.export.image_source import open_source
 from imagekit.export import push as push_mod
@@ -29,13 +29,13 @@ STATEMENTS = ("sbom", "provenance")
               help="Compression (docs/export.md has the measurements). enroot: fast "
                    "(zstd-3, 128 KiB blocks; default), enroot (Enroot's own -comp lzo -noD), "
                    "shared-fs (zstd-3, 1 MiB blocks), small (zstd-19, 1 MiB), none. "
-                   "sif: gzip (default), zstd.")
+                   "sif: gzip (default), zstd (zstd-15), fast (zstd-3, as the .sqsh default; hosts must read zstd).")
 @click.option("--squash-opt", "squash_opts", multiple=True, metavar="OPT",
               help="Extra option for the squashfs tool, repeatable (e.g. --squash-opt=-b "
                    "--squash-opt=256K).")
-@click.option("--tool", type=click.Choice(["auto", "sqfstar", "tar2sqfs"]), default="auto",
+@click.option("--tool", type=click.Choice(["auto", *squash.TOOLS]), default="auto",
               show_default=True, help="Squashfs tool reading the stream.")
-@click.option("--via", type=click.Choice(["native", "apptainer"]), default="native", show_default=True,
+@click.option("--via", type=click.Choice(VIAS), default="native", show_default=True,
               help="SIF only: write natively, or run apptainer/singularity from PATH.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.option("--no-space-check", is_flag=True, help="Skip the free-space check.")

@@ -50,7 +50,7 @@ def default_output(image: str, to: str) -> Path:
 DEFAULT_PRESET = {"enroot": squash.DEFAULT_PRESET, "sif": "gzip"}
 
 
-SIF_COMPRESSIONS = ("gzip", "zstd")
+SIF_COMPRESSIONS = sif.SIF_COMPRESSIONS
 VIAS = ("native", "apptainer")
 
 
@@ -86,7 +86,7 @@ class ExportRequest:
         if self.format == "enroot":
             squash.preset(preset)
         elif preset not in SIF_COMPRESSIONS:
-            raise UsageError(f"unknown SIF compression {preset!r}", "use gzip (default) or zstd")
+            raise UsageError(f"unknown SIF compression {preset!r}", sif.SIF_COMPRESSIONS_HINT)
         object.__setattr__(self, "preset", preset)
         object.__setattr__(self, "squash_opts", tuple(self.squash_opts))
 

@@ -56,6 +56,13 @@ from imagekit.sif_reader import (ARCH_CODES, DATA_DEFFILE, DATA_GENERIC_JSON, DA
                                  LAUNCH, MAGIC, OCI_CONFIG_NAME, PART_PRIMSYS, PARTITION_EXTRA, VERSION, Descriptor,
                                  SifFormatError, aligned, check_squashfs, read_sif)
 
+# gzip: Apptainer's own default, which every Apptainer and Singularity reads. zstd: zstd-15, as
+# `apptainer build --mksquashfs-args "-comp zstd"`. fast: the .sqsh default's zstd-3 (squash.PRESETS),
+# for a site whose hosts read zstd squashfs (Apptainer >= 1.0 through squashfuse or a kernel with
+# CONFIG_SQUASHFS_ZSTD); docs/export.md has its numbers against `apptainer build`.
+SIF_COMPRESSIONS = ("gzip", "zstd", "fast")
+SIF_COMPRESSIONS_HINT = "use gzip (default), zstd, or fast (zstd-3, as the .sqsh default)"
+
 FILE_MODE = formats.FORMATS["sif"].mode  # before the umask, as apptainer/sif creates the file
 
 
@@ -139,8 +146,8 @@ def export(image: str | Source, output: Path, *, compression: str = "gzip", squa
     source = image if isinstance(image, Source) else open_source(image)
     image = source.text
 
-    if compression not in ("gzip", "zstd"):
-        raise UsageError(f"unknown SIF compression {compression!r}", "use gzip (default) or zstd")
+    if compression not in SIF_COMPRESSIONS:
+        raise UsageError(f"unknown SIF compression {compression!r}", SIF_COMPRESSIONS_HINT)
     target = prepare_target(output, force)
     if via not in ("native", "apptainer"):
         raise UsageError(f"unknown --via {via!r}", "use native or apptainer")
@@ -172,11 +179,12 @@ def export(image: str | Source, output: Path, *, compression: str = "gzip", squa
                        extra=PARTITION_EXTRA.pack(FS_SQUASHFS, PART_PRIMSYS, arch.encode()))]
     partition_offset = _layout(objects)[-1].offset
     replaced = frozenset(layout)
-    name, _ = squash.pick_tool(tool)  # sqfstar first: it writes in place at the offset
+    # sqfstar first; a preset with a level (fast) needs `mksquashfs -tar`. Both write in place at the offset.
+    name, _ = squash.pick_tool(tool, compression)
     # Apptainer builds as root keep file ownership (mksquashfs without -all-root).
     spec = squash.SquashSpec(preset=compression, extra_args=squash_opts, tool=name, all_root=False,
                              xattrs=True, epoch=epoch,
-                             offset=partition_offset if name == "sqfstar" else 0)
+                             offset=partition_offset if name in ("sqfstar", "mksquashfs") else 0)
     meter = Progress(progress)
     with interrupt_on_sigterm(), atomic.target(target, file_mode(), sync=True) as tmp:
         squash_path = tmp if spec.offset else tmp.with_name(tmp.name + ".squashfs")
@@ -213,7 +221,8 @@ def _via_apptainer(image: str, target: Path, compression: str) -> ExportResult:
     with interrupt_on_sigterm(), atomic.target(target, file_mode(), sync=True) as tmp:
         os.unlink(tmp)  # apptainer refuses to overwrite without --force
         # Apptainer compresses with gzip by default; `--mksquashfs-args` passes anything else.
-        args = ["--mksquashfs-args", "-comp zstd"] if compression == "zstd" else []
+        args = {"zstd": ["--mksquashfs-args", "-comp zstd"],
+                "fast": ["--mksquashfs-args", "-comp zstd -Xcompression-level 3"]}.get(compression, [])
         proc = subprocess.run([binary, "build", *args, str(tmp), f"docker-daemon://{image}"],
                               capture_output=True, text=True)
         if proc.returncode != 0:
