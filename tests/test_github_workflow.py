@@ -8,6 +8,7 @@ Each linter is also shown failing on a broken copy, so these tests can fail.
 import json
 import os
 import re
+import runpy
 import shlex
 import subprocess
 from pathlib import Path
@@ -121,7 +122,8 @@ def test_validate_runs_on_the_images_arch_across_nodes_and_gates_on_ib_and_the_m
     validate_calls = [c for c in _imagekit_calls(script) if c[0] == "validate" and "--system" in c]
     assert len(validate_calls) == 1
     call = validate_calls[0]
-    assert call[call.index("--expect-transport") + 1] == "IB"
+    # IB unless the site says otherwise (vars.VALIDATE_TRANSPORT: P2P inside one NVL72 rack).
+    assert call[call.index("--expect-transport") + 1] == "$TRANSPORT" and env["TRANSPORT"].endswith("|| 'IB' }}")
     assert call[call.index("--system") + 1] == "$SYSTEM"
     assert int(call[call.index("--min-runs") + 1]) >= 2  # a repeatable result, not one lucky run
     assert "--min-busbw" not in call
@@ -196,3 +198,20 @@ def test_matrix_with_a_site_stack_directory_lists_its_stacks_by_relative_path(tm
                                      cwd=tmp_path, env=env).stdout)
     site_rows = [r for r in rows if r["stack"] == "site-mpi"]
     assert site_rows and all(r["file"] == "site-stacks/site-mpi.yaml" for r in site_rows)
+
+
+def test_validate_runs_every_variant_and_a_failed_leg_skips_no_other():
+    """Review 3 H8: the GPU job ran for nccl-tests only, and `needs` without always() let one failed build
+    leg skip every validation. Each leg now runs what its image carries, chosen from its own report."""
+    validate = yaml.safe_load(WORKFLOW.read_text())["jobs"]["validate"]
+    assert validate["if"].startswith("always()") and "needs.matrix.result == 'success'" in validate["if"]
+    text = yaml.dump(validate)
+    assert "matrix.stack ==" not in text
+    conditions = {s.get("name"): s.get("if", "") for s in validate["steps"] if s.get("name")}
+    assert any("outputs.nccl_tests" in c for c in conditions.values())
+    assert any("outputs.pytorch" in c for c in conditions.values())
+    carries = runpy.run_path(str(WORKFLOW.parents[2] / "scripts" / "image_carries.py"))["carries"]
+
+    report = {"components": [{"name": "openmpi", "facts": {"cuda": "true"}}, {"name": "nccl-tests", "facts": {}}]}
+    assert carries(report) == {"nccl_tests": True, "pytorch": False}
+    assert carries({"components": [{"name": "pytorch", "facts": {}}]}) == {"nccl_tests": False, "pytorch": True}
