@@ -212,7 +212,7 @@ PIN = "sha256: '" + "ab" * 32 + "'"
 CHECK_CASES.update({
     "openmpi.check_stack": [
         c("cuda-mpi-over-cpu-ucx", CUDA,
-          f"  cuda: {{}}\n  ucx:\n    version: '1.18.1'\n    ofed: false\n  openmpi: {{version: '4.1.7', cuda: true}}\n",
+          "  cuda: {}\n  ucx:\n    version: '1.18.1'\n    ofed: false\n  openmpi: {version: '4.1.7', cuda: true}\n",
           "version: '1.18.1'", "components.ucx.cuda",
           ["`openmpi.cuda: true` over pml ucx needs a CUDA-enabled UCX", "set `cuda: true` on ucx"],
           "  cuda: {}\n  ucx: {version: '1.18.1', ofed: false, cuda: true}\n  openmpi: {version: '4.1.7', cuda: true}\n"),

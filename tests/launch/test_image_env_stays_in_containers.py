@@ -116,7 +116,7 @@ fi
 def _job_command(facts, image: str) -> tuple[list[str], dict[str, str]]:
     """What `launch … --validate` without a command runs, and the image's environment for it."""
     session = Session(LaunchRequest(image, gates=Gates()), log=print, echo=print, facts=facts)
-    return session.command, session.image_env
+    return session.command, session.benchmark_env
 
 
 @pytest.fixture

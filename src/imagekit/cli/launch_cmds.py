@@ -144,7 +144,7 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
                              job_name=job_name, mounts=common.parse_mounts(mounts), env=job_env,
                              workdir=workdir, nccl_debug=nccl_debug, mount_home=mount_home,
                              container_name=container_name, srun_args=list(srun_args),
-                             image_env=session.image_env, stage=stage, stage_dir=stage_dir, importer=importer,
+                             image_env=session.benchmark_env, stage=stage, stage_dir=stage_dir, importer=importer,
                              segment=segment)
     if not dry_run:
         common.require_tool("sbatch", "run on a Slurm login node, or write the script with --dry-run -o FILE")
@@ -206,7 +206,7 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
     job = mpirun_mod.MpirunJob(runtime=runtime, image=image, hosts=mpirun_mod.parse_hosts(hosts),
                                command=session.command, np=np_, mounts=common.parse_mounts(mounts), env=job_env,
                                gpus=gpus, workdir=workdir, mpirun_args=list(mpirun_args),
-                               image_env=session.image_env)
+                               image_env=session.benchmark_env)
     if dry_run:
         click.echo("# run.sh\n" + mpirun_mod.render_run(job) + "\n# rank.sh\n" + mpirun_mod.render_wrapper(job), nl=False)
         return
@@ -262,7 +262,7 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
         raise UsageError("--validate runs the job here and reads its output", "use --scheduler local")
     session = _session(image, command, validate, no_preflight, gates)
     job = inside_out_mod.InsideOutJob(image=image, nodes=nodes, command=session.command, runtime=runtime,
-                           image_env=session.image_env,
+                           image_env=session.benchmark_env,
                            scheduler=scheduler, slots=slots,
                            env=profiles_mod.environment(profiles_mod.get(profile), common.parse_env(env)),
                            mounts=common.parse_mounts(mounts), iface=iface, mpirun_args=list(mpirun_args),

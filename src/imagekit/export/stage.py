@@ -82,7 +82,7 @@ def user_dir(base: Path, *, create: bool) -> Path:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
         raise StageError(f"{host()}: {path} is not a directory of uid {uid} closed to others "
                          f"(mode {stat.S_IMODE(st.st_mode):04o}, owner {st.st_uid})",
-                         f"remove it; the stage step makes it again (mode 0700)")
+                         "remove it; the stage step makes it again (mode 0700)")
     return path
 
 

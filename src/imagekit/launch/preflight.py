@@ -58,7 +58,9 @@ MNNVL_GPUS = ("GB200", "GB300")
 
 
 @dataclass
-class Check:
+class Finding:
+    """What one preflight check found: its status (OK, WARN, FAIL, SKIP), what it saw, and the fix."""
+
     name: str
     status: str
     detail: str
@@ -212,13 +214,13 @@ def probe_image(ref: str) -> dict[str, str] | None:
     return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
 
 
-def check_mpi_probe(ref: str, found: dict[str, str] | None) -> Check:
+def check_mpi_probe(ref: str, found: dict[str, str] | None) -> Finding:
     if found is None:
-        return Check("image MPI", SKIP, "no component labels and the image could not be probed")
+        return Finding("image MPI", SKIP, "no component labels and the image could not be probed")
     if not found.get("mpirun"):
-        return Check("image MPI", FAIL, f"{ref} has no MPI (no mpirun on the image's PATH)",
+        return Finding("image MPI", FAIL, f"{ref} has no MPI (no mpirun on the image's PATH)",
                      "build from a stack with an MPI component (e.g. openmpi), or pick an MPI image")
-    return Check("image MPI", OK, f"{found['mpirun']}: {found.get('mpi_version') or 'version unknown'} (probed)")
+    return Finding("image MPI", OK, f"{found['mpirun']}: {found.get('mpi_version') or 'version unknown'} (probed)")
 
 
 def _major(version: str | None) -> int | None:
@@ -234,95 +236,95 @@ def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB" if n >= (1 << 30) else f"{n / (1 << 20):.0f} MiB"
 
 
-# --- individual checks: each is pure (facts in, Check out) -----------------------------------
+# --- individual checks: each is pure (facts in, Finding out) -----------------------------------
 
-def check_labels(img: ImageFacts) -> Check:
+def check_labels(img: ImageFacts) -> Finding:
     if img.labels is None:
-        return Check("image labels", SKIP, f"{img.reason}; image-side checks skipped")
+        return Finding("image labels", SKIP, f"{img.reason}; image-side checks skipped")
     if not img.known:
-        return Check("image labels", SKIP, "the image has no io.imagekit.component.* labels "
+        return Finding("image labels", SKIP, "the image has no io.imagekit.component.* labels "
                      "(not built by imagekit); image-side checks skipped")
-    return Check("image labels", OK, f"stack {img.stack or '?'}: {', '.join(img.components)}")
+    return Finding("image labels", OK, f"stack {img.stack or '?'}: {', '.join(img.components)}")
 
 
-def check_mpi(img: ImageFacts) -> Check:
+def check_mpi(img: ImageFacts) -> Finding:
     if not img.known:
-        return Check("image MPI", SKIP, "no component labels")
+        return Finding("image MPI", SKIP, "no component labels")
     mpi = img.provider("mpi")
     if mpi is not None:
-        return Check("image MPI", OK, f"{mpi.name} {img.role_version('mpi') or mpi.version or '?'}")
-    return Check("image MPI", FAIL, "the image records no MPI component",
+        return Finding("image MPI", OK, f"{mpi.name} {img.role_version('mpi') or mpi.version or '?'}")
+    return Finding("image MPI", FAIL, "the image records no MPI component",
                  "build from a stack with an MPI component (e.g. openmpi) or launch without MPI")
 
 
-def check_slurm_pmix(img: ImageFacts, host: HostFacts) -> Check:
+def check_slurm_pmix(img: ImageFacts, host: HostFacts) -> Finding:
     name = "slurm pmix"
     if host.srun_mpi is None:
-        return Check(name, FAIL, "srun is not on PATH", "run on a Slurm login node, or use `imagekit launch mpirun`")
+        return Finding(name, FAIL, "srun is not on PATH", "run on a Slurm login node, or use `imagekit launch mpirun`")
     if host.srun_error:
-        return Check(name, FAIL, f"`srun --mpi=list` failed: {host.srun_error}",
+        return Finding(name, FAIL, f"`srun --mpi=list` failed: {host.srun_error}",
                      "check SLURM_CONF / the cluster's slurm.conf and that slurmctld answers (`sinfo`)")
     if "pmix" not in host.srun_mpi and not any(p.startswith("pmix") for p in host.srun_mpi):
-        return Check(name, FAIL, f"Slurm has no pmix MPI plugin (srun --mpi=list: {', '.join(host.srun_mpi) or 'nothing'})",
+        return Finding(name, FAIL, f"Slurm has no pmix MPI plugin (srun --mpi=list: {', '.join(host.srun_mpi) or 'nothing'})",
                      "install Slurm's pmix plugin (Debian: libpmix-dev + libpmix2 before slurmd starts) or ask the admins")
     host_majors = sorted({int(m) for p in host.srun_mpi for m in re.findall(r"pmix_v(\d+)", p)})
     if not img.known:
-        return Check(name, SKIP, f"Slurm offers {', '.join(p for p in host.srun_mpi if p.startswith('pmix'))}; "
+        return Finding(name, SKIP, f"Slurm offers {', '.join(p for p in host.srun_mpi if p.startswith('pmix'))}; "
                      "image PMIx unknown")
     img_pmix = img.role_version("pmix")
     mpi = img.provider("mpi")
     if mpi is not None and mpi.fact("pmix") == "false":
-        return Check(name, WARN, f"the image's MPI ({mpi.name}) was built without PMIx support",
+        return Finding(name, WARN, f"the image's MPI ({mpi.name}) was built without PMIx support",
                      f"rebuild with {mpi.name} pmix: true, or use `srun --mpi=pmi2`")
     mpi_version = img.role_version("mpi")
     if mpi is not None and mpi.name == "openmpi" and mpi.fact("slurm") == "false" and _major(mpi_version) == 4:
         # Open MPI 4.x recognises srun direct launch through its Slurm support only.
-        return Check(name, FAIL, f"the image's Open MPI {mpi_version} was built --without-slurm: under srun every "
+        return Finding(name, FAIL, f"the image's Open MPI {mpi_version} was built --without-slurm: under srun every "
                      "rank stops in MPI_Init ('OMPI was not built with SLURM support')",
                      "rebuild with openmpi `slurm: true` (the default), or start ranks with mpirun inside the job")
     if not img_pmix:
-        return Check(name, WARN, "the image records no PMIx version",
+        return Finding(name, WARN, "the image records no PMIx version",
                      "add a pmix component to the stack so Slurm and the image can be matched")
     img_major = _major(img_pmix)
     if host_majors and img_major not in host_majors:
         both_modern = img_major is not None and img_major >= 3 and min(host_majors) >= 3
-        return Check(name, WARN if both_modern else FAIL,
+        return Finding(name, WARN if both_modern else FAIL,
                      f"image PMIx {img_pmix} (v{img_major}) vs Slurm pmix_v{'/v'.join(map(str, host_majors))}",
                      f"build the image with a PMIx {host_majors[-1]}.x to match Slurm "
                      "(cross-major PMIx is only supported from v3 on, and not for every feature)")
-    return Check(name, OK, f"image PMIx {img_pmix} matches Slurm's pmix plugin")
+    return Finding(name, OK, f"image PMIx {img_pmix} matches Slurm's pmix plugin")
 
 
-def check_shm(host: HostFacts) -> Check:
+def check_shm(host: HostFacts) -> Finding:
     if host.shm_bytes is None:
-        return Check("/dev/shm", WARN, "no /dev/shm on this host",
+        return Finding("/dev/shm", WARN, "no /dev/shm on this host",
                      "mount a tmpfs on /dev/shm (shared-memory transports and NCCL need it)")
     if host.shm_bytes < SHM_MIN:
-        return Check("/dev/shm", WARN, f"/dev/shm is {_gib(host.shm_bytes)}",
+        return Finding("/dev/shm", WARN, f"/dev/shm is {_gib(host.shm_bytes)}",
                      "enlarge it: `mount -o remount,size=16G /dev/shm`; in Docker use --ipc=host or --shm-size=16g")
-    return Check("/dev/shm", OK, _gib(host.shm_bytes))
+    return Finding("/dev/shm", OK, _gib(host.shm_bytes))
 
 
-def check_memlock(img: ImageFacts, host: HostFacts) -> Check:
+def check_memlock(img: ImageFacts, host: HostFacts) -> Finding:
     if host.memlock is None:
-        return Check("memlock", OK, "unlimited")
+        return Finding("memlock", OK, "unlimited")
     detail = f"memlock ulimit is {host.memlock // 1024} KiB"
     fix = ("`ulimit -l unlimited` (limits.conf: `* - memlock unlimited`); under Slurm make slurmd run with "
            "LimitMEMLOCK=infinity and keep MEMLOCK in PropagateResourceLimits; Docker: --ulimit memlock=-1")
     if img.has_role("rdma", "ucx"):
-        return Check("memlock", WARN, detail + "; RDMA (verbs/UCX) must pin memory", fix)
-    return Check("memlock", OK, detail + " (enough for TCP/shared memory; RDMA would need unlimited)")
+        return Finding("memlock", WARN, detail + "; RDMA (verbs/UCX) must pin memory", fix)
+    return Finding("memlock", OK, detail + " (enough for TCP/shared memory; RDMA would need unlimited)")
 
 
-def check_infiniband(img: ImageFacts, host: HostFacts) -> Check:
+def check_infiniband(img: ImageFacts, host: HostFacts) -> Finding:
     if not img.known:
-        return Check("/dev/infiniband", SKIP, "image OFED unknown"
+        return Finding("/dev/infiniband", SKIP, "image OFED unknown"
                      + ("; this host has /dev/infiniband" if host.infiniband else ""))
     if not img.has_role("rdma"):
-        return Check("/dev/infiniband", OK, "the image has no OFED/rdma-core; TCP/shared memory only")
+        return Finding("/dev/infiniband", OK, "the image has no OFED/rdma-core; TCP/shared memory only")
     if host.infiniband:
-        return Check("/dev/infiniband", OK, "present")
-    return Check("/dev/infiniband", WARN, "the image has OFED but this host has no /dev/infiniband; "
+        return Finding("/dev/infiniband", OK, "present")
+    return Finding("/dev/infiniband", WARN, "the image has OFED but this host has no /dev/infiniband; "
                  "UCX/verbs will fall back to TCP",
                  "run on InfiniBand/RoCE nodes (Docker: --device=/dev/infiniband --cap-add=IPC_LOCK)")
 
@@ -336,19 +338,19 @@ def _min_driver(img: ImageFacts, cuda: str) -> str | None:
     return CUDA_MIN_DRIVER.get(_major(cuda) or 0)
 
 
-def check_driver(img: ImageFacts, host: HostFacts) -> Check:
+def check_driver(img: ImageFacts, host: HostFacts) -> Finding:
     if host.driver is None:
-        return Check("GPU driver", SKIP, "no NVIDIA driver on this host")
+        return Finding("GPU driver", SKIP, "no NVIDIA driver on this host")
     cuda = img.role_version("cuda") if img.known else None
     if not cuda:
-        return Check("GPU driver", SKIP if not img.known else OK,
+        return Finding("GPU driver", SKIP if not img.known else OK,
                      f"driver {host.driver}; " + ("image CUDA unknown" if not img.known else "image has no CUDA"))
     need = _min_driver(img, cuda)
     if need is None:
-        return Check("GPU driver", WARN, f"driver {host.driver}; no driver table entry for CUDA {cuda}",
+        return Finding("GPU driver", WARN, f"driver {host.driver}; no driver table entry for CUDA {cuda}",
                      "check NVIDIA's CUDA compatibility table")
     if not re.match(r"\d+", host.driver):
-        return Check("GPU driver", WARN, f"cannot read the host driver version {host.driver!r}",
+        return Finding("GPU driver", WARN, f"cannot read the host driver version {host.driver!r}",
                      "check `nvidia-smi --query-gpu=driver_version --format=csv,noheader`")
     if _tuple(host.driver) < _tuple(need):
         needs = need
@@ -360,9 +362,9 @@ def check_driver(img: ImageFacts, host: HostFacts) -> Check:
                    f"(`imagekit build {older[0]}`), or " + fix)
         else:
             fix += " (or add NVIDIA's cuda-compat forward-compatibility package, data-center GPUs only)"
-        return Check("GPU driver", FAIL, f"the image's CUDA {cuda} needs driver >= {needs}; this host has "
+        return Finding("GPU driver", FAIL, f"the image's CUDA {cuda} needs driver >= {needs}; this host has "
                      f"{host.driver}", fix)
-    return Check("GPU driver", OK, f"driver {host.driver} runs CUDA {cuda} (needs >= {need})")
+    return Finding("GPU driver", OK, f"driver {host.driver} runs CUDA {cuda} (needs >= {need})")
 
 
 def _stack_exists(name: str) -> bool:
@@ -393,15 +395,15 @@ def runs_on(archs: list[str], cap: tuple[int, int]) -> bool:
     return any(c[0] == cap[0] and c[1] <= cap[1] for c in codes) or cap >= max(codes)
 
 
-def check_gpu_arch(img: ImageFacts, host: HostFacts) -> Check:
+def check_gpu_arch(img: ImageFacts, host: HostFacts) -> Finding:
     """The host's GPUs against the image's CUDA release and the GPU code it carries: a CUDA 13 image on a
     V100 fails at its first kernel ('no kernel image is available'), so say so before the job starts."""
     name = "GPU architecture"
     if not host.gpus:
-        return Check(name, SKIP, "no GPU listed by nvidia-smi on this host")
+        return Finding(name, SKIP, "no GPU listed by nvidia-smi on this host")
     cuda = img.role_version("cuda") if img.known else None
     if not cuda:
-        return Check(name, SKIP, "image CUDA unknown" if not img.known else "the image has no CUDA")
+        return Finding(name, SKIP, "image CUDA unknown" if not img.known else "the image has no CUDA")
     major = _major(cuda) or 0
     for gpu, cap in host.gpus:
         cc = _cc(cap)
@@ -412,7 +414,7 @@ def check_gpu_arch(img: ImageFacts, host: HostFacts) -> Check:
                     older = None
                 fix = (f"use a CUDA {dropped_in - 1} image with sm_{cc[0]}{cc[1]} code"
                        + (f": the {older[0]} stack ({older[1]}; `imagekit build {older[0]}`)" if older else ""))
-                return Check(name, FAIL, f"the image's CUDA {cuda} cannot run on {gpu} (sm_{cc[0]}{cc[1]}, "
+                return Finding(name, FAIL, f"the image's CUDA {cuda} cannot run on {gpu} (sm_{cc[0]}{cc[1]}, "
                              f"{gpu_generation(cc)}): CUDA {release} dropped {generations} GPUs, so neither the "
                              "image's code nor its CUDA libraries have kernels for it", fix)
     provider = img.provider("cuda")
@@ -421,16 +423,16 @@ def check_gpu_arch(img: ImageFacts, host: HostFacts) -> Check:
         for gpu, cap in host.gpus:
             cc = _cc(cap)
             if not runs_on(archs, cc):
-                return Check(name, FAIL, f"the image carries GPU code for sm_{', sm_'.join(archs)} and this host's "
+                return Finding(name, FAIL, f"the image carries GPU code for sm_{', sm_'.join(archs)} and this host's "
                              f"{gpu} is sm_{cc[0]}{cc[1]} ({gpu_generation(cc)}): no kernel image for it",
                              f"rebuild with \"{cc[0]}{cc[1]}\" in the stack's GPU architectures (cuda arch_list or "
                              "nccl-tests gencode)")
     gpus = sorted({f"{g} (sm_{_cc(c)[0]}{_cc(c)[1]})" for g, c in host.gpus})
-    return Check(name, OK, f"CUDA {cuda}" + (f", code for sm_{', sm_'.join(archs)}" if archs else "")
+    return Finding(name, OK, f"CUDA {cuda}" + (f", code for sm_{', sm_'.join(archs)}" if archs else "")
                  + f" runs on {', '.join(gpus)}")
 
 
-def check_imex(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None = None) -> Check:
+def check_imex(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None = None) -> Finding:
     """Multi-node NVLink (GB200/GB300 NVL72): the IMEX daemon on the host and a channel for the container.
 
     Judged when the host has NVL72 GPUs or the job asks for multi-node NVLink (NCCL_MNNVL_ENABLE=1, or
@@ -442,37 +444,37 @@ def check_imex(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None = None
     mnnvl = env.get("NCCL_MNNVL_ENABLE") == "1"
     nvl = sorted({g for g, _ in host.gpus if any(k in g for k in MNNVL_GPUS)})
     if not nvl and not mnnvl and not channels:
-        return Check(name, OK, "not needed: no GB200/GB300 GPUs here and the job asks for no multi-node NVLink")
+        return Finding(name, OK, "not needed: no GB200/GB300 GPUs here and the job asks for no multi-node NVLink")
     bad = FAIL if (launch.here or mnnvl) else WARN
     elsewhere = "" if launch.here else " (checked on this host; the job's nodes must have them too)"
     where = f"{', '.join(nvl)} here" if nvl else "the job asks for multi-node NVLink"
     if host.imex_daemon is False:
-        return Check(name, bad, f"{where}, and no {IMEX_DAEMON} daemon runs: GPUs in other trays cannot import "
+        return Finding(name, bad, f"{where}, and no {IMEX_DAEMON} daemon runs: GPUs in other trays cannot import "
                      f"this tray's memory{elsewhere}",
                      f"start the IMEX service on every node of the NVLink domain (`systemctl start {IMEX_DAEMON}`; "
                      "/etc/nvidia-imex/nodes_config.cfg lists the domain's node addresses)")
     if host.imex_channels is not None and not host.imex_channels:
-        return Check(name, bad, f"{where}, and {IMEX_CHANNEL_DIR} has no channel device{elsewhere}",
+        return Finding(name, bad, f"{where}, and {IMEX_CHANNEL_DIR} has no channel device{elsewhere}",
                      "create channel 0 (driver parameter NVreg_CreateImexChannel0=1, or `mknod` with the major of "
                      "nvidia-caps-imex-channels in /proc/devices)")
     if not channels:
-        return Check(name, WARN if nvl else OK, f"{where}, but the containers get no IMEX channel "
+        return Finding(name, WARN if nvl else OK, f"{where}, but the containers get no IMEX channel "
                      "(NVIDIA_IMEX_CHANNELS unset): NCCL falls back to InfiniBand between trays",
                      "launch with `--profile nvl72` (NVIDIA_IMEX_CHANNELS=0, NCCL_MNNVL_ENABLE=1)")
     wanted = [c for c in re.split(r"[,\s]+", channels) if c.isdigit()]
     have = host.imex_channels or []
     missing = [c for c in wanted if host.imex_channels is not None and int(c) not in have]
     if missing:
-        return Check(name, bad, f"NVIDIA_IMEX_CHANNELS={channels}, and this host has no channel "
+        return Finding(name, bad, f"NVIDIA_IMEX_CHANNELS={channels}, and this host has no channel "
                      f"{', '.join(missing)} (it has: {', '.join(map(str, have)) or 'none'}){elsewhere}",
                      f"ask for a channel the host has (NVIDIA_IMEX_CHANNELS={have[0] if have else 0})")
     daemon = f", {IMEX_DAEMON} running" if host.imex_daemon else ""
-    return Check(name, OK, f"NVIDIA_IMEX_CHANNELS={channels}"
+    return Finding(name, OK, f"NVIDIA_IMEX_CHANNELS={channels}"
                  + (f", channel device(s) {', '.join(map(str, have))}" if have else "")
                  + (", MNNVL required (NCCL_MNNVL_ENABLE=1)" if mnnvl else "") + daemon)
 
 
-def check_gpu_runtime(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None = None) -> Check:
+def check_gpu_runtime(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None = None) -> Finding:
     """Will the containers start here? An image asking for GPUs (``NVIDIA_VISIBLE_DEVICES``) makes
     Enroot/Pyxis run nvidia-container-cli before the container starts, and that fails on a host
     without it or without a driver; Docker and Apptainer inject GPUs only when asked (--gpus/--nv).
@@ -487,19 +489,19 @@ def check_gpu_runtime(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None
         # --nv without a driver only warns; without --nv nothing reads the variable.
         no_driver = "" if host.driver else "; this host has no NVIDIA driver, so --nv finds none here"
         if not launch.gpus:
-            return Check(name, OK, f"Apptainer gives containers GPUs only with --nv, whatever {gpu_env.VAR} "
+            return Finding(name, OK, f"Apptainer gives containers GPUs only with --nv, whatever {gpu_env.VAR} "
                          f"says{no_driver}")
-        return Check(name, OK, f"apptainer --nv: driver {host.driver}" if host.driver else
+        return Finding(name, OK, f"apptainer --nv: driver {host.driver}" if host.driver else
                      "apptainer --nv: this host has no NVIDIA driver; the containers start without GPUs")
     missing = [what for what, have in (("nvidia-container-cli", host.nvidia_container_cli),
                                        ("NVIDIA driver", host.driver)) if not have]
     if not missing:
-        return Check(name, OK, f"{host.nvidia_container_cli} and driver {host.driver}")
+        return Finding(name, OK, f"{host.nvidia_container_cli} and driver {host.driver}")
     lacks = "this host has " + " and ".join(f"no {m}" for m in missing)
     if runtime == "docker":
         if not launch.gpus:
-            return Check(name, OK, f"Docker gives containers GPUs only with --gpus, whatever {gpu_env.VAR} says")
-        return Check(name, bad, f"`docker run --gpus all` needs the NVIDIA container toolkit and driver, and "
+            return Finding(name, OK, f"Docker gives containers GPUs only with --gpus, whatever {gpu_env.VAR} says")
+        return Finding(name, bad, f"`docker run --gpus all` needs the NVIDIA container toolkit and driver, and "
                      f"{lacks}{elsewhere}",
                      "leave out --gpus on hosts without GPUs, or run on GPU nodes with the NVIDIA driver "
                      "and the NVIDIA container toolkit")
@@ -509,15 +511,15 @@ def check_gpu_runtime(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None
     elif img.env is not None:
         value, source = img.env.get(gpu_env.VAR), "the image sets"
     else:
-        return Check(name, SKIP, f"the image's environment was not read ({img.reason or 'it records none'}); "
+        return Finding(name, SKIP, f"the image's environment was not read ({img.reason or 'it records none'}); "
                      f"{lacks}, so an image that sets {gpu_env.VAR} would not start here under Enroot/Pyxis")
     if not gpu_env.asks_for_gpus(value):
         said = f"{source} {gpu_env.VAR}={value}" if value else f"the image does not set {gpu_env.VAR}"
-        return Check(name, OK, f"{said}: no GPU runtime needed ({lacks})")
+        return Finding(name, OK, f"{said}: no GPU runtime needed ({lacks})")
     stops = ("'Command not found: nvidia-container-cli'" if host.nvidia_container_cli is None
              else "nvidia-container-cli's driver error")
     none = " (driver libraries without devices)" if value == "none" else ""
-    return Check(name, bad, f"{source} {gpu_env.VAR}={value}{none} and {lacks}: Enroot's 98-nvidia.sh hook "
+    return Finding(name, bad, f"{source} {gpu_env.VAR}={value}{none} and {lacks}: Enroot's 98-nvidia.sh hook "
                  f"(Pyxis too) stops the start with {stops}{elsewhere}",
                  gpu_env.fixes(runtime, launch.launcher))
 
@@ -534,25 +536,25 @@ def image_arch(img: ImageFacts) -> str | None:
     return platforms.stack_name(found) if found else None
 
 
-def check_arch(img: ImageFacts, host: HostFacts, here: bool = True, sibling: str | None = None) -> Check:
+def check_arch(img: ImageFacts, host: HostFacts, here: bool = True, sibling: str | None = None) -> Finding:
     """The image's architecture against this host's. Containers that start here (``here``) must
     match, or every rank dies with "exec format error"; on a login node launching elsewhere the
     compute nodes decide, so a difference is a warning naming what they must be."""
     arch, machine = image_arch(img), platforms.stack_name(host.machine) if host.machine else None
     if arch is None or machine is None:
-        return Check("architecture", SKIP, "the image's architecture is unknown" if machine else
+        return Finding("architecture", SKIP, "the image's architecture is unknown" if machine else
                      "this host's architecture is unknown")
     if arch == machine:
-        return Check("architecture", OK, f"{platforms.of_arch(arch)} image on this {machine} host")
+        return Finding("architecture", OK, f"{platforms.of_arch(arch)} image on this {machine} host")
     detail = f"the image is {platforms.of_arch(arch)} ({arch}) and this host is {platforms.of_arch(machine)} ({machine})"
     if not here:
-        return Check("architecture", WARN, detail + f": the compute nodes must be {arch}",
+        return Finding("architecture", WARN, detail + f": the compute nodes must be {arch}",
                      f"run it on {arch} nodes (a {arch} partition), or push both platforms under one reference "
                      "(imagekit push IMAGE --platform linux/amd64,linux/arm64 --to REF) and launch that")
     fix = (f"use --image {sibling}, its {platforms.of_arch(machine)} build" if sibling else
            f"build it for this host (imagekit build STACK --platform {platforms.of_arch(machine)}), or run it on "
            f"{arch} hosts")
-    return Check("architecture", FAIL, detail + ": its programs would fail with \"exec format error\"", fix)
+    return Finding("architecture", FAIL, detail + ": its programs would fail with \"exec format error\"", fix)
 
 
 def host_build(image: str, machine: str | None) -> str | None:
@@ -574,19 +576,19 @@ def host_build(image: str, machine: str | None) -> str | None:
         return None
 
 
-def check_sshd(img: ImageFacts) -> Check:
+def check_sshd(img: ImageFacts) -> Finding:
     if not img.known:
-        return Check("image sshd", SKIP, "no component labels; the launcher checks /usr/sbin/sshd when workers start")
+        return Finding("image sshd", SKIP, "no component labels; the launcher checks /usr/sbin/sshd when workers start")
     if img.has_role("sshd"):
-        return Check("image sshd", OK, f"{img.provider('sshd').name} component present")
-    return Check("image sshd", FAIL, "inside-out needs sshd in the image and none is recorded",
+        return Finding("image sshd", OK, f"{img.provider('sshd').name} component present")
+    return Finding("image sshd", FAIL, "inside-out needs sshd in the image and none is recorded",
                  "add the sshd component to the stack, or use an outside-in launcher (slurm / mpirun)")
 
 
-def check_ssh_keys(key_dir: Path) -> Check:
+def check_ssh_keys(key_dir: Path) -> Finding:
     key_dir = Path(key_dir)
     if not key_dir.is_dir():
-        return Check("ssh keys", FAIL, f"{key_dir} does not exist", "let the launcher create the job's keys")
+        return Finding("ssh keys", FAIL, f"{key_dir} does not exist", "let the launcher create the job's keys")
     problems = []
     if stat.S_IMODE(key_dir.stat().st_mode) & 0o077:
         problems.append(f"{key_dir} is {oct(stat.S_IMODE(key_dir.stat().st_mode))}")
@@ -597,28 +599,28 @@ def check_ssh_keys(key_dir: Path) -> Check:
             if mode & 0o077:
                 problems.append(f"{key.name} is {oct(mode)}")
     if problems:
-        return Check("ssh keys", FAIL, "private keys readable by others: " + "; ".join(problems),
+        return Finding("ssh keys", FAIL, "private keys readable by others: " + "; ".join(problems),
                      f"chmod 700 {key_dir} && chmod 600 {key_dir}/id_* {key_dir}/*_key (ssh refuses such keys)")
-    return Check("ssh keys", OK, f"{key_dir} private (0700/0600)")
+    return Finding("ssh keys", OK, f"{key_dir} private (0700/0600)")
 
 
-def check_host_mpirun(img: ImageFacts, host: HostFacts) -> Check:
+def check_host_mpirun(img: ImageFacts, host: HostFacts) -> Finding:
     if host.mpirun_version is None:
-        return Check("host mpirun", FAIL, "no Open MPI `mpirun` on this host",
+        return Finding("host mpirun", FAIL, "no Open MPI `mpirun` on this host",
                      "install the same Open MPI the image has (Debian: apt-get install openmpi-bin)")
     img_v = img.role_version("mpi") if img.known else None
     if not img_v:
-        return Check("host mpirun", SKIP if not img.known else WARN,
+        return Finding("host mpirun", SKIP if not img.known else WARN,
                      f"host Open MPI {host.mpirun_version}; image Open MPI unknown")
     h, i = _tuple(host.mpirun_version)[:2], _tuple(img_v)[:2]
     if h[0] != i[0]:
-        return Check("host mpirun", FAIL, f"host Open MPI {host.mpirun_version} vs image {img_v}: "
+        return Finding("host mpirun", FAIL, f"host Open MPI {host.mpirun_version} vs image {img_v}: "
                      "ORTE/PRRTE wire protocols differ across majors",
                      f"install Open MPI {img_v} on the hosts, or use inside-out")
     if h != i:
-        return Check("host mpirun", WARN, f"host Open MPI {host.mpirun_version} vs image {img_v}",
+        return Finding("host mpirun", WARN, f"host Open MPI {host.mpirun_version} vs image {img_v}",
                      f"use the same {i[0]}.{i[1]}.x on the hosts")
-    return Check("host mpirun", OK, f"host and image Open MPI {img_v}")
+    return Finding("host mpirun", OK, f"host and image Open MPI {img_v}")
 
 
 # --- the whole run ------------------------------------------------------------------------
@@ -629,7 +631,7 @@ LAUNCHERS = ("slurm", "mpirun", "inside-out", "mpijob")
 def run(image: str, *, scheduler: str | None = None, launcher: str | None = None,
         ssh_key_dir: Path | None = None, host: HostFacts | None = None,
         labels: dict[str, str] | None = None, facts: ImageFacts | None = None,
-        probe: bool = False, gpu: GpuLaunch | None = None) -> list[Check]:
+        probe: bool = False, gpu: GpuLaunch | None = None) -> list[Finding]:
     """All checks that apply to ``image`` launched with ``launcher`` (and ``scheduler``).
 
     The image's facts are read here unless the caller already has them (``facts``, or raw ``labels``).
@@ -670,11 +672,11 @@ def run(image: str, *, scheduler: str | None = None, launcher: str | None = None
     return checks
 
 
-def failed(checks: list[Check]) -> list[Check]:
+def failed(checks: list[Finding]) -> list[Finding]:
     return [c for c in checks if c.status == FAIL]
 
 
-def format_checks(checks: list[Check]) -> str:
+def format_checks(checks: list[Finding]) -> str:
     width = max(len(c.name) for c in checks)
     lines = []
     for c in checks:
@@ -684,11 +686,11 @@ def format_checks(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-def as_json(checks: list[Check]) -> list[dict]:
+def as_json(checks: list[Finding]) -> list[dict]:
     return [asdict(c) for c in checks]
 
 
-def enforce(image: str, *, log, **kwargs) -> list[Check]:
+def enforce(image: str, *, log, **kwargs) -> list[Finding]:
     """Run preflight for a launcher: print warnings, refuse on failures (``--no-preflight`` skips)."""
     checks = run(image, **kwargs)
     for c in checks:

@@ -48,7 +48,7 @@ _READ = object()
 
 
 class Session:
-    """A launch being prepared and run: ``facts``, ``command`` and ``image_env`` are known once made.
+    """A launch being prepared and run: ``facts``, ``command`` and ``benchmark_env`` (the image's environment for its own benchmark) are known once made.
 
     ``log`` hears progress (stderr in the CLI), ``echo`` the verdict (stdout). ``facts``: the image's,
     when the caller has them already (default: read here, once, if validation or preflight needs them).
@@ -60,7 +60,7 @@ class Session:
         if facts is _READ:   # once, for the benchmark choice, preflight and the image's NCCL alike
             facts = reader.read_or_reason(request.image) if request.validate or request.preflight else None
         self.facts: ImageFacts | None = facts
-        self.command, self.image_env = self._job_command()
+        self.command, self.benchmark_env = self._job_command()
 
     def _job_command(self) -> tuple[list[str], dict[str, str]]:
         """The command to run and the image's own environment for it: the image's benchmark for a bare
