@@ -1,9 +1,10 @@
 """Build a stack's image with the Docker engine's BuildKit, or with (rootless) Podman.
 
 The recipe is rendered in-process and fed to Debian's docker CLI (BuildKit
-built in) with ``--progress=plain``: each step is shown as it starts, the
-full log goes to a file, and a failed step is reported with its command and
-its last lines. The image is tagged only after the build succeeded (the build
+built in) with ``--progress=plain``: each step is shown in its stage's order
+as it finishes (``cached``, its time, or ``FAILED``; a long one also as it
+starts), the full log goes to a file, and a failed step is reported with its
+command and its last lines. The image is tagged only after the build succeeded (the build
 itself writes an ID file, not a tag), so an interrupted build leaves no
 half-tagged image.
 
@@ -216,15 +217,113 @@ def _docker_build(ctx: str, stack, request: BuildRequest, iidfile: Path, labels:
     if bundle:
         cmd += ["--secret", f"id={render.CA_SECRET_ID},src={bundle}"]
     cmd.append(ctx)
-    return _run_build(cmd, log_path, progress)
+    return _run_build(cmd, log_path, progress, stage_steps((Path(ctx) / "Dockerfile").read_text()))
 
 
-def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) -> tuple[int, int]:
+_DONE = re.compile(r"^#(\d+) (?:DONE (?P<secs>[\d.]+)s|(?P<cached>CACHED))$")
+
+
+class _Steps:
+    """BuildKit's steps, shown in each stage's order, each once finished and marked ``cached``, with
+    its time or ``FAILED``: BuildKit runs stages side by side and prints their lines interleaved, so
+    a step's start line says little about what is done. The step a stage is waiting on is shown once
+    (``...``) when it has run for ``ANNOUNCE_AFTER`` seconds and the build prints anything, so that a
+    long compile is not silent.
+
+    A step is numbered among the stage's steps (``stages``, from :func:`stage_steps`): BuildKit's own
+    ``n/total`` also counts ENV and LABEL, which print no step, so its last step is rarely n/n."""
+
+    ANNOUNCE_AFTER = 3.0
+
+    def __init__(self, progress: Callable[[str], None], stages: Mapping[str, list[bool]] | None = None) -> None:
+        self.progress = progress
+        self.stages = dict(stages or {})
+        self.steps: dict[str, dict] = {}        # BuildKit's vertex id -> the step
+        self.shown: dict[str, int] = {}         # stage -> how many of its steps are shown as finished
+
+    def started(self, sid: str, stage: str, n: int, total: int, text: str) -> None:
+        if sid in self.steps:   # BuildKit repeats a step's line when its output resumes
+            return
+        self.steps[sid] = {"stage": stage, "n": n, "total": total, "text": text, "state": None,
+                           "announced": False, "since": time.monotonic()}
+        self.shown.setdefault(stage, 0)
+        self._flush()
+
+    def finished(self, sid: str, state: str) -> None:
+        step = self.steps.get(sid)
+        if step is not None and step["state"] is None:
+            step["state"] = state
+            self._flush()
+
+    def tick(self) -> None:
+        self._flush()
+
+    def head(self, sid: str) -> str:
+        """``[stage i/total]``, as the progress lines number the step."""
+        return self._head(self.steps[sid])
+
+    def _head(self, step: dict) -> str:
+        marks = self.stages.get(step["stage"])
+        if marks is None or len(marks) != step["total"]:
+            # Not the recipe we counted (BuildKit's count differs): its own numbers, not a wrong guess.
+            return f"[{step['stage']} {step['n']}/{step['total']}]"
+        return f"[{step['stage']} {sum(marks[:step['n']])}/{sum(marks)}]"
+
+    def _flush(self) -> None:
+        for stage, done in self.shown.items():
+            ordered = sorted((s for s in self.steps.values() if s["stage"] == stage), key=lambda s: s["n"])
+            for step in ordered[done:]:
+                if step["state"] is None:
+                    if not step["announced"] and time.monotonic() - step["since"] >= self.ANNOUNCE_AFTER:
+                        step["announced"] = True
+                        self.progress(f"{self._head(step)} ...      {step['text']}"[:160])
+                    break
+                self.progress(f"{self._head(step)} {step['state']:<8} {step['text']}"[:160])
+                self.shown[stage] += 1
+
+
+# FROM [--platform=...] IMAGE [AS NAME]; BuildKit names an unnamed stage stage-N, N its place.
+_FROM = re.compile(r"^FROM\s+(?:--\S+\s+)*\S+(?:\s+AS\s+(?P<name>\S+))?", re.I)
+_INSTRUCTION = re.compile(r"^([A-Za-z]+)\s")
+# The instructions BuildKit shows as steps; ENV, LABEL, ARG, USER and the like print none.
+_VERTEX = {"FROM", "RUN", "COPY", "ADD", "WORKDIR"}
+
+
+def stage_steps(dockerfile: str) -> dict[str, list[bool]]:
+    """Stage -> for each of its instructions (FROM first, as BuildKit counts them), whether BuildKit
+    shows it as a step."""
+    stages: dict[str, list[bool]] = {}
+    stage = None
+    continued = False
+    for raw in dockerfile.splitlines():
+        line = raw.strip()
+        if continued:
+            continued = line.endswith("\\") or (line.startswith("#") or not line)
+            continue
+        if not line or line.startswith("#"):
+            continue
+        continued = line.endswith("\\")
+        named = _FROM.match(line)
+        if named:
+            stage = (named["name"] or f"stage-{len(stages)}").lower()
+            stages[stage] = []
+        word = _INSTRUCTION.match(line)
+        if stage is not None and word:
+            stages[stage].append(word.group(1).upper() in _VERTEX)
+    return stages
+
+
+def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None],
+               stages: Mapping[str, list[bool]] | None = None) -> tuple[int, int]:
+    """Run a BuildKit build (``cmd``, with ``--progress=plain``), its log to ``log_path`` and its
+    steps to ``progress`` as :class:`_Steps` orders them; ``stages`` is :func:`stage_steps`'s.
+    Returns how many steps ran and how many came from the cache; a failed build raises BuildError."""
     env = {**os.environ, "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
     step_cmds: dict[str, str] = {}
     step_lines: dict[str, list[str]] = {}
     cached: set[str] = set()
     failed: tuple[str, str] | None = None
+    shown = _Steps(progress, stages)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 bufsize=1)
@@ -236,14 +335,19 @@ def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) 
                 if step:
                     sid = step.group(1)
                     if sid not in step_cmds:
-                        step_cmds[sid] = f"[{step['stage']} {step['n']}/{step['total']}] " + _MOUNT.sub("", step["cmd"])
-                        progress(step_cmds[sid][:160])
+                        step_cmds[sid] = _MOUNT.sub("", step["cmd"])
+                        shown.started(sid, step["stage"], int(step["n"]), int(step["total"]), step_cmds[sid])
                     continue
                 err = _ERROR.match(line)
                 if err and failed is None:
                     failed = (err.group(1), err.group(2))
+                    shown.finished(err.group(1), "FAILED")
+                done = _DONE.match(line)
+                if done:
+                    shown.finished(done.group(1), "cached" if done["cached"] else f"{float(done['secs']):.1f} s")
                 if line.startswith("#") and " CACHED" in line:
                     cached.add(line.split()[0][1:])
+                shown.tick()
                 if line.startswith("#"):
                     sid = line.split()[0][1:]
                     step_lines.setdefault(sid, []).append(line.split(" ", 1)[1] if " " in line else "")
@@ -255,7 +359,8 @@ def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) 
         if failed:
             sid, message = failed
             tail = [l for l in step_lines.get(sid, []) if not l.startswith("ERROR")][-12:]
-            raise BuildError(f"build failed: {message}", step_cmds.get(sid), tail, str(log_path))
+            step_text = f"{shown.head(sid)} {step_cmds[sid]}" if sid in step_cmds else None
+            raise BuildError(f"build failed: {message}", step_text, tail, str(log_path))
         tail = log_path.read_text().splitlines()[-12:]
         raise BuildError(f"docker build exited {rc}", None, tail, str(log_path))
     return len(step_cmds), len(cached & set(step_cmds))
