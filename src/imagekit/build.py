@@ -1,9 +1,10 @@
 """Build a stack's image with the Docker engine's BuildKit, or with (rootless) Podman.
 
 The recipe is rendered in-process and fed to Debian's docker CLI (BuildKit
-built in) with ``--progress=plain``: each step is shown as it starts, the
-full log goes to a file, and a failed step is reported with its command and
-its last lines. The image is tagged only after the build succeeded (the build
+built in) with ``--progress=plain``: each step is shown in its stage's order
+as it finishes (``cached``, its time, or ``FAILED``; a long one also as it
+starts), the full log goes to a file, and a failed step is reported with its
+command and its last lines. The image is tagged only after the build succeeded (the build
 itself writes an ID file, not a tag), so an interrupted build leaves no
 half-tagged image.
 
@@ -219,12 +220,106 @@ def _docker_build(ctx: str, stack, request: BuildRequest, iidfile: Path, labels:
     return _run_build(cmd, log_path, progress)
 
 
+_OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ ")   # a running step's output: "#8 0.512 cc -O2 -c ring.c"
+_DONE = re.compile(r"^#(\d+) (?:DONE (?P<secs>[\d.]+)s|(?P<cached>CACHED)|(?P<canceled>CANCELED))$")
+
+
+class _Steps:
+    """BuildKit's steps, shown in each stage's order, each once finished: ``cached``, its time,
+    ``FAILED`` or ``canceled``. BuildKit runs stages side by side and prints their lines interleaved,
+    and prints cached steps in no order at all (a cached build's last step may come first), so a
+    step's start line says little about what is done. The step a stage is waiting on is shown once
+    (``...``) when it has run for ``ANNOUNCE_AFTER`` seconds and the build prints anything, so that
+    a long compile is not silent.
+
+    A stage may never print some of its numbers: both stages start FROM the same image, and BuildKit
+    runs (and names) that step once, for one of them. A gap is passed over once a later step of the
+    stage is seen running (a stage's steps run one after the other, so the gap's step is done), and
+    at the end of the build."""
+
+    ANNOUNCE_AFTER = 3.0
+
+    def __init__(self, progress: Callable[[str], None]) -> None:
+        self.progress = progress
+        self.steps: dict[str, dict] = {}                 # BuildKit's vertex id -> the step
+        self.stages: dict[str, dict[int, dict]] = {}     # stage -> its steps by number
+        self.next: dict[str, int] = {}                   # stage -> the number it shows next
+
+    def started(self, sid: str, stage: str, n: int, total: int, text: str) -> None:
+        if sid in self.steps:   # BuildKit repeats a step's line when its output resumes
+            return
+        step = {"stage": stage, "n": n, "total": total, "text": text, "state": None, "announced": False,
+                "since": time.monotonic()}
+        self.steps[sid] = step
+        self.stages.setdefault(stage, {})[n] = step
+        self.next.setdefault(stage, 1)
+        self._flush()
+
+    def finished(self, sid: str, state: str) -> None:
+        step = self.steps.get(sid)
+        if step is not None and step["state"] is None:
+            step["state"] = state
+            self._flush()
+
+    def ran(self, sid: str) -> None:
+        """The step printed output: it runs (a cached step prints none)."""
+        step = self.steps.get(sid)
+        if step is not None:
+            step["ran"] = True
+
+    def tick(self) -> None:
+        self._flush()
+
+    def close(self) -> None:
+        """The build ended: show what finished, in order, past any gap."""
+        self._flush(final=True)
+
+    @staticmethod
+    def head(step: dict) -> str:
+        return f"[{step['stage']} {step['n']}/{step['total']}]"
+
+    def _show(self, step: dict) -> None:
+        step["shown"] = True
+        self.progress(f"{self.head(step)} {step['state']:<8} {step['text']}"[:160])
+
+    def _flush(self, final: bool = False) -> None:
+        for stage, steps in self.stages.items():
+            for step in steps.values():   # one printed after its stage had moved past it: shown late
+                if step["n"] < self.next[stage] and step["state"] is not None and not step.get("shown"):
+                    self._show(step)
+            top = max(steps)
+            while self.next[stage] <= top:
+                step = steps.get(self.next[stage])
+                if step is None:
+                    # Skipped over only where a later step ran (not merely cached: cached steps come
+                    # in any order, and a step's line does not say which it will be) or the build is over.
+                    if final or any(s.get("ran") or s["state"] not in (None, "cached")
+                                    for n, s in steps.items() if n > self.next[stage]):
+                        self.next[stage] += 1
+                        continue
+                    break
+                if step["state"] is None:
+                    if final:
+                        self.next[stage] += 1
+                        continue
+                    if not step["announced"] and time.monotonic() - step["since"] >= self.ANNOUNCE_AFTER:
+                        step["announced"] = True
+                        self.progress(f"{self.head(step)} ...      {step['text']}"[:160])
+                    break
+                self._show(step)
+                self.next[stage] += 1
+
+
 def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) -> tuple[int, int]:
+    """Run a BuildKit build (``cmd``, with ``--progress=plain``), its log to ``log_path`` and its
+    steps to ``progress`` as :class:`_Steps` orders them.
+    Returns how many steps ran and how many came from the cache; a failed build raises BuildError."""
     env = {**os.environ, "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
     step_cmds: dict[str, str] = {}
     step_lines: dict[str, list[str]] = {}
     cached: set[str] = set()
     failed: tuple[str, str] | None = None
+    shown = _Steps(progress)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 bufsize=1)
@@ -236,18 +331,28 @@ def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) 
                 if step:
                     sid = step.group(1)
                     if sid not in step_cmds:
-                        step_cmds[sid] = f"[{step['stage']} {step['n']}/{step['total']}] " + _MOUNT.sub("", step["cmd"])
-                        progress(step_cmds[sid][:160])
+                        step_cmds[sid] = _MOUNT.sub("", step["cmd"])
+                        shown.started(sid, step["stage"], int(step["n"]), int(step["total"]), step_cmds[sid])
                     continue
                 err = _ERROR.match(line)
                 if err and failed is None:
                     failed = (err.group(1), err.group(2))
+                    shown.finished(err.group(1), "FAILED")
+                done = _DONE.match(line)
+                if done:
+                    shown.finished(done.group(1), "cached" if done["cached"] else "canceled" if done["canceled"]
+                                   else f"{float(done['secs']):.1f} s")
                 if line.startswith("#") and " CACHED" in line:
                     cached.add(line.split()[0][1:])
+                output = _OUTPUT.match(line)
+                if output:
+                    shown.ran(output.group(1))
+                shown.tick()
                 if line.startswith("#"):
                     sid = line.split()[0][1:]
                     step_lines.setdefault(sid, []).append(line.split(" ", 1)[1] if " " in line else "")
             rc = proc.wait()
+            shown.close()
         except BaseException:
             procs.stop(proc)  # the docker CLI cancels the build on SIGTERM
             raise
@@ -255,7 +360,8 @@ def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) 
         if failed:
             sid, message = failed
             tail = [l for l in step_lines.get(sid, []) if not l.startswith("ERROR")][-12:]
-            raise BuildError(f"build failed: {message}", step_cmds.get(sid), tail, str(log_path))
+            step_text = f"{shown.head(shown.steps[sid])} {step_cmds[sid]}" if sid in step_cmds else None
+            raise BuildError(f"build failed: {message}", step_text, tail, str(log_path))
         tail = log_path.read_text().splitlines()[-12:]
         raise BuildError(f"docker build exited {rc}", None, tail, str(log_path))
     return len(step_cmds), len(cached & set(step_cmds))

@@ -133,10 +133,30 @@ def build(stack: str, variant: str | None, platform_list: tuple, target: str, si
         click.echo(json.dumps(results, indent=2))
     else:
         for r in results:
-            click.echo(f"{r['build']['tags'][0]}  {r['build']['image_id'][:19]}  "
-                       f"{r['build']['size_bytes'] / 1e6:.0f} MB  {r['build']['seconds']:.1f} s")
+            for line in summary_lines(r):
+                click.echo(line)
     if any(r.get("check") and not r["check"]["ok"] for r in results):
         sys.exit(1)
+
+
+def summary_lines(result: dict) -> list[str]:
+    """One built image (an entry of ``pipeline.build_all``): its line, then every file the build wrote
+    or left, each on its own line, so that a CI log names what to collect."""
+    b = result["build"]
+    lines = [f"{b['tags'][0]}  {b['image_id'][:19]}  {b['size_bytes'] / 1e6:.0f} MB  {b['seconds']:.1f} s  "
+             f"({b['cached_steps']}/{b['steps']} steps cached)"]
+    lines += [f"  tag     {tag}" for tag in b["tags"][1:]]
+    lines.append(f"  log     {b['log']}")
+    if result.get("signed"):
+        lines.append(f"  signed  {result['signed']['bundle']}  (SBOM, provenance)")
+    if result.get("check"):
+        c = result["check"]["counts"]
+        lines.append(f"  checks  {c['passed']} passed, {c['failed']} failed, {c['not-run']} not run")
+    for e in result.get("exports", []):
+        lines.append(f"  export  {e['path']}  {e['bytes']:,} bytes  sha256:{e['sha256']}")
+        # A signed SIF is rewritten in place; what else signing wrote is the bundle beside it.
+        lines += [f"  signed  {f}" for f in (e.get("signed") or {}).get("files", []) if f != e["path"]]
+    return lines
 
 
 @click.command()
@@ -203,6 +223,8 @@ def _print_report(report) -> None:
                 click.echo(f"           | {line}")
     c = report.counts()
     click.echo(f"{report.image}: {c['passed']} passed, {c['failed']} failed, {c['not-run']} not run")
+    if report.junit:
+        click.echo(f"  junit   {report.junit}")
 
 
 @click.command()

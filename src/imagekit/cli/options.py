@@ -22,17 +22,50 @@ ENGINE = click.option(
          "image store (default: $IMAGEKIT_ENGINE, else docker)")
 
 
-def progress_printer():
-    """Exported bytes on stderr: one updating line on a terminal, a line every 10 s otherwise."""
-    tty = sys.stderr.isatty()
-    state = {"last": time.monotonic()}
+def progress_printer() -> "ProgressLine":
+    """Exported bytes on stderr: one updating line on a terminal, a line every 10 s otherwise; each
+    with the rate and, where the source knows the image's size, the total and the time left."""
+    return ProgressLine(sys.stderr.isatty())
 
-    def report(total: int, done: bool) -> None:
-        mib = total / (1 << 20)
-        if tty:
-            click.echo(f"\rexported {mib:,.1f} MiB" + ("\n" if done else ""), err=True, nl=False)
-        elif done or time.monotonic() - state["last"] >= 10:
-            state["last"] = time.monotonic()
-            click.echo(f"exported {mib:,.1f} MiB" + (" (done)" if done else ""), err=True)
 
-    return report
+class ProgressLine:
+    """The callback an export reports to, ``(bytes_so_far, finished)``. One may serve several exports
+    in turn (a push with artifacts): each export's :meth:`begin` starts its clock and its total."""
+
+    def __init__(self, tty: bool, interval: float = 10.0) -> None:
+        self.tty, self.interval = tty, interval
+        self.expected: int | None = None
+        self.started = self.last = time.monotonic()
+
+    def begin(self, expected: int | None) -> None:
+        self.expected = expected
+        self.started = self.last = time.monotonic()
+
+    def __call__(self, total: int, done: bool) -> None:
+        now = time.monotonic()
+        if not (self.tty or done or now - self.last >= self.interval):
+            return
+        self.last = now
+        line = self.text(total, done, now - self.started)
+        if self.tty:
+            # \x1b[K clears what a longer earlier line left at the end; color=True keeps click from
+            # stripping it (it strips escapes unless it sees the terminal itself).
+            click.echo(f"\r\x1b[K{line}" + ("\n" if done else ""), err=True, nl=False, color=True)
+        else:
+            click.echo(line, err=True)
+
+    def text(self, total: int, done: bool, elapsed: float) -> str:
+        from imagekit.export.output import human   # here: the export package is loaded by then, not for --help
+
+        rate = total / elapsed if elapsed > 0 else 0.0
+        if done:
+            return f"exported {human(total)} in {elapsed:.0f} s ({human(rate)}/s)"
+        line = f"exported {human(total)}"
+        if self.expected:
+            # An estimate (the image's unpacked size, not the stream's): never 100 % before the end.
+            line += f" of ~{human(self.expected)} ({min(total / self.expected, 0.99):.0%})"
+        line += f", {human(rate)}/s"
+        if self.expected and rate > 0 and total < self.expected:
+            left = (self.expected - total) / rate
+            line += f", about {left:.0f} s left" if left < 120 else f", about {left / 60:.0f} min left"
+        return line

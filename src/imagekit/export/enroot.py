@@ -58,8 +58,8 @@ from imagekit import image_facts, login_env, quoting
 from imagekit.export import squash
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.layers import made_by_docker
-from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space, prepare_target,
-                                    sha256_file)
+from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space, expected_bytes,
+                                    prepare_target, sha256_file)
 from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, DroppedLinkTarget, Member, dir_entry,
                                        file_entry, missing_dirs, normalise)
 from imagekit.signals import interrupt_on_sigterm
@@ -272,7 +272,7 @@ def export(image: "str | Source", output: Path, *, preset: "str | squash.Preset 
     config = info.get("Config") or {}
     check_config(config, image)
     mtime = epoch if epoch is not None else int(time.time())
-    meter = Progress(progress)
+    meter = Progress(progress, expected=expected_bytes(source, info))
     with interrupt_on_sigterm(), atomic_output(target) as tmp:
         symlinks: set[str] = set()
 

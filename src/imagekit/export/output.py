@@ -98,14 +98,26 @@ def sha256_file(path: Path) -> str:
     return digests.sha256_file(path)
 
 
-class Progress:
-    """Counts exported bytes and reports them to a callback at most every ``interval`` s."""
+def expected_bytes(source, info: dict) -> int | None:
+    """The bytes an export of ``source`` will stream, where known before it starts: the engine's image
+    size (its layers unpacked). A registry, layout or archive knows only its compressed layers, a
+    third of the stream or less, so it gets no total rather than a wrong one."""
+    return (int(info.get("Size") or 0) or None) if source.engine_image is not None else None
 
-    def __init__(self, report: Callable[[int, bool], None] | None, interval: float = 0.5) -> None:
+
+class Progress:
+    """Counts exported bytes and reports them to a callback at most every ``interval`` s. A callback
+    with a ``begin`` method (the CLI's progress line) is first told the bytes ``expected``."""
+
+    def __init__(self, report: Callable[[int, bool], None] | None, interval: float = 0.5,
+                 expected: int | None = None) -> None:
         self.report = report
         self.interval = interval
         self.total = 0
         self._last = 0.0
+        begin = getattr(report, "begin", None)
+        if begin is not None:
+            begin(expected)
 
     def add(self, n: int) -> None:
         self.total += n

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from imagekit import engine, platforms
-from imagekit.errors import EngineError, IntegrityError, UsageError
+from imagekit.errors import CredentialsError, EngineError, ImagekitError, IntegrityError, RegistryError, UsageError
 from imagekit.registry import client as reg
 from imagekit.registry.reference import parse
 
@@ -54,38 +54,89 @@ def pyxis_reference(registry: str, repo: str, tag: str) -> str:
     return f"{registry}#{repo}:{tag}"
 
 
+# What `docker push` prints (the engine relays the registry's answer) -> the exit-code table's kind.
+_UNREACHABLE = ("connection refused", "no such host", "i/o timeout", "dial tcp", "network is unreachable",
+                "tls handshake timeout", "connection reset by peer")
+_REJECTED = ("unauthorized", "authentication required", "no basic auth credentials",
+             "requested access to the resource is denied", "insufficient_scope")
+_REFUSED = ("received unexpected http status", "name unknown", "name_unknown", "manifest invalid",
+            "blob upload unknown", "toomanyrequests")
+
+
+def _push_failed(reference: str, registry: str, output: str, last: str) -> ImagekitError:
+    """The error of a failed ``docker push``, of its kind in the exit-code table: an unreachable or
+    refusing registry is exit 4 and rejected credentials exit 7, as for the registry calls imagekit
+    makes itself; anything else is the engine's (exit 3)."""
+    low = output.lower()
+    what = f"docker push {reference} failed: {last}"
+    if "http response to https client" in low:
+        return RegistryError(what, f"the engine treats {registry} as a TLS registry: add it to "
+                                   "insecure-registries in /etc/docker/daemon.json, or use 127.0.0.1")
+    if any(s in low for s in _UNREACHABLE):
+        return RegistryError(what, f"is a registry listening on {registry}?")
+    if any(s in low for s in _REJECTED):
+        return CredentialsError(what, f"log in first: docker login {registry} (--password-stdin)")
+    if any(s in low for s in _REFUSED):
+        return RegistryError(what, "the registry refused the push: see its answer above")
+    return EngineError(what)
+
+
+def _engine_id(ref: str) -> str | None:
+    try:
+        return engine.image_id(ref)
+    except engine.ImageMissing:
+        return None
+
+
+def _undo_tag(docker: str, reference: str, before: str | None) -> None:
+    """Put ``reference`` back as it was before the push tagged it: moved back to the image it named,
+    or removed. Removed only while the image has another name: untagging an image's last name
+    deletes the image, and a stray tag is the lesser harm."""
+    if before is not None:
+        subprocess.run([docker, "tag", before, reference], capture_output=True)
+        return
+    try:
+        names = engine.image_attrs(reference).get("RepoTags") or []
+    except ImagekitError:
+        return
+    if len(names) > 1:
+        subprocess.run([docker, "image", "rm", "--no-prune", reference], capture_output=True)
+
+
 def push_image(image: str, to: str | None = None, log=None) -> PushResult:
     """Tag ``image`` as ``to`` (default: the image's own name, which must include a registry),
-    push it, and return the digest the registry reported."""
+    push it, and return the digest the registry reported. A failed push leaves the engine's tags as
+    they were."""
     target = to or image
     registry, repo, tag = split_reference(target)
     reference = f"{registry}/{repo}:{tag}"
     docker = engine.docker_cli()
-    if reference != image:
+    retag = reference != image
+    before = _engine_id(reference) if retag else None
+    if retag:
         tagged = subprocess.run([docker, "tag", image, reference], capture_output=True, text=True)
         if tagged.returncode != 0:
             raise EngineError(f"docker tag {image} {reference} failed: {tagged.stderr.strip()}",
                               "check the image name with `docker images`")
-    proc = subprocess.Popen([docker, "push", reference], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line.rstrip())
-        if log is not None:
-            log(line.rstrip())
-    rc = proc.wait()
-    output = "\n".join(lines)
-    if rc != 0:
-        hint = None
-        if "http response to https client" in output.lower():
-            hint = (f"the engine treats {registry} as a TLS registry: add it to "
-                    "insecure-registries in /etc/docker/daemon.json, or use 127.0.0.1")
-        elif "connection refused" in output.lower():
-            hint = f"is a registry listening on {registry}?"
-        raise EngineError(f"docker push {reference} failed: {lines[-1] if lines else 'no output'}", hint)
-    match = DIGEST_RE.search(output)
-    if match is None:
-        raise EngineError(f"docker push {reference} printed no digest", "check the engine's output")
+    try:
+        proc = subprocess.Popen([docker, "push", reference], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        lines = []
+        for line in proc.stdout:
+            lines.append(line.rstrip())
+            if log is not None:
+                log(line.rstrip())
+        rc = proc.wait()
+        output = "\n".join(lines)
+        if rc != 0:
+            raise _push_failed(reference, registry, output, lines[-1] if lines else "no output")
+        match = DIGEST_RE.search(output)
+        if match is None:
+            raise EngineError(f"docker push {reference} printed no digest", "check the engine's output")
+    except BaseException:
+        if retag:
+            _undo_tag(docker, reference, before)
+        raise
     digest = match.group(1)
     return PushResult(image=image, reference=reference, digest=digest, size=int(match.group(2)),
                       pyxis=pyxis_reference(registry, repo, tag),

@@ -45,7 +45,8 @@ from imagekit import atomic, quoting
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.export import formats, singularity_d, squash
 from imagekit.export.image_source import Source, open_source
-from imagekit.export.output import ExportResult, Progress, check_free_space, prepare_target, sha256_file
+from imagekit.export.output import (ExportResult, Progress, check_free_space, expected_bytes, prepare_target,
+                                    sha256_file)
 from imagekit.signals import interrupt_on_sigterm
 
 # The format's layout and the reader live in imagekit.sif_reader, so that launch reads a SIF's labels
@@ -185,7 +186,7 @@ def export(image: str | Source, output: Path, *, compression: str = "gzip", squa
     spec = squash.SquashSpec(preset=compression, extra_args=squash_opts, tool=name, all_root=False,
                              xattrs=True, epoch=epoch,
                              offset=partition_offset if name in ("sqfstar", "mksquashfs") else 0)
-    meter = Progress(progress)
+    meter = Progress(progress, expected=expected_bytes(source, info))
     with interrupt_on_sigterm(), atomic.target(target, file_mode(), sync=True) as tmp:
         squash_path = tmp if spec.offset else tmp.with_name(tmp.name + ".squashfs")
         try:

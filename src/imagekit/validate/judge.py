@@ -34,7 +34,7 @@ class _Judge:
         self.fraction = gates.effective_saturation
         self.verdict = Verdict(status="pass")
         self.unreadable: list[str] = []
-        self.applied: set[str] = set()
+        self.applied: set[str] = set()   # the gates that judged something: busbw, latency, transport, ...
         self.model_transports: list[str] = []
         self.model_forbidden: list[str] = []
         self.result = Result()
@@ -229,6 +229,7 @@ class _Judge:
                 self.ok(f"repeatable: {what} (spread {spread:.0%} <= {tol:.0%})")
         want = self.gates.min_runs
         if want:
+            self.applied.add("runs")
             counts = {k: len(v) for k, v in self.peaks.items()}
             if not counts:
                 self.fail("data", f"--min-runs {want}: no nccl-tests run with bandwidth figures in the input")
@@ -344,6 +345,7 @@ class _Judge:
         want = self.gates.image_nccl
         if not want:
             return
+        self.applied.add("image")
         got = result.transport.nccl_version
         if got is None:
             self.fail("image", f"cannot check that the run used {self.gates.image}'s NCCL {want}: no "
@@ -378,6 +380,7 @@ class _Judge:
                 self.verdict.notes.append(f"transport not checked: {why}; system {self.gates.system.name} needs "
                                           f"{', '.join(expected)} ({rerun}, or --expect-transport to require it)")
             return
+        self.applied.add("transport")
         seen = ", ".join(f"{t} ({info.counts[t]})" for t in info.transports)
         for name in self.model_forbidden:
             if info.counts.get(name):
@@ -441,6 +444,7 @@ def evaluate(result: Result, gates: Optional[Gates] = None) -> Verdict:
             if want and gate not in judge.applied:
                 what = "bandwidth figures" if gate == "busbw" else "latency figures"
                 judge.fail(gate, f"the {gate} limit could not be applied: no {what} in the input")
+    v.gates_applied = sorted(judge.applied)
     if judge.unreadable:
         v.status = "unreadable"
         v.failures = [Failure("input", m) for m in judge.unreadable] + v.failures

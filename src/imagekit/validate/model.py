@@ -210,6 +210,13 @@ class Verdict:
         return self.status == "pass"
 
     expectations: list[dict] = field(default_factory=list)  # --system: what each run should reach, and why
+    # The gates that judged something (busbw, latency, transport, image, runs). None applied and no
+    # failure: the run parsed and its sanity checks held, which is not a PASS of any limit.
+    gates_applied: list[str] = field(default_factory=list)
+
+    @property
+    def gated(self) -> bool:
+        return bool(self.gates_applied)
 
     @property
     def outcome(self) -> str:

@@ -66,6 +66,7 @@ def to_json(result: Result, verdict: Verdict, small_size: int = summary.DEFAULT_
     data = {
         "status": verdict.status,
         "outcome": verdict.outcome,
+        "gated": verdict.gated,
         "exit_code": verdict.exit_code,
         "verdict": verdict.to_dict(),
         "summary": {
@@ -149,7 +150,13 @@ def to_text(result: Result, verdict: Verdict, small_size: int = summary.DEFAULT_
             out.append("  rising: " + ", ".join(f"{format_size(x['size'])} {x['busbw']:g} GB/s ({x['share']:.0%})"
                                                 for x in rising))
     why = {"wrong": " (ran wrong)", "slow": " (ran right but slow)"}.get(verdict.outcome, "")
-    out.append(f"verdict: {verdict.status.upper()}{why}")
+    if verdict.status == "pass" and not verdict.gated:
+        # Nothing held because nothing was asked: no PASS for a run no gate looked at (exit 0 still:
+        # the run is not wrong, and nothing asked went unchecked).
+        out.append("verdict: PARSED ONLY (no gate applied: add --system MODEL, --min-busbw, --max-latency-us, "
+                   "--expect-transport or --baseline to judge it)")
+    else:
+        out.append(f"verdict: {verdict.status.upper()}{why}")
     for f in verdict.failures:
         out.append(f"  FAIL {f.message}")
     for p in verdict.passed:
