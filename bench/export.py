@@ -17,7 +17,9 @@ Rows, run side by side (interleaved, `--runs` times each; the median is shown):
 
 With `--to sif`: `apptainer build OUT docker-daemon://IMAGE` (Apptainer's gzip default, the
 baseline), `imagekit export --to sif` (gzip too, the same bytes class), and the zstd pair
-(`apptainer build --mksquashfs-args "-comp zstd"` against `--preset zstd`).
+(`apptainer build --mksquashfs-args "-comp zstd"` against `--preset zstd`), and the fast pair
+(zstd-3: `-comp zstd -Xcompression-level 3` against `--preset fast`), each imagekit row also read
+against the gzip baseline.
 
 Measured on the same image(s): wall time, CPU time of child processes
 (rusage), and peak extra disk on the file system of the work/output area
@@ -210,7 +212,9 @@ def main() -> int:
         methods += [("apptainer build docker-daemon:// (gzip)", apptainer_build(args.apptainer, None)),
                     ("imagekit --to sif (gzip)", imagekit_method(None, "sif")),
                     ("apptainer build -comp zstd", apptainer_build(args.apptainer, "zstd")),
-                    ("imagekit --to sif --preset zstd", imagekit_method("zstd", "sif"))]
+                    ("imagekit --to sif --preset zstd", imagekit_method("zstd", "sif")),
+                    ("apptainer build -comp zstd -Xcompression-level 3", apptainer_build(args.apptainer, "zstd -Xcompression-level 3")),
+                    ("imagekit --to sif --preset fast", imagekit_method("fast", "sif"))]
     elif args.enroot:
         methods.append(("enroot import dockerd://", enroot_import(args.enroot)))
     else:
@@ -237,7 +241,8 @@ def main() -> int:
     print("| image | method | wall s | CPU s | wall ratio | CPU ratio | peak extra MiB | out MiB |")
     print("|---|---|---|---|---|---|---|---|")
     # Each imagekit row against the tool's own run with the same compression.
-    baseline_of = {"imagekit --to sif --preset zstd": "apptainer build -comp zstd"}
+    baseline_of = {"imagekit --to sif --preset zstd": "apptainer build -comp zstd",
+                   "imagekit --to sif --preset fast": "apptainer build -comp zstd -Xcompression-level 3"}
     for image in images:
         for label, _ in methods:
             base = median_of(results[(image, baseline_of.get(label, methods[0][0]))])
