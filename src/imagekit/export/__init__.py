@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Union
@@ -30,13 +31,8 @@ StoreChoice = Union[Store, str, Path, None, Literal[False]]
 FORMATS = tuple(formats.FORMATS)
 SUFFIX = formats.SUFFIX
 
-# format -> the function that writes it.
-CONVERTERS: dict[str, Callable[..., ExportResult]] = {"enroot": enroot.export, "sif": sif.export}
 
 
-def converter(name: str) -> Callable[..., ExportResult]:
-    """The converter that writes format ``name`` (see :data:`CONVERTERS`)."""
-    return CONVERTERS[formats.get(name).name]
 
 
 def default_output(image: str, to: str) -> Path:
@@ -45,13 +41,54 @@ def default_output(image: str, to: str) -> Path:
     return Path.cwd() / f"{open_source(image).stem}{SUFFIX[to]}"
 
 
-# The preset an export gets when none is named (the store keys entries by it); the enroot
-# default follows from bench/compression.py (docs/export.md, "Compression presets").
-DEFAULT_PRESET = {"enroot": squash.DEFAULT_PRESET, "sif": "gzip"}
-
-
 SIF_COMPRESSIONS = sif.SIF_COMPRESSIONS
 VIAS = ("native", "apptainer")
+
+
+def _check_squash_preset(name: str) -> None:
+    squash.preset(name)
+
+
+def _check_sif_compression(name: str) -> None:
+    if name not in SIF_COMPRESSIONS:
+        raise UsageError(f"unknown SIF compression {name!r}", sif.SIF_COMPRESSIONS_HINT)
+
+
+def _write_enroot(source: Source, target: Path, request: "ExportRequest", progress) -> ExportResult:
+    return enroot.export(source, target, preset=request.preset, squash_opts=request.squash_opts,
+                         tool=request.tool, force=request.force, check_space=request.check_space, progress=progress)
+
+
+def _write_sif(source: Source, target: Path, request: "ExportRequest", progress) -> ExportResult:
+    return sif.export(source, target, compression=request.preset, squash_opts=request.squash_opts,
+                      tool=request.tool, via=request.via, force=request.force, check_space=request.check_space,
+                      progress=progress)
+
+
+@dataclass(frozen=True)
+class Converter:
+    """One export format's row: the converter that writes it (from the export request), the preset it
+    gets when none is named (the store keys entries by it), how a preset name is checked, and the
+    ways it can be written (``--via``). A new format is a module with its writer and one row here."""
+
+    format: formats.Format
+    write: Callable[[Source, Path, "ExportRequest", Callable[[int, bool], None] | None], ExportResult]
+    default_preset: str
+    check_preset: Callable[[str], None]
+    vias: tuple[str, ...] = ("native",)
+
+
+# The enroot default follows from bench/compression.py (docs/export.md, "Compression presets").
+CONVERTERS: dict[str, Converter] = {
+    "enroot": Converter(formats.FORMATS["enroot"], _write_enroot, squash.DEFAULT_PRESET, _check_squash_preset),
+    "sif": Converter(formats.FORMATS["sif"], _write_sif, "gzip", _check_sif_compression, VIAS),
+}
+DEFAULT_PRESET = {name: row.default_preset for name, row in CONVERTERS.items()}
+
+
+def converter(name: str) -> Converter:
+    """The row of format ``name``; a UsageError naming the valid ones otherwise."""
+    return CONVERTERS[formats.get(name).name]
 
 
 @dataclass(frozen=True)
@@ -75,18 +112,16 @@ class ExportRequest:
     platform: str | None = None
 
     def __post_init__(self) -> None:
-        formats.get(self.format)
+        row = converter(self.format)
         if self.via not in VIAS:
             raise UsageError(f"unknown --via {self.via!r}", f"use one of: {', '.join(VIAS)}")
-        if self.format != "sif" and self.via != "native":
-            raise UsageError("--via applies to --to sif only")
+        if self.via not in row.vias:
+            takes = " or ".join(name for name, r in CONVERTERS.items() if self.via in r.vias)
+            raise UsageError(f"--via {self.via} applies to --to {takes} only")
         if self.tool not in ("auto", *squash.TOOLS):
             raise UsageError(f"unknown squashfs tool {self.tool!r}", f"use one of: auto, {', '.join(squash.TOOLS)}")
-        preset = self.preset or DEFAULT_PRESET[self.format]
-        if self.format == "enroot":
-            squash.preset(preset)
-        elif preset not in SIF_COMPRESSIONS:
-            raise UsageError(f"unknown SIF compression {preset!r}", sif.SIF_COMPRESSIONS_HINT)
+        preset = self.preset or row.default_preset
+        row.check_preset(preset)
         object.__setattr__(self, "preset", preset)
         object.__setattr__(self, "squash_opts", tuple(self.squash_opts))
 
@@ -123,13 +158,9 @@ def export_image(image: str, request: ExportRequest, output: str | Path | None =
 
 
 def _convert(image: Source, request: ExportRequest, target: Path, *, force: bool, progress) -> ExportResult:
-    convert = converter(request.format)
-    if request.format == "enroot":
-        return convert(image, target, preset=request.preset, squash_opts=request.squash_opts,
-                             tool=request.tool, force=force, check_space=request.check_space, progress=progress)
-    return convert(image, target, compression=request.preset, squash_opts=request.squash_opts,
-                      tool=request.tool, via=request.via, force=force, check_space=request.check_space,
-                      progress=progress)
+    if force != request.force:
+        request = dataclasses.replace(request, force=force)
+    return converter(request.format).write(image, target, request, progress)
 
 
 def store_options(squash_opts: tuple[str, ...], tool: str, via: str) -> tuple[str, ...]:

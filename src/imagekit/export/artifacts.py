@@ -458,7 +458,7 @@ def attach(client: reg.RegistryClient, repo: str, subject: reg.Resolved, image: 
     for fmt, request in requests.items():
         preset = request.preset
         existing = matching(entries, fmt, preset)
-        if fmt == "sif" and signer:
+        if formats.get(fmt).signed_inside and signer:   # the signer is part of the file
             existing = [e for e in existing if (e.get("annotations") or {}).get(A_SIGNER) == signer]
         if existing:
             entry = existing[-1]
@@ -479,7 +479,7 @@ def attach(client: reg.RegistryClient, repo: str, subject: reg.Resolved, image: 
             if prepare is not None:
                 prepare(fmt, out, subject)
                 file.sha256, file.size = "", 0        # computed again from what is pushed
-                file.signer = signer if fmt == "sif" else ""
+                file.signer = signer if formats.get(fmt).signed_inside else ""
             results.append(push_artifact(client, repo, subject, file, log=say))
     return results
 

@@ -17,11 +17,14 @@ class Format:
     name: str
     suffix: str      # of an exported file, with its dot
     mode: int        # of an exported file, before the umask: a SIF runs as a program, as apptainer makes it
+    # A SIF carries its signature objects inside (`apptainer verify` reads them); any other file's
+    # signature is a bundle beside it.
+    signed_inside: bool = False
 
 
 FORMATS: dict[str, Format] = {
     "enroot": Format("enroot", ".sqsh", 0o644),
-    "sif": Format("sif", ".sif", 0o755),
+    "sif": Format("sif", ".sif", 0o755, signed_inside=True),
 }
 SUFFIX: dict[str, str] = {f.name: f.suffix for f in FORMATS.values()}
 
