@@ -238,9 +238,10 @@ def test_sif_runtime_scripts_behave(sif_tree):
 
 
 def test_via_apptainer_calls_apptainer_build_and_writes_atomically(tmp_path, monkeypatch):
-    """Apptainer cannot be installed here: a stub on PATH records its arguments and writes the file,
-    to show imagekit's documented call (`apptainer build [--mksquashfs-args ...] OUT docker-daemon://IMAGE`)
-    and that a failing apptainer leaves nothing behind."""
+    """A stub on PATH stands in for Apptainer (the real one runs in test_apptainer_differential.py): it
+    records its arguments and writes the file, to show imagekit's documented call (`apptainer build
+    [--mksquashfs-args ...] OUT docker-daemon://IMAGE`) and that a failing apptainer leaves nothing
+    behind."""
     import os
     import stat
 
