@@ -54,12 +54,12 @@ def _check_sif_compression(name: str) -> None:
         raise UsageError(f"unknown SIF compression {name!r}", sif.SIF_COMPRESSIONS_HINT)
 
 
-def _write_enroot(source: Source, target: Path, request: "ExportRequest", progress) -> ExportResult:
+def _write_enroot(source: "str | Source", target: Path, request: "ExportRequest", progress) -> ExportResult:
     return enroot.export(source, target, preset=request.preset, squash_opts=request.squash_opts,
                          tool=request.tool, force=request.force, check_space=request.check_space, progress=progress)
 
 
-def _write_sif(source: Source, target: Path, request: "ExportRequest", progress) -> ExportResult:
+def _write_sif(source: "str | Source", target: Path, request: "ExportRequest", progress) -> ExportResult:
     return sif.export(source, target, compression=request.preset, squash_opts=request.squash_opts,
                       tool=request.tool, via=request.via, force=request.force, check_space=request.check_space,
                       progress=progress)

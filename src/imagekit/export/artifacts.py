@@ -47,6 +47,7 @@ from typing import Callable
 from imagekit import __version__, atomic, engine, export, platforms
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.export import ExportRequest, export_image, formats, squash
+from imagekit.export.formats import signed_inside
 from imagekit.export.output import check_free_space, prepare_target
 from imagekit.signals import interrupt_on_sigterm
 from imagekit.export.push import IndexPushResult, push_image, push_platforms
@@ -458,7 +459,7 @@ def attach(client: reg.RegistryClient, repo: str, subject: reg.Resolved, image: 
     for fmt, request in requests.items():
         preset = request.preset
         existing = matching(entries, fmt, preset)
-        if formats.get(fmt).signed_inside and signer:   # the signer is part of the file
+        if signed_inside(fmt) and signer:   # the signer is part of the file
             existing = [e for e in existing if (e.get("annotations") or {}).get(A_SIGNER) == signer]
         if existing:
             entry = existing[-1]
@@ -479,7 +480,7 @@ def attach(client: reg.RegistryClient, repo: str, subject: reg.Resolved, image: 
             if prepare is not None:
                 prepare(fmt, out, subject)
                 file.sha256, file.size = "", 0        # computed again from what is pushed
-                file.signer = signer if formats.get(fmt).signed_inside else ""
+                file.signer = signer if signed_inside(fmt) else ""
             results.append(push_artifact(client, repo, subject, file, log=say))
     return results
 

@@ -34,3 +34,8 @@ def get(name: str) -> Format:
     if name not in FORMATS:
         raise UsageError(f"unknown export format {name!r}", f"use one of: {', '.join(FORMATS)}")
     return FORMATS[name]
+
+
+def signed_inside(name: str) -> bool:
+    """Whether an export of format ``name`` carries its signature inside the file (else: a bundle beside it)."""
+    return get(name).signed_inside

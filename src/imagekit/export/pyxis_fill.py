@@ -15,6 +15,7 @@ from typing import Callable, Mapping
 from imagekit import engine, platforms, registry
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.export import artifact_trust, artifacts, pyxis_policy, squash
+from imagekit.export import ExportRequest
 from imagekit.export import converter as converter_for
 from imagekit.export.image_source import RegistrySource
 from imagekit.export.output import ExportResult
@@ -93,7 +94,7 @@ def _engine_source(image: str) -> Source:
     image_id = attrs["Id"]
 
     def convert(tmp: Path, preset: str) -> ExportResult:
-        return converter_for("enroot")(image_id, tmp, preset=preset, force=True)
+        return _write_sqsh(image_id, tmp, preset)
 
     return Source(image_id, None, None, lambda: ((), convert))
 
@@ -162,14 +163,18 @@ def _pull_artifact(store: Store, client, resolved, env: Mapping[str, str], decis
 def _convert_with_engine(ref, image_id: str, tmp: Path, preset: str) -> ExportResult:
     log(f"pulling {ref.docker} into the Docker engine")
     engine.pull(ref.docker)
-    return converter_for("enroot")(image_id, tmp, preset=preset, force=True)
+    return _write_sqsh(image_id, tmp, preset)
 
 
 def _convert_from_registry(ref, tmp: Path, preset: str, env: Mapping[str, str]) -> ExportResult:
     """The digest-pinned image straight from the registry: no engine, nothing unpacked."""
     log(f"converting with no Docker engine, straight from the registry: {ref.docker}")
-    return converter_for("enroot")(RegistrySource(f"docker://{ref.docker}", env=env), tmp, preset=preset,
-                                   force=True)
+    return _write_sqsh(RegistrySource(f"docker://{ref.docker}", env=env), tmp, preset)
+
+
+def _write_sqsh(image: "str | RegistrySource", tmp: Path, preset: str) -> ExportResult:
+    """The store entry's file, as `imagekit export --to enroot --preset PRESET` writes it."""
+    return converter_for("enroot").write(image, tmp, ExportRequest("enroot", preset=preset, force=True), None)
 
 
 def _fill(store: Store, source: Source, env: Mapping[str, str], decision: Decision,

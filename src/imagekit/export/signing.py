@@ -39,7 +39,8 @@ from imagekit.attest.provenance import BuildRun
 from imagekit.attest.sbom import ImageRecord
 from imagekit.attest.statement import Statement, Subject, hex_of
 from imagekit.errors import EngineError, ImagekitError, UsageError
-from imagekit.export import artifacts, attestation_push, formats, sif_sign
+from imagekit.export import artifacts, attestation_push, sif_sign
+from imagekit.export.formats import signed_inside
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import sha256_file
 from imagekit.image_facts import reader
@@ -215,7 +216,7 @@ def sign_export(path: Path, fmt: str, key: SigningKey, described: Described, *, 
     """Sign an export ``path`` of the described image: a SIF gets its objects (written anew: ``path`` may
     be a hard link to the store's entry), then the bundle beside it (and beside the store's entry)."""
     files = []
-    if formats.get(fmt).signed_inside:
+    if signed_inside(fmt):
         sign_sif(path, key, described)
         files.append(str(path))
     subject = file_subject(path, fmt, described.record.platform, preset)
@@ -257,7 +258,7 @@ def sign_file(path: Path, key: SigningKey, log: Log | None = None) -> Signed:
     if log:
         log(f"read {len(found.packages)} packages from {path}")
     described = Described(record, sbom.to_json(sbom.build(record, found)), provenance.predicate(record), found)
-    inside = formats.get(fmt).signed_inside
+    inside = signed_inside(fmt)
     if inside:
         sign_sif(path, key, described)
     subjects = [file_subject(path, fmt, record.platform)]
@@ -325,7 +326,7 @@ def push_signed(image: str, to: str | None, formats: list[str], presets: dict[st
         return state["d"]
 
     def prepare(fmt: str, path: Path, subject: reg.Resolved) -> None:
-        if formats.get(fmt).signed_inside:
+        if signed_inside(fmt):
             sign_sif(path, key, described_for(subject))
 
     pushed, results = artifacts.push_with_artifacts(image, to, formats, presets, log=log,
