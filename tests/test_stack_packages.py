@@ -34,14 +34,20 @@ def test_names_resolve_per_distro_and_stage(tmp_path):
                                         "devel": ["htop", "libhdf5-103-1", "libhdf5-dev"]}
 
 
-def test_the_recipe_installs_them_before_the_components_in_each_stage(tmp_path):
-    s = stack_mod.load(write(tmp_path, DEBIAN + PACKAGES))
+def test_the_recipe_installs_them_after_the_built_layers_and_before_python_in_each_stage(tmp_path):
+    """A site's package must not rebuild what the stack builds from source (Open MPI here): its layer
+    comes after those, and before the Python environment, whose pip packages may build against it."""
+    s = stack_mod.load(write(tmp_path, DEBIAN + PACKAGES + "  openmpi: {source: distro, ucx: false}\n"))
     text = render.render(s)
     devel, runtime = text.split("AS runtime")
     assert "--no-install-recommends htop libhdf5-103-1 libhdf5-dev" in devel
     assert "--no-install-recommends htop libhdf5-103-1\n" in runtime
     for stage in (devel, runtime):
-        assert stage.index("distro packages (packages:)") < stage.index("python3-mpi4py")
+        assert stage.index("openmpi-bin") < stage.index("distro packages (packages:)") < stage.index("python3-mpi4py")
+    without = render.render(stack_mod.load(write(tmp_path, DEBIAN + "components:\n  openmpi: {source: distro, ucx: false}\n"
+                                                               "  python: {packages: [mpi4py]}\n")))
+    # Everything up to the packages' layer is the stack's recipe without them: the cache holds it.
+    assert text[:text.index("# the stack's own")] == without[:text.index("# the stack's own")]
 
 
 def test_labels_record_them_per_stage(tmp_path):

@@ -43,6 +43,8 @@ def reset_hpccm(fmt: str) -> None:
 OWN_LAYERS = "imagekit"
 # The owner of the stack file's own distro packages (its `packages:` key).
 PACKAGES = "packages"
+# Where they go among the components (by Component.order): with the Python environment (python: 80).
+PACKAGES_ORDER = 80
 
 
 def stage_parts(stack, target: str) -> list[tuple[str, list]]:
@@ -53,11 +55,15 @@ def stage_parts(stack, target: str) -> list[tuple[str, list]]:
         parts = [(OWN_LAYERS, _blocks.apt_cache_setup())]
     else:
         parts = [(OWN_LAYERS, _blocks.runtime_slim())] if stack.base.family == "deb" else []
-    # Before the components, so that they (a pip package building against libhdf5) can use them.
+    components = [(name, list(c.devel() if target == "devel" else c.runtime()), c.order)
+                  for name, c in stack.components.items()]
     names = stack.package_names(target)
-    if names:
-        parts.append((PACKAGES, _blocks.apt_install(stack, names, "the stack's own distro packages (packages:)")))
-    parts += [(name, list(c.devel() if target == "devel" else c.runtime())) for name, c in stack.components.items()]
+    # After the layers built from source (CUDA, fabric, MPI, NCCL), so that adding a package keeps them
+    # cached; before the Python environment, so that a pip package can build against one (h5py).
+    at = next((i for i, (_, _, order) in enumerate(components) if order >= PACKAGES_ORDER), len(components))
+    packages = [(PACKAGES, _blocks.apt_install(stack, names, "the stack's own distro packages (packages:)"))] if names else []
+    parts += [(name, blocks) for name, blocks, _ in components[:at]] + packages
+    parts += [(name, blocks) for name, blocks, _ in components[at:]]
     return parts + [(OWN_LAYERS, _blocks.login_environment())]
 
 
