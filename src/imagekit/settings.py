@@ -19,6 +19,23 @@ stack_dirs: list[Path] = []
 STACKS_PATH_ENV = "IMAGEKIT_STACKS_PATH"
 
 
+def use_stack_dirs(dirs: "list[str | Path] | tuple[str | Path, ...]") -> None:
+    """--stacks-dir: the site stack directories searched first, for the rest of the process. The list
+    is changed in place, as imagekit.stack holds the same list."""
+    stack_dirs[:] = [Path(d) for d in dirs]
+
+
+# The shipped stacks (package data); $IMAGEKIT_STACKS replaces the directory itself.
+SHIPPED_STACKS_DIR = Path(__file__).resolve().parent / "stacks"
+
+
+def stack_search_path() -> list[Path]:
+    """Where stacks are found, in order: --stacks-dir, $IMAGEKIT_STACKS_PATH (os.pathsep-separated),
+    then the shipped stacks ($IMAGEKIT_STACKS replaces the shipped directory itself)."""
+    replaced = os.environ.get("IMAGEKIT_STACKS")
+    return [*site_stack_dirs(), Path(replaced) if replaced else SHIPPED_STACKS_DIR]
+
+
 def site_stack_dirs() -> list[Path]:
     """The site's stack directories, in search order: --stacks-dir, then $IMAGEKIT_STACKS_PATH.
     Stacks are looked up there before the shipped ones, and site components in their components/."""

@@ -34,6 +34,15 @@ def parse_size(value: "str | int") -> int:
     return int(float(m.group(1)) * 1024 ** _POWERS.index(m.group(2).upper() or " "))
 
 
+def human(n: float) -> str:
+    """A size for people: 1.5 GiB, 512 B."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
 def format_size(size: int) -> str:
     """Exact binary units when they divide evenly (8 GiB), else bytes."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):

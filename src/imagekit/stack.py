@@ -16,7 +16,6 @@ x86_64 keeps ``imagekit/NAME:latest``), so that the builds of one stack never re
 from __future__ import annotations
 
 import itertools
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,7 +207,7 @@ class Stack:
 
 # -- locating stacks ----------------------------------------------------
 
-SHIPPED_DIR = Path(__file__).resolve().parent / "stacks"
+SHIPPED_DIR = settings.SHIPPED_STACKS_DIR
 PATH_ENV = settings.STACKS_PATH_ENV
 # Site stack directories given on the command line (--stacks-dir), searched first (the list is
 # settings.stack_dirs itself, which the CLI's group fills without loading this module).
@@ -216,10 +215,8 @@ extra_dirs: list[Path] = settings.stack_dirs
 
 
 def search_path() -> list[Path]:
-    """Where stacks are found, in order: --stacks-dir, $IMAGEKIT_STACKS_PATH (os.pathsep-separated),
-    then the shipped stacks ($IMAGEKIT_STACKS replaces the shipped directory itself)."""
-    replaced = os.environ.get("IMAGEKIT_STACKS")
-    return [*settings.site_stack_dirs(), Path(replaced) if replaced else SHIPPED_DIR]
+    """Where stacks are found (settings.stack_search_path)."""
+    return settings.stack_search_path()
 
 
 def available() -> list[tuple[Path, Path]]:

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 
 import click
 
-from imagekit import settings, signals
+from imagekit import settings, signals, version_info
 from imagekit.errors import EXIT_CODES, ImagekitError
 
 # name -> "module:attribute"; each command module owns its commands.
@@ -120,8 +119,6 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     # Only when asked: the commit look-up runs git, which `imagekit --help`'s start-up must not wait for.
     if not value or ctx.resilient_parsing:
         return
-    from imagekit import version_info
-
     click.echo(f"imagekit, version {version_info.full_version()}")
     ctx.exit()
 
@@ -151,7 +148,7 @@ def main(stacks_dirs: tuple[str, ...], site: str | None) -> None:
     """
     settings.site_file = site          # one process may run several commands (tests do): reset it too
     if stacks_dirs:
-        settings.stack_dirs[:] = [Path(d) for d in stacks_dirs]
+        settings.use_stack_dirs(stacks_dirs)
 
 
 def run() -> None:  # pragma: no cover - console entry for `python -m imagekit`

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from imagekit.validate import system as systems
@@ -65,7 +63,7 @@ _GATE_OPTIONS = [
 def _set_systems_dirs(dirs: "tuple[str, ...]") -> "tuple[str, ...]":
     """Set as soon as parsed (eager), so that --list-systems given after it sees the site directories."""
     if dirs:
-        systems.extra_dirs[:] = [Path(d) for d in dirs]
+        systems.use_dirs(dirs)
     return dirs
 
 

@@ -10,6 +10,7 @@ import time
 import click
 
 from imagekit.engine import ENGINES
+from imagekit.sizes import human
 
 MIRROR = click.option("--mirror", metavar="DIR|URL",
                       help="site mirror of upstream release files (overrides $IMAGEKIT_MIRROR and the stack's)")
@@ -55,8 +56,6 @@ class ProgressLine:
             click.echo(line, err=True)
 
     def text(self, total: int, done: bool, elapsed: float) -> str:
-        from imagekit.export.output import human   # here: the export package is loaded by then, not for --help
-
         rate = total / elapsed if elapsed > 0 else 0.0
         if done:
             return f"exported {human(total)} in {elapsed:.0f} s ({human(rate)}/s)"

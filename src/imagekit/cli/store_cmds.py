@@ -6,7 +6,7 @@ import json
 
 import click
 from imagekit.errors import IntegrityError
-from imagekit.export.output import human
+from imagekit.sizes import human
 from imagekit.export.store import Store, UntrustedEntry
 from imagekit.sizes import parse_size
 from imagekit.export.store.setup import READERS, init_store

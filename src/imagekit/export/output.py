@@ -19,6 +19,7 @@ from typing import Callable
 
 from imagekit import atomic, digests
 from imagekit.errors import NoSpaceError, UsageError
+from imagekit.sizes import human
 
 # Room for squashfs metadata, the SIF header/descriptor table and filesystem slack.
 SPACE_MARGIN = 64 * 1024 * 1024
@@ -45,14 +46,6 @@ class ExportResult:
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True)
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
 
 
 def free_bytes(directory: Path) -> int:

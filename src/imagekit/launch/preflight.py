@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from imagekit import engine, image_facts, platforms
+from imagekit import engine, image_facts, platforms, searchpath, settings
 from imagekit.errors import EngineError, ImagekitError
 from imagekit.image_facts import ImageFacts, is_file_image, reader
 from imagekit.launch import gpu_env
@@ -368,13 +368,9 @@ def check_driver(img: ImageFacts, host: HostFacts) -> Finding:
 
 
 def _stack_exists(name: str) -> bool:
-    """Is a stack of this name on the stack search path (shipped, --stacks-dir, $IMAGEKIT_STACKS_PATH)?"""
-    from imagekit import stack as stack_mod
-
-    try:
-        return any(p.stem == name for p in stack_mod.shipped())
-    except ImagekitError:
-        return False
+    """Is a stack of this name on the stack search path (shipped, --stacks-dir, $IMAGEKIT_STACKS_PATH)?
+    Looked up by file name: the run side reads no stack file."""
+    return name in searchpath.files([d for d in settings.stack_search_path() if d.is_dir()])
 
 
 def _cc(cap: str) -> tuple[int, int]:

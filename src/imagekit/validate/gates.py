@@ -56,7 +56,7 @@ class Gates:
         except ValueError as exc:
             raise UsageError(f"--small-size: {exc}") from None
         if systems_dirs:
-            systems.extra_dirs[:] = [Path(d) for d in systems_dirs]
+            systems.use_dirs(systems_dirs)
         if (nodes or gpus_per_node) and not system:
             raise UsageError("--nodes/--gpus-per-node give the run's shape to --system, which is missing",
                              "add --system NAME (imagekit validate --list-systems)")

@@ -16,7 +16,7 @@ import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from imagekit import schema, searchpath, yamlpos
 from imagekit.errors import StackError
@@ -25,8 +25,14 @@ from imagekit.validate.system_yaml import Key, SectionReader
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "systems"
 PATH_ENV = "IMAGEKIT_SYSTEMS_PATH"
-# Site directories given on the command line (--systems-dir), searched first.
+# Site directories given on the command line (--systems-dir), searched first; set by use_dirs().
 extra_dirs: list[Path] = []
+
+
+def use_dirs(dirs: "Iterable[str | Path]") -> None:
+    """--systems-dir: the site's system-model directories, searched before $IMAGEKIT_SYSTEMS_PATH and
+    the catalogue, for the rest of the process."""
+    extra_dirs[:] = [Path(d) for d in dirs]
 
 # nvswitch: every GPU reaches every other through NVSwitches; nvlink: a bridged pair; cube-mesh: DGX-1's
 # hybrid cube-mesh, where each GPU's links go to some of the others, and NCCL's rings still use all of them.
