@@ -18,6 +18,7 @@ from imagekit.launch import profiles as profiles_mod
 from imagekit.launch import slurm as slurm_mod
 from imagekit.launch.common import JOB_LABEL
 from imagekit.launch.gpu_env import GpuLaunch
+from imagekit.launch.preflight import PreflightPlan
 from imagekit.launch.session import LaunchRequest, Session
 from imagekit.validate import Gates
 
@@ -150,9 +151,9 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
         common.require_tool("sbatch", "run on a Slurm login node, or write the script with --dry-run -o FILE")
     # The Slurm plugin check only applies where the script will be submitted from; the containers
     # start on the compute nodes, not on this (login) node.
-    session.preflight(scheduler=None if dry_run else "slurm", launcher="slurm",
-                      gpu=GpuLaunch(runtime=runtime, env={**job.image_env, **job.env}, gpus=wants_gpus, here=False,
-                                    launcher="slurm"))
+    session.preflight(PreflightPlan(scheduler=None if dry_run else "slurm", launcher="slurm",
+                                    gpu=GpuLaunch(runtime=runtime, env={**job.image_env, **job.env}, gpus=wants_gpus,
+                                                  here=False, launcher="slurm")))
     if dry_run:
         if output:
             slurm_mod.write(job, output)
@@ -216,9 +217,9 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
         return
     common.require_tool("mpirun", "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
                                   "or use `imagekit launch inside-out`")
-    session.preflight(launcher="mpirun", probe=runtime == "docker",
-                      gpu=GpuLaunch(runtime=runtime, env={**job.image_env, **job.env}, gpus=gpus,
-                                    here=mpirun_mod.on_this_host(job.hosts), launcher="mpirun"))
+    session.preflight(PreflightPlan(launcher="mpirun", probe=runtime == "docker",
+                                    gpu=GpuLaunch(runtime=runtime, env={**job.image_env, **job.env}, gpus=gpus,
+                                                  here=mpirun_mod.on_this_host(job.hosts), launcher="mpirun")))
     sys.exit(session.run(mpirun_mod.MpirunRun(job, _log)))
 
 
@@ -278,9 +279,9 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
         if submit:
             click.echo(slurm_mod.submit(path))
         return
-    session.preflight(launcher="inside-out",
-                      gpu=GpuLaunch(runtime=runtime, env=job.container_env, gpus=gpus, here=True,
-                                    launcher="inside-out"))
+    session.preflight(PreflightPlan(launcher="inside-out",
+                                    gpu=GpuLaunch(runtime=runtime, env=job.container_env, gpus=gpus, here=True,
+                                                  launcher="inside-out")))
     runner = inside_out_mod.InsideOutRun(job, _log)
     rc = session.run(runner)
     if as_json:

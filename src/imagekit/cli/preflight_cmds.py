@@ -53,8 +53,9 @@ def preflight(ref, image, scheduler, launcher, ssh_dir, allow_unchecked, as_json
     if launcher not in (None, *preflight_mod.LAUNCHERS):
         raise UsageError(f"unknown launcher {launcher!r}", f"use one of: {', '.join(preflight_mod.LAUNCHERS)}")
 
-    checks = preflight_mod.run(image, scheduler=scheduler, launcher=launcher, ssh_key_dir=ssh_dir,
-                     gpu=GpuLaunch(launcher=launcher))
+    plan = preflight_mod.PreflightPlan(scheduler=scheduler, launcher=launcher, ssh_key_dir=ssh_dir,
+                                       gpu=GpuLaunch(launcher=launcher))
+    checks = preflight_mod.run(image, plan)
     unchecked = [c.name for c in checks if c.status == preflight_mod.SKIP]
     image_checked = checks[0].status != preflight_mod.SKIP      # the labels: what every image-side check reads
     if as_json:

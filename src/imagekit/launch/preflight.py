@@ -21,6 +21,7 @@ import stat
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from imagekit import engine, image_facts, platforms, searchpath, settings
 from imagekit.errors import EngineError, ImagekitError
@@ -624,16 +625,25 @@ def check_host_mpirun(img: ImageFacts, host: HostFacts) -> Finding:
 LAUNCHERS = ("slurm", "mpirun", "inside-out", "mpijob")
 
 
-def run(image: str, *, scheduler: str | None = None, launcher: str | None = None,
-        ssh_key_dir: Path | None = None, host: HostFacts | None = None,
-        labels: dict[str, str] | None = None, facts: ImageFacts | None = None,
-        probe: bool = False, gpu: GpuLaunch | None = None) -> list[Finding]:
-    """All checks that apply to ``image`` launched with ``launcher`` (and ``scheduler``).
+@dataclass(frozen=True)
+class PreflightPlan:
+    """How the image is to be launched, as far as preflight's checks depend on it."""
 
-    The image's facts are read here unless the caller already has them (``facts``, or raw ``labels``).
-    ``probe`` runs one short container of an unlabelled engine image to find its MPI.
-    ``gpu`` says how the launcher starts the containers (runtime, GPUs, environment, on this host?).
+    scheduler: str | None = None       # "slurm": the host's srun and its PMIx plugin are checked
+    launcher: str | None = None        # one of LAUNCHERS
+    ssh_key_dir: Path | None = None    # inside-out: the job's keys
+    probe: bool = False                # run one short container of an unlabelled engine image to find its MPI
+    gpu: GpuLaunch | None = None       # how the containers start: runtime, GPUs, environment, on this host?
+
+
+def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | None = None,
+        labels: dict[str, str] | None = None, facts: ImageFacts | None = None) -> list[Finding]:
+    """All checks that apply to ``image`` launched as ``plan`` says.
+
+    The image's facts are read here unless the caller already has them (``facts``, or raw ``labels``);
+    ``host`` is probed unless given.
     """
+    scheduler, launcher, gpu = plan.scheduler, plan.launcher, plan.gpu
     if facts is not None:
         img = facts
     elif labels is not None:
@@ -643,7 +653,7 @@ def run(image: str, *, scheduler: str | None = None, launcher: str | None = None
     if host is None:
         host = HostFacts.probe(want_srun=scheduler == "slurm", want_mpirun=launcher == "mpirun")
     checks = [check_labels(img), check_mpi(img)]
-    if probe and not img.known and labels is None and not is_file_image(image):
+    if plan.probe and not img.known and labels is None and not is_file_image(image):
         found = probe_image(image)
         checks[1] = check_mpi_probe(image, found)
         if found and found.get("mpi_version") and "Open MPI" in found["mpi_version"]:
@@ -663,8 +673,8 @@ def run(image: str, *, scheduler: str | None = None, launcher: str | None = None
                check_gpu_runtime(img, host, gpu)]
     if launcher == "inside-out":
         checks.append(check_sshd(img))
-        if ssh_key_dir is not None:
-            checks.append(check_ssh_keys(ssh_key_dir))
+        if plan.ssh_key_dir is not None:
+            checks.append(check_ssh_keys(plan.ssh_key_dir))
     return checks
 
 
@@ -686,9 +696,11 @@ def as_json(checks: list[Finding]) -> list[dict]:
     return [asdict(c) for c in checks]
 
 
-def enforce(image: str, *, log, **kwargs) -> list[Finding]:
+def enforce(image: str, plan: PreflightPlan = PreflightPlan(), *, log: Callable[[str], None],
+            host: HostFacts | None = None, labels: dict[str, str] | None = None,
+            facts: ImageFacts | None = None) -> list[Finding]:
     """Run preflight for a launcher: print warnings, refuse on failures (``--no-preflight`` skips)."""
-    checks = run(image, **kwargs)
+    checks = run(image, plan, host=host, labels=labels, facts=facts)
     for c in checks:
         if c.status in (WARN, FAIL):
             log(f"preflight {c.status}: {c.name}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else ""))

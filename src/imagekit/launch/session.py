@@ -90,10 +90,10 @@ class Session:
                      f"(--env {gpu_env.VAR}=VALUE overrides)")
         return out
 
-    def preflight(self, **kwargs) -> None:
-        """Preflight for this launcher (``kwargs``: scheduler, launcher, probe, gpu), unless turned off."""
+    def preflight(self, plan: preflight_mod.PreflightPlan) -> None:
+        """Preflight for this launch, unless turned off (--no-preflight)."""
         if self.request.preflight:
-            preflight_mod.enforce(self.request.image, log=self.log, facts=self.facts, **kwargs)
+            preflight_mod.enforce(self.request.image, plan, log=self.log, facts=self.facts)
 
     def image_nccl(self) -> str | None:
         """The NCCL the image's labels record, if they were read and record one."""
