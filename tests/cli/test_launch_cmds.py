@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validate"))
 
 from imagekit.launch.session import LaunchRequest, Session  # noqa: E402
-from imagekit.validate import Gates  # noqa: E402
+from imagekit.validate import GateOptions, Gates  # noqa: E402
 from validate_gen import Spec, nccl_tests_output  # noqa: E402
 
 
@@ -25,7 +25,7 @@ class _Job:
 
 def _run_validated(run, gates: dict) -> int:
     """What `launch … --validate` does with the job's output (no image: its facts are not needed here)."""
-    request = LaunchRequest("imagekit-test/none:0", command=("true",), gates=Gates.load(**gates))
+    request = LaunchRequest("imagekit-test/none:0", command=("true",), gates=Gates.load(GateOptions(**gates)))
     return Session(request, log=print, echo=lambda text: print(text, end=""), facts=None).run(_Job(run))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from imagekit.cli import main
-from imagekit.validate import Gates, evaluate, parse
+from imagekit.validate import GateOptions, Gates, evaluate, parse
 from validate_gen import Spec, nccl_log, nccl_tests_output
 
 TRAYS = ("tray-01", "tray-02")
@@ -15,7 +15,7 @@ TRAYS = ("tray-01", "tray-02")
 
 def _two_trays(transport: str):
     text, _ = nccl_tests_output(Spec(hosts=TRAYS, gpus_per_host=4, gpu="NVIDIA GB200", peak_busbw=700.0))
-    return evaluate(parse(text + nccl_log(transport, hosts=TRAYS, gpus=4)), Gates.load(system="gb200-nvl72"))
+    return evaluate(parse(text + nccl_log(transport, hosts=TRAYS, gpus=4)), Gates.load(GateOptions(system="gb200-nvl72")))
 
 
 def test_two_trays_of_one_rack_over_nvlink_pass():

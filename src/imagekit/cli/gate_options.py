@@ -74,5 +74,5 @@ def _gate_keys() -> tuple[str, ...]:
     return tuple(p.name for p in probe.__click_params__)
 
 
-# The gate options' parameter names, read from the options themselves (Gates.load takes them by name).
+# The gate options' parameter names, read from the options themselves (GateOptions takes them by name).
 GATE_KEYS = _gate_keys()

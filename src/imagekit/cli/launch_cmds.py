@@ -20,7 +20,7 @@ from imagekit.launch.common import JOB_LABEL
 from imagekit.launch.gpu_env import GpuLaunch
 from imagekit.launch.preflight import PreflightPlan
 from imagekit.launch.session import LaunchRequest, Session
-from imagekit.validate import Gates
+from imagekit.validate import GateOptions, Gates
 
 CMD_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -56,7 +56,7 @@ def _session(image: str, command: tuple, validate: bool, no_preflight: bool, gat
     """The launch's session, from the options every launcher shares. The gates are loaded first:
     a bad gate fails before the image is read or any job starts."""
     values = {k: gates.pop(k) for k in GATE_KEYS}
-    request = LaunchRequest(image=image, command=command, gates=Gates.load(**values) if validate else None,
+    request = LaunchRequest(image=image, command=command, gates=Gates.load(GateOptions(**values)) if validate else None,
                             preflight=not no_preflight)
     return Session(request, log=_log, echo=lambda text: click.echo(text, nl=False))
 

@@ -9,7 +9,7 @@ import click
 from imagekit.cli.gate_options import gate_options
 from imagekit.errors import UsageError
 from imagekit.image_facts import reader
-from imagekit.validate import Gates, evaluate, parse, to_json, to_text
+from imagekit.validate import GateOptions, Gates, evaluate, parse, to_json, to_text
 from imagekit.validate import system as systems
 from imagekit.validate.parse import merge
 
@@ -93,7 +93,7 @@ def validate(sources: "tuple[str, ...]", image: "str | None", as_json: bool, bri
           max_latency_us: 40        # every size <= small_size
           sizes: {1G: 340, 8K: {max_latency_us: 30}}
     """
-    gates = Gates.load(**gate_values)
+    gates = Gates.load(GateOptions(**gate_values))
     if image:
         gates.image, gates.image_nccl = image, _image_nccl(image)
     results = []

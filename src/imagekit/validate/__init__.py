@@ -11,7 +11,7 @@
 """
 
 from imagekit.validate.baseline import Baseline, Limits, SizeLimit, baseline_from_dict, load_baseline
-from imagekit.validate.gates import Gates
+from imagekit.validate.gates import GateOptions, Gates
 from imagekit.validate.judge import evaluate
 from imagekit.validate.model import (Failure, Measurement, MpiBenchRun, MpiPoint, NcclTestsRun, RankInfo, Result,
                                      Row, TransportInfo, Verdict)
@@ -21,7 +21,7 @@ from imagekit.validate.system import load as load_system
 from imagekit.validate.report import to_json, to_text
 
 __all__ = [
-    "Baseline", "Failure", "Gates", "Limits", "Measurement", "MpiBenchRun", "MpiPoint", "NcclTestsRun", "RankInfo",
+    "Baseline", "Failure", "GateOptions", "Gates", "Limits", "Measurement", "MpiBenchRun", "MpiPoint", "NcclTestsRun", "RankInfo",
     "Result", "Row", "SizeLimit", "TransportInfo", "Verdict", "baseline_from_dict", "evaluate", "load_baseline",
     "System", "load_system", "merge", "parse", "to_json", "to_text",
 ]

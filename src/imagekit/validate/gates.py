@@ -20,6 +20,26 @@ if TYPE_CHECKING:
     from imagekit.validate.system import System
 
 
+@dataclass(frozen=True)
+class GateOptions:
+    """The gate options as ``imagekit validate`` and ``launch … --validate`` name them, unread: the
+    baseline is a path and the system a name until :meth:`Gates.load` reads them."""
+
+    min_busbw: Optional[float] = None
+    max_latency_us: Optional[float] = None
+    expect_transport: "Iterable[str]" = ()
+    baseline: "str | Path | None" = None
+    collective: Optional[str] = None
+    small_size: str = "1K"
+    saturation: float = summary.DEFAULT_SATURATION
+    system: Optional[str] = None
+    systems_dirs: "Iterable[str | Path]" = ()
+    min_runs: Optional[int] = None
+    straggler_threshold: float = 0.15
+    nodes: Optional[int] = None
+    gpus_per_node: Optional[int] = None
+
+
 @dataclass
 class Gates:
     min_busbw: Optional[float] = None  # GB/s, compared with each run's peak
@@ -40,33 +60,29 @@ class Gates:
     spike_factor: float = 1.5
 
     @classmethod
-    def load(cls, *, min_busbw: float | None = None, max_latency_us: float | None = None,
-             expect_transport: "Iterable[str]" = (), baseline: "str | Path | None" = None,
-             collective: str | None = None, small_size: str = "1K",
-             saturation: float = summary.DEFAULT_SATURATION, system: str | None = None,
-             systems_dirs: "Iterable[str | Path]" = (), min_runs: int | None = None,
-             straggler_threshold: float = 0.15, nodes: int | None = None,
-             gpus_per_node: int | None = None) -> "Gates":
+    def load(cls, options: GateOptions = GateOptions()) -> "Gates":
         """Gates from the gate options' values, as ``imagekit validate`` and ``launch … --validate`` name
         them; the baseline file and the system model are read here, so a bad gate (a bad --small-size, an
         unknown --system, an unreadable baseline) fails before any job runs: a UsageError or, for a bad
         model or baseline, a StackError naming its file and key."""
         try:
-            small = parse_size(small_size)
+            small = parse_size(options.small_size)
         except ValueError as exc:
             raise UsageError(f"--small-size: {exc}") from None
-        if systems_dirs:
-            systems.use_dirs(systems_dirs)
-        if (nodes or gpus_per_node) and not system:
+        if options.systems_dirs:
+            systems.use_dirs(options.systems_dirs)
+        if (options.nodes or options.gpus_per_node) and not options.system:
             raise UsageError("--nodes/--gpus-per-node give the run's shape to --system, which is missing",
                              "add --system NAME (imagekit validate --list-systems)")
-        if gpus_per_node and not nodes:
+        if options.gpus_per_node and not options.nodes:
             raise UsageError("--gpus-per-node needs --nodes", "add --nodes N")
-        return cls(min_busbw=min_busbw, max_latency_us=max_latency_us, expect_transport=list(expect_transport),
-                   small_size=small, saturation_fraction=saturation, collective=collective,
-                   baseline=load_baseline(baseline) if baseline else None,
-                   system=systems.load(system) if system else None, min_runs=min_runs,
-                   straggler_threshold=straggler_threshold, nodes=nodes, gpus_per_node=gpus_per_node)
+        return cls(min_busbw=options.min_busbw, max_latency_us=options.max_latency_us,
+                   expect_transport=list(options.expect_transport), small_size=small,
+                   saturation_fraction=options.saturation, collective=options.collective,
+                   baseline=load_baseline(options.baseline) if options.baseline else None,
+                   system=systems.load(options.system) if options.system else None, min_runs=options.min_runs,
+                   straggler_threshold=options.straggler_threshold, nodes=options.nodes,
+                   gpus_per_node=options.gpus_per_node)
 
     @property
     def bandwidth_gated(self) -> bool:
