@@ -108,3 +108,21 @@ def test_a_stage_directory_that_is_not_the_users_own_is_refused(tmp_path, bad):
 def test_shas_are_checked(tmp_path):
     with pytest.raises(Exception, match="is not a sha256"):
         stage.local_copy(tmp_path, "../../etc/passwd", "1")
+
+
+def test_the_failing_nodes_line_survives_the_terminated_lines_that_follow_it(tmp_path, monkeypatch):
+    """With --kill-on-bad-exit, Slurm prints a "Terminated" line per node it cut off after the one that
+    failed; the error must still name the failing node. srun here replays what Slurm 22.05 printed on
+    the test cluster when ikmn3's disk was full (the real cluster case is in test_many_nodes.py)."""
+    srun = tmp_path / "srun"
+    srun.write_text("#!/bin/sh\ncat >&2 <<'OUT'\n"
+                    "imagekit-pyxis-importer on ikmn3: error: ikmn3: not enough space in /x for the staged image\n"
+                    "slurmstepd-ikmn1: error: *** STEP 364.0 ON ikmn1 CANCELLED AT 2026-11-28T02:28:59 ***\n"
+                    + "".join(f"srun: error: ikmn{n}: task {n - 1}: Terminated\n" for n in (2, 7, 6, 1))
+                    + "srun: Force Terminated StepId=364.0\nOUT\nexit 1\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(stage.StageError) as err:
+        stage.broadcast(tmp_path / "x", "a" * 64, 1, base=tmp_path, importer="true", job="1", nodes=8)
+    assert "on ikmn3: error: ikmn3: not enough space in /x" in str(err.value)
+    assert "Force Terminated" in str(err.value)

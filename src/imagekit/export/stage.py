@@ -245,7 +245,7 @@ def broadcast(source: Path, sha256: str, size: int, *, base: Path, importer: str
                            "--kill-on-bad-exit=1", importer, "stage-prepare", sha, str(size)],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if proc.returncode != 0:
-        raise StageError(f"preparing the nodes' stage directories failed: {_tail(proc.stderr or proc.stdout)}",
+        raise StageError(f"preparing the nodes' stage directories failed: {_nodes_first(proc.stderr or proc.stdout)}",
                          "the line naming a node says why")
     states = {}
     for line in proc.stdout.splitlines():
@@ -267,6 +267,16 @@ def broadcast(source: Path, sha256: str, size: int, *, base: Path, importer: str
                          "the node named above did not get the copy; its partial file is never served")
     result.sent = True
     return result
+
+
+def _nodes_first(text: str) -> str:
+    """The failing nodes' own lines before Slurm's: with ``--kill-on-bad-exit`` one node's error is
+    followed by a "Terminated" line per node that was cut off, which would push it out of a plain tail."""
+    lines = text.strip().splitlines()
+    slurm = [line for line in lines if line.lstrip().startswith(("srun:", "slurmstepd"))]
+    nodes = [line for line in lines if line not in slurm]
+    parts = ([_tail("\n".join(nodes))] if nodes else []) + ([_tail("\n".join(slurm), 2)] if slurm else [])
+    return " | ".join(parts) or "(no output)"
 
 
 def _tail(text: str, lines: int = 6) -> str:
