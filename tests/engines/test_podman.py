@@ -33,7 +33,7 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def podman_base(user, base_image) -> str:
     """The Docker engine's base image, copied into the user's store (the same image ID)."""
-    from imagekit import engine
+    from imagekit.engines import docker as engine
 
     want = engine.inspect(base_image).id
     have = user.podman("image", "inspect", "--format", "{{.Id}}", base_image)
