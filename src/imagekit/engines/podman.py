@@ -218,11 +218,10 @@ def build_argv(context: str, dockerfile: str, *, target: str, platform: str, iid
     - ``--format oci``: labels and config as OCI; ``--iidfile``: the image is tagged later.
 
     BuildKit's registry cache (``cache_from``, ``inline_cache``) has no Podman counterpart: its
-    layer cache is the local store, and a request asking for it is refused before anything runs.
+    layer cache is the local store (``registry_cache`` False: the build request refuses it first).
     """
     if cache_from or inline_cache:
-        raise UsageError("--cache-from and --inline-cache are BuildKit's registry cache",
-                         "drop them with --engine podman: its layer cache is the local store")
+        raise UsageError("podman build takes no registry cache (cache_from, inline_cache)")
     cmd = [cli(), "build", "--pull=never", "--network=host", "--layers", "--format", "oci",
            "--target", target, "--platform", platform, "--iidfile", iidfile, "-f", dockerfile]
     cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
