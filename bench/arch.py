@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from imagekit import base_image, build, check, engine, platforms, registry, stack  # noqa: E402
+from imagekit import base_image, build, check, platforms, registry, stack  # noqa: E402
+from imagekit.engines import docker as engine  # noqa: E402
 from imagekit.export import ExportRequest, export_image  # noqa: E402
 from imagekit.export import pyxis_importer  # noqa: E402
 from imagekit.export.push import push_image, push_platforms  # noqa: E402

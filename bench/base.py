@@ -32,7 +32,8 @@ import record
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from imagekit import base_image, engine  # noqa: E402
+from imagekit import base_image  # noqa: E402
+from imagekit.engines import docker as engine  # noqa: E402
 
 
 def seconds_of(argv: list[str], user: str | None, cwd: str) -> float:

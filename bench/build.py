@@ -22,7 +22,8 @@ import record
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from imagekit import base_image, build, engine, stack  # noqa: E402
+from imagekit import base_image, build, stack  # noqa: E402
+from imagekit.engines import docker as engine  # noqa: E402
 
 BUMP = ("2.21.5", "2.20.5")  # NCCL wheel versions: the "one component bumped" case
 

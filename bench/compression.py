@@ -280,7 +280,8 @@ def main() -> int:
     args = ap.parse_args()
     run = record.start("compression", args)
 
-    from imagekit import base_image, engine
+    from imagekit import base_image
+    from imagekit.engines import docker as engine
 
     names = args.only.split(",") if args.only else list(VARIANTS)
     unknown = [n for n in names if n not in VARIANTS]

@@ -29,7 +29,8 @@ import record
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from imagekit import base_image, build, check, engine, stack  # noqa: E402
+from imagekit import base_image, build, check, stack  # noqa: E402
+from imagekit.engines import docker as engine  # noqa: E402
 
 LOGS = Path("build/bench-logs")
 # A build step belongs to the component whose files it names.

@@ -186,7 +186,8 @@ def main() -> int:
     args = ap.parse_args()
     run = record.start(f"export-{args.to}", args)
 
-    from imagekit import base_image, engine
+    from imagekit import base_image
+    from imagekit.engines import docker as engine
     from imagekit.export import squash
 
     images = []

@@ -64,7 +64,7 @@ def release(env: dict[str, str]) -> None:
 
 def gpu_env(image: str) -> dict[str, str]:
     """A CUDA image asks for GPUs; on a GPU-less node it starts with NVIDIA_VISIBLE_DEVICES=void."""
-    from imagekit import engine
+    from imagekit.engines import docker as engine
 
     env = engine.inspect(image).config.get("Env") or []
     asks = any(e.startswith("NVIDIA_VISIBLE_DEVICES=") and e.split("=", 1)[1] not in ("", "void") for e in env)

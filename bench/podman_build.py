@@ -36,7 +36,8 @@ import record
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from imagekit import base_image, build, engine, stack  # noqa: E402
+from imagekit import base_image, build, stack  # noqa: E402
+from imagekit.engines import docker as engine  # noqa: E402
 
 
 def as_user(user: str, argv: list[str], cwd: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

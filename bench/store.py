@@ -44,7 +44,8 @@ def main() -> int:
     args = ap.parse_args()
     run = record.start("store", args)
 
-    from imagekit import base_image, engine
+    from imagekit import base_image
+    from imagekit.engines import docker as engine
     from imagekit.export import ExportRequest, export_image
 
     image = args.image or ("imagekit/debian-mpi:latest" if engine.image_exists("imagekit/debian-mpi:latest")

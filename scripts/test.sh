@@ -10,7 +10,7 @@ if ! bash scripts/setup-cluster.sh; then
     if [ -n "${CI:-}" ]; then exit 1; fi
     echo "test: no cluster set-up: the tests under Enroot, Pyxis and Apptainer will be skipped" >&2
 fi
-# Rootless Podman for the test user (tests/test_podman.py); once per machine.
+# Rootless Podman for the test user (tests/engines/test_podman.py); once per machine.
 if ! bash scripts/setup-podman.sh; then
     if [ -n "${CI:-}" ]; then exit 1; fi
     echo "test: no rootless Podman set-up: the Podman tests will be skipped" >&2

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from imagekit import engine
+from imagekit.engines import docker as engine
 
 
 def broken_copy(image: str, script: str, tag: str, directory: Path, add: Path | None = None) -> str:

@@ -28,7 +28,7 @@ pytest_plugins = ["heavy_plugin", "tmp_cleanup_plugin"]
 @functools.lru_cache(maxsize=1)
 def engine_problem() -> str | None:
     try:
-        from imagekit import engine
+        from imagekit.engines import docker as engine
 
         engine.client()
     except Exception as exc:  # EngineError or an import problem: report it either way

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import subprocess
 
-from imagekit import check, engine
+from imagekit import check
 
 # Checks that need a GPU or an RDMA fabric: "not run" here, run where `--with gpu,fabric` is offered.
+from imagekit.engines import docker as engine
 HARDWARE_CHECKS = {"cuda.driver", "ucx.cuda", "nccl-tests.all_reduce", "gdrcopy.device", "ofed.devices",
                    "ucx.verbs"}
 

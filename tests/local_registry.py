@@ -32,7 +32,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 def engine_refs(addr: str) -> list[str]:
     """The Docker engine's tags and digest references (``ADDR/REPO:TAG``, ``ADDR/REPO@sha256:…``)
     under the registry ``addr``; [] where no engine answers."""
-    from imagekit import engine
+    from imagekit.engines import docker as engine
 
     if not engine.available():
         return []
@@ -46,7 +46,7 @@ def engine_refs(addr: str) -> list[str]:
 def remove_engine_refs(addr: str) -> list[str]:
     """Untag every engine reference under ``addr`` (images with other names keep them); returns
     those that stay (in use by a container)."""
-    from imagekit import engine
+    from imagekit.engines import docker as engine
 
     for ref in engine_refs(addr):
         with contextlib.suppress(Exception):

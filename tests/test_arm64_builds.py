@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 from imagekit import check as check_mod
-from imagekit import engine
+from imagekit.engines import docker as engine
 from imagekit import stack as stack_mod
 from imagekit.launch import inside_out
 

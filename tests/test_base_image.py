@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from imagekit import base_image as base_mod
-from imagekit import engine
+from imagekit.engines import docker as engine
 from imagekit.errors import UsageError
 from export.users import other_python  # noqa: F401 - the fixture
 from podman_user import user  # noqa: F401 - the fixture

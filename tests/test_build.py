@@ -11,7 +11,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from imagekit import build, engine, stack
+from imagekit import build, stack
+from imagekit.engines import docker as engine
 from imagekit.cli import main
 from stack_helpers import assert_built_labels
 

@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from broken_images import committed_copy
-from imagekit import check, checks, engine, stack
+from imagekit import check, checks, stack
+from imagekit.engines import docker as engine
 from imagekit.cli import main
 
 pytestmark = pytest.mark.engine

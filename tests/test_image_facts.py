@@ -107,7 +107,7 @@ def test_missing_file_images_say_why():
 @pytest.mark.engine
 def test_an_image_its_sqsh_and_its_sif_give_the_same_facts(tmp_path, base_image):
     """Read back after `imagekit export`: Enroot's /etc/rc comments and the SIF's OCI config."""
-    from imagekit import engine
+    from imagekit.engines import docker as engine
     from imagekit.export import ExportRequest, export_image
 
     _s, labels = _labels(tmp_path)

@@ -20,7 +20,8 @@ import subprocess
 
 import pytest
 
-from imagekit import check, checks, engine, login_env
+from imagekit import check, checks, login_env
+from imagekit.engines import docker as engine
 
 pytestmark = pytest.mark.engine
 

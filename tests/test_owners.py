@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from imagekit import engine, owners
+from imagekit import owners
+from imagekit.engines import docker as engine
 from polling import wait_for
 
 pytestmark = pytest.mark.engine
@@ -42,7 +43,7 @@ def _kill9(proc: subprocess.Popen) -> None:
 
 def _sweep_by_a_new_run() -> None:
     """Any next command that talks to the engine sweeps (a fresh process: its first connection)."""
-    subprocess.run([sys.executable, "-c", "from imagekit import engine; engine.client()"], check=True)
+    subprocess.run([sys.executable, "-c", "from imagekit.engines import docker; docker.client()"], check=True)
 
 
 def test_a_killed_export_leaves_nothing_after_the_next_export(mpi_image, tmp_path):

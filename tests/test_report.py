@@ -5,7 +5,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from imagekit import check, engine, report
+from imagekit import check, report
+from imagekit.engines import docker as engine
 from imagekit.cli import main
 
 pytestmark = pytest.mark.engine

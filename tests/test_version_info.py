@@ -12,7 +12,9 @@ import pytest
 from click.testing import CliRunner
 from packaging.version import Version
 
-from imagekit import __version__, build, image_facts, podman, render, stack, version_info
+from imagekit import __version__, build, image_facts, render, stack, version_info
+from imagekit import engines
+from imagekit.engines import docker, podman
 from imagekit.cli import main
 from imagekit.image_facts import writer
 
@@ -136,14 +138,11 @@ def test_the_build_labels_carry_the_version_with_its_commit(committed):
 def test_docker_and_podman_get_the_version_as_a_build_label(monkeypatch, tmp_path, committed):
     s = stack.load("debian-mpi")
     labels = writer.build_labels(s, "runtime", "ab" * 32)
-    seen: list[list[str]] = []
-    monkeypatch.setattr(build.engine, "docker_cli", lambda: "docker")
-    monkeypatch.setattr(build, "_run_build", lambda cmd, *_a: seen.append(cmd) or (0, 0))
-    build._docker_build(str(tmp_path), s, build.BuildRequest(ca_bundle="none"), tmp_path / "iid", labels, None,
-                        tmp_path / "log", print)
+    monkeypatch.setattr(docker, "docker_cli", lambda: "docker")
     monkeypatch.setattr(podman, "cli", lambda: "podman")
-    seen.append(podman.build_argv(str(tmp_path), str(tmp_path / "Dockerfile"), target="runtime",
-                                  platform="linux/amd64", iidfile="iid", labels=labels, no_cache=False, secrets={}))
+    seen = [build.build_argv(engines.of(name), str(tmp_path), s, build.BuildRequest(ca_bundle="none", engine_name=name),
+                             tmp_path / "iid", labels, None) for name in engines.ENGINES]
+    assert [argv[0] for argv in seen] == ["docker", "podman"]
     for argv in seen:
         pairs = list(zip(argv, argv[1:]))
         assert ("--label", f"{image_facts.VERSION}={committed}") in pairs, argv

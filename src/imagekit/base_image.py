@@ -36,7 +36,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import docker_archive, emulation, engine, engines, platforms, podman, quoting
+from imagekit import docker_archive, emulation, engines, platforms, quoting
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import reader, writer
 
@@ -156,41 +156,42 @@ def ensure(name: str, *, mirror: str | None = None, tag: str | None = None, forc
             log(f"base image {spec.tag} is {had_arch}; rebuilding it for {spec.arch}")
         else:
             log(f"base image {spec.tag} has components {had}; rebuilding it with {','.join(spec.components)}")
-    if engine_name == "podman" and spec.arch != "x86_64":
+    if not images.foreign_bases and spec.arch != "x86_64":
+        copy = images.copy_hint(spec.tag)
         raise UsageError(f"an {spec.arch} base image is made with the Docker engine only",
-                         f"make it there and copy it: imagekit base {name} --arch {spec.debian_arch}; "
-                         f"docker save {spec.tag} | podman load")
+                         f"make it there and copy it: imagekit base {name} --arch {spec.debian_arch}"
+                         + (f"; {copy}" if copy else ""))
     emulation.require(spec.arch, f"bootstrapping {name} for {spec.debian_arch}")
-    chosen = _pick(bootstrapper, engine_name, spec.tag)
+    chosen = _pick(bootstrapper, images, spec.tag)
     if chosen == "mmdebstrap" and spec.arch != platforms.stack_name(platforms.host_machine()) \
             and not shutil.which("arch-test"):
         # mmdebstrap checks a foreign architecture with arch-test, and refuses without it.
         raise ImagekitError(f"mmdebstrap needs arch-test to bootstrap {spec.debian_arch}",
                             "apt-get install arch-test (scripts/setup.sh does), or --bootstrap debootstrap")
-    _bootstrap_and_import(spec, log, engine_name, chosen)
+    _bootstrap_and_import(spec, log, images, chosen)
     return spec.tag
 
 
-def _pick(bootstrapper: str, engine_name: str, tag: str) -> str:
+def _pick(bootstrapper: str, images: engines.Engine, tag: str) -> str:
     """The bootstrapper to run, or the one error saying what to install, before anything runs."""
     has_mm = shutil.which("mmdebstrap") is not None
     if bootstrapper == "auto":
         bootstrapper = "mmdebstrap" if has_mm else "debootstrap"
     if bootstrapper == "debootstrap" and os.geteuid() != 0:
-        if engine_name == "podman":
-            raise ImagekitError("a rootless Podman base image needs mmdebstrap (debootstrap needs root)",
-                                "apt-get install mmdebstrap, or copy Docker's image: "
-                                f"`docker save {tag} | podman load`")
+        copy = images.copy_hint(tag)
+        if copy:    # an engine of the user's own (rootless), which can take Docker's image instead
+            raise ImagekitError(f"a rootless {images.title} base image needs mmdebstrap (debootstrap needs root)",
+                                f"apt-get install mmdebstrap, or copy Docker's image: `{copy}`")
         raise ImagekitError("a base image made as a user needs mmdebstrap (debootstrap needs root)",
                             "apt-get install mmdebstrap, or run `imagekit base` as root")
     if bootstrapper == "mmdebstrap" and not has_mm:
         raise ImagekitError("mmdebstrap is not installed", "apt-get install mmdebstrap")
     if bootstrapper == "debootstrap" and not shutil.which("debootstrap"):
         raise ImagekitError("neither mmdebstrap nor debootstrap is installed", "apt-get install debootstrap")
-    if bootstrapper == "mmdebstrap" and engine_name == "podman":
-        # Its unshare mode maps the image's ids through the user's subordinate ranges, as Podman
-        # does: the same newuidmap and /etc/subuid check, with its fix, before anything runs.
-        podman.preflight()
+    # The engine's own check before anything runs. Podman's is mmdebstrap's too: its unshare mode
+    # maps the image's ids through the user's subordinate ranges, as Podman does (newuidmap,
+    # /etc/subuid, with the fix). Docker's has answered already (the image_exists above).
+    images.preflight()
     return bootstrapper
 
 
@@ -217,7 +218,8 @@ def mmdebstrap_argv(spec: BaseSpec) -> list[str]:
     return [*argv, spec.suite, "-", spec.mirror]
 
 
-def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker", bootstrapper: str = "mmdebstrap") -> None:
+def _bootstrap_and_import(spec: BaseSpec, log, images: engines.Engine = engines.of("docker"),
+                          bootstrapper: str = "mmdebstrap") -> None:
     created = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     labels = {"org.opencontainers.image.title": f"{spec.distro}-{spec.suite}-minbase",
               "org.opencontainers.image.created": created,
@@ -228,7 +230,7 @@ def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker", boot
         "ENV LANG=C.UTF-8",
     ]
     changes += [f"LABEL {key}={quoting.dockerfile_string(value, 'base image', key)}" for key, value in labels.items()]
-    cli = podman.cli() if engine_name == "podman" else engine.docker_cli()
+    cli = images.cli()
     # Imported untagged, tagged once the producer has succeeded: a bootstrap that fails half-way
     # leaves no tag that the next `ensure` would reuse.
     import_cmd = [cli, "import"]
@@ -250,7 +252,7 @@ def _bootstrap_and_import(spec: BaseSpec, log, engine_name: str = "docker", boot
         if bootstrapper == "mmdebstrap":
             mode = "rootless, unshare mode" if os.geteuid() != 0 else "as root"
             log(f"bootstrapping {spec.distro}:{spec.suite} ({spec.debian_arch}) from {spec.mirror} with "
-                f"mmdebstrap ({mode}, streamed into {engine_name} {'load' if foreign else 'import'})")
+                f"mmdebstrap ({mode}, streamed into {images.name} {'load' if foreign else 'import'})")
             boot = subprocess.Popen(mmdebstrap_argv(spec), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             finish(boot, "mmdebstrap", workdir)
             return

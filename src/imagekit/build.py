@@ -8,9 +8,10 @@ command and its last lines. The image is tagged only after the build succeeded (
 itself writes an ID file, not a tag), so an interrupted build leaves no
 half-tagged image.
 
-``engine="podman"`` runs ``podman build`` (Buildah) as the calling user instead
-(:mod:`imagekit.podman`): the same recipe, labels, secret and tags; its ``STEP n/m:``
-lines are parsed for progress and the failed step. What differs is in docs/build.md.
+``engine_name="podman"`` runs ``podman build`` (Buildah) as the calling user instead
+(:mod:`imagekit.engines.podman`): the same recipe, labels, secret and tags; its ``STEP n/m:``
+lines are parsed for progress and the failed step. What differs is in docs/build.md. The engine
+(:class:`imagekit.engines.Engine`) gives the command line; this module reads its output.
 """
 
 from __future__ import annotations
@@ -24,12 +25,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagekit import emulation, engine, engines, platforms, podman, procs, render, sources
+from imagekit import emulation, engines, platforms, procs, render, sources
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import writer
 
 TARGETS = ("runtime", "devel")
-ENGINES = engine.ENGINES
 # The stack's arch decides the platform: a build on another arch's host must not silently take
 # the host's manifest of a multi-arch base image.
 PLATFORMS = {arch: str(platforms.of_arch(arch)) for arch in platforms.ARCHES}
@@ -97,11 +97,10 @@ def check_bases(stack, engine_name: str = "docker") -> None:
         made_by = "imagekit base " + ref.split("/", 1)[1].removesuffix(platforms.tag_suffix(stack.base.arch)) \
             + (f" --arch {want}" if platforms.tag_suffix(stack.base.arch) else "")
         if not images.image_exists(ref):
-            if engine_name == "podman":
-                raise ImagekitError(f"base image {ref} is not in Podman's image store",
-                                    f"make it with `{made_by} --engine podman`, or copy "
-                                    f"Docker's: `docker save {ref} | podman load` (as the user who builds)")
-            raise ImagekitError(f"base image {ref} is not in the local engine", f"make it with `{made_by}`")
+            copy = images.copy_hint(ref)
+            raise ImagekitError(f"base image {ref} is not in {images.store}",
+                                f"make it with `{images.command(made_by)}`" + (
+                                    f", or copy Docker's: `{copy}` (as the user who builds)" if copy else ""))
         have = platforms.oci_name(images.inspect(ref).attrs.get("Architecture") or want)
         if have != want:
             raise ImagekitError(f"base image {ref} is a linux/{have} image, and {stack.name} builds for "
@@ -127,15 +126,16 @@ class BuildRequest:
     inline_cache: bool = False
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     engine_name: str = "docker"                # docker (BuildKit) or podman (Buildah, as the calling user)
+    # The engine ``engine_name`` names, resolved once when the request is made.
+    engine: engines.Engine = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
             raise UsageError(f"unknown target {self.target!r}", f"use one of: {', '.join(TARGETS)}")
-        if self.engine_name not in ENGINES:
-            raise UsageError(f"unknown engine {self.engine_name!r}", f"use one of: {', '.join(ENGINES)}")
-        if self.engine_name == "podman" and (self.cache_from or self.inline_cache):
+        object.__setattr__(self, "engine", engines.of(self.engine_name))
+        if not self.engine.registry_cache and (self.cache_from or self.inline_cache):
             raise UsageError("--cache-from and --inline-cache are BuildKit's registry cache",
-                             "drop them with --engine podman: its layer cache is the local store")
+                             f"drop them with --engine {self.engine.name}: its layer cache is the local store")
         if self.ca_bundle not in (None, "auto", "none"):
             resolve_ca_bundle(self.ca_bundle)      # a missing file fails now, not after the base checks
         # Click and Python callers hand lists and strings; the request holds one spelling.
@@ -152,17 +152,13 @@ def build(stack, request: BuildRequest | None = None, *,
     """Render and build ``stack`` as ``request`` says (default: the runtime image, with Docker);
     tag the result with its image name, the stack's tags and the request's tags."""
     request = request or BuildRequest()
-    target, engine_name = request.target, request.engine_name
-    images = engines.of(engine_name)
+    target, images = request.target, request.engine
     progress = progress or (lambda _line: None)
-    if engine_name == "podman":
-        podman.preflight()   # subordinate ids and the tools, before anything is rendered or staged
-    else:
-        engine.client()
+    images.preflight()   # an engine that answers (Podman: subordinate ids), before anything is rendered or staged
     # Another architecture's RUN steps run through QEMU: a missing binfmt registration is one error
     # now, not "exec format error" at the first RUN.
     emulation.require(stack.base.arch, f"building {stack.name} for {stack.platform}")
-    check_bases(stack, engine_name)
+    check_bases(stack, images.name)
     bundle = resolve_ca_bundle(request.ca_bundle)
     text = render.render(stack, "docker", single_stage=request.single_stage)
     digest = render.recipe_hash(text)
@@ -177,15 +173,10 @@ def build(stack, request: BuildRequest | None = None, *,
         staged = sources.stage(stack, ctx)  # a missing or altered mirror file stops here, before building
         if staged:
             progress(f"sources: {len(staged)} upstream files from the mirror {stack.mirror}, sha256 verified")
-        (Path(ctx) / "Dockerfile").write_text(podman.dockerfile(text) if engine_name == "podman" else text)
+        (Path(ctx) / "Dockerfile").write_text(images.dockerfile(text))
         iidfile = Path(ctx) / "iid"
-        if engine_name == "podman":
-            cmd = podman.build_argv(ctx, str(Path(ctx) / "Dockerfile"), target=target,
-                                    platform=PLATFORMS[stack.base.arch], iidfile=str(iidfile), labels=labels,
-                                    no_cache=request.no_cache, secrets={render.CA_SECRET_ID: bundle} if bundle else {})
-            steps, cached = _run_podman_build(cmd, log_path, progress)
-        else:
-            steps, cached = _docker_build(ctx, stack, request, iidfile, labels, bundle, log_path, progress)
+        cmd = build_argv(images, ctx, stack, request, iidfile, labels, bundle)
+        steps, cached = _READERS[images.build_log](cmd, log_path, progress, images.build_env())
         image_id = iidfile.read_text().strip()
 
     all_tags = [image_name(stack, target)]
@@ -199,25 +190,17 @@ def build(stack, request: BuildRequest | None = None, *,
     return BuildResult(stack=stack.name, target=target, image_id=image.id, tags=all_tags,
                        seconds=round(time.monotonic() - started, 2), log=str(log_path),
                        recipe_sha256=digest, size_bytes=image.size,
-                       steps=steps, cached_steps=cached, labels=labels, engine=engine_name)
+                       steps=steps, cached_steps=cached, labels=labels, engine=images.name)
 
 
-def _docker_build(ctx: str, stack, request: BuildRequest, iidfile: Path, labels: dict[str, str],
-                  bundle: str | None, log_path: Path, progress: Callable[[str], None]) -> tuple[int, int]:
-    cmd = [engine.docker_cli(), "build", "--progress=plain", "--target", request.target,
-           "--platform", PLATFORMS[stack.base.arch],
-           "--iidfile", str(iidfile), "-f", str(Path(ctx) / "Dockerfile")]
-    cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
-    if request.no_cache:
-        cmd.append("--no-cache")
-    for ref in request.cache_from:  # e.g. the previous CI image, pushed with inline cache
-        cmd += ["--cache-from", ref]
-    if request.inline_cache:
-        cmd += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
-    if bundle:
-        cmd += ["--secret", f"id={render.CA_SECRET_ID},src={bundle}"]
-    cmd.append(ctx)
-    return _run_build(cmd, log_path, progress)
+def build_argv(images: engines.Engine, ctx: str, stack, request: BuildRequest, iidfile: Path,
+               labels: dict[str, str], bundle: str | None) -> list[str]:
+    """The engine's build command for ``stack`` as ``request`` asks, in the context ``ctx``."""
+    return images.build_argv(ctx, str(Path(ctx) / "Dockerfile"), target=request.target,
+                             platform=PLATFORMS[stack.base.arch], iidfile=str(iidfile), labels=labels,
+                             no_cache=request.no_cache,
+                             secrets={render.CA_SECRET_ID: bundle} if bundle else {},
+                             cache_from=request.cache_from, inline_cache=request.inline_cache)
 
 
 _OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ ")   # a running step's output: "#8 0.512 cc -O2 -c ring.c"
@@ -310,11 +293,12 @@ class _Steps:
                 self.next[stage] += 1
 
 
-def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) -> tuple[int, int]:
+def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None],
+               env: Mapping[str, str] | None = None) -> tuple[int, int]:
     """Run a BuildKit build (``cmd``, with ``--progress=plain``), its log to ``log_path`` and its
     steps to ``progress`` as :class:`_Steps` orders them.
     Returns how many steps ran and how many came from the cache; a failed build raises BuildError."""
-    env = {**os.environ, "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
+    env = dict(os.environ if env is None else env)
     step_cmds: dict[str, str] = {}
     step_lines: dict[str, list[str]] = {}
     cached: set[str] = set()
@@ -367,7 +351,8 @@ def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) 
     return len(step_cmds), len(cached & set(step_cmds))
 
 
-def _run_podman_build(cmd: list[str], log_path: Path, progress: Callable[[str], None]) -> tuple[int, int]:
+def _run_podman_build(cmd: list[str], log_path: Path, progress: Callable[[str], None],
+                      env: Mapping[str, str] | None = None) -> tuple[int, int]:
     """Run ``podman build``; its steps (FROM lines left out) and how many came from the cache.
 
     Podman prints each step's output below its ``STEP n/m:`` line; the step that failed is the
@@ -380,7 +365,7 @@ def _run_podman_build(cmd: list[str], log_path: Path, progress: Callable[[str], 
     error: str | None = None
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                env=podman.build_env())
+                                env=dict(os.environ if env is None else env))
         try:
             for line in proc.stdout:
                 log.write(line)
@@ -419,3 +404,7 @@ def _run_podman_build(cmd: list[str], log_path: Path, progress: Callable[[str], 
         tail = log_path.read_text().splitlines()[-12:]
         raise BuildError(f"podman build exited {rc}", None, tail, str(log_path))
     return len(steps), cached
+
+
+# How each build tool's output is read, by the dialect the engine names (Engine.build_log).
+_READERS: dict[str, Callable[..., tuple[int, int]]] = {"buildkit": _run_build, "buildah": _run_podman_build}

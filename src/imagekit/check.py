@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import check_runtimes, emulation, engine, engines, export, image_facts, podman, records
+from imagekit import check_runtimes, emulation, engines, export, image_facts, records
 from imagekit import checks as checks_mod
 from imagekit.atomic import target
 # Which checks an image gets is the model's answer (the label writer needs it too); the runner re-exports it.
@@ -27,10 +27,8 @@ from imagekit.errors import ImagekitError, NotFoundError, UsageError
 from imagekit.image_facts import is_file_image, layered, reader
 
 MODULE = Path(__file__).parent / "data" / "testinfra_checks.py"
-# Hardware a check may need, and what offering it to the container means.
-HARDWARE = {"gpu": ["--gpus", "all"], "fabric": ["--device", "/dev/infiniband", "--ulimit", "memlock=-1"]}
-# Podman 4.3 has no --gpus: GPUs come through CDI (nvidia-ctk cdi generate); memlock stays the user's.
-PODMAN_HARDWARE = {"gpu": ["--device", "nvidia.com/gpu=all"], "fabric": ["--device", "/dev/infiniband"]}
+# Hardware a check may need; what offering it to a container means is each engine's (Engine.devices).
+HARDWARE = ("gpu", "fabric")
 
 
 @dataclass
@@ -105,23 +103,19 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
     for hw in (*with_, *assume):
         if hw not in HARDWARE:
             raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
-    found = engines.of(engine_name).inspect(image)  # a clear error when the image is not there
+    images = engines.of(engine_name)
+    found = images.inspect(image)  # a clear error when the image is not there
     # An arm64 image on an x86 machine runs through QEMU: without it every check would fail with
     # "exec format error", so say that once instead.
     arch = found.attrs.get("Architecture")
     if arch:
         emulation.require(arch, f"checking {image}")
-    if engine_name == "podman":
-        image_id = found.id
-        hardware = [a for hw in with_ for a in PODMAN_HARDWARE[hw]]
-        with podman.throwaway(image, options=["--network", "none", *hardware], purpose="check") as container:
-            return _run_in(container, image, specs, podman.cli(), junit=junit, with_=with_, assume=assume,
-                           image_id=image_id, backend="podman")
     image_id = found.id
-    cli = engine.docker_cli()
-    hardware = [a for hw in with_ for a in HARDWARE[hw]]
-    with engine.throwaway(image, options=["--network", "none", *hardware], idle=True, purpose="check") as container:
-        return _run_in(container, image, specs, cli, junit=junit, with_=with_, assume=assume, image_id=image_id)
+    cli = images.cli()
+    hardware = [a for hw in with_ for a in images.devices[hw]]
+    with images.throwaway(image, options=["--network", "none", *hardware], idle=True, purpose="check") as container:
+        return _run_in(container, image, specs, cli, junit=junit, with_=with_, assume=assume, image_id=image_id,
+                       backend=images.testinfra_backend)
 
 
 def run_ref(ref: str, *, runtime: str | None = None, engine_name: str = "docker", junit: str | None = None,
@@ -132,14 +126,15 @@ def run_ref(ref: str, *, runtime: str | None = None, engine_name: str = "docker"
     an OCI layout or a ``docker save`` tarball is exported to an Enroot file first (through the
     export store: a second check of the same image converts nothing)."""
     specs = checks_from_image(ref, engine_name)
+    images = engines.of(engine_name)
     if is_file_image(ref) and not layered.is_layered(ref):
         return run_file(ref, specs, runtime=runtime, junit=junit, with_=with_, assume=assume)
     source = ref
     if not layered.is_layered(ref):
-        if runtime is None and (engine_name != "docker" or engine.available() or not layered.looks_like_registry(ref)):
+        if runtime is None and (images.available() or not layered.looks_like_registry(ref)):
             return run(ref, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name)
-        if runtime is not None and engine.available() and engine.image_exists(ref):
-            source = ref                                    # the engine's image, exported
+        if runtime is not None and images.available() and images.image_exists(ref):
+            source = images.export_source(ref, ref)         # the engine's image, exported
         elif layered.looks_like_registry(ref):
             source = layered.registry_fallback(ref)         # no engine: from its registry
     with tempfile.TemporaryDirectory(prefix="imagekit-check-") as tmp:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from imagekit import atomic, engine, engines, image_facts
+from imagekit import atomic, engines, image_facts
 from imagekit.errors import EngineError, StackError
 
 DEB_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
@@ -157,8 +157,9 @@ def check(stack, *, engine_name: str = "docker", log: Callable[[str], None] = la
 
 def archives_of(image: str, engine_name: str = "docker") -> tuple[list[Archive], str]:
     """The apt archives ``image`` installs from, or ([], why not)."""
+    images = engines.of(engine_name)
     try:
-        found = engines.of(engine_name).inspect(image)
+        found = images.inspect(image)
     except EngineError as exc:
         return [], f"the base image {image} is not in the engine yet ({exc.message}); packages not checked"
     labels = found.labels or {}
@@ -166,10 +167,8 @@ def archives_of(image: str, engine_name: str = "docker") -> tuple[list[Archive],
         suite = labels[image_facts.BASE].partition(":")[2]
         components = tuple(c for c in labels.get(image_facts.BASE_COMPONENTS, "main").split(",") if c)
         return [Archive(labels[image_facts.BASE_MIRROR], suite, components)], ""
-    if engine_name != "docker":
-        return [], f"{image} carries no io.imagekit.base labels; packages not checked"
     try:
-        proc = engine.run_once(image, ["/bin/sh", "-c", SOURCES_SCRIPT], timeout=60)
+        proc = images.run_once(image, ["/bin/sh", "-c", SOURCES_SCRIPT], timeout=60)
     except EngineError as exc:
         return [], f"cannot read {image}'s apt sources ({exc.message}); packages not checked"
     archives = parse_sources(proc.stdout)

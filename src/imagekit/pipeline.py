@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable
 
 import datetime as dt
 
-from imagekit import atomic, package_check, podman, sources
+from imagekit import atomic, package_check, sources
 from imagekit import build as build_mod
 from imagekit import check as check_mod
 from imagekit import stack as stack_mod
@@ -17,7 +17,7 @@ from imagekit.attest import keys as keys_mod
 from imagekit.attest.provenance import BuildRun
 from imagekit.errors import ImagekitError
 from imagekit.export import ExportRequest, export_image, formats, signing
-from imagekit.export.image_source import PODMAN, open_source
+from imagekit.export.image_source import open_source
 from imagekit.platforms import Platform, buildable, tag_suffix
 from imagekit.platforms import parse as parse_platform
 
@@ -68,7 +68,7 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
     The engine (``request.build.engine_name``: docker's BuildKit or the user's Podman) also runs
     the checks, and the exports read the image from its store.
     """
-    build, engine_name = request.build, request.build.engine_name
+    build, images = request.build, request.build.engine
     key = keys_mod.load_private(request.sign) if request.sign else None   # a bad key costs no build
     path, implied = stack_mod.find(request.ref)
     variant = request.variant or implied
@@ -84,14 +84,13 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
     if build.tags and len({one.name for one in stacks}) > 1:
         raise ImagekitError("--tag with several matrix variants would give them all the same tag",
                             "add --variant NAME, or use {placeholders} in the stack's tags")
-    if engine_name == "podman":
-        podman.preflight()   # the user's subordinate ids: one error before anything starts
+    images.preflight()   # an engine that answers (Podman: the user's subordinate ids) before anything starts
     if request.exports:      # an output directory that cannot be written must not cost a build
         atomic.writable_dir(request.output_dir, f"the exports (-o {request.output_dir})", create=True)
     checked = {}
     if request.check_packages:   # every variant before any build: a typo must not cost the first build
         for stack in stacks:
-            checked[stack.name] = _check_packages(stack, engine_name, log)
+            checked[stack.name] = _check_packages(stack, images.name, log)
     results = []
     for stack in stacks:
         log(f"building {stack.name} ({build.target})")
@@ -103,13 +102,12 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
         if stack.name in checked:
             entry["packages"] = checked[stack.name]
         image = result.tags[0]
-        # Podman's image is read from the user's store (skopeo's containers-storage: form). What is
-        # signed is the image just built, by ID: a tag another build moves meanwhile would be misnamed.
-        source = f"{PODMAN}{image}" if engine_name == "podman" else (result.image_id if key is not None else image)
+        # What is signed is the image just built (pinned): a tag another build moves meanwhile would be misnamed.
+        source = images.export_source(image, result.image_id, pinned=key is not None)
         described = None
         if key is not None:
             finished = dt.datetime.now(dt.timezone.utc)
-            run = BuildRun(engine=signing.engine_version() if engine_name == "docker" else "podman",
+            run = BuildRun(engine=images.version(),
                            started=(finished - dt.timedelta(seconds=result.seconds)).isoformat(timespec="seconds"),
                            finished=finished.isoformat(timespec="seconds"))
             described = signing.describe(open_source(source), run=run, log=log)
@@ -117,7 +115,7 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
             entry["signed"] = signed.as_dict()
             log(f"signed {image} ({key.key.keyid}): SBOM and provenance in {signed.bundle}")
         if request.check:
-            report = check_mod.run(image, check_mod.stack_checks(stack, build.target), engine_name=engine_name)
+            report = check_mod.run(image, check_mod.stack_checks(stack, build.target), engine_name=images.name)
             entry["check"] = report.as_dict()
             counts = report.counts()
             log(f"checked {image}: {counts['passed']} passed, {counts['failed']} failed, "
@@ -126,7 +124,7 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
                 for o in report.failed:
                     log(f"  FAIL {o.id}: {o.detail.splitlines()[0] if o.detail else o.describe}")
                 results.append(entry)
-                again = f"imagekit check {image}" + (" --engine podman" if engine_name == "podman" else "")
+                again = images.command(f"imagekit check {image}")
                 raise ImagekitError(f"checks failed for {image}; nothing exported", f"see `{again}`")
         if request.exports:
             entry["exports"] = []

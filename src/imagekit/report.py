@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import re
 
-from imagekit import engine, image_facts, records, render, stack
+from imagekit import image_facts, records, render, stack
+from imagekit.engines import docker as engine
 from imagekit.errors import EngineError, NotFoundError
 from imagekit.image_facts import layered, reader
 

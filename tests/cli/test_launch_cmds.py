@@ -54,7 +54,8 @@ def test_cleanup_removes_the_jobs_containers_and_network_and_nothing_else(base_i
 
     from click.testing import CliRunner
 
-    from imagekit import engine, owners
+    from imagekit import owners
+    from imagekit.engines import docker as engine
     from imagekit.cli import main
     from imagekit.launch.common import JOB_LABEL
 

@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import engine
+from imagekit.engines import docker as engine
 
 SITE = "/usr/lib/python3/dist-packages"  # on every Debian python3's path, whatever its version
 LIBDIR = "/usr/lib/x86_64-linux-gnu"

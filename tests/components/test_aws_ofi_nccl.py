@@ -16,7 +16,8 @@ import subprocess
 import pytest
 
 from added_alone import assert_added_alone
-from imagekit import build, check, engine, stack
+from imagekit import build, check, stack
+from imagekit.engines import docker as engine
 from imagekit.errors import StackError
 from imagekit.image_facts import writer
 

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from imagekit import engine, render
+from imagekit import render
+from imagekit.engines import docker as engine
 from imagekit import stack as stack_mod
 from imagekit.components import _blocks
 from stack_helpers import render_text

@@ -16,7 +16,8 @@ import pytest
 
 from broken_images import broken_copy
 from cuda_images import check_outcomes, green_but_hardware, image_sizes
-from imagekit import check, engine
+from imagekit import check
+from imagekit.engines import docker as engine
 
 pytestmark = pytest.mark.engine
 

@@ -18,9 +18,10 @@ import sys
 import pytest
 from broken_images import committed_copy
 
-from imagekit import build, check, engine, stack
+from imagekit import build, check, stack
 
 # Open MPI 4.1 from source on Debian 12 and 13, cold: CI's heavy tier (tests/heavy_plugin.py).
+from imagekit.engines import docker as engine
 pytestmark = [pytest.mark.engine, pytest.mark.slurm, pytest.mark.heavy]
 
 STACK = """\

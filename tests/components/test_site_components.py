@@ -17,7 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from added_alone import assert_site_component_alone
-from imagekit import cli, engine, image_facts, render
+from imagekit import cli, image_facts, render
+from imagekit.engines import docker as engine
 from imagekit import check as check_mod
 from imagekit import stack as stack_mod
 from imagekit.build import BuildRequest, build

@@ -14,7 +14,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from imagekit import docker_archive, engine
+from imagekit import docker_archive
+from imagekit.engines import docker as engine
 
 
 def make(tag: str, architecture: str, tmp: Path, note: str = "") -> str:

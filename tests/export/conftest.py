@@ -33,7 +33,7 @@ DOCKERFILE = textwrap.dedent("""\
 
 @pytest.fixture(scope="session")
 def docker_bin() -> str:
-    from imagekit import engine
+    from imagekit.engines import docker as engine
 
     return engine.docker_cli()
 

@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import engine
+from imagekit.engines import docker as engine
 from imagekit.export.tarstream import normalise
 
 TAG = "imagekit-test/pyxis-standin"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import engine
+from imagekit.engines import docker as engine
 from imagekit.export import ExportRequest, export_image, sif
 
 pytestmark = pytest.mark.engine

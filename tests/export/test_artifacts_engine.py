@@ -24,7 +24,7 @@ def raw_json(addr: str, path: str, accept: str) -> tuple[dict, bytes]:
 
 
 def test_push_with_exports_then_pull_each_back(odd_image, registry, docker_bin, tmp_path, monkeypatch):
-    from imagekit import engine
+    from imagekit.engines import docker as engine
     from imagekit.cli import main
 
     monkeypatch.setenv("ENROOT_CONFIG_PATH", str(tmp_path / "no-credentials"))

@@ -116,7 +116,7 @@ def test_tree_matches_engine_export(odd_image, odd_tree, docker_bin):
 
 @pytest.mark.engine
 def test_config_files_follow_image_config(odd_image, odd_tree):
-    from imagekit.engine import inspect
+    from imagekit.engines.docker import inspect
 
     config = inspect(odd_image).attrs["Config"]
     etc = odd_tree / "etc"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from imagekit import engine
+from imagekit.engines import docker as engine
 from imagekit.errors import CredentialsError, EngineError, RegistryError
 from imagekit.export import push
 

@@ -16,7 +16,8 @@ import pytest
 from arch_images import make
 from click.testing import CliRunner
 
-from imagekit import engine, platforms
+from imagekit import platforms
+from imagekit.engines import docker as engine
 from imagekit.cli import main
 from imagekit.errors import EngineError, ImagekitError, UsageError
 from imagekit.export import artifacts as art

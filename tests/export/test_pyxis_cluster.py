@@ -154,7 +154,7 @@ def test_one_reference_starts_the_nodes_own_architecture(cluster, site, base_ima
     this x86_64 node starts the amd64 one; a reference to the arm64 image alone fails before any
     container starts, with both architectures named in the job's error instead of "exec format
     error" inside it."""
-    from imagekit import engine
+    from imagekit.engines import docker as engine
     from imagekit.export.push import push_image, push_platforms
 
     arm = "ik-arch-test/pyxis:arm64"

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def pushed(odd_image, registry):
     """The odd image in the real registry, by tag; returns (docker://… URI, image ID)."""
-    from imagekit import engine
+    from imagekit.engines import docker as engine
     from imagekit.export.push import push_image
 
     push_image(odd_image, f"{registry}/imagekit-test/importer:1")

@@ -23,7 +23,8 @@ from arch_images import make
 from pyxis_calls import job_env as _env
 from pyxis_calls import pyxis_get
 
-from imagekit import engine, platforms
+from imagekit import platforms
+from imagekit.engines import docker as engine
 from imagekit.export import pyxis_importer
 from imagekit.export.push import push_image, push_platforms
 

@@ -182,7 +182,7 @@ def test_f4_without_engine_or_artifact_the_registry_path_converts_once(pushed_od
 @pytest.fixture(scope="module")
 def pushed_odd(odd_image, registry):
     """The odd image (117 MB, real files) in the registry: (docker://… URI, image ID)."""
-    from imagekit import engine
+    from imagekit.engines import docker as engine
     from imagekit.export.push import push_image
 
     push_image(odd_image, f"{registry}/imagekit-test/odd:1")

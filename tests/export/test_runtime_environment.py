@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import engine
+from imagekit.engines import docker as engine
 from imagekit.export import ExportRequest, export_image
 
 pytestmark = [pytest.mark.engine, pytest.mark.slurm]

@@ -43,7 +43,7 @@ def _data(raw: bytes, d: tuple) -> bytes:
 
 @pytest.mark.engine
 def test_sif_header_and_descriptors(odd_image, odd_sif):
-    from imagekit.engine import inspect
+    from imagekit.engines.docker import inspect
 
     path, result = odd_sif
     raw = path.read_bytes()
@@ -159,7 +159,7 @@ def test_sif_tree_matches_image_plus_layout(odd_image, sif_tree, docker_bin):
 def test_sif_labels_json_has_image_and_build_labels(odd_image, odd_sif, sif_tree):
     """labels.json as Apptainer's build leaves it (metadata.go): the image's labels, then the
     org.label-schema.* build labels over them, tab-indented."""
-    from imagekit.engine import inspect
+    from imagekit.engines.docker import inspect
 
     text = (sif_tree / ".singularity.d/labels.json").read_text()
     labels = json.loads(text)

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from imagekit import engine
+from imagekit.engines import docker as engine
 from imagekit.attest import PAYLOAD_TYPE, SLSA_PROVENANCE, bundle, dsse, keys, signer
 from imagekit.attest.statement import Statement, Subject, hex_of
 from imagekit.cli import main

@@ -366,7 +366,8 @@ def test_outputs_are_links_on_the_same_file_system_and_copies_elsewhere(tmp_path
 @pytest.mark.engine
 def test_reexport_of_an_unchanged_image_is_a_lookup(odd_image, tmp_path, monkeypatch):
     """The second export neither converts, nor talks to the docker package, nor hashes."""
-    from imagekit import engine, records
+    from imagekit import records
+    from imagekit.engines import docker as engine
     from imagekit.export import ExportRequest, export_image, output, squash
 
     monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path / "state"))

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import engine, login_env, quoting
+from imagekit import login_env, quoting
+from imagekit.engines import docker as engine
 from imagekit.export import enroot, image_source, squash, tarstream
 
 HOSTILE = b"echo HOSTILE\n"

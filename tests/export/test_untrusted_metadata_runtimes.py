@@ -233,7 +233,7 @@ def test_an_alias_of_etc_rc_or_fstab_never_reaches_enroot(base_image, docker_bin
     import io
     import tarfile
 
-    from imagekit import engine
+    from imagekit.engines import docker as engine
     from imagekit.export import image_source
 
     cid = subprocess.run([docker_bin, "create", base_image], capture_output=True, text=True, check=True).stdout.strip()

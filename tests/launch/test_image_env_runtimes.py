@@ -58,7 +58,7 @@ def _labelled_sqsh(mpi_image: str, docker_bin: str, shared: Path, name: str, env
 
 @pytest.fixture(scope="module")
 def hostile_sqsh(mpi_image, shared) -> Path:
-    from imagekit import engine
+    from imagekit.engines import docker as engine
 
     return _labelled_sqsh(mpi_image, engine.docker_cli(), shared, "hostile",
                           {"NCCL_IK_MARK": MARK, "BASH_ENV": f"$(touch {shared / 'canary'})"})
@@ -66,7 +66,7 @@ def hostile_sqsh(mpi_image, shared) -> Path:
 
 @pytest.fixture(scope="module")
 def tuning_sqsh(mpi_image, shared) -> Path:
-    from imagekit import engine
+    from imagekit.engines import docker as engine
 
     return _labelled_sqsh(mpi_image, engine.docker_cli(), shared, "tuning", {"NCCL_IK_MARK": MARK})
 

@@ -245,7 +245,7 @@ def test_an_engine_that_never_removes_ends_the_cleanup_and_the_next_command_swee
             assert f"imagekit launch cleanup --job {job_id}" in out and "next imagekit command" in out, out
             assert key_dirs(job_id) == []
             assert leftovers(job_id) != ([], []), "the engine removed them after all: not the case under test"
-            subprocess.run([sys.executable, "-c", "from imagekit import engine; engine.client()"], check=True)
+            subprocess.run([sys.executable, "-c", "from imagekit.engines import docker; docker.client()"], check=True)
             assert leftovers(job_id) == ([], [])
         finally:
             launched.reap()

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from export.arch_images import make
 
-from imagekit import engine, image_facts
+from imagekit import image_facts
+from imagekit.engines import docker as engine
 from imagekit.cli import main
 from imagekit.errors import ImagekitError
 from imagekit.launch import preflight as pf
@@ -202,7 +203,8 @@ def test_labels_are_read_from_a_real_image(base_image, tmp_path):
 
 @pytest.mark.engine
 def test_probe_finds_mpi_in_a_throwaway_container_and_leaves_none(mpi_image, base_image):
-    from imagekit import engine, owners
+    from imagekit import owners
+    from imagekit.engines import docker as engine
 
     def mine():
         return engine.client().containers.list(all=True, filters={"label": f"{owners.LABEL}={owners.me()}"},

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 import click
 
-from imagekit import engine
+from imagekit.engines import docker as engine
 from imagekit.cli.gate_options import GATE_KEYS, gate_options
 from imagekit.errors import UsageError
 from imagekit.launch import common

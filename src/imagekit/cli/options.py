@@ -9,7 +9,7 @@ import time
 
 import click
 
-from imagekit.engine import ENGINES
+from imagekit.engines import ENGINES
 from imagekit.sizes import human
 
 MIRROR = click.option("--mirror", metavar="DIR|URL",

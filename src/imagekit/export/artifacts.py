@@ -44,7 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import __version__, atomic, engine, export, platforms
+from imagekit import __version__, atomic, export, platforms
+from imagekit.engines import docker as engine
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.export import ExportRequest, export_image, formats, squash
 from imagekit.export.formats import signed_inside

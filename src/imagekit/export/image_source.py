@@ -37,7 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping
 
-from imagekit import engine, platforms, podman, registry
+from imagekit import platforms, registry
+from imagekit.engines import docker as engine
+from imagekit.engines import podman
 from imagekit.errors import EngineError, ImagekitError, NotFoundError, UsageError
 from imagekit.export.layers import Layer, LayerError, check_media_type, docker_init_layer, merge
 from imagekit.procs import log_tail, stop
@@ -48,7 +50,7 @@ MAX_JSON_BYTES = 4 << 20          # a manifest, index or config larger than this
 PRODUCER_GRACE = 5.0              # seconds an export that stops waits for its layer reader thread
 REF_NAME = "org.opencontainers.image.ref.name"
 TRANSPORTS = ("docker://", "docker-daemon:", "oci:", "oci-archive:", "docker-archive:", "containers-storage:")
-PODMAN = "containers-storage:"
+PODMAN = podman.TRANSPORT        # "containers-storage:"
 FORMS = ("docker://REGISTRY/REPO[:TAG], REGISTRY#REPO[:TAG], oci:DIR[:TAG], oci-archive:FILE[:TAG], "
          "docker-archive:FILE[:REPO:TAG], containers-storage:IMAGE (Podman), docker-daemon:IMAGE or a local image name")
 

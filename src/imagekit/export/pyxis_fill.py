@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagekit import engine, platforms, registry
+from imagekit import platforms, registry
+from imagekit.engines import docker as engine
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.export import artifact_trust, artifacts, pyxis_policy, squash
 from imagekit.export import ExportRequest

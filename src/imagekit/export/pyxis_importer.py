@@ -62,7 +62,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping, NoReturn
 
-from imagekit import engine, platforms, registry
+from imagekit import platforms, registry
+from imagekit.engines import docker as engine
 from imagekit.attest import POLICY_ENV
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.registry import enroot_config

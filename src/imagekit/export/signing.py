@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import engine, registry
+from imagekit import registry
+from imagekit.engines import docker as engine
 from imagekit.attest import (CYCLONEDX_PREDICATE, PAYLOAD_TYPE, SLSA_PROVENANCE, bundle, inventory, provenance,
                              sbom, signer)
 from imagekit.attest.inventory import Inventory
@@ -38,7 +39,7 @@ from imagekit.attest.keys import SigningKey
 from imagekit.attest.provenance import BuildRun
 from imagekit.attest.sbom import ImageRecord
 from imagekit.attest.statement import Statement, Subject, hex_of
-from imagekit.errors import EngineError, ImagekitError, UsageError
+from imagekit.errors import ImagekitError, UsageError
 from imagekit.export import artifacts, attestation_push, sif_sign
 from imagekit.export.formats import signed_inside
 from imagekit.export.image_source import Source, open_source
@@ -149,15 +150,8 @@ def describe(source: Source, *, name: str | None = None, manifest_digest: str = 
     if log:
         log(f"reading the dpkg and pip inventories of {record.name} ({record.platform})")
     found = scan_source(source)
-    run = run or BuildRun(engine=engine_version() if source.engine_image else "")
+    run = run or BuildRun(engine=engine.version() if source.engine_image else "")
     return Described(record, sbom.to_json(sbom.build(record, found)), provenance.predicate(record, run), found)
-
-
-def engine_version() -> str:
-    try:
-        return f"docker {engine.client().version().get('Version', '?')}"
-    except (EngineError, OSError):
-        return "docker"
 
 
 def sign_statements(described: Described, subjects: list[Subject], key: SigningKey) -> list[dict]:

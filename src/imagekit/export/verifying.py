@@ -20,7 +20,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import engine, registry
+from imagekit import registry
+from imagekit.engines import docker as engine
 from imagekit.attest import CYCLONEDX_PREDICATE, SLSA_PROVENANCE, bundle, check, dsse, policy
 from imagekit.attest.check import Trust, TrustedKey
 from imagekit.attest.keys import load_public

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable, ClassVar
 
-from imagekit import __version__, engine, procs, quoting
+from imagekit import __version__, procs, quoting
+from imagekit.engines import docker as engine
 from imagekit.errors import EngineError, UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch import wrapper

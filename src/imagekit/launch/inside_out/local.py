@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable, ClassVar
 
-from imagekit import engine, owners, procs
+from imagekit import owners, procs
+from imagekit.engines import docker as engine
 from imagekit.errors import EngineError, ImagekitError
 from imagekit.launch.common import JOB_LABEL
 from imagekit.launch.inside_out.job import (CALL_TIMEOUT, EXIT_NO_MPI, EXIT_NO_SSHD, MOUNT, ROOT_ENV, InsideOutJob,

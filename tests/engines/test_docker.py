@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from imagekit import engine, owners
+from imagekit import owners
+from imagekit.engines import docker as engine
 from imagekit.errors import EngineError
 from slow_engine import SlowEngine
 

@@ -6,7 +6,7 @@ first. Before: a link planted there, to a directory the user owns but others may
 the user's (``stat`` followed the link), so another user could poison the user's build caches. Now
 only a real directory of the user's, opened with O_NOFOLLOW and set back to 0700, is used; a taken
 name is skipped for the next. Both users are real processes (setpriv, tests/export/users.py); no
-Podman is needed for this part (tests/test_podman.py builds with it).
+Podman is needed for this part (tests/engines/test_podman.py builds with it).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def test_a_planted_name_never_becomes_a_users_build_cache(other_python, shared_d
     assert plant.returncode == 0, plant.stderr
     try:
         proc = subprocess.run(setpriv(VICTIM, [str(other_python.python), "-c",
-                                               "from imagekit import podman; print(podman.build_env()['TMPDIR'])"]),
+                                               "from imagekit.engines import podman; print(podman.build_env()['TMPDIR'])"]),
                               env=other_python.env(HOME=str(home_for(VICTIM, shared_dir))), capture_output=True,
                               text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr

@@ -1,8 +1,9 @@
-"""The gateway to Podman (rootless, or rootful as root): what imagekit asks of ``podman``.
+"""The Podman engine (rootless, or rootful as root): what imagekit asks of ``podman``.
 
 imagekit runs ``podman`` as the user it runs as, so ``imagekit build --engine podman`` by
 an unprivileged user builds into that user's own image store (``~/.local/share/containers``),
-with no daemon and no privilege. Everything imagekit asks of Podman goes through here:
+with no daemon and no privilege. ``ENGINE`` is this module as an :class:`imagekit.engines.Engine`;
+everything imagekit asks of Podman goes through here:
 
 - ``cli()``: the ``podman`` binary (``IMAGEKIT_PODMAN`` overrides ``PATH``).
 - ``preflight()``: before any build starts, the one clear error for what rootless Podman
@@ -10,10 +11,11 @@ with no daemon and no privilege. Everything imagekit asks of Podman goes through
   the user (``/etc/subuid``, ``/etc/subgid``), naming the ``usermod`` line that adds them.
 - ``build_argv(...)``: the ``podman build`` command line (Buildah 1.28 inside Podman 4.3);
   :mod:`imagekit.build` runs it and parses its ``STEP n/m:`` lines.
-- ``inspect(ref)`` (an :class:`imagekit.engine.Image`, the same shape as Docker's),
+- ``inspect(ref)`` (an :class:`imagekit.engines.image.Image`, the same shape as Docker's),
   ``image_exists``, ``image_id``, ``tag``, ``remove``.
 - ``throwaway(image, ...)``: a container of the image, removed however the ``with`` body
-  ends (``imagekit check`` runs its testinfra checks in one, with testinfra's ``podman://``).
+  ends (``imagekit check`` runs its testinfra checks in one, with testinfra's ``podman://``);
+  ``run_once(image, argv)``: one command in one.
 - ``save_oci_archive(ref, path)``: ``podman save --format oci-archive``; the export reads it
   as an ``oci-archive:`` source (:class:`imagekit.export.image_source.PodmanSource`).
 
@@ -30,13 +32,12 @@ import shutil
 import subprocess
 import uuid
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from imagekit import owners
-from imagekit.engine import Image
-from imagekit.errors import EngineError, NotFoundError
+from imagekit.engines.image import Image, ImageMissing
+from imagekit.errors import EngineError, UsageError
 
-ENGINE = "podman"
 SETUP_HINT = ("install Podman: `apt-get install podman uidmap slirp4netns` (Debian 12: Podman 4.3), "
               "or `bash scripts/setup-podman.sh`")
 NOT_FOUND_HINT = "build it with `imagekit build --engine podman STACK`, or `podman load` it"
@@ -44,14 +45,11 @@ NOT_FOUND_HINT = "build it with `imagekit build --engine podman STACK`, or `podm
 MIN_SUBIDS = 65536
 SUBUID, SUBGID = Path("/etc/subuid"), Path("/etc/subgid")
 IDLE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done")
-
-
-class ImageMissing(EngineError, NotFoundError):
-    exit_code = NotFoundError.exit_code
-
-    def __init__(self, ref: str) -> None:
-        super().__init__(f"image {ref!r} not found in Podman's image store ({_who()})", NOT_FOUND_HINT)
-        self.ref = ref
+STORE = "Podman's image store"
+# skopeo's name for the user's store: how the exporter is told to read an image from it.
+TRANSPORT = "containers-storage:"
+# Podman 4.3 has no --gpus: GPUs come through CDI (nvidia-ctk cdi generate); memlock stays the user's.
+DEVICES = {"gpu": ("--device", "nvidia.com/gpu=all"), "fabric": ("--device", "/dev/infiniband")}
 
 
 def cli() -> str:
@@ -207,7 +205,8 @@ def private_tmp(parent: Path = Path("/var/tmp")) -> Path:
 
 
 def build_argv(context: str, dockerfile: str, *, target: str, platform: str, iidfile: str,
-               labels: dict[str, str], no_cache: bool, secrets: dict[str, str]) -> list[str]:
+               labels: Mapping[str, str], no_cache: bool, secrets: Mapping[str, str],
+               cache_from: Sequence[str] = (), inline_cache: bool = False) -> list[str]:
     """``podman build`` with what BuildKit's build gets, in Buildah's words.
 
     - ``--pull=never``: base images are local (``imagekit base``); nothing is pulled.
@@ -217,7 +216,12 @@ def build_argv(context: str, dockerfile: str, *, target: str, platform: str, iid
     - ``--layers``: every step is cached in the store (Podman's default, said here).
     - ``--secret id=…,src=…``: ``RUN --mount=type=secret`` as BuildKit (tmpfs, not committed).
     - ``--format oci``: labels and config as OCI; ``--iidfile``: the image is tagged later.
+
+    BuildKit's registry cache (``cache_from``, ``inline_cache``) has no Podman counterpart: its
+    layer cache is the local store (``registry_cache`` False: the build request refuses it first).
     """
+    if cache_from or inline_cache:
+        raise UsageError("podman build takes no registry cache (cache_from, inline_cache)")
     cmd = [cli(), "build", "--pull=never", "--network=host", "--layers", "--format", "oci",
            "--target", target, "--platform", platform, "--iidfile", iidfile, "-f", dockerfile]
     cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
@@ -231,12 +235,12 @@ def build_argv(context: str, dockerfile: str, *, target: str, platform: str, iid
 
 # --- images -----------------------------------------------------------------------------------
 
-def inspect(ref: str):
-    """The image ``ref`` as an :class:`imagekit.engine.Image` (Docker's shape); ImageMissing if absent."""
+def inspect(ref: str) -> Image:
+    """The image ``ref`` as an :class:`imagekit.engines.image.Image` (Docker's shape); ImageMissing if absent."""
     proc = run(["image", "inspect", "--format", "json", ref], check=False)
     if proc.returncode != 0:
         if "image not known" in proc.stderr or "no such image" in proc.stderr.lower() or "not found" in proc.stderr:
-            raise ImageMissing(ref)
+            raise ImageMissing(ref, f"{STORE} ({_who()})", NOT_FOUND_HINT)
         raise EngineError(f"podman refused to inspect {ref!r}: {proc.stderr.strip()[-300:]}", SETUP_HINT)
     attrs = json.loads(proc.stdout)[0]
     image_id = attrs["Id"] if attrs["Id"].startswith("sha256:") else f"sha256:{attrs['Id']}"
@@ -268,16 +272,38 @@ def remove(*refs: str) -> None:
 # --- containers ---------------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def throwaway(image: str, *, options: Sequence[str] = (), purpose: str = "tmp") -> Iterator[str]:
-    """An idle container of ``image`` (for ``podman exec``), removed however the body ends."""
+def throwaway(image: str, command: Sequence[str] = (), *, entrypoint: str | None = None,
+              options: Sequence[str] = (), idle: bool = False, purpose: str = "tmp") -> Iterator[str]:
+    """A container of ``image``, removed (with its anonymous volumes) however the ``with`` body ends.
+
+    Yields the container's name; it carries the owner label, as Docker's do. ``options`` are
+    ``podman create`` options. The container is only created (for ``podman start -a``);
+    ``idle=True`` starts it with a shell that waits (``IDLE``), for ``podman exec``.
+    """
     name = f"imagekit-{purpose}-{uuid.uuid4().hex[:12]}"
-    run(["create", "--name", name, *owners.label_args(), "--entrypoint", IDLE[0], *options, image, *IDLE[1:]],
+    if idle:
+        entrypoint, command = IDLE[0], IDLE[1:]
+    run(["create", "--name", name, *owners.label_args(),
+         *(["--entrypoint", entrypoint] if entrypoint is not None else []), *options, image, *command],
         what=f"creating a container of {image}")
     try:
-        run(["start", name], what=f"starting a container of {image}")
+        if idle:
+            run(["start", name], what=f"starting a container of {image}")
         yield name
     finally:
         run(["rm", "-f", "-v", "-t", "0", name], check=False)
+
+
+def run_once(image: str, argv: Sequence[str], *, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run ``argv`` (its first word replaces the image's ENTRYPOINT) in a throwaway container of
+    ``image``, with no network (rootless Podman's own needs a ``/dev/net/tun`` the user may not
+    open, and reading the image's files needs none); its exit code and output. EngineError when it
+    cannot start or outlives ``timeout``."""
+    with throwaway(image, argv[1:], entrypoint=argv[0], options=["--network", "none"], purpose="run") as name:
+        try:
+            return subprocess.run([cli(), "start", "-a", name], capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise EngineError(f"{argv[0]} in a container of {image} ran longer than {timeout} s") from None
 
 
 # --- export ---------------------------------------------------------------------------------------
@@ -285,3 +311,85 @@ def throwaway(image: str, *, options: Sequence[str] = (), purpose: str = "tmp") 
 def save_oci_archive(ref: str, path: str | os.PathLike) -> None:
     """``podman save --format oci-archive`` of ``ref`` into ``path`` (its config digest is the image ID)."""
     run(["save", "--format", "oci-archive", "-o", str(path), ref], what=f"podman save {ref}")
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+class Podman:
+    """Podman as an :class:`imagekit.engines.Engine`. Each method looks the module's function up when
+    called, so a test that replaces one (``monkeypatch``) replaces it here too."""
+
+    name = "podman"
+    title = "Podman"
+    store = STORE
+    testinfra_backend = "podman"        # testinfra's podman:// backend, through the podman CLI
+    build_log = "buildah"               # STEP n/m: lines
+    registry_cache = False              # its layer cache is the local store
+    foreign_bases = False               # imagekit base --arch: made with Docker, then copied
+    devices = DEVICES
+
+    def cli(self) -> str:
+        return cli()
+
+    def preflight(self) -> None:
+        """What rootless Podman needs from the host (newuidmap, subordinate ids): one error, before
+        anything is rendered or bootstrapped."""
+        preflight()
+
+    def available(self) -> bool:
+        """Podman has no daemon to be down: a missing ``podman`` is named by the first command, and
+        ``--engine podman`` never falls back to reading a registry instead."""
+        return True
+
+    def version(self) -> str:
+        return "podman"
+
+    def inspect(self, ref: str) -> Image:
+        return inspect(ref)
+
+    def image_id(self, ref: str) -> str:
+        return image_id(ref)
+
+    def image_exists(self, ref: str) -> bool:
+        return image_exists(ref)
+
+    def tag(self, image: str, name: str) -> None:
+        tag(image, name)
+
+    def remove(self, *refs: str) -> None:
+        remove(*refs)
+
+    def throwaway(self, image: str, command: Sequence[str] = (), *, entrypoint: str | None = None,
+                  options: Sequence[str] = (), idle: bool = False,
+                  purpose: str = "tmp") -> contextlib.AbstractContextManager[str]:
+        return throwaway(image, command, entrypoint=entrypoint, options=options, idle=idle, purpose=purpose)
+
+    def run_once(self, image: str, argv: Sequence[str], *,
+                 timeout: float | None = None) -> subprocess.CompletedProcess:
+        return run_once(image, argv, timeout=timeout)
+
+    def dockerfile(self, text: str) -> str:
+        return dockerfile(text)
+
+    def build_argv(self, context: str, dockerfile: str, *, target: str, platform: str, iidfile: str,
+                   labels: Mapping[str, str], no_cache: bool, secrets: Mapping[str, str],
+                   cache_from: Sequence[str] = (), inline_cache: bool = False) -> list[str]:
+        return build_argv(context, dockerfile, target=target, platform=platform, iidfile=iidfile, labels=labels,
+                          no_cache=no_cache, secrets=secrets, cache_from=cache_from, inline_cache=inline_cache)
+
+    def build_env(self) -> dict[str, str]:
+        return build_env()
+
+    def export_source(self, name: str, image_id: str, *, pinned: bool = False) -> str:
+        """The user's store, by name: the exporter saves it with ``podman save`` and holds the config
+        digest it gets to the ID ``podman image inspect`` gave (so a moved tag fails, not misnames)."""
+        return f"{TRANSPORT}{name}"
+
+    def command(self, words: str) -> str:
+        return f"{words} --engine {self.name}"
+
+    def copy_hint(self, ref: str) -> str | None:
+        return f"docker save {ref} | podman load"
+
+
+ENGINE = Podman()

@@ -1,6 +1,8 @@
-"""The gateway to the Docker engine: what imagekit asks of Docker, and what it leaves to the CLI.
+"""The Docker engine: what imagekit asks of Docker, and what it leaves to the CLI.
 
-Through here:
+``ENGINE`` is this module as an :class:`imagekit.engines.Engine` (what build, check, base and the
+pipeline ask of whichever engine the user picked). The functions below are also the Docker-only
+gateway that export, launch and report use directly:
 
 - ``client()``: the Engine API connection (``docker`` package). The first one in a
   process sweeps what killed imagekit processes left (``owners.sweep_engine``).
@@ -21,13 +23,14 @@ Through here:
 - ``docker_cli()``: the CLI's path. Debian's ``/usr/bin/docker`` has BuildKit built
   in; ``/usr/local/bin/docker`` on some machines lacks the buildx plugin and refuses
   BuildKit builds, so the CLI is resolved explicitly.
+- ``build_argv(...)``: the BuildKit ``docker build`` command line; :mod:`imagekit.build` runs it
+  and reads its ``--progress=plain`` lines.
 
 Callers still build their own ``docker`` argv (with the path from ``docker_cli()``)
-where output streams through a pipe or a script runs it: BuildKit builds (build),
-``docker import`` (base_image), ``docker export`` (export.squash), ``docker tag`` and
-``docker push`` (export.push), testinfra's docker backend (check), ``docker exec`` in
-the workers (launch.inside_out) and the ``docker run`` lines of mpirun's rank scripts.
-``launch.inside_out`` also starts its network and workers and watches them itself,
+where output streams through a pipe or a script runs it: ``docker import`` (base_image),
+``docker export`` (export.squash), ``docker tag`` and ``docker push`` (export.push),
+``docker exec`` in the workers (launch.inside_out) and the ``docker run`` lines of mpirun's
+rank scripts. ``launch.inside_out`` also starts its network and workers and watches them itself,
 with a ``bounded_client``.
 """
 
@@ -40,36 +43,24 @@ import shutil
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from imagekit import owners
-from imagekit.errors import EngineError, NotFoundError
+from imagekit.engines.image import LOCAL_STORE, Image, ImageMissing
+from imagekit.errors import EngineError
 
 if TYPE_CHECKING:
     import docker
 
-# The engines imagekit builds, checks and exports with: Docker (BuildKit, the default) and Podman
-# (rootless; imagekit.podman). Library calls take ``engine_name=``; the CLI's ``--engine`` sets it.
-ENGINES = ("docker", "podman")
 SETUP_HINT = ("start the Docker engine (`systemctl start docker`; in an imagekit checkout `bash "
               "scripts/setup-engine.sh` installs Debian's docker.io and starts it) or join its group; "
               "`imagekit report|check|preflight` read a .sqsh, .sif, docker://REF, oci:DIR or "
               "docker-archive:FILE without an engine")
-NOT_FOUND_HINT = "build it with `imagekit build STACK`, or `docker pull`/`docker load` it"
 # What an idle throwaway runs: a shell that waits until the container is removed.
 IDLE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done")
-
-
-class ImageMissing(EngineError, NotFoundError):
-    """The image is not in the local engine: the one message, naming the image, with the fix."""
-
-    exit_code = NotFoundError.exit_code
-
-    def __init__(self, ref: str) -> None:
-        super().__init__(f"image {ref!r} not found in the local engine", NOT_FOUND_HINT)
-        self.ref = ref
+# Hardware a check may need, and what offering it to a container means.
+DEVICES = {"gpu": ("--gpus", "all"), "fabric": ("--device", "/dev/infiniband", "--ulimit", "memlock=-1")}
 
 
 @functools.lru_cache(maxsize=1)
@@ -113,22 +104,6 @@ def available() -> bool:
 
 # --- images -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Image:
-    """What ``docker image inspect`` says about one image."""
-
-    ref: str                          # as asked for: a name, a tag or an id
-    id: str                           # sha256:...
-    labels: dict[str, str]
-    size: int                         # bytes
-    config: dict[str, Any]            # Env, Entrypoint, Cmd, WorkingDir, Volumes, Labels, ...
-    attrs: dict[str, Any] = field(repr=False)   # the whole inspect document (Architecture, ...)
-
-    def history(self) -> list[dict[str, Any]]:
-        """The image's layers, newest first, as ``docker history`` lists them."""
-        return client().api.history(self.id)
-
-
 def inspect(ref: str) -> Image:
     """The image ``ref``; ImageMissing when the local engine does not have it."""
     import docker.errors
@@ -141,7 +116,11 @@ def inspect(ref: str) -> Image:
         raise EngineError(f"the engine refused to inspect {ref!r}: {exc.explanation or exc}") from None
     config = attrs.get("Config") or {}
     return Image(ref=ref, id=attrs["Id"], labels=dict(config.get("Labels") or {}),
-                 size=int(attrs.get("Size") or 0), config=config, attrs=attrs)
+                 size=int(attrs.get("Size") or 0), config=config, attrs=attrs, layers=_history)
+
+
+def _history(image_id: str) -> list[dict[str, Any]]:
+    return client().api.history(image_id)
 
 
 def image_id(ref: str) -> str:
@@ -213,6 +192,48 @@ def tag(image: str, name: str) -> None:
     """Tag ``image`` (an id or a name) as ``name`` (``repo[:tag]``, ``:latest`` when no tag)."""
     repo, _, version = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "latest")
     client().api.tag(image, repo, version)
+
+
+def remove(*refs: str) -> None:
+    """Untag/remove images; ones that are not there are skipped."""
+    for ref in refs:
+        subprocess.run([docker_cli(), "rmi", "-f", ref], capture_output=True)
+
+
+def version() -> str:
+    """``docker VERSION`` for a build's provenance; ``docker`` when the engine does not say."""
+    try:
+        return f"docker {client().version().get('Version', '?')}"
+    except (EngineError, OSError):
+        return "docker"
+
+
+# --- building -----------------------------------------------------------------------------------
+
+def build_argv(context: str, dockerfile: str, *, target: str, platform: str, iidfile: str,
+               labels: Mapping[str, str], no_cache: bool, secrets: Mapping[str, str],
+               cache_from: Sequence[str] = (), inline_cache: bool = False) -> list[str]:
+    """The BuildKit ``docker build``: ``--progress=plain`` (its lines are what build reads), the image
+    ID to ``iidfile`` (tagged only after the build succeeded), ``--secret id=…,src=…`` for
+    ``RUN --mount=type=secret``, and the registry cache (``cache_from``, ``inline_cache``)."""
+    cmd = [docker_cli(), "build", "--progress=plain", "--target", target, "--platform", platform,
+           "--iidfile", iidfile, "-f", dockerfile]
+    cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
+    if no_cache:
+        cmd.append("--no-cache")
+    for ref in cache_from:  # e.g. the previous CI image, pushed with inline cache
+        cmd += ["--cache-from", ref]
+    if inline_cache:
+        cmd += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
+    for sid, src in secrets.items():
+        cmd += ["--secret", f"id={sid},src={src}"]
+    cmd.append(context)
+    return cmd
+
+
+def build_env() -> dict[str, str]:
+    """The environment of ``docker build``: BuildKit, with its plain progress lines."""
+    return {**os.environ, "DOCKER_BUILDKIT": "1", "BUILDKIT_PROGRESS": "plain"}
 
 
 # --- throwaway containers -----------------------------------------------------------------------
@@ -380,3 +401,82 @@ def _why(exc: BaseException) -> str:
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[-1][:200] if text else type(exc).__name__
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+class Docker:
+    """The Docker engine as an :class:`imagekit.engines.Engine`. Each method looks the module's
+    function up when called, so a test that replaces one (``monkeypatch``) replaces it here too."""
+
+    name = "docker"
+    title = "Docker"
+    store = LOCAL_STORE
+    testinfra_backend = "docker"        # testinfra's docker:// backend, through the docker CLI
+    build_log = "buildkit"              # --progress=plain lines
+    registry_cache = True               # --cache-from, --inline-cache
+    foreign_bases = True                # imports a base of another architecture (docker load)
+    devices = DEVICES
+
+    def cli(self) -> str:
+        return docker_cli()
+
+    def preflight(self) -> None:
+        """The one clear error when no engine answers; sweeps what killed runs left."""
+        client()
+
+    def available(self) -> bool:
+        return available()
+
+    def version(self) -> str:
+        return version()
+
+    def inspect(self, ref: str) -> Image:
+        return inspect(ref)
+
+    def image_id(self, ref: str) -> str:
+        return image_id(ref)
+
+    def image_exists(self, ref: str) -> bool:
+        return image_exists(ref)
+
+    def tag(self, image: str, name: str) -> None:
+        tag(image, name)
+
+    def remove(self, *refs: str) -> None:
+        remove(*refs)
+
+    def throwaway(self, image: str, command: Sequence[str] = (), *, entrypoint: str | None = None,
+                  options: Sequence[str] = (), idle: bool = False,
+                  purpose: str = "tmp") -> contextlib.AbstractContextManager[str]:
+        return throwaway(image, command, entrypoint=entrypoint, options=options, idle=idle, purpose=purpose)
+
+    def run_once(self, image: str, argv: Sequence[str], *,
+                 timeout: float | None = None) -> subprocess.CompletedProcess:
+        return run_once(image, argv, timeout=timeout)
+
+    def dockerfile(self, text: str) -> str:
+        return text                     # BuildKit runs the rendered Dockerfile as it is
+
+    def build_argv(self, context: str, dockerfile: str, *, target: str, platform: str, iidfile: str,
+                   labels: Mapping[str, str], no_cache: bool, secrets: Mapping[str, str],
+                   cache_from: Sequence[str] = (), inline_cache: bool = False) -> list[str]:
+        return build_argv(context, dockerfile, target=target, platform=platform, iidfile=iidfile, labels=labels,
+                          no_cache=no_cache, secrets=secrets, cache_from=cache_from, inline_cache=inline_cache)
+
+    def build_env(self) -> dict[str, str]:
+        return build_env()
+
+    def export_source(self, name: str, image_id: str, *, pinned: bool = False) -> str:
+        """The exporter reads the engine's image by name, or by ID when ``pinned`` (what is signed is
+        the image just built: a tag another build moves meanwhile would be misnamed)."""
+        return image_id if pinned else name
+
+    def command(self, words: str) -> str:
+        return words                    # the default engine: no --engine
+
+    def copy_hint(self, ref: str) -> str | None:
+        return None                     # the store other engines copy from
+
+
+ENGINE = Docker()

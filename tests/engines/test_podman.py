@@ -33,7 +33,7 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def podman_base(user, base_image) -> str:
     """The Docker engine's base image, copied into the user's store (the same image ID)."""
-    from imagekit import engine
+    from imagekit.engines import docker as engine
 
     want = engine.inspect(base_image).id
     have = user.podman("image", "inspect", "--format", "{{.Id}}", base_image)
@@ -94,6 +94,41 @@ def test_export_store_key_is_the_podman_image_id(user, built):
                           "-o", str(user.dir("out2") / "mpi.sqsh"), "--json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["store_hit"] is True
+
+
+RUN_ONCE = """\
+import json, sys
+from imagekit import engines, package_check
+tag = sys.argv[1]
+archives, why = package_check.archives_of(tag, "podman")    # no base labels: read through run_once
+ran = engines.of("podman").run_once(tag, ["/bin/cat", "/etc/debian_version"], timeout=120)
+print(json.dumps({"archives": [a.mirror for a in archives], "why": why, "rc": ran.returncode, "out": ran.stdout}))
+"""
+
+
+def test_run_once_reads_an_image_of_the_users_store_and_leaves_no_container(user, podman_base):
+    """The protocol's run_once (Podman's throwaway, created and started once): the package check
+    reads the apt sources of a Podman image that carries no io.imagekit.base labels, as it does
+    Docker's, and every container it made is gone."""
+    from imagekit import image_facts
+
+    tag, container = "imagekit-test/unlabelled:run-once", "imagekit-test-unlabelled"
+    user.podman("rm", "-f", container)
+    made = user.podman("create", "--name", container, podman_base, "/bin/true")
+    assert made.returncode == 0, made.stderr
+    try:
+        committed = user.podman("commit", "-q", "--change", f"LABEL {image_facts.BASE}=", container, tag)
+        assert committed.returncode == 0, committed.stderr
+        proc = user.run([user.imagekit_argv[0], "-c", RUN_ONCE, tag])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got = json.loads(proc.stdout)
+        assert got["archives"] and got["why"] == "", got
+        assert got["rc"] == 0 and got["out"].strip()[:2].isdigit(), got      # "12.x"
+        left = user.podman("ps", "-a", "--format", "{{.Names}}").stdout.split()
+        assert not [n for n in left if n.startswith("imagekit-run-")], left
+    finally:
+        user.podman("rm", "-f", container)
+        user.podman("rmi", "-f", tag)
 
 
 def test_no_change_rebuild_is_fully_cached(user, built):

@@ -1,0 +1,46 @@
+"""What every engine answers about one image: :class:`Image`, and the one "not found" error.
+
+Both live here, below the engines, so that each engine module gives the same shape back and raises
+the same class, and the package's ``__init__`` (which names the engines) imports neither back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from imagekit.errors import EngineError, NotFoundError
+
+# Docker's words: the default engine, and the one callers outside the engines raise this for.
+LOCAL_STORE = "the local engine"
+NOT_FOUND_HINT = "build it with `imagekit build STACK`, or `docker pull`/`docker load` it"
+
+
+class ImageMissing(EngineError, NotFoundError):
+    """The image is not in the engine's store: the one message, naming the image and the store, with the fix."""
+
+    exit_code = NotFoundError.exit_code
+
+    def __init__(self, ref: str, store: str = LOCAL_STORE, hint: str = NOT_FOUND_HINT) -> None:
+        super().__init__(f"image {ref!r} not found in {store}", hint)
+        self.ref = ref
+
+
+@dataclass(frozen=True)
+class Image:
+    """What ``docker image inspect`` (or Podman's, in the same shape) says about one image."""
+
+    ref: str                          # as asked for: a name, a tag or an id
+    id: str                           # sha256:...
+    labels: dict[str, str]
+    size: int                         # bytes
+    config: dict[str, Any]            # Env, Entrypoint, Cmd, WorkingDir, Volumes, Labels, ...
+    attrs: dict[str, Any] = field(repr=False)   # the whole inspect document (Architecture, ...)
+    # The engine's layer list (newest first, as ``docker history`` gives it); None where it has none.
+    layers: Callable[[str], list[dict[str, Any]]] | None = field(default=None, repr=False, compare=False)
+
+    def history(self) -> list[dict[str, Any]]:
+        """The image's layers, newest first, as ``docker history`` lists them."""
+        if self.layers is None:
+            raise EngineError(f"the engine that gave {self.ref} keeps no layer history")
+        return self.layers(self.id)
