@@ -5,7 +5,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from imagekit import check, engine, report
+from imagekit import engine, report
+from imagekit.checks import runner
 from imagekit.cli import main
 
 pytestmark = pytest.mark.engine
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.engine
 
 def test_report_attributes_every_layer_and_sizes_add_up(mpi_image, tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path))
-    check.run(mpi_image, check.checks_from_image(mpi_image))
+    runner.run(mpi_image, runner.checks_from_image(mpi_image))
     info = report.describe(mpi_image)
     assert info["stack"] == "debian-mpi" and info["attributed"]
     by_name = {c["name"]: c for c in info["components"]}
