@@ -8,10 +8,9 @@ from pathlib import Path
 
 import click
 
-from imagekit import base_image, pipeline, platforms
+from imagekit import base_image, image_report, pipeline, platforms
 from imagekit import checks as checks_mod
 from imagekit.build import TARGETS, BuildRequest
-from imagekit import report as report_mod
 from imagekit import stack as stack_mod
 from imagekit.checks import runner, runtimes
 from imagekit.cli.options import ENGINE, MIRROR, progress_printer
@@ -238,8 +237,8 @@ def report(image: str, as_json: bool) -> None:
       imagekit report imagekit/debian-mpi:latest
       imagekit report imagekit/debian-mpi:latest --json > debian-mpi.json
     """
-    info = report_mod.describe(image)
+    info = image_report.describe(image)
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
-        click.echo(report_mod.as_text(info))
+        click.echo(image_report.as_text(info))

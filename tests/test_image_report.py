@@ -5,7 +5,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from imagekit import engine, report
+from imagekit import engine, image_report
 from imagekit.checks import runner
 from imagekit.cli import main
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.engine
 def test_report_attributes_every_layer_and_sizes_add_up(mpi_image, tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path))
     runner.run(mpi_image, runner.checks_from_image(mpi_image))
-    info = report.describe(mpi_image)
+    info = image_report.describe(mpi_image)
     assert info["stack"] == "debian-mpi" and info["attributed"]
     by_name = {c["name"]: c for c in info["components"]}
     assert by_name["nccl"]["bytes"] > 200_000_000  # the wheel's libnccl.so.2
@@ -31,9 +31,9 @@ def test_report_attributes_every_layer_and_sizes_add_up(mpi_image, tmp_path, mon
 
 def test_report_on_a_foreign_image_lists_layers_without_guessing(base_image, tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path))
-    info = report.describe(base_image)
+    info = image_report.describe(base_image)
     assert info["stack"] is None and not info["attributed"] and info["components"] == []
-    assert "not an imagekit image" in report.as_text(info)
+    assert "not an imagekit image" in image_report.as_text(info)
 
 
 def test_report_on_a_missing_image_says_so():
