@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from imagekit import owners
+from imagekit import leases
 from imagekit.engine import Image
 from imagekit.errors import EngineError, NotFoundError
 
@@ -271,7 +271,7 @@ def remove(*refs: str) -> None:
 def throwaway(image: str, *, options: Sequence[str] = (), purpose: str = "tmp") -> Iterator[str]:
     """An idle container of ``image`` (for ``podman exec``), removed however the body ends."""
     name = f"imagekit-{purpose}-{uuid.uuid4().hex[:12]}"
-    run(["create", "--name", name, *owners.label_args(), "--entrypoint", IDLE[0], *options, image, *IDLE[1:]],
+    run(["create", "--name", name, *leases.label_args(), "--entrypoint", IDLE[0], *options, image, *IDLE[1:]],
         what=f"creating a container of {image}")
     try:
         run(["start", name], what=f"starting a container of {image}")

@@ -202,10 +202,10 @@ def test_labels_are_read_from_a_real_image(base_image, tmp_path):
 
 @pytest.mark.engine
 def test_probe_finds_mpi_in_a_throwaway_container_and_leaves_none(mpi_image, base_image):
-    from imagekit import engine, owners
+    from imagekit import engine, leases
 
     def mine():
-        return engine.client().containers.list(all=True, filters={"label": f"{owners.LABEL}={owners.me()}"},
+        return engine.client().containers.list(all=True, filters={"label": f"{leases.LABEL}={leases.me()}"},
                                                sparse=True)
 
     before = mine()
