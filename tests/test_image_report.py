@@ -42,7 +42,7 @@ def test_report_on_a_missing_image_says_so():
 
 
 def test_report_shows_exports_still_on_disk_and_counts_the_gone(mpi_image, tmp_path, monkeypatch):
-    from imagekit import records
+    from imagekit import ledger
 
     monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path / "state"))
     image_id = engine.client().images.get(mpi_image).id
@@ -50,8 +50,8 @@ def test_report_shows_exports_still_on_disk_and_counts_the_gone(mpi_image, tmp_p
     kept.write_bytes(b"k" * 10)
     replaced.write_bytes(b"r" * 7)
     for path, size in ((kept, 10), (gone, 5), (replaced, 99)):
-        records.add(image_id, "export", format="enroot", path=str(path), bytes=size, sha256="ab" * 32)
-    records.add(image_id, "export", format="enroot", path=str(kept), bytes=10, sha256="cd" * 32)  # again
+        ledger.add(image_id, "export", format="enroot", path=str(path), bytes=size, sha256="ab" * 32)
+    ledger.add(image_id, "export", format="enroot", path=str(kept), bytes=10, sha256="cd" * 32)  # again
     text = CliRunner().invoke(main, ["report", mpi_image]).output
     assert text.count("export: enroot") == 1 and str(kept) in text and str(gone) not in text
     assert "2 earlier exports no longer on disk or replaced" in text

@@ -366,7 +366,7 @@ def test_outputs_are_links_on_the_same_file_system_and_copies_elsewhere(tmp_path
 @pytest.mark.engine
 def test_reexport_of_an_unchanged_image_is_a_lookup(odd_image, tmp_path, monkeypatch):
     """The second export neither converts, nor talks to the docker package, nor hashes."""
-    from imagekit import engine, records
+    from imagekit import engine, ledger
     from imagekit.export import ExportRequest, export_image, output, squash
 
     monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path / "state"))
@@ -387,7 +387,7 @@ def test_reexport_of_an_unchanged_image_is_a_lookup(odd_image, tmp_path, monkeyp
     assert json.loads(second.to_json())["store_hit"] is True
     # imagekit report still lists both outputs (the records are per output path)
     image_id = engine.image_id(odd_image)
-    paths = {r["path"] for r in records.for_image(image_id) if r["kind"] == "export"}
+    paths = {r["path"] for r in ledger.for_image(image_id) if r["kind"] == "export"}
     assert {str(tmp_path / "a.sqsh"), str(tmp_path / "b.sqsh")} <= paths
 
 

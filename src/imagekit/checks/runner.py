@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import emulation, engine, engines, export, image_facts, podman, records
+from imagekit import emulation, engine, engines, export, image_facts, ledger, podman
 from imagekit import checks as checks_mod
 from imagekit.atomic import target
 from imagekit.checks import runtimes
@@ -195,7 +195,7 @@ def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: s
         counts = report.counts()
 
         if image_id is not None:   # an engine image: `imagekit report` shows its last check
-            records.add(image_id, "check", image=image, passed=counts["passed"],
+            ledger.add(image_id, "check", image=image, passed=counts["passed"],
                         failed=counts["failed"], not_run=counts["not-run"], with_=list(with_))
         if junit:
             with target(junit) as tmp:
