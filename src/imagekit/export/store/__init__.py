@@ -54,7 +54,7 @@ from imagekit.export.store.holds import HOLD_MAX_AGE, HoldRefused
 from imagekit.export.store.keys import (ARTIFACT_OPTION, FORMAT_VERSION, SUFFIX, StoreKey, content_neutral,
                                         default_root)
 from imagekit.export.store.locks import HEARTBEAT, LOCK_STALE
-from imagekit.export.store.outputs import link_or_copy, need_space
+from imagekit.export.store.delivery import link_or_copy, need_space
 from imagekit.export.store.trust import Trust, UntrustedEntry, UntrustedStore
 
 __all__ = ["ARTIFACT_OPTION", "Entry", "EntryGone", "FORMAT_VERSION", "HEARTBEAT", "HOLD_MAX_AGE",

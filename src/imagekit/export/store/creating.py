@@ -17,7 +17,7 @@ from imagekit.export.store import locks, nofollow, wake
 from imagekit.export.store.base import Made, NotPublisher, fsync_dir, no_space
 from imagekit.export.store.entries import META, Entry, meta_for, read_entry
 from imagekit.export.store.keys import SUFFIX, StoreKey
-from imagekit.export.store.outputs import need_space
+from imagekit.export.store.delivery import need_space
 from imagekit.export.store.verify import seal_of, sha256_file
 
 

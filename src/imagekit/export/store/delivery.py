@@ -1,4 +1,4 @@
-"""Putting an entry at an output path (a hard link, else a copy), sizes and free space."""
+"""Delivering an entry at an output path (a hard link, else a copy), and the free-space check before a write."""
 
 from __future__ import annotations
 
