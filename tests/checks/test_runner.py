@@ -111,7 +111,7 @@ def test_check_kinds_round_trip_through_the_label():
 def test_the_library_closure_names_what_is_missing_in_its_old_and_new_label_form(mpi_image):
     """Images built before the ldd_closure kind carry the closure as a run check: both forms pass on
     the real image and fail on a copy without libucp, naming the library."""
-    from test_checks import OLD_LDD_CLOSURE
+    from test_kinds import OLD_LDD_CLOSURE
 
     new = [c for c in checks.stack_checks(stack.load("debian-mpi")) if c.id == "image.ldd_closure"]
     assert [c.kind for c in new] == ["ldd_closure"]
