@@ -34,8 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from imagekit import base_image, build, check, platforms, registry, stack  # noqa: E402
+from imagekit import base_image, build, checks, platforms, registry, stack  # noqa: E402
 from imagekit.engines import docker as engine  # noqa: E402
+from imagekit.checks import runner  # noqa: E402
 from imagekit.export import ExportRequest, export_image  # noqa: E402
 from imagekit.export import pyxis_importer  # noqa: E402
 from imagekit.export.push import push_image, push_platforms  # noqa: E402
@@ -145,7 +146,7 @@ def main() -> None:
         s = stack.load(args.cuda, platform="linux/arm64", mirror=args.mirror)
         with record.timer() as t:
             result = build.build(s, build.BuildRequest(log_dir=LOGS))
-            report = check.run(result.tags[0], check.stack_checks(s, "runtime"))
+            report = runner.run(result.tags[0], checks.stack_checks(s, "runtime"))
         took = t.wall
         c = report.counts()
         print(f"\n| {args.cuda} for linux/arm64, emulated | {took / 60:.0f} min build + checks | "

@@ -29,7 +29,7 @@ import record
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from imagekit import base_image, build, check, stack  # noqa: E402
+from imagekit import base_image, build, checks, stack  # noqa: E402
 from imagekit.engines import docker as engine  # noqa: E402
 
 LOGS = Path("build/bench-logs")
@@ -115,7 +115,7 @@ def main() -> None:
     print(f"\nimage sizes: devel {devel_size / 1e6:.0f} MB, runtime {runtime_size / 1e6:.0f} MB, "
           f"runtime/devel = {ratio:.2f} (target <= 0.40: {'met' if ratio <= 0.40 else 'NOT met'})")
     base = engine.client().images.get(s.base.runtime).attrs["Size"]
-    prefixes = check.elf_prefixes(s) + (list(VENV_PARTS) if s.has("pytorch") else [])
+    prefixes = checks.elf_prefixes(s) + (list(VENV_PARTS) if s.has("pytorch") else [])
     sizes = du(s.image, prefixes)
     print("each component's share of the runtime image:")
     print(f"  {'base image':<22} {base / 1e6:>7.0f} MB  {base / runtime_size:>4.0%}")

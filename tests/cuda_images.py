@@ -5,23 +5,23 @@ from __future__ import annotations
 
 import subprocess
 
-from imagekit import check
+from imagekit.checks import runner
+from imagekit.engines import docker as engine
 
 # Checks that need a GPU or an RDMA fabric: "not run" here, run where `--with gpu,fabric` is offered.
-from imagekit.engines import docker as engine
 HARDWARE_CHECKS = {"cuda.driver", "ucx.cuda", "nccl-tests.all_reduce", "gdrcopy.device", "ofed.devices",
                    "ucx.verbs"}
 
 
 def check_outcomes(image: str, specs) -> dict:
     """Each check's outcome on ``image``, by id."""
-    return {o.id: o for o in check.run(image, specs).outcomes}
+    return {o.id: o for o in runner.run(image, specs).outcomes}
 
 
 def green_but_hardware(image: str, more_hardware: frozenset[str] = frozenset()) -> dict:
     """Run the checks ``image`` carries: none fails, and exactly the hardware checks (and
     ``more_hardware``, those its own components add) are not run."""
-    result = check_outcomes(image, check.checks_from_image(image))
+    result = check_outcomes(image, runner.checks_from_image(image))
     bad = {i: o.detail for i, o in result.items() if o.status == "failed"}
     assert not bad, bad
     assert {i for i, o in result.items() if o.status == "not-run"} == HARDWARE_CHECKS | more_hardware

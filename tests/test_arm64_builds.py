@@ -17,7 +17,8 @@ import subprocess
 
 import pytest
 
-from imagekit import check as check_mod
+from imagekit import checks
+from imagekit.checks import runner
 from imagekit.engines import docker as engine
 from imagekit import stack as stack_mod
 from imagekit.launch import inside_out
@@ -48,7 +49,7 @@ def test_its_checks_pass_in_an_arm64_container(mpi_image_arm64):
     """Every check of the stack (the mpi4py ring over Open MPI with 2 ranks among them) in a
     container of the arm64 image."""
     stack = stack_mod.load("debian-mpi", platform="linux/arm64")
-    report = check_mod.run(mpi_image_arm64, check_mod.stack_checks(stack, "runtime"))
+    report = runner.run(mpi_image_arm64, checks.stack_checks(stack, "runtime"))
     assert report.ok, [(o.id, o.detail) for o in report.failed]
     ring = next(o for o in report.outcomes if o.id == "stack.mpi4py-ring")
     assert ring.status == "passed"

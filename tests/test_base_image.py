@@ -80,7 +80,8 @@ components:
 @pytest.mark.engine
 def test_trixie_base_with_non_free_builds_a_debian13_stack(write_stack, tmp_path):
     """Debian 13: contrib/non-free in the image's apt sources; its OpenMPI 5.0.7, PMIx 5.0.7, UCX 1.18."""
-    from imagekit import build, check, stack
+    from imagekit import build, checks, stack
+    from imagekit.checks import runner
 
     tag = base_mod.ensure("debian:trixie", components=("main", "contrib", "non-free"), log=lambda *_: None)
     sources = subprocess.run([engine.docker_cli(), "run", "--rm", tag, "sh", "-c",
@@ -91,7 +92,7 @@ def test_trixie_base_with_non_free_builds_a_debian13_stack(write_stack, tmp_path
     s = stack.load(write_stack(TRIXIE))
     assert [s.get(n).version for n in ("openmpi", "pmix", "ucx")] == ["5.0.7", "5.0.7", "1.18.1"]
     image = build.build(s, build.BuildRequest(log_dir=tmp_path)).tags[0]
-    report = check.run(image, check.stack_checks(s))
+    report = runner.run(image, checks.stack_checks(s))
     assert not report.failed, [(o.id, o.detail) for o in report.failed]
     # Open MPI 5's PMIx check reads the configure line: an internal PMIx must fail it.
     (tmp_path / "Dockerfile").write_text(
@@ -101,7 +102,7 @@ def test_trixie_base_with_non_free_builds_a_debian13_stack(write_stack, tmp_path
     subprocess.run([engine.docker_cli(), "build", "-q", "-t", broken, str(tmp_path)], check=True,
                    capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "1"})
     try:
-        outcomes = {o.id: o.status for o in check.run(broken, check.stack_checks(s)).outcomes}
+        outcomes = {o.id: o.status for o in runner.run(broken, checks.stack_checks(s)).outcomes}
         assert outcomes["openmpi.pmix_external"] == "failed"
     finally:
         subprocess.run([engine.docker_cli(), "rmi", "-f", image, broken], capture_output=True)

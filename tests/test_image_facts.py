@@ -10,7 +10,7 @@ import pytest
 
 from imagekit import image_facts
 from imagekit.image_facts import reader, writer
-from imagekit.check import stack_checks
+from imagekit.checks import stack_checks
 from imagekit.image_facts import LabelSchemaError
 from stack_helpers import DEBIAN, load_text
 

@@ -20,8 +20,9 @@ import subprocess
 
 import pytest
 
-from imagekit import check, checks, login_env
+from imagekit import checks, login_env
 from imagekit.engines import docker as engine
+from imagekit.checks import runner
 
 pytestmark = pytest.mark.engine
 
@@ -251,7 +252,7 @@ def test_the_login_env_check_passes_the_images_own_profile_scripts_and_catches_a
                           text=True, env={**os.environ, "DOCKER_BUILDKIT": "1"})
     assert proc.returncode == 0, proc.stderr
     try:
-        report = check.run(tag, [checks.LOGIN_ENV])
+        report = runner.run(tag, [checks.LOGIN_ENV])
         assert report.ok is ok, [(o.id, o.detail) for o in report.outcomes]
         if not ok:
             (failed,) = report.failed

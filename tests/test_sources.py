@@ -56,7 +56,7 @@ def test_a_file_missing_from_the_mirror_names_component_url_and_path(write_stack
     empty = tmp_path / "mirror"
     empty.mkdir()
     s = stack.load(write_stack(_stack_text("ab" * 32)), mirror=str(empty))
-    with pytest.raises(sources.SourceError) as err:
+    with pytest.raises(sources.UpstreamSourceError) as err:
         sources.stage(s, tmp_path / "ctx")
     text = str(err.value)
     assert "gdrcopy: gdrcopy-2.5.1.tar.gz is not in the mirror" in text
@@ -69,7 +69,7 @@ def test_a_checksum_mismatch_names_both_digests_and_the_fix(site_mirror, write_s
     altered.mkdir()
     (altered / GDRCOPY).write_bytes((site_mirror / GDRCOPY).read_bytes() + b"\0")
     s = stack.load(write_stack(_stack_text(_pin(site_mirror))), mirror=str(altered))
-    with pytest.raises(sources.SourceError) as err:
+    with pytest.raises(sources.UpstreamSourceError) as err:
         sources.stage(s, tmp_path / "ctx")
     text = str(err.value)
     assert "checksum mismatch" in text and _pin(site_mirror) in text and str(altered / GDRCOPY) in text

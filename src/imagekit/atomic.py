@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from imagekit import owners, quoting
+from imagekit import leases, quoting
 from imagekit.errors import OutputError
 
 # errno -> what it means for an output directory, in words (not a Python exception's repr).
@@ -74,8 +74,8 @@ def target(path: str | os.PathLike, mode: int = 0o644, sync: bool = False) -> It
     final = Path(path)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        owners.sweep_parts(final)  # what a killed earlier run left (never a live writer's)
-        fd, tmp = tempfile.mkstemp(prefix=owners.part_prefix(final), suffix=".part", dir=final.parent)
+        leases.sweep_parts(final)  # what a killed earlier run left (never a live writer's)
+        fd, tmp = tempfile.mkstemp(prefix=leases.part_prefix(final), suffix=".part", dir=final.parent)
     except OSError as exc:
         raise unwritable(final, exc, str(final)) from None
     os.close(fd)

@@ -10,9 +10,10 @@ import datetime as dt
 
 from imagekit import atomic, package_check, sources
 from imagekit import build as build_mod
-from imagekit import check as check_mod
+from imagekit import checks
 from imagekit import stack as stack_mod
 from imagekit.build import BuildRequest
+from imagekit.checks import runner
 from imagekit.attest import keys as keys_mod
 from imagekit.attest.provenance import BuildRun
 from imagekit.errors import ImagekitError
@@ -115,7 +116,7 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
             entry["signed"] = signed.as_dict()
             log(f"signed {image} ({key.key.keyid}): SBOM and provenance in {signed.bundle}")
         if request.check:
-            report = check_mod.run(image, check_mod.stack_checks(stack, build.target), engine_name=images.name)
+            report = runner.run(image, checks.stack_checks(stack, build.target), engine_name=images.name)
             entry["check"] = report.as_dict()
             counts = report.counts()
             log(f"checked {image}: {counts['passed']} passed, {counts['failed']} failed, "

@@ -82,7 +82,7 @@ PINS: dict[tuple[str, str], str] = {
 
 
 
-class SourceError(ImagekitError):
+class UpstreamSourceError(ImagekitError):
     """A missing mirror file or a checksum mismatch: names the component, URL and mirror path."""
 
     exit_code = 2
@@ -212,7 +212,7 @@ def fetch(artifact: Artifact, mirror: str) -> Path:
     if not _is_url(mirror):
         path = Path(where)
         if not path.is_file():
-            raise SourceError(
+            raise UpstreamSourceError(
                 f"{artifact.component}: {artifact.filename} is not in the mirror\n"
                 f"  upstream: {artifact.url}\n  mirror:   {where}",
                 f"put upstream's {artifact.filename} at {where}, or build without the mirror")
@@ -228,7 +228,7 @@ def fetch(artifact: Artifact, mirror: str) -> Path:
             shutil.copyfileobj(response, out, 1 << 20)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise SourceError(
+        raise UpstreamSourceError(
             f"{artifact.component}: cannot fetch {artifact.filename} from the mirror ({exc})\n"
             f"  upstream: {artifact.url}\n  mirror:   {where}",
             "check the mirror URL (--mirror, $IMAGEKIT_MIRROR or the stack's `mirror:`)") from None
@@ -243,7 +243,7 @@ def fetch(artifact: Artifact, mirror: str) -> Path:
 def _verify(artifact: Artifact, path: Path, where: str) -> None:
     found = sha256_file(path)
     if found != artifact.sha256:
-        raise SourceError(
+        raise UpstreamSourceError(
             f"{artifact.component}: checksum mismatch for {artifact.filename}\n"
             f"  upstream: {artifact.url}\n  mirror:   {where}\n"
             f"  expected: {artifact.sha256} ({artifact.origin})\n  got:      {found}",

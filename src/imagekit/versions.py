@@ -47,8 +47,8 @@ class Row:
         return asdict(self)
 
 
-class IndexError_(ImagekitError):
-    """pip itself could not be run."""
+class PackageIndexError(ImagekitError):
+    """pip itself could not be run to ask the package index."""
 
     exit_code = 2
 
@@ -63,8 +63,8 @@ def served(package: str) -> list[str]:
             proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package,
                                    "--disable-pip-version-check"], capture_output=True, text=True, timeout=180)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise IndexError_(f"cannot ask the package index about {package}: {exc}",
-                              "check pip's index settings (pip config list)") from None
+            raise PackageIndexError(f"cannot ask the package index about {package}: {exc}",
+                                    "check pip's index settings (pip config list)") from None
         found = re.search(r"^Available versions: (.*)$", proc.stdout, re.M)
         _INDEX_CACHE[package] = [v.strip() for v in found.group(1).split(",")] if found else []
     return _INDEX_CACHE[package]

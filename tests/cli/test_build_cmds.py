@@ -2,7 +2,7 @@
 results are made from the same classes the pipeline fills; tests/test_pipeline.py builds for real)."""
 
 from imagekit.build import BuildResult
-from imagekit.check import Outcome, Report
+from imagekit.checks.runner import Outcome, Report
 from imagekit.cli import build_cmds
 from imagekit.export.output import ExportResult
 

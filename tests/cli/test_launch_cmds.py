@@ -54,19 +54,19 @@ def test_cleanup_removes_the_jobs_containers_and_network_and_nothing_else(base_i
 
     from click.testing import CliRunner
 
-    from imagekit import owners
+    from imagekit import leases
     from imagekit.engines import docker as engine
     from imagekit.cli import main
     from imagekit.launch.common import JOB_LABEL
 
     client = engine.client()
     job, other = f"iktest{uuid.uuid4().hex[:8]}", f"iktest{uuid.uuid4().hex[:8]}"
-    made = [client.containers.create(base_image, labels={JOB_LABEL: j, **owners.labels()}) for j in (job, job, other)]
-    nets = [client.networks.create(f"imagekit-{j}", labels={JOB_LABEL: j, **owners.labels()}) for j in (job, other)]
+    made = [client.containers.create(base_image, labels={JOB_LABEL: j, **leases.labels()}) for j in (job, job, other)]
+    nets = [client.networks.create(f"imagekit-{j}", labels={JOB_LABEL: j, **leases.labels()}) for j in (job, other)]
     try:
         result = CliRunner().invoke(main, ["launch", "cleanup", "--job", job])
         assert result.exit_code == 0 and "removed 3 object(s)" in result.output
-        mine = {"label": f"{owners.LABEL}={owners.me()}"}    # not other runs' jobs on the same engine
+        mine = {"label": f"{leases.LABEL}={leases.me()}"}    # not other runs' jobs on the same engine
         left = {c.id for c in client.containers.list(all=True, filters=mine, sparse=True)}
         left_nets = {n.id for n in client.networks.list(filters=mine)}
         assert {c.id for c in made} & left == {made[2].id} and {n.id for n in nets} & left_nets == {nets[1].id}

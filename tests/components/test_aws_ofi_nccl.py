@@ -16,8 +16,9 @@ import subprocess
 import pytest
 
 from added_alone import assert_added_alone
-from imagekit import build, check, stack
+from imagekit import build, checks, stack
 from imagekit.engines import docker as engine
+from imagekit.checks import runner
 from imagekit.errors import StackError
 from imagekit.image_facts import writer
 
@@ -109,7 +110,7 @@ def test_it_builds_on_the_offline_cuda_stack_and_its_checks_catch_a_broken_copy(
     s = _stack(tmp_path, site_mirror)
     result = build.build(s, build.BuildRequest(log_dir=os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")))
     image = result.tags[0]
-    report = check.run(image, check.stack_checks(s))
+    report = runner.run(image, checks.stack_checks(s))
     outcome = {o.id: o for o in report.outcomes}
     assert all(outcome[c].status == "passed" for c in CHECKS), [(o.id, o.detail) for o in report.failed]
     assert report.ok, [(o.id, o.detail) for o in report.failed]
@@ -118,7 +119,7 @@ def test_it_builds_on_the_offline_cuda_stack_and_its_checks_catch_a_broken_copy(
     (tmp_path / "broken" / "Dockerfile").write_text(f"FROM {image}\nRUN {BREAK.strip().replace(chr(10), ' && ')}\n")
     subprocess.run([engine.docker_cli(), "build", "-q", "-t", "imagekit-test/efa-broken", str(tmp_path / "broken")],
                    check=True, capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "1"})
-    broken = {o.id: o.status for o in check.run("imagekit-test/efa-broken", check.stack_checks(s)).outcomes}
+    broken = {o.id: o.status for o in runner.run("imagekit-test/efa-broken", checks.stack_checks(s)).outcomes}
     assert {c for c in CHECKS if broken[c] == "failed"} == CHECKS, broken
 
 

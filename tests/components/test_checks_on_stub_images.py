@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 import pytest
 
 import stub_image
-from imagekit import check, stack
+from imagekit import checks, stack
+from imagekit.checks import runner
 
 pytestmark = pytest.mark.engine
 
-# Stacks built and checked for real (green and red): debian-mpi in tests/test_check.py,
+# Stacks built and checked for real (green and red): debian-mpi in tests/checks/test_runner.py,
 # debian-cuda in tests/components/test_cuda_image.py, debian-cuda12 in
 # tests/components/test_cuda12_image.py, debian-pytorch in tests/components/test_pytorch_image.py. Checks only they bring run there, except the hardware
 # checks (a GPU, a fabric), which no image here can pass: those run on the stubs.
@@ -49,7 +50,7 @@ EXCLUDED = {
     "gdrcopy.device": "tests the host's character device /dev/gdrdrv (gdrdrv kernel module); a container's /dev "
                       "is a fresh tmpfs at run time, so no image can carry it",
     "image.ldd_closure": "a library closure needs the real binaries: checked green and red on the real "
-                         "debian-mpi and debian-cuda images (test_check.py, test_cuda_image.py)",
+                         "debian-mpi and debian-cuda images (test_runner.py, test_cuda_image.py)",
     "nccl-tests.loads_nccl": "which NCCL real nccl-tests binaries load: checked green and red on the real "
                              "debian-cuda image (test_cuda_image.py)",
 }
@@ -81,7 +82,7 @@ def collect() -> tuple[list[Entry], list[Entry]]:
         for variant in stack.load_all(path):
             if variant.base.arch != STUB_ARCH:
                 continue
-            for c in check.stack_checks(variant):
+            for c in checks.stack_checks(variant):
                 spec = c.as_dict()
                 key = (spec["id"], spec["kind"], spec[spec["kind"]])
                 entry = groups.setdefault(key, {}).setdefault(json.dumps(spec, sort_keys=True), Entry(spec))
@@ -93,7 +94,7 @@ def collect() -> tuple[list[Entry], list[Entry]]:
     for e in entries:
         e.run_id = e.id if per_id[e.id] == 1 else f"{e.id}@{min(e.stacks)}"
     # Where stacks disagree on what one command must print, the stub image plays the CUDA stacks;
-    # the offline stack's expectation is the real image's (tests/test_check.py).
+    # the offline stack's expectation is the real image's (tests/checks/test_runner.py).
     real = REAL_STACKS | set(PLAYED_BY_REAL)
     offline_only = [e for group in groups.values() for e in group.values()
                     if e.stacks <= real and not e.spec.get("needs")]
@@ -137,9 +138,9 @@ def test_excluded_names_only_checks_that_exist():
 
 
 def test_checks_left_to_the_real_offline_image_are_in_it(mpi_image):
-    """The offline stack's own expectations (e.g. UCX 1.13.1) are checked on the real image by test_check.py."""
+    """The offline stack's own expectations (e.g. UCX 1.13.1) are checked on the real image (checks/test_runner.py)."""
     assert OFFLINE_ONLY, "expected the offline and CUDA stacks to disagree on some versions"
-    real = {json.dumps(s, sort_keys=True) for s in check.checks_from_image(mpi_image)}
+    real = {json.dumps(s, sort_keys=True) for s in runner.checks_from_image(mpi_image)}
     missing = [e.run_id for e in OFFLINE_ONLY if OFFLINE_STACK in e.stacks
                and json.dumps(e.spec, sort_keys=True) not in real]
     assert not missing, f"not carried by the offline image, so checked nowhere: {missing}"
@@ -148,7 +149,7 @@ def test_checks_left_to_the_real_offline_image_are_in_it(mpi_image):
 def test_every_check_passes_on_the_good_stub_image(stub_images):
     good, _ = stub_images
     entries = [e for e in ENTRIES if e.id not in EXCLUDED and e not in OFFLINE_ONLY]
-    report = check.run(good, [e.run_spec() for e in entries], assume=("gpu", "fabric"))
+    report = runner.run(good, [e.run_spec() for e in entries], assume=("gpu", "fabric"))
     outcomes = {o.id: o for o in report.outcomes}
     assert set(outcomes) == {e.run_id for e in entries}
     wrong = {i: (o.status, o.detail) for i, o in outcomes.items() if o.status != "passed"}
@@ -158,7 +159,7 @@ def test_every_check_passes_on_the_good_stub_image(stub_images):
 def test_every_check_fails_on_the_broken_stub_image(stub_images):
     _, broken = stub_images
     entries = [e for e in ENTRIES if e.id not in EXCLUDED and e not in OFFLINE_ONLY]
-    report = check.run(broken, [e.run_spec() for e in entries], assume=("gpu", "fabric"))
+    report = runner.run(broken, [e.run_spec() for e in entries], assume=("gpu", "fabric"))
     outcomes = {o.id: o for o in report.outcomes}
     assert set(outcomes) == {e.run_id for e in entries}
     missed = sorted(i for i, o in outcomes.items() if o.status != "failed")

@@ -16,8 +16,8 @@ import pytest
 
 from broken_images import broken_copy
 from cuda_images import check_outcomes, green_but_hardware, image_sizes
-from imagekit import check
 from imagekit.engines import docker as engine
+from imagekit.checks import runner
 
 pytestmark = pytest.mark.engine
 
@@ -52,7 +52,7 @@ def test_runtime_image_passes_every_check_and_leaves_gpu_checks_not_run(cuda12_i
 
 def test_devel_image_has_debians_nvcc_12_4_with_gcc_13(cuda12_images):
     _, devel = cuda12_images
-    outcomes = check_outcomes(devel, check.checks_from_image(devel))
+    outcomes = check_outcomes(devel, runner.checks_from_image(devel))
     assert outcomes["cuda.nvcc"].status == "passed", outcomes["cuda.nvcc"].detail
     assert not [i for i, o in outcomes.items() if o.status == "failed"]
     # CUDA 12.4 supports gcc <= 13; trixie's gcc is 14. Debian's nvcc.profile puts wrappers named gcc/g++
@@ -108,11 +108,11 @@ def test_each_check_catches_a_broken_copy(cuda12_images, tmp_path):
     broken_rt = broken_copy(runtime, BREAK_RUNTIME, "imagekit-test/cuda12-broken:runtime", tmp_path / "rt")
     broken_dv = broken_copy(devel, BREAK_DEVEL, "imagekit-test/cuda12-broken:devel", tmp_path / "dv")
     try:
-        outcomes = check_outcomes(broken_rt, check.checks_from_image(runtime))
+        outcomes = check_outcomes(broken_rt, runner.checks_from_image(runtime))
         failed = {i for i, o in outcomes.items() if o.status == "failed"}
         assert BROKEN_RUNTIME_FAILS <= failed, BROKEN_RUNTIME_FAILS - failed
         assert "libcudart.so.12 => not found" in outcomes["image.ldd_closure"].detail
         assert "/opt/other/libnccl.so.2" in outcomes["nccl-tests.loads_nccl"].detail
-        assert check_outcomes(broken_dv, check.checks_from_image(devel))["cuda.nvcc"].status == "failed"
+        assert check_outcomes(broken_dv, runner.checks_from_image(devel))["cuda.nvcc"].status == "failed"
     finally:
         subprocess.run([engine.docker_cli(), "rmi", "-f", broken_rt, broken_dv], capture_output=True)

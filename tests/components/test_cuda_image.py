@@ -16,8 +16,9 @@ import pytest
 
 from broken_images import broken_copy
 from cuda_images import check_outcomes, green_but_hardware, image_sizes
-from imagekit import check, stack
+from imagekit import stack
 from imagekit.engines import docker as engine
+from imagekit.checks import runner
 
 pytestmark = pytest.mark.engine
 
@@ -62,7 +63,7 @@ def test_runtime_image_passes_every_check_and_leaves_gpu_checks_not_run(cuda_ima
 
 def test_devel_image_has_the_stacks_nvcc(cuda_images):
     _, devel = cuda_images
-    outcomes = check_outcomes(devel, check.checks_from_image(devel))
+    outcomes = check_outcomes(devel, runner.checks_from_image(devel))
     assert outcomes["cuda.nvcc"].status == "passed"
     assert outcomes["nccl-tests.sm_code"].status == "passed", outcomes["nccl-tests.sm_code"].detail
     assert not [i for i, o in outcomes.items() if o.status == "failed"]
@@ -86,12 +87,12 @@ def test_each_check_catches_a_broken_copy(cuda_images, tmp_path):
     broken_rt = broken_copy(runtime, BREAK_RUNTIME, "imagekit-test/cuda-broken:runtime", tmp_path / "rt")
     broken_dv = broken_copy(devel, BREAK_DEVEL, "imagekit-test/cuda-broken:devel", tmp_path / "dv")
     try:
-        outcomes = check_outcomes(broken_rt, check.checks_from_image(runtime))
+        outcomes = check_outcomes(broken_rt, runner.checks_from_image(runtime))
         failed = {i for i, o in outcomes.items() if o.status == "failed"}
         assert BROKEN_RUNTIME_FAILS <= failed, BROKEN_RUNTIME_FAILS - failed
         assert "libucs.so.0 => not found" in outcomes["image.ldd_closure"].detail
         assert "/opt/other/libnccl.so.2" in outcomes["nccl-tests.loads_nccl"].detail
-        devel_outcomes = check_outcomes(broken_dv, check.checks_from_image(devel))
+        devel_outcomes = check_outcomes(broken_dv, runner.checks_from_image(devel))
         assert devel_outcomes["cuda.nvcc"].status == "failed"
         assert devel_outcomes["nccl-tests.sm_code"].status == "failed"
         assert "sm_90.cubin" in devel_outcomes["nccl-tests.sm_code"].detail

@@ -11,13 +11,13 @@ import re
 
 import pytest
 
-from imagekit import check, stack
+from imagekit import checks, stack
 from imagekit.components.nccl_tests import loads_nccl_pattern
 
 
 def _loads_nccl(variant: str) -> str:
     s = stack.load(variant)
-    (c,) = [c for c in check.stack_checks(s) if c.id == "nccl-tests.loads_nccl"]
+    (c,) = [c for c in checks.stack_checks(s) if c.id == "nccl-tests.loads_nccl"]
     return c.as_dict()["expect"]
 
 

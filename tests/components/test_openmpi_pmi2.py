@@ -18,10 +18,11 @@ import sys
 import pytest
 from broken_images import committed_copy
 
-from imagekit import build, check, stack
+from imagekit import build, stack
+from imagekit.checks import runner
+from imagekit.engines import docker as engine
 
 # Open MPI 4.1 from source on Debian 12 and 13, cold: CI's heavy tier (tests/heavy_plugin.py).
-from imagekit.engines import docker as engine
 pytestmark = [pytest.mark.engine, pytest.mark.slurm, pytest.mark.heavy]
 
 STACK = """\
@@ -74,7 +75,7 @@ def srun_pmi2(cluster, image_file: str) -> subprocess.CompletedProcess:
 
 
 def test_srun_mpi_pmi2_wires_two_ranks(cluster, pmi2_image, tmp_path):
-    report = check.run(pmi2_image, check.checks_from_image(pmi2_image))
+    report = runner.run(pmi2_image, runner.checks_from_image(pmi2_image))
     assert report.failed == [], [(o.id, o.detail) for o in report.failed]
     assert {o.id: o.status for o in report.outcomes}["openmpi.pmi2"] == "passed"
     proc = srun_pmi2(cluster, sqsh(pmi2_image, tmp_path))
@@ -84,7 +85,7 @@ def test_srun_mpi_pmi2_wires_two_ranks(cluster, pmi2_image, tmp_path):
 
 
 def test_without_the_s2_component_the_check_and_the_launch_fail(cluster, broken_image, tmp_path):
-    report = check.run(broken_image, check.checks_from_image(broken_image))
+    report = runner.run(broken_image, runner.checks_from_image(broken_image))
     assert "openmpi.pmi2" in {o.id for o in report.failed}
     proc = srun_pmi2(cluster, sqsh(broken_image, tmp_path))
     out = proc.stdout + proc.stderr

@@ -20,8 +20,8 @@ import pytest
 
 from broken_images import broken_copy
 from cuda_images import check_outcomes, green_but_hardware
-from imagekit import check
 from imagekit.engines import docker as engine
+from imagekit.checks import runner
 
 pytestmark = pytest.mark.engine
 
@@ -52,7 +52,7 @@ rm -f /usr/bin/cc /usr/bin/gcc /usr/bin/gcc-12 /usr/bin/x86_64-linux-gnu-gcc-12
 
 
 def _torch_specs(image: str) -> list:
-    return [s for s in check.checks_from_image(image) if s["id"] in TORCH_CHECKS]
+    return [s for s in runner.checks_from_image(image) if s["id"] in TORCH_CHECKS]
 
 
 def test_runtime_image_passes_every_check_and_leaves_gpu_checks_not_run(pytorch_images):
@@ -74,7 +74,7 @@ def test_the_labels_record_the_nccl_torch_loads(pytorch_images):
 
 def test_devel_image_passes_its_checks(pytorch_images):
     _, devel = pytorch_images
-    outcomes = check_outcomes(devel, check.checks_from_image(devel))
+    outcomes = check_outcomes(devel, runner.checks_from_image(devel))
     assert not {i: o.detail for i, o in outcomes.items() if o.status == "failed"}
 
 

@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from added_alone import assert_site_component_alone
 from imagekit import cli, image_facts, render
 from imagekit.engines import docker as engine
-from imagekit import check as check_mod
 from imagekit import stack as stack_mod
 from imagekit.build import BuildRequest, build
+from imagekit.checks import runner
 from imagekit.components import contract_problems, registry
 from imagekit.errors import StackError
 
@@ -146,6 +146,6 @@ def test_an_image_built_with_a_site_component_carries_and_passes_its_checks(site
     facts = image_facts.from_labels(labels)
     assert facts.components["site-tools"].fact("origin").startswith("site_tools.py sha256:")
     assert facts.components["site-tools"].fact("motd") == "hello"
-    report = check_mod.run(result.tags[0], check_mod.checks_from_image(result.tags[0]))
+    report = runner.run(result.tags[0], runner.checks_from_image(result.tags[0]))
     outcome = {o.id: o.status for o in report.outcomes}
     assert outcome["site-tools.htop"] == "passed" and report.ok, report.as_dict()

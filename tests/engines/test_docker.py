@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from imagekit import owners
+from imagekit import leases
 from imagekit.engines import docker as engine
 from imagekit.errors import EngineError
 from slow_engine import SlowEngine
@@ -71,7 +71,7 @@ def test_throwaway_is_removed_when_the_body_raises(small_image):
 
 def test_throwaway_carries_the_owner_label(small_image):
     with engine.throwaway(small_image, idle=True) as cid:
-        assert _container(cid).labels[owners.LABEL] == owners.me()
+        assert _container(cid).labels[leases.LABEL] == leases.me()
         ran = subprocess.run([engine.docker_cli(), "exec", cid, "sh", "-c", "echo $IMAGEKIT_TEST_ENGINE"],
                              capture_output=True, text=True)
         assert ran.stdout.strip() == "1"
@@ -86,7 +86,7 @@ def test_a_throwaway_that_cannot_be_created_is_an_engine_error():
 
 def test_run_once_gives_exit_code_and_output_and_leaves_nothing(small_image):
     mine = lambda: [c.id for c in engine.client().containers.list(  # noqa: E731
-        all=True, filters={"label": f"{owners.LABEL}={owners.me()}"}, sparse=True)]
+        all=True, filters={"label": f"{leases.LABEL}={leases.me()}"}, sparse=True)]
     before = mine()
     done = engine.run_once(small_image, ["/bin/sh", "-c", "echo out; echo err >&2; exit 3"])
     assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
@@ -99,12 +99,12 @@ def test_remove_labelled_removes_containers_and_networks_with_that_value_and_not
     containers, networks = [], []
 
     def container(**labels):  # owner-labelled too: a killed test run's leftovers are swept
-        containers.append(client.containers.create(small_image, labels={**labels, **owners.labels()}))
+        containers.append(client.containers.create(small_image, labels={**labels, **leases.labels()}))
         return containers[-1].id
 
     def network(**labels):
         networks.append(client.networks.create(f"imagekit-test-{uuid.uuid4().hex[:8]}",
-                                               labels={**labels, **owners.labels()}))
+                                               labels={**labels, **leases.labels()}))
         return networks[-1].id
 
     try:
@@ -115,7 +115,7 @@ def test_remove_labelled_removes_containers_and_networks_with_that_value_and_not
         def present():
             # Only this process's (its owner label), and of those only this test's: the engine may hold
             # other runs' containers, some being removed meanwhile (sparse: no inspect that fails for them).
-            mine = {"label": f"{owners.LABEL}={owners.me()}"}
+            mine = {"label": f"{leases.LABEL}={leases.me()}"}
             return ({c.id for c in client.containers.list(all=True, filters=mine, sparse=True)}
                     | {n.id for n in client.networks.list(filters=mine)}) & (gone | kept)
 
@@ -136,7 +136,7 @@ def test_remove_labelled_with_a_timeout_ends_and_names_what_a_stuck_engine_left(
     """A launcher's Ctrl-C must end however slow the engine: the engine here never answers a removal."""
     client = engine.client()
     key = f"io.imagekit.test.{uuid.uuid4().hex[:8]}"
-    made = [client.containers.create(small_image, labels={key: "a", **owners.labels()}) for _ in range(2)]
+    made = [client.containers.create(small_image, labels={key: "a", **leases.labels()}) for _ in range(2)]
     try:
         with SlowEngine() as slow, monkeypatch.context() as env:
             slow.hold_deletes()

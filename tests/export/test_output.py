@@ -12,7 +12,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from imagekit import owners
+from imagekit import leases
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.export import ExportRequest, export_image, output
 
@@ -68,7 +68,7 @@ def test_sigterm_mid_stream_leaves_no_partial_file(base_image, tmp_path, fmt):
     proc = subprocess.Popen([sys.executable, "-m", "imagekit", "export", base_image, "--to", fmt,
                              "--no-store", "-o", str(out), "--preset", "none" if fmt == "enroot" else "gzip"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    owner = owners.of(proc.pid)     # the owner label value its container carries
+    owner = leases.of(proc.pid)     # the owner label value its container carries
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:        # wait until the temp file is growing
         parts = [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
@@ -83,7 +83,7 @@ def test_sigterm_mid_stream_leaves_no_partial_file(base_image, tmp_path, fmt):
     assert proc.returncode != 0
     assert list(tmp_path.iterdir()) == []
     # this export's own container only: other runs may share the engine
-    left = subprocess.run(["/usr/bin/docker", "ps", "-aq", "--filter", f"label={owners.LABEL}={owner}"],
+    left = subprocess.run(["/usr/bin/docker", "ps", "-aq", "--filter", f"label={leases.LABEL}={owner}"],
                           capture_output=True, text=True).stdout.split()
     assert left == [], "export container left behind"
 

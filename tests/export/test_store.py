@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import owners
+from imagekit import leases
 from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
 from imagekit.export import store as store_mod
 from imagekit.export.store import EntryGone, Store, find, link_or_copy
@@ -42,7 +42,7 @@ def dead_token() -> str:
     """The owner token of a process that has exited (this PID namespace of this host)."""
     proc = subprocess.Popen(["true"])
     proc.wait()
-    return f"{owners.where()}+{proc.pid}+1"
+    return f"{leases.where()}+{proc.pid}+1"
 
 
 def foreign_token() -> str:
@@ -233,7 +233,7 @@ def test_sweep_removes_only_dead_or_silent_owners_things(tmp_path):
     st.tmp_stale = 60
     tmp = tmp_path / "tmp"
     dead = tmp / f"k@{dead_token()}@abc"
-    live = tmp / f"k@{owners.me()}@abc"
+    live = tmp / f"k@{leases.me()}@abc"
     foreign_fresh = tmp / f"k@{foreign_token()}@abc"
     foreign_silent = tmp / f"k@{foreign_token()}@def"
     for d in (dead, live, foreign_fresh, foreign_silent):
@@ -244,7 +244,7 @@ def test_sweep_removes_only_dead_or_silent_owners_things(tmp_path):
     dead_lock = tmp_path / "locks/a.lock"
     dead_lock.write_text(dead_token())
     live_lock = tmp_path / "locks/b.lock"
-    live_lock.write_text(owners.me())
+    live_lock.write_text(leases.me())
     removed = set(st.sweep())
     assert removed == {dead, foreign_silent, dead_lock}
     assert live.exists() and foreign_fresh.exists() and live_lock.exists()
@@ -366,7 +366,7 @@ def test_outputs_are_links_on_the_same_file_system_and_copies_elsewhere(tmp_path
 @pytest.mark.engine
 def test_reexport_of_an_unchanged_image_is_a_lookup(odd_image, tmp_path, monkeypatch):
     """The second export neither converts, nor talks to the docker package, nor hashes."""
-    from imagekit import records
+    from imagekit import ledger
     from imagekit.engines import docker as engine
     from imagekit.export import ExportRequest, export_image, output, squash
 
@@ -388,7 +388,7 @@ def test_reexport_of_an_unchanged_image_is_a_lookup(odd_image, tmp_path, monkeyp
     assert json.loads(second.to_json())["store_hit"] is True
     # imagekit report still lists both outputs (the records are per output path)
     image_id = engine.image_id(odd_image)
-    paths = {r["path"] for r in records.for_image(image_id) if r["kind"] == "export"}
+    paths = {r["path"] for r in ledger.for_image(image_id) if r["kind"] == "export"}
     assert {str(tmp_path / "a.sqsh"), str(tmp_path / "b.sqsh")} <= paths
 
 

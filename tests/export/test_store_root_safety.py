@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from users import ALICE, BOB, TEAM, setpriv
 
-from imagekit import owners
+from imagekit import leases
 from imagekit.cli import main
 from imagekit.errors import ImagekitError
 from imagekit.export.store import Store
@@ -215,4 +215,4 @@ def test_a_link_another_user_plants_is_never_followed_by_root(shared_dir, point,
 
 def test_the_dead_owner_token_is_not_alive_here():
     """The property test's leftovers must look like a dead (or long gone) owner's to be swept at all."""
-    assert owners.local(DEAD) is False
+    assert leases.local(DEAD) is False

@@ -26,7 +26,7 @@ import pytest
 from click.testing import CliRunner
 from users import ALICE, BOB, CAROL, TEAM, home_for, setpriv
 
-from imagekit import owners
+from imagekit import leases
 from imagekit.cli import main
 from imagekit.errors import IntegrityError, NoSpaceError
 from imagekit.export.store import Store, UntrustedEntry, UntrustedStore, find, locks, notices
@@ -326,11 +326,11 @@ def test_f7_a_planted_hold_never_redirects_or_blocks_another_users_hold(other_py
 
 NS_CONVERTER = textwrap.dedent("""\
     import sys, time
-    from imagekit import owners
+    from imagekit import leases
     from imagekit.export.store import Store
     st = Store.open(sys.argv[1])
     def make(path):
-        open(sys.argv[2], "w").write(owners.me())
+        open(sys.argv[2], "w").write(leases.me())
         time.sleep(4)
         path.write_bytes(b"made in the namespace")
     entry, made = st.get_or_create(st.key(sys.argv[3], "enroot", "fast"), make)
@@ -358,18 +358,18 @@ def test_f13_a_live_converter_in_another_pid_namespace_keeps_its_lock_and_work(t
     assert inner.returncode == 0, err
     assert out.split()[0] == "True" and not made and entry.path.read_bytes() == b"made in the namespace"
     token = started.read_text()
-    assert not owners.local(token) and owners.alive(token), token
+    assert not leases.local(token) and leases.alive(token), token
 
 
 def test_f13_tokens_name_the_pid_namespace_and_boot():
-    me = owners.me()
+    me = leases.me()
     where, pid, start = me.rsplit("+", 2)
-    assert where == owners.where() and f".ns{os.stat('/proc/self/ns/pid').st_ino}." in where
-    assert int(pid) == os.getpid() and owners.local(me) and owners.alive(me)
+    assert where == leases.where() and f".ns{os.stat('/proc/self/ns/pid').st_ino}." in where
+    assert int(pid) == os.getpid() and leases.local(me) and leases.alive(me)
     other = f"{where.split('.ns')[0]}.ns1.b0+{os.getpid()}+{start}"     # same host, another namespace
-    assert not owners.local(other) and owners.alive(other)
+    assert not leases.local(other) and leases.alive(other)
     old = f"{where.split('.ns')[0]}+{os.getpid() + 1}+1"                   # an older imagekit's token
-    assert not owners.local(old) and owners.alive(old)
+    assert not leases.local(old) and leases.alive(old)
 
 
 # --- F14: a malformed entry.json is skipped with a warning ------------------------------------------------

@@ -203,11 +203,11 @@ def test_labels_are_read_from_a_real_image(base_image, tmp_path):
 
 @pytest.mark.engine
 def test_probe_finds_mpi_in_a_throwaway_container_and_leaves_none(mpi_image, base_image):
-    from imagekit import owners
+    from imagekit import leases
     from imagekit.engines import docker as engine
 
     def mine():
-        return engine.client().containers.list(all=True, filters={"label": f"{owners.LABEL}={owners.me()}"},
+        return engine.client().containers.list(all=True, filters={"label": f"{leases.LABEL}={leases.me()}"},
                                                sparse=True)
 
     before = mine()

@@ -13,7 +13,7 @@ export stage's: :mod:`imagekit.export.signing`, :mod:`imagekit.export.sif_sign`,
 - :mod:`.provenance`: the SLSA provenance v1 predicate;
 - :mod:`.bundle`: the ``.intoto.jsonl`` file of envelopes that travels beside a file;
 - :mod:`.policy`: the site's policy file (signers per repository, revocations), fail closed;
-- :mod:`.check`: verification of a bundle against keys or a policy rule.
+- :mod:`.verifier`: verification of a bundle against keys or a policy rule.
 
 docs/signing.md is the reference.
 """

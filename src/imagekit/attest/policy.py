@@ -37,7 +37,7 @@ from pathlib import Path
 from imagekit import yamlpos
 from imagekit.attest import POLICY_ENV
 from imagekit.attest import keys as keys_mod
-from imagekit.attest.check import TrustedKey, Trust
+from imagekit.attest.verifier import TrustedKey, Trust
 from imagekit.errors import ImagekitError, StackError, VerificationError
 
 ENV = POLICY_ENV

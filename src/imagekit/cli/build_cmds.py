@@ -8,12 +8,11 @@ from pathlib import Path
 
 import click
 
-from imagekit import base_image, check_runtimes, pipeline, platforms
+from imagekit import base_image, image_report, pipeline, platforms
 from imagekit import checks as checks_mod
 from imagekit.build import TARGETS, BuildRequest
-from imagekit import check as check_mod
-from imagekit import report as report_mod
 from imagekit import stack as stack_mod
+from imagekit.checks import runner, runtimes
 from imagekit.cli.options import ENGINE, MIRROR, progress_printer
 from imagekit.errors import StackError
 from imagekit.image_facts import reader
@@ -169,7 +168,7 @@ def summary_lines(result: dict) -> list[str]:
 @click.option("--assume", multiple=True, type=click.Choice(checks_mod.NEEDS),
               help="run the checks that need this hardware without adding device flags "
                    "(the engine's default runtime already provides it)")
-@click.option("--runtime", type=click.Choice(check_runtimes.RUNTIMES), default=None,
+@click.option("--runtime", type=click.Choice(runtimes.RUNTIMES), default=None,
               help="run the checks under Enroot or Apptainer, no engine (default for a .sqsh: Enroot, "
                    "else Apptainer; for a .sif: Apptainer)")
 @ENGINE
@@ -202,10 +201,10 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
         stack = None
     if stack is not None:
         target = image or stack.image
-        specs = check_mod.stack_checks(stack, reader.read(target, engine_name).target or "runtime")
-        report = check_mod.run(target, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name)
+        specs = checks_mod.stack_checks(stack, reader.read(target, engine_name).target or "runtime")
+        report = runner.run(target, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name)
     else:
-        report = check_mod.run_ref(ref, runtime=runtime, engine_name=engine_name, junit=junit, with_=with_,
+        report = runner.run_ref(ref, runtime=runtime, engine_name=engine_name, junit=junit, with_=with_,
                                    assume=assume, log=lambda m: click.echo(m, err=True))
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
@@ -238,8 +237,8 @@ def report(image: str, as_json: bool) -> None:
       imagekit report imagekit/debian-mpi:latest
       imagekit report imagekit/debian-mpi:latest --json > debian-mpi.json
     """
-    info = report_mod.describe(image)
+    info = image_report.describe(image)
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
-        click.echo(report_mod.as_text(info))
+        click.echo(image_report.as_text(info))

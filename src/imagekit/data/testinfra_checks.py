@@ -3,7 +3,7 @@
 It reads the checks (JSON) named by IMAGEKIT_CHECKS and the container from
 IMAGEKIT_CONTAINER (a Docker container, or a Podman one when IMAGEKIT_BACKEND is
 ``podman``), or, with IMAGEKIT_BACKEND ``exec``, the command prefix (JSON, IMAGEKIT_EXEC)
-that runs a command in an Enroot or Apptainer container (imagekit.check_runtimes); each
+that runs a command in an Enroot or Apptainer container (imagekit.checks.runtimes); each
 check becomes one test whose id is the check's id and whose body is its kind's ``verify``.
 Checks that need hardware not offered (IMAGEKIT_WITH) are skipped: reported as not run,
 never as passed.

@@ -5,7 +5,7 @@ pipeline ask of whichever engine the user picked). The functions below are also 
 gateway that export, launch and report use directly:
 
 - ``client()``: the Engine API connection (``docker`` package). The first one in a
-  process sweeps what killed imagekit processes left (``owners.sweep_engine``).
+  process sweeps what killed imagekit processes left (``leases.sweep_engine``).
 - ``image_id(ref)``: only the image's ID, over the engine's unix socket without loading
   the ``docker`` package (the export store's hit path must stay fast).
 - ``inspect(ref)``: an image's id, labels, size, config and history, with the one
@@ -46,7 +46,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from imagekit import owners
+from imagekit import leases
 from imagekit.engines.image import LOCAL_STORE, Image, ImageMissing
 from imagekit.errors import EngineError
 
@@ -75,7 +75,7 @@ def client():
         raise EngineError(f"no Docker engine answers at {_host()}: {_why(exc)}", SETUP_HINT) from None
 
     try:
-        owners.sweep_engine(c)  # containers and networks of imagekit runs that were killed
+        leases.sweep_engine(c)  # containers and networks of imagekit runs that were killed
     except Exception:  # noqa: BLE001 - sweeping is best effort; the command goes on
         pass
     return c
@@ -243,7 +243,7 @@ def throwaway(image: str, command: Sequence[str] = (), *, entrypoint: str | None
               options: Sequence[str] = (), idle: bool = False, purpose: str = "tmp") -> Iterator[str]:
     """A container of ``image``, removed (with its anonymous volumes) however the body ends.
 
-    Yields the container's id. It carries the owner label (:mod:`imagekit.owners`), so
+    Yields the container's id. It carries the owner label (:mod:`imagekit.leases`), so
     when this process is killed the next imagekit command sweeps it. ``options`` are
     ``docker create`` options (``--network none``, ``--gpus all``). The container is only
     created, for ``docker export`` or ``docker start -a``; ``idle=True`` starts it with a
@@ -254,7 +254,7 @@ def throwaway(image: str, command: Sequence[str] = (), *, entrypoint: str | None
     cli = docker_cli()
     if idle:
         entrypoint, command = IDLE[0], IDLE[1:]
-    create = [cli, "create", "--name", f"imagekit-{purpose}-{uuid.uuid4().hex[:12]}", *owners.label_args(),
+    create = [cli, "create", "--name", f"imagekit-{purpose}-{uuid.uuid4().hex[:12]}", *leases.label_args(),
               *(["--entrypoint", entrypoint] if entrypoint is not None else []), *options, image]
     made = subprocess.run([*create, *command], capture_output=True, text=True)
     if made.returncode != 0 and not command and entrypoint is None \

@@ -34,7 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from imagekit import owners
+from imagekit import leases
 from imagekit.engines.image import Image, ImageMissing
 from imagekit.errors import EngineError, UsageError
 
@@ -283,7 +283,7 @@ def throwaway(image: str, command: Sequence[str] = (), *, entrypoint: str | None
     name = f"imagekit-{purpose}-{uuid.uuid4().hex[:12]}"
     if idle:
         entrypoint, command = IDLE[0], IDLE[1:]
-    run(["create", "--name", name, *owners.label_args(),
+    run(["create", "--name", name, *leases.label_args(),
          *(["--entrypoint", entrypoint] if entrypoint is not None else []), *options, image, *command],
         what=f"creating a container of {image}")
     try:

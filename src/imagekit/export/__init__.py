@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Union
 
-from imagekit import records
+from imagekit import ledger
 from imagekit.errors import UsageError
 from imagekit.export import enroot, formats, sif, squash
 from imagekit.export.image_source import Source, open_source
@@ -216,7 +216,7 @@ def _maker(source: Source, request: ExportRequest, progress):
 
 def _record(image_id: str, image: str, result: ExportResult) -> None:
     """Remember the export for `imagekit report` (keyed by image ID, so retags keep it)."""
-    records.add(image_id, "export", image=image, format=result.format,
+    ledger.add(image_id, "export", image=image, format=result.format,
                 path=str(Path(result.path).resolve()), bytes=result.bytes, sha256=result.sha256,
                 store_hit=result.store_hit)
 

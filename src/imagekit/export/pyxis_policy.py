@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from imagekit import registry
-from imagekit.attest import bundle, check, policy
-from imagekit.attest.check import Signed, Trust
+from imagekit.attest import bundle, policy, verifier
+from imagekit.attest.verifier import Signed, Trust
 from imagekit.attest.dsse import Envelope
 from imagekit.errors import ImagekitError, VerificationError
 from imagekit.export import attestations
@@ -121,7 +121,7 @@ def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mappi
         try:
             signed = _first_naming(local, rule.trust, kind, digest, shown)
             if log:
-                log(f"policy: {shown} is signed by {', '.join(check.signers(signed))} (beside the entry)")
+                log(f"policy: {shown} is signed by {', '.join(verifier.signers(signed))} (beside the entry)")
             return Decision(uri, digest, rule, signed, local)
         except VerificationError as exc:
             problem = exc   # stale (a key rotated since): the registry may list newer statements
@@ -142,7 +142,7 @@ def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mappi
     except VerificationError as exc:
         raise Refused(shown, digest, _why(exc), rule.trust) from None
     if log:
-        log(f"policy: {shown} is signed by {', '.join(check.signers(signed))}")
+        log(f"policy: {shown} is signed by {', '.join(verifier.signers(signed))}")
     return Decision(uri, digest, rule, signed, envelopes)
 
 
@@ -153,8 +153,8 @@ def _first_naming(envelopes: list[Envelope], trust: Trust, kind: str, digest: st
     problem: VerificationError | None = None
     for env in sorted(envelopes, key=lambda e: len(e.payload)):
         try:
-            signed = check.verify([env], trust, shown)
-            check.require(signed, kind, digest, shown)
+            signed = verifier.verify([env], trust, shown)
+            verifier.require(signed, kind, digest, shown)
             return signed
         except VerificationError as exc:
             problem = problem if problem is not None and "no statement signed" not in problem.message else exc

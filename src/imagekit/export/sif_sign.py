@@ -42,7 +42,7 @@ from typing import Callable
 
 from imagekit import atomic
 from imagekit.attest import dsse
-from imagekit.attest.check import Trust
+from imagekit.attest.verifier import Trust
 from imagekit.attest.keys import SigningKey
 from imagekit.errors import UsageError, VerificationError
 from imagekit.sif_reader import (DATA_GENERIC_JSON, DATA_SBOM, DATA_SIGNATURE, DEFAULT_GROUP, DESCRIPTOR, GROUP_MASK, HEADER,

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from imagekit import registry
 from imagekit.engines import docker as engine
-from imagekit.attest import CYCLONEDX_PREDICATE, SLSA_PROVENANCE, bundle, check, dsse, policy
-from imagekit.attest.check import Trust, TrustedKey
+from imagekit.attest import CYCLONEDX_PREDICATE, SLSA_PROVENANCE, bundle, dsse, policy, verifier
+from imagekit.attest.verifier import Trust, TrustedKey
 from imagekit.attest.keys import load_public
 from imagekit.attest.statement import Subject, hex_of
 from imagekit.errors import UsageError, VerificationError
@@ -77,9 +77,9 @@ def trust_for(target: str, keys: list[str], policy_file: str | None) -> Trust | 
     return rule.trust
 
 
-def _sections(signed: list[check.Signed]) -> tuple[dict | None, dict | None]:
-    bom = next((s.statement.predicate for s in check.of_type(signed, CYCLONEDX_PREDICATE)), None)
-    prov = next((s.statement.predicate for s in check.of_type(signed, SLSA_PROVENANCE)), None)
+def _sections(signed: list[verifier.Signed]) -> tuple[dict | None, dict | None]:
+    bom = next((s.statement.predicate for s in verifier.of_type(signed, CYCLONEDX_PREDICATE)), None)
+    prov = next((s.statement.predicate for s in verifier.of_type(signed, SLSA_PROVENANCE)), None)
     return bom, prov
 
 
@@ -90,13 +90,13 @@ def verify_sif(path: Path, trust: Trust) -> Verdict:
     if sif.sbom:
         verdict.sbom = json.loads(sif.sbom)
     if sif.provenance:
-        inner = check.verify([dsse.parse(sif.provenance, f"{path}: provenance object")], trust, str(path))
+        inner = verifier.verify([dsse.parse(sif.provenance, f"{path}: provenance object")], trust, str(path))
         verdict.provenance = inner[0].statement.predicate
         verdict.subjects = inner[0].statement.subjects
     side = bundle.beside(path)
     if side.exists():
-        signed = check.verify(bundle.read(side), trust, str(side))
-        hit = check.require(signed, "sif", verdict.digest, str(path))
+        signed = verifier.verify(bundle.read(side), trust, str(side))
+        hit = verifier.require(signed, "sif", verdict.digest, str(path))
         verdict.subjects = hit.statement.subjects
         verdict.platform = next((s.platform for s in hit.statement.subjects if s.kind == "sif"), "")
         bom, prov = _sections(signed)
@@ -113,11 +113,11 @@ def verify_sqsh(path: Path, trust: Trust) -> Verdict:
     if not envelopes:
         raise VerificationError(f"{path} ({digest}): no signed statement beside it ({side.name} is missing): "
                                 "unsigned image", f"sign it: imagekit sign {path} --key KEY")
-    signed = check.verify(envelopes, trust, str(path))
-    hit = check.require(signed, "enroot", digest, str(path))
+    signed = verifier.verify(envelopes, trust, str(path))
+    hit = verifier.require(signed, "enroot", digest, str(path))
     bom, prov = _sections(signed)
     plat = next((s.platform for s in hit.statement.subjects if s.kind == "enroot"), "")
-    return Verdict(str(path), "enroot", check.signers(signed), hit.statement.subjects, plat, digest, bom, prov)
+    return Verdict(str(path), "enroot", verifier.signers(signed), hit.statement.subjects, plat, digest, bom, prov)
 
 
 def verify_engine_image(image: str, trust: Trust) -> Verdict:
@@ -127,11 +127,11 @@ def verify_engine_image(image: str, trust: Trust) -> Verdict:
     if not envelopes:
         raise VerificationError(f"{image} ({image_id}): no signed statement kept for it (unsigned image)",
                                 f"sign it: imagekit sign {image} --key KEY (kept in {path.parent})")
-    signed = check.verify(envelopes, trust, image)
-    hit = check.require(signed, "oci-config", image_id, image)
+    signed = verifier.verify(envelopes, trust, image)
+    hit = verifier.require(signed, "oci-config", image_id, image)
     bom, prov = _sections(signed)
     plat = next((s.platform for s in hit.statement.subjects if s.kind == "oci-config"), "")
-    return Verdict(image, "image", check.signers(signed), hit.statement.subjects, plat, image_id, bom, prov)
+    return Verdict(image, "image", verifier.signers(signed), hit.statement.subjects, plat, image_id, bom, prov)
 
 
 def platform_of_config(client: reg.RegistryClient, repo: str, config_digest: str) -> str:
@@ -157,10 +157,10 @@ def verify_reference(target: str, trust: Trust, platform: str | None = None) -> 
     if not envelopes:
         raise VerificationError(f"{what} ({plat}): no signed statement is listed for this manifest (unsigned image)",
                                 "sign it: imagekit push IMAGE --to REF --sign KEY, or imagekit sign docker://REF")
-    signed = check.verify(envelopes, trust, what)
-    hit = check.require(signed, "oci-manifest", resolved.digest, what, platform=plat)
+    signed = verifier.verify(envelopes, trust, what)
+    hit = verifier.require(signed, "oci-manifest", resolved.digest, what, platform=plat)
     bom, prov = _sections(signed)
-    verdict = Verdict(target, "reference", check.signers(signed), hit.statement.subjects, plat, resolved.digest,
+    verdict = Verdict(target, "reference", verifier.signers(signed), hit.statement.subjects, plat, resolved.digest,
                       bom, prov)
     config_named = [s for s in hit.statement.subjects if s.kind == "oci-config"]
     if config_named and config_named[0].sha256 != hex_of(resolved.config_digest):

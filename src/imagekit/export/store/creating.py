@@ -11,13 +11,13 @@ import stat
 from pathlib import Path
 from typing import Any, Callable
 
-from imagekit import owners
+from imagekit import leases
 from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
 from imagekit.export.store import locks, nofollow, wake
 from imagekit.export.store.base import Made, NotPublisher, fsync_dir, no_space
 from imagekit.export.store.entries import META, Entry, meta_for, read_entry
 from imagekit.export.store.keys import SUFFIX, StoreKey
-from imagekit.export.store.outputs import need_space
+from imagekit.export.store.delivery import need_space
 from imagekit.export.store.verify import seal_of, sha256_file
 
 
@@ -120,7 +120,7 @@ class Creating:
 
     def _create(self, key: StoreKey, make: Callable[[Path], Any], lock: Path,
                 expect: str | None, extra: dict[str, Any] | None = None) -> tuple[Entry, bool]:
-        name = f"{key.slug}@{owners.me()}@{os.urandom(6).hex()}"
+        name = f"{key.slug}@{leases.me()}@{os.urandom(6).hex()}"
         tmp = self.root / "tmp" / name
         # 0700 until it is published: nobody else enters (or plants a name in) it while a tool
         # writes there by path; tmp/ is sticky in a shared store, so nobody renames it either.

@@ -26,7 +26,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import owners
+from imagekit import leases
 from imagekit.errors import ImagekitError, NoSpaceError, UsageError
 from imagekit.export.store import nofollow
 from imagekit.export.store.locks import Clock, is_token
@@ -139,8 +139,8 @@ class Holds:
         return out
 
     def live(self, hold: Hold) -> bool:
-        if is_token(hold.name) and owners.local(hold.name):
-            return owners.alive(hold.name)
+        if is_token(hold.name) and leases.local(hold.name):
+            return leases.alive(hold.name)
         return self.clock.age(hold.mtime) <= self.max_age
 
     def live_by_slug(self) -> dict[str, list[str]]:

@@ -7,7 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-from imagekit import owners
+from imagekit import leases
 from imagekit.errors import ImagekitError
 from imagekit.export.store import locks, nofollow
 from imagekit.export.store.base import EntryGone, newest_mtime
@@ -21,8 +21,8 @@ class Housekeeping:
     def _owner_gone(self, token: str, path: Path) -> bool:
         if not locks.is_token(token):
             return False
-        if owners.local(token):
-            return not owners.alive(token)
+        if leases.local(token):
+            return not leases.alive(token)
         return self.clock.age(newest_mtime(path)) > self.tmp_stale
 
     def sweep(self) -> list[Path]:
@@ -96,7 +96,7 @@ class Housekeeping:
         when this process may not write the store's holds/.
         """
         data = entry.path if isinstance(entry, Entry) else Path(entry)
-        name = name or owners.me()
+        name = name or leases.me()
         check_name(name)
         if not os.path.lexists(data):
             raise EntryGone(f"store entry {data.parent} was evicted", "look it up again")
@@ -115,7 +115,7 @@ class Housekeeping:
         if entry is not None:
             data = entry.path if isinstance(entry, Entry) else Path(entry)
             slug = self.slug(data.parent)
-        self.holds.release(name or owners.me(), slug)
+        self.holds.release(name or leases.me(), slug)
 
     def held(self, entry: Entry | Path) -> list[str]:
         """The live holds on ``entry`` (an Entry, or an entry's directory), by name."""
@@ -125,7 +125,7 @@ class Housekeeping:
         """Rename the entry ``directory`` into ``trash/``, relative to descriptors of both parents
         (never through a link on the way); its new path, or None when it is gone already."""
         parts = directory.relative_to(self.root).parts
-        aside = f"{directory.name}@{owners.me()}@{os.urandom(4).hex()}"
+        aside = f"{directory.name}@{leases.me()}@{os.urandom(4).hex()}"
         try:
             with nofollow.opened(self.root, *parts[:-1]) as parent, nofollow.opened(self.root, "trash") as trash:
                 st = nofollow.lstat_at(parent, parts[-1])

@@ -1,6 +1,6 @@
 """Conversion locks: who is converting a key, and the file system's clock to judge their age.
 
-A lock is ``locks/<key slug>.lock`` holding its owner's token (:mod:`imagekit.owners`). It is
+A lock is ``locks/<key slug>.lock`` holding its owner's token (:mod:`imagekit.leases`). It is
 made whole or not at all: the token goes into a file of the owner's own unique name first,
 and ``link(2)`` gives it the lock's name, which fails with EEXIST when another process holds
 it (atomic on local file systems, NFS and Lustre). So a lock is never empty, a full file
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from imagekit import owners
+from imagekit import leases
 from imagekit.export.store import nofollow
 from imagekit.errors import NoSpaceError
 
@@ -54,7 +54,7 @@ class Clock:
 
     def _measure(self) -> float:
         # named like a temporary (KEY@OWNER@RANDOM): a kill before the unlink leaves what sweep removes
-        probe = f".clock@{owners.me()}@{os.urandom(4).hex()}"
+        probe = f".clock@{leases.me()}@{os.urandom(4).hex()}"
         try:
             with nofollow.opened(self.dir) as dir_fd:
                 fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
@@ -76,7 +76,7 @@ def is_token(name: str) -> bool:
 
 
 def _part(lock: Path) -> Path:
-    return lock.with_name(f".{lock.name}.{owners.me()}.{os.urandom(4).hex()}.part")
+    return lock.with_name(f".{lock.name}.{leases.me()}.{os.urandom(4).hex()}.part")
 
 
 def take(lock: Path, mode: int) -> bool:
@@ -85,7 +85,7 @@ def take(lock: Path, mode: int) -> bool:
     try:
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            os.write(fd, f"{owners.me()}\n".encode())
+            os.write(fd, f"{leases.me()}\n".encode())
             os.fchmod(fd, mode)
         finally:
             os.close(fd)
@@ -122,7 +122,7 @@ def owner(lock: Path) -> str | None:
 
 
 def drop(lock: Path) -> None:
-    if owner(lock) == owners.me():   # never someone's lock that broke ours
+    if owner(lock) == leases.me():   # never someone's lock that broke ours
         with contextlib.suppress(FileNotFoundError):
             lock.unlink()
 
@@ -130,8 +130,8 @@ def drop(lock: Path) -> None:
 def stale(lock: Path, holder: str, clock: Clock, lock_stale: float) -> bool:
     """Is ``holder``'s lock safe to break? A dead owner of this namespace: at once; any other
     (another host, PID namespace or boot) only after ``lock_stale`` s without a heartbeat."""
-    if is_token(holder) and owners.local(holder):
-        return not owners.alive(holder)
+    if is_token(holder) and leases.local(holder):
+        return not leases.alive(holder)
     try:
         mtime = os.lstat(lock).st_mtime
     except FileNotFoundError:
@@ -143,7 +143,7 @@ def stale(lock: Path, holder: str, clock: Clock, lock_stale: float) -> bool:
 def break_(lock: Path, trash: Path) -> None:
     """Remove a stale lock: renamed aside first, so that two breakers cannot both remove it
     (the second would remove the lock the first breaker's next owner took)."""
-    aside = trash / f"{lock.name}@{owners.me()}@{os.urandom(4).hex()}"
+    aside = trash / f"{lock.name}@{leases.me()}@{os.urandom(4).hex()}"
     with contextlib.suppress(FileNotFoundError):
         os.rename(lock, aside)
         aside.unlink(missing_ok=True)
@@ -156,7 +156,7 @@ def heartbeat(lock: Path, tmp: Path) -> Iterator[None]:
 
     def beat() -> None:
         while not stop.wait(HEARTBEAT):
-            if owner(lock) == owners.me():   # broken and taken by another: never keep theirs alive
+            if owner(lock) == leases.me():   # broken and taken by another: never keep theirs alive
                 with contextlib.suppress(OSError):
                     os.utime(lock, follow_symlinks=False)
             with contextlib.suppress(OSError):

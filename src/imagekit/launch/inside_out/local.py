@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable, ClassVar
 
-from imagekit import owners, procs
+from imagekit import leases, procs
 from imagekit.engines import docker as engine
 from imagekit.errors import EngineError, ImagekitError
 from imagekit.launch.common import JOB_LABEL
@@ -42,7 +42,7 @@ class _Launch:
         engine.inspect(job.image)
         self.job_dir = make_job_dir(job)
 
-        self.client.networks.create(self.network, driver="bridge", labels={JOB_LABEL: job.job_id, **owners.labels()})
+        self.client.networks.create(self.network, driver="bridge", labels={JOB_LABEL: job.job_id, **leases.labels()})
         volumes = {str(self.job_dir): {"bind": MOUNT, "mode": "ro"}}
         for m in job.mounts:
             volumes[m.src] = {"bind": m.dst, "mode": "ro" if m.readonly else "rw"}
@@ -56,7 +56,7 @@ class _Launch:
                 job.image, entrypoint=["/bin/sh", f"{MOUNT}/start.sh"], command=[], detach=True,
                 name=self.names[i], hostname=job.hosts[i], network=self.network, user="0",
                 labels={JOB_LABEL: job.job_id, "io.imagekit.job.role": "launcher" if i == 0 else "worker",
-                        **owners.labels()},
+                        **leases.labels()},
                 volumes=volumes, environment=job.container_env, shm_size=job.shm_size,
                 # CMA single copy between ranks of one container (--slots > 1) needs SYS_PTRACE.
                 cap_add=["SYS_PTRACE"],
@@ -202,7 +202,7 @@ class _Launch:
                     left.append(f"network {self.network}")
                 raise EngineError(
                     f"job {job.job_id}: {exc.message}; it may have left {', '.join(left) or 'nothing'}",
-                    f"they carry {JOB_LABEL}={job.job_id} and {owners.LABEL}={owners.me()}: once this "
+                    f"they carry {JOB_LABEL}={job.job_id} and {leases.LABEL}={leases.me()}: once this "
                     f"process has exited, the next imagekit command that talks to the engine removes them, "
                     f"or run `imagekit launch cleanup --job {job.job_id}`; raise --cleanup-timeout "
                     f"for a slow engine") from None

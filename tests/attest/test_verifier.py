@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from imagekit.attest import PAYLOAD_TYPE, SLSA_PROVENANCE, check, dsse, keys, signer
-from imagekit.attest.check import Trust, TrustedKey
+from imagekit.attest import PAYLOAD_TYPE, SLSA_PROVENANCE, dsse, keys, signer, verifier
+from imagekit.attest.verifier import Trust, TrustedKey
 from imagekit.attest.statement import Statement, Subject
 from imagekit.errors import VerificationError
 
@@ -34,9 +34,9 @@ def amd64(extra=()):
 
 
 def test_a_signed_statement_names_its_subjects(ci):
-    signed = check.verify([envelope(ci, amd64())], Trust([TrustedKey("ci", ci.key)]), "img")
-    assert check.require(signed, "oci-manifest", "sha256:" + AMD, "img", platform="linux/amd64")
-    assert check.signers(signed) == [f"ci ({ci.key.keyid})"]
+    signed = verifier.verify([envelope(ci, amd64())], Trust([TrustedKey("ci", ci.key)]), "img")
+    assert verifier.require(signed, "oci-manifest", "sha256:" + AMD, "img", platform="linux/amd64")
+    assert verifier.signers(signed) == [f"ci ({ci.key.keyid})"]
 
 
 def test_unsigned_wrong_signer_revoked_and_expired_each_say_so(ci, tmp_path):
@@ -44,27 +44,27 @@ def test_unsigned_wrong_signer_revoked_and_expired_each_say_so(ci, tmp_path):
     other = keys.load_private(other_path)
     trust = Trust([TrustedKey("ci", ci.key)])
     with pytest.raises(VerificationError, match="no signed statement \\(unsigned image\\)"):
-        check.verify([], trust, "img")
+        verifier.verify([], trust, "img")
     with pytest.raises(VerificationError, match=re.escape(f"signed by {other.key.keyid}, not by a key the site accepts")):
-        check.verify([envelope(other, amd64())], trust, "img")
+        verifier.verify([envelope(other, amd64())], trust, "img")
     with pytest.raises(VerificationError, match="which is revoked"):
-        check.verify([envelope(ci, amd64())], Trust([TrustedKey("ci", ci.key)], {ci.key.keyid}), "img")
+        verifier.verify([envelope(ci, amd64())], Trust([TrustedKey("ci", ci.key)], {ci.key.keyid}), "img")
     with pytest.raises(VerificationError, match="which is revoked"):
-        check.verify([envelope(ci, amd64())], Trust([TrustedKey("ci", ci.key)], {"ci"}), "img")
+        verifier.verify([envelope(ci, amd64())], Trust([TrustedKey("ci", ci.key)], {"ci"}), "img")
     expired = Trust([TrustedKey("ci", ci.key, dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc))])
     with pytest.raises(VerificationError, match="expired on 2020-01-01"):
-        check.verify([envelope(ci, amd64())], expired, "img")
+        verifier.verify([envelope(ci, amd64())], expired, "img")
     with pytest.raises(VerificationError, match="not an in-toto statement"):
-        check.verify([envelope(ci, amd64(), "text/plain")], trust, "img")
+        verifier.verify([envelope(ci, amd64(), "text/plain")], trust, "img")
 
 
 def test_a_statement_about_another_platform_or_digest_is_refused(ci):
     arm = [Subject("oci-manifest", ARM, "reg/x@sha256:b", "linux/arm64")]
-    signed = check.verify([envelope(ci, arm)], Trust([TrustedKey("ci", ci.key)]), "img")
+    signed = verifier.verify([envelope(ci, arm)], Trust([TrustedKey("ci", ci.key)]), "img")
     with pytest.raises(VerificationError, match="no signed statement names this oci-manifest") as err:
-        check.require(signed, "oci-manifest", AMD, "img", platform="linux/amd64")
+        verifier.require(signed, "oci-manifest", AMD, "img", platform="linux/amd64")
     assert "linux/arm64" in str(err.value)
     mislabelled = [Subject("oci-manifest", AMD, "reg/x@sha256:a", "linux/arm64")]
-    signed = check.verify([envelope(ci, mislabelled)], Trust([TrustedKey("ci", ci.key)]), "img")
+    signed = verifier.verify([envelope(ci, mislabelled)], Trust([TrustedKey("ci", ci.key)]), "img")
     with pytest.raises(VerificationError, match="is for linux/arm64, not linux/amd64"):
-        check.require(signed, "oci-manifest", AMD, "img", platform="linux/amd64")
+        verifier.require(signed, "oci-manifest", AMD, "img", platform="linux/amd64")

@@ -4,7 +4,7 @@ A check reads like a sentence and needs no Python to write, in the spirit of
 container-structure-test: one class per kind (:class:`Run`, :class:`File`,
 :class:`Absent`, :class:`Library`, :class:`PythonImport`, :class:`LddClosure`),
 each owning its validation, its sentence and how it verifies an image
-(``verify(host)``, run by ``imagekit.check`` through pytest-testinfra).
+(``verify(host)``, run by :mod:`imagekit.checks.runner` through pytest-testinfra).
 
 Checks travel inside images as JSON (label ``io.imagekit.checks``), so a check
 is also read back from whoever built the image: :func:`from_dict` refuses an
@@ -568,40 +568,3 @@ def ldd_closure(id: str, prefixes: list[str], **kw: Any) -> LddClosure:
 
 def login_env(id: str, uids: list[int | str], **kw: Any) -> LoginEnv:
     return LoginEnv(id=id, uids=tuple(str(u) for u in uids), **kw)
-
-
-# -- which checks an image gets -----------------------------------------------------------------
-
-# Asked of every image: no secret may be baked into a layer.
-NO_SECRETS = [
-    absent("image.no_ssh_private_keys", "/root/.ssh/id_* /home/*/.ssh/id_* /etc/ssh/ssh_host_*_key",
-           "no ssh private keys in the image"),
-    absent("image.no_build_secrets", "/run/secrets/* /root/.docker/config.json /root/.pip/pip.conf",
-           "no build secrets or registry credentials in the image"),
-]
-# Asked of every image: Enroot and Pyxis start commands through a login shell, as root and as users.
-LOGIN_ENV = login_env("image.login_env", [0, 65534])
-
-
-def stack_checks(stack, target: str = "runtime") -> list[Check]:
-    """Every check for the ``target`` image: the components', the stack file's, and the generic ones.
-
-    The devel image gets them all; the runtime image leaves out what only devel carries (nvcc).
-    """
-    out = []
-    for component in stack.components.values():
-        out += component.checks()
-    prefixes = elf_prefixes(stack)
-    generic = [ldd_closure("image.ldd_closure", prefixes)] if prefixes else []
-    return [c for c in out + list(stack.checks) + generic + NO_SECRETS + [LOGIN_ENV]
-            if c.target is None or c.target == target]
-
-
-def elf_prefixes(stack) -> list[str]:
-    """The install prefixes the stack's components own (not /usr itself: dpkg keeps that closed)."""
-    out: list[str] = []
-    for component in stack.components.values():
-        prefix = getattr(component, "prefix", None)
-        if prefix and prefix not in ("/usr", "/usr/local") and prefix not in out:
-            out.append(prefix)
-    return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 
-from imagekit import image_facts, records, render, stack
+from imagekit import image_facts, ledger, render, stack
 from imagekit.engines import docker as engine
 from imagekit.errors import EngineError, NotFoundError
 from imagekit.image_facts import layered, reader
@@ -36,7 +36,7 @@ def describe(image: str) -> dict:
         sizes[owner] = sizes.get(owner, 0) + layer["bytes"]
     for comp in components:
         comp["bytes"] = sizes.get(comp["name"], 0) if attribution else None
-    history = records.for_image(seen["id"]) if seen["id"] else []
+    history = ledger.for_image(seen["id"]) if seen["id"] else []
     return {
         "image": image, "id": seen["id"], "bytes": seen["bytes"], "form": seen["form"],
         "stack": facts.stack, "target": facts.target, "arch": facts.arch,

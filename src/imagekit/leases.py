@@ -1,4 +1,7 @@
-"""Who owns a temporary thing imagekit made, and sweeping what a dead owner left behind.
+"""Leases: who owns a temporary thing imagekit made, and sweeping what a dead owner left behind.
+
+A temporary is leased to the process that made it for as long as that process lives (not the
+files' owners, which :mod:`imagekit.export.store.trust` checks).
 
 Every throwaway container and network imagekit creates carries the label
 ``io.imagekit.owner``, and every temporary file beside an output carries the

@@ -1,7 +1,9 @@
 """A local ledger of what was done to each image (checks run, exports made), for `imagekit report`.
 
-One JSON object per line in ``$IMAGEKIT_STATE/records.jsonl`` (default
-``~/.local/state/imagekit``), keyed by image ID so a retag does not lose it.
+It is this user's, on this machine, and never travels with the image (what does travel is the
+labels of :mod:`imagekit.image_facts`). One JSON object per line in
+``$IMAGEKIT_STATE/records.jsonl`` (default ``~/.local/state/imagekit``; the file keeps the name
+older imagekits wrote), keyed by image ID so a retag does not lose it.
 Appends are single short writes with O_APPEND: concurrent writers do not
 interleave within a line.
 """

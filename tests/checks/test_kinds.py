@@ -3,7 +3,7 @@ validation, and values that reach a shell only as data.
 
 ``verify`` runs here against the test machine itself (testinfra's ``local://`` backend): a hostile
 value, if it ever ran as code, would create the canary file the tests then look for. The engine
-tests (tests/test_check.py, tests/components/) run the same kinds in containers.
+tests (tests/checks/test_runner.py, tests/components/) run the same kinds in containers.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from imagekit import owners
+from imagekit import leases
 from imagekit.engines import docker as engine
 from polling import wait_for
 
@@ -20,7 +20,7 @@ def _owned_by(proc: subprocess.Popen) -> list[str]:
     """Containers and networks whose owner label is exactly ``proc``'s: never another run's, even one
     whose pid was the same (another test's leftovers are not this test's business)."""
     client = engine.client()
-    flt = {"label": f"{owners.LABEL}={proc.owner}"}
+    flt = {"label": f"{leases.LABEL}={proc.owner}"}
     # sparse: no per-container inspect, which fails for a container another test removes meanwhile.
     return [f"container {c.attrs['Names'][0].lstrip('/')}"
             for c in client.containers.list(all=True, filters=flt, sparse=True)] + \
@@ -31,7 +31,7 @@ def _start(*args: str) -> subprocess.Popen:
     """``imagekit ARGS`` in a session of its own; ``.owner`` is the owner label value its things carry."""
     proc = subprocess.Popen([sys.executable, "-m", "imagekit", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    proc.owner = owners.of(proc.pid)
+    proc.owner = leases.of(proc.pid)
     return proc
 
 
@@ -89,11 +89,11 @@ def test_a_live_runs_containers_are_never_swept(mpi_image):
 
 
 def test_of_a_process_is_what_it_calls_me_and_a_dead_one_has_none():
-    assert owners.of(os.getpid()) == owners.me()
-    child = subprocess.run([sys.executable, "-c", "import os; from imagekit import owners; "
-                            "print(os.getpid(), owners.me())"], capture_output=True, text=True, check=True)
+    assert leases.of(os.getpid()) == leases.me()
+    child = subprocess.run([sys.executable, "-c", "import os; from imagekit import leases; "
+                            "print(os.getpid(), leases.me())"], capture_output=True, text=True, check=True)
     pid, token = child.stdout.split()
-    assert owners.of(int(pid)) is None and not owners.alive(token)
+    assert leases.of(int(pid)) is None and not leases.alive(token)
 
 
 def test_a_part_file_of_a_dead_owner_is_swept_and_a_live_ones_kept(tmp_path):
@@ -102,9 +102,9 @@ def test_a_part_file_of_a_dead_owner_is_swept_and_a_live_ones_kept(tmp_path):
     final = tmp_path / "out.txt"
     dead = subprocess.Popen(["true"])
     dead.wait()
-    gone = tmp_path / f".out.txt.{owners.where()}+{dead.pid}+1.abc.part"
+    gone = tmp_path / f".out.txt.{leases.where()}+{dead.pid}+1.abc.part"
     gone.write_text("half")
-    live = tmp_path / f".out.txt.{owners.me()}.xyz.part"
+    live = tmp_path / f".out.txt.{leases.me()}.xyz.part"
     live.write_text("being written")
     atomic.write_text(final, "done")
     assert final.read_text() == "done" and not gone.exists() and live.exists()

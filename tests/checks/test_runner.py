@@ -13,15 +13,16 @@ import pytest
 from click.testing import CliRunner
 
 from broken_images import committed_copy
-from imagekit import check, checks, stack
+from imagekit import checks, stack
 from imagekit.engines import docker as engine
+from imagekit.checks import runner
 from imagekit.cli import main
 
 pytestmark = pytest.mark.engine
 
 
 def test_offline_image_passes_every_check_that_can_run_here(mpi_image):
-    report = check.run(mpi_image, check.checks_from_image(mpi_image))
+    report = runner.run(mpi_image, runner.checks_from_image(mpi_image))
     assert report.failed == [], [(o.id, o.detail) for o in report.failed]
     statuses = {o.id: o.status for o in report.outcomes}
     assert statuses["openmpi.pml_ucx"] == "passed"
@@ -62,7 +63,7 @@ def test_checks_catch_a_broken_image(mpi_image, name):
     script, expected = BREAKAGES[name]
     broken = committed_copy(mpi_image, f"imagekit-test/broken:{name}", script)
     try:
-        report = check.run(broken, check.checks_from_image(broken))
+        report = runner.run(broken, runner.checks_from_image(broken))
         failed = {o.id for o in report.failed}
         assert expected <= failed, f"expected {expected} to fail, failed: {failed}"
         assert not report.ok
@@ -111,16 +112,16 @@ def test_check_kinds_round_trip_through_the_label():
 def test_the_library_closure_names_what_is_missing_in_its_old_and_new_label_form(mpi_image):
     """Images built before the ldd_closure kind carry the closure as a run check: both forms pass on
     the real image and fail on a copy without libucp, naming the library."""
-    from test_checks import OLD_LDD_CLOSURE
+    from test_kinds import OLD_LDD_CLOSURE
 
-    new = [c for c in check.stack_checks(stack.load("debian-mpi")) if c.id == "image.ldd_closure"]
+    new = [c for c in checks.stack_checks(stack.load("debian-mpi")) if c.id == "image.ldd_closure"]
     assert [c.kind for c in new] == ["ldd_closure"]
     both = [new[0], {**json.loads(OLD_LDD_CLOSURE), "id": "image.ldd_closure_old"}]
-    assert [o.status for o in check.run(mpi_image, both).outcomes] == ["passed", "passed"]
+    assert [o.status for o in runner.run(mpi_image, both).outcomes] == ["passed", "passed"]
     broken = committed_copy(mpi_image, "imagekit-test/broken:ldd",
                             "rm -f /usr/lib/x86_64-linux-gnu/libucp.so.0* && ldconfig")
     try:
-        outcomes = check.run(broken, both).outcomes
+        outcomes = runner.run(broken, both).outcomes
         assert [o.status for o in outcomes] == ["failed", "failed"]
         assert all("libucp.so.0 => not found" in o.detail for o in outcomes)
     finally:
@@ -136,7 +137,7 @@ def test_hostile_check_values_are_data_in_the_container(base_image):
              checks.file("h.present", odd).as_dict(),
              checks.file("h.missing", odd + "x").as_dict(),
              checks.run("h.no_canary", "the canary was never made", "test ! -e canary").as_dict()]
-    outcomes = {o.id: o.status for o in check.run(base_image, specs).outcomes}
+    outcomes = {o.id: o.status for o in runner.run(base_image, specs).outcomes}
     assert outcomes == {"h.make": "passed", "h.present": "passed", "h.missing": "failed", "h.no_canary": "passed"}
 
 

@@ -1,4 +1,4 @@
-"""Putting an entry at an output path (a hard link, else a copy), sizes and free space."""
+"""Delivering an entry at an output path (a hard link, else a copy), and the free-space check before a write."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagekit import atomic, owners
+from imagekit import atomic, leases
 from imagekit.errors import NoSpaceError, UsageError
 from imagekit.export import output
 
@@ -43,8 +43,8 @@ def link_or_copy(entry: "Entry", target: Path, *, force: bool = False) -> str:
                 return "same"
         if not force:
             raise UsageError(f"{target} already exists", "remove it or pass --force to replace it")
-    owners.sweep_parts(target)
-    tmp = target.parent / f"{owners.part_prefix(target)}{os.urandom(4).hex()}.part"
+    leases.sweep_parts(target)
+    tmp = target.parent / f"{leases.part_prefix(target)}{os.urandom(4).hex()}.part"
     try:
         os.link(entry.path, tmp, follow_symlinks=False)   # the entry checked, never a link put in its place
         os.replace(tmp, target)

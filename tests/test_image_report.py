@@ -5,8 +5,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from imagekit import check, report
+from imagekit import image_report
 from imagekit.engines import docker as engine
+from imagekit.checks import runner
 from imagekit.cli import main
 
 pytestmark = pytest.mark.engine
@@ -14,8 +15,8 @@ pytestmark = pytest.mark.engine
 
 def test_report_attributes_every_layer_and_sizes_add_up(mpi_image, tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path))
-    check.run(mpi_image, check.checks_from_image(mpi_image))
-    info = report.describe(mpi_image)
+    runner.run(mpi_image, runner.checks_from_image(mpi_image))
+    info = image_report.describe(mpi_image)
     assert info["stack"] == "debian-mpi" and info["attributed"]
     by_name = {c["name"]: c for c in info["components"]}
     assert by_name["nccl"]["bytes"] > 200_000_000  # the wheel's libnccl.so.2
@@ -31,9 +32,9 @@ def test_report_attributes_every_layer_and_sizes_add_up(mpi_image, tmp_path, mon
 
 def test_report_on_a_foreign_image_lists_layers_without_guessing(base_image, tmp_path, monkeypatch):
     monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path))
-    info = report.describe(base_image)
+    info = image_report.describe(base_image)
     assert info["stack"] is None and not info["attributed"] and info["components"] == []
-    assert "not an imagekit image" in report.as_text(info)
+    assert "not an imagekit image" in image_report.as_text(info)
 
 
 def test_report_on_a_missing_image_says_so():
@@ -42,7 +43,7 @@ def test_report_on_a_missing_image_says_so():
 
 
 def test_report_shows_exports_still_on_disk_and_counts_the_gone(mpi_image, tmp_path, monkeypatch):
-    from imagekit import records
+    from imagekit import ledger
 
     monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path / "state"))
     image_id = engine.client().images.get(mpi_image).id
@@ -50,8 +51,8 @@ def test_report_shows_exports_still_on_disk_and_counts_the_gone(mpi_image, tmp_p
     kept.write_bytes(b"k" * 10)
     replaced.write_bytes(b"r" * 7)
     for path, size in ((kept, 10), (gone, 5), (replaced, 99)):
-        records.add(image_id, "export", format="enroot", path=str(path), bytes=size, sha256="ab" * 32)
-    records.add(image_id, "export", format="enroot", path=str(kept), bytes=10, sha256="cd" * 32)  # again
+        ledger.add(image_id, "export", format="enroot", path=str(path), bytes=size, sha256="ab" * 32)
+    ledger.add(image_id, "export", format="enroot", path=str(kept), bytes=10, sha256="cd" * 32)  # again
     text = CliRunner().invoke(main, ["report", mpi_image]).output
     assert text.count("export: enroot") == 1 and str(kept) in text and str(gone) not in text
     assert "2 earlier exports no longer on disk or replaced" in text

@@ -18,15 +18,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import check_runtimes, emulation, engines, export, image_facts, records
+from imagekit import emulation, engines, export, image_facts, ledger
 from imagekit import checks as checks_mod
 from imagekit.atomic import target
-# Which checks an image gets is the model's answer (the label writer needs it too); the runner re-exports it.
-from imagekit.checks import LOGIN_ENV, NO_SECRETS, elf_prefixes, stack_checks  # noqa: F401
+from imagekit.checks import runtimes
 from imagekit.errors import ImagekitError, NotFoundError, UsageError
 from imagekit.image_facts import is_file_image, layered, reader
 
-MODULE = Path(__file__).parent / "data" / "testinfra_checks.py"
+MODULE = Path(__file__).parents[1] / "data" / "testinfra_checks.py"
 # Hardware a check may need; what offering it to a container means is each engine's (Engine.devices).
 HARDWARE = ("gpu", "fabric")
 
@@ -149,14 +148,14 @@ def run_ref(ref: str, *, runtime: str | None = None, engine_name: str = "docker"
 def run_file(path: str | Path, checks: list, *, runtime: str | None = None, junit: str | None = None,
              with_: tuple[str, ...] = (), assume: tuple[str, ...] = ()) -> Report:
     """Run ``checks`` in a container of the image file ``path`` (.sqsh or .sif) under Enroot or
-    Apptainer (:mod:`imagekit.check_runtimes`; ``runtime`` None picks by the file): no engine."""
+    Apptainer (:mod:`imagekit.checks.runtimes`; ``runtime`` None picks by the file): no engine."""
     specs = [(c if isinstance(c, checks_mod.Check) else checks_mod.from_dict(c)).as_dict() for c in checks]
     for hw in (*with_, *assume):
         if hw not in HARDWARE:
             raise UsageError(f"unknown hardware {hw!r}", f"use one of: {', '.join(HARDWARE)}")
     path = Path(path)
-    chosen = check_runtimes.pick(path, runtime)
-    with check_runtimes.container(path, chosen, gpu="gpu" in with_) as prefix:
+    chosen = runtimes.pick(path, runtime)
+    with runtimes.container(path, chosen, gpu="gpu" in with_) as prefix:
         return _run_in(json.dumps(prefix), str(path), specs, "", junit=junit, with_=with_, assume=assume,
                        image_id=None, backend="exec")
 
@@ -164,7 +163,7 @@ def run_file(path: str | Path, checks: list, *, runtime: str | None = None, juni
 def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: str | None,
             with_: tuple[str, ...], assume: tuple[str, ...], image_id: str | None, backend: str = "docker") -> Report:
     """Run the checks with testinfra in the running ``container`` (backend ``exec``: ``container``
-    is the JSON command prefix of :mod:`imagekit.check_runtimes`)."""
+    is the JSON command prefix of :mod:`imagekit.checks.runtimes`)."""
     workdir = Path(tempfile.mkdtemp(prefix="imagekit-check-"))
     try:
         checks_file = workdir / "checks.json"
@@ -191,7 +190,7 @@ def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: s
         counts = report.counts()
 
         if image_id is not None:   # an engine image: `imagekit report` shows its last check
-            records.add(image_id, "check", image=image, passed=counts["passed"],
+            ledger.add(image_id, "check", image=image, passed=counts["passed"],
                         failed=counts["failed"], not_run=counts["not-run"], with_=list(with_))
         if junit:
             with target(junit) as tmp:
