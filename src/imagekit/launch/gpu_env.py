@@ -36,7 +36,7 @@ def asks_for_gpus(value: str | None) -> bool:
 class GpuLaunch:
     """How the containers will be started, as far as the GPU runtime cares (preflight's input).
 
-    ``runtime``: pyxis, enroot, docker, apptainer, or None when preflight runs without a launcher
+    ``runtime``: a name in ``runtimes.RUNTIMES``, or None when preflight runs without a launcher
     (then a ``.sif`` means Apptainer and a ``.sqsh`` Enroot/Pyxis). ``env``: what the launcher sets in
     the containers (it wins over the image's). ``gpus``: the launcher asks for GPUs (``--gpus-per-node``,
     ``--gpus``). ``here``: the containers start on this host, so a missing GPU runtime here fails the
