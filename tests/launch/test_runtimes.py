@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from imagekit import image_facts
-from imagekit.cli import launch_cmds, main  # launch_cmds: its options are made before a test adds a runtime
+from imagekit.cli import launch_cmds, main  # noqa: F401 (launch_cmds: its options exist before a test adds a runtime)
 from imagekit.errors import UsageError
 from imagekit.launch import mpirun, preflight, runtimes, slurm
 from imagekit.launch.common import parse_mounts
