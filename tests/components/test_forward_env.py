@@ -17,6 +17,6 @@ def test_the_launchers_forward_every_prefix_a_component_declares():
 
 
 def test_the_rank_wrapper_matches_them():
-    loop = wrapper._forward_loop("-e")
+    loop = wrapper.forward_loop("-e")
     for prefix in forwarded_env_prefixes():
         assert f"{prefix}*" in loop

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from imagekit.launch import gpu_env
+from imagekit.launch import gpu_env, runtimes
+from imagekit.launch.preflight import launcher_needs
 
 CUDA = {"NVIDIA_VISIBLE_DEVICES": "all", "PATH": "/usr/bin"}
 
@@ -20,9 +21,10 @@ def test_which_values_ask_for_the_gpu_runtime(value, asks):
 
 @pytest.mark.parametrize("runtime", ["pyxis", "enroot", "docker"])
 def test_a_cpu_only_job_of_a_cuda_image_gets_void(runtime):
-    assert gpu_env.cpu_only_env({"A": "1"}, CUDA, runtime) == {"A": "1", "NVIDIA_VISIBLE_DEVICES": "void"}
+    rt = runtimes.of(runtime)
+    assert rt.cpu_only_env({"A": "1"}, CUDA) == {"A": "1", "NVIDIA_VISIBLE_DEVICES": "void"}
     # Not read here (a file only the compute nodes see, a registry reference): harmless, so set.
-    assert gpu_env.cpu_only_env({}, None, runtime) == {"NVIDIA_VISIBLE_DEVICES": "void"}
+    assert rt.cpu_only_env({}, None) == {"NVIDIA_VISIBLE_DEVICES": "void"}
 
 
 @pytest.mark.parametrize("env,image_env,runtime", [
@@ -33,15 +35,25 @@ def test_a_cpu_only_job_of_a_cuda_image_gets_void(runtime):
     ({}, CUDA, "apptainer"),                               # only --nv gives GPUs there
 ])
 def test_cpu_only_env_leaves_alone_what_needs_nothing(env, image_env, runtime):
-    assert gpu_env.cpu_only_env(env, image_env, runtime) is env
+    assert runtimes.of(runtime).cpu_only_env(env, image_env) is env
+
+
+def test_the_hook_runtimes_are_the_ones_cpu_only_jobs_hide_gpus_from():
+    """Which runtimes the variable alone decides for: Enroot's hook, Pyxis through it, and Docker with the
+    NVIDIA runtime as the site's default; Apptainer reads it never."""
+    assert [n for n in runtimes.RUNTIMES if runtimes.of(n).gpu_hook] == ["pyxis", "enroot", "docker"]
+
+
+def fixes(runtime, launcher):
+    return runtimes.gpu_fixes(runtimes.of(runtime) if runtime else None, launcher_needs(launcher).gpu_fix)
 
 
 def test_fixes_name_each_runtimes_exact_flags():
     pyxis = "`export NVIDIA_VISIBLE_DEVICES=void` and `srun --container-env=NVIDIA_VISIBLE_DEVICES"
     enroot = "`enroot start --env NVIDIA_VISIBLE_DEVICES=void"
-    assert pyxis in gpu_env.fixes("pyxis", None) and enroot not in gpu_env.fixes("pyxis", None)
-    assert enroot in gpu_env.fixes("enroot", None) and pyxis not in gpu_env.fixes("enroot", None)
-    both = gpu_env.fixes(None, None)
+    assert pyxis in fixes("pyxis", None) and enroot not in fixes("pyxis", None)
+    assert enroot in fixes("enroot", None) and pyxis not in fixes("enroot", None)
+    both = fixes(None, None)
     assert pyxis in both and enroot in both and "--gpus/--nv" in both
-    assert "without --gpus-per-node" in gpu_env.fixes("pyxis", "slurm")
-    assert "ranks without --gpus" in gpu_env.fixes("enroot", "mpirun")
+    assert "without --gpus-per-node" in fixes("pyxis", "slurm")
+    assert "ranks without --gpus" in fixes("enroot", "mpirun")

@@ -33,7 +33,7 @@ from hostile import CANARY_VAR, nul_free_words
 from imagekit import image_facts, quoting
 from imagekit.errors import UsageError
 from imagekit.image_facts import reader
-from imagekit.launch import inside_out, mpijob, mpirun, slurm
+from imagekit.launch import inside_out, mpijob, mpirun, runtimes, slurm
 from imagekit.launch.session import LaunchRequest, Session
 from imagekit.validate import Gates
 
@@ -281,7 +281,7 @@ def _image(work: Path) -> str:
 
 @PROPERTY
 @given(data=st.data(), user_env=USER_ENV, forge=FORGE)
-@pytest.mark.parametrize("runtime", slurm.RUNTIMES)
+@pytest.mark.parametrize("runtime", runtimes.names(runtimes.SLURM))
 def test_sbatch_scripts_keep_the_image_env_in_the_containers(tmp_path, stubs, evil, runtime, data, user_env, forge):
     work = Path(tempfile.mkdtemp(dir=tmp_path))
     command, env = _swap_evil(data.draw(benchmarks(pyxis=runtime == "pyxis"), label="bench"), evil)
@@ -302,7 +302,7 @@ def test_sbatch_scripts_keep_the_image_env_in_the_containers(tmp_path, stubs, ev
 
 @PROPERTY
 @given(bench=benchmarks(), user_env=USER_ENV, forge=FORGE)
-@pytest.mark.parametrize("runtime", mpirun.RUNTIMES)
+@pytest.mark.parametrize("runtime", runtimes.names(runtimes.MPIRUN))
 def test_mpirun_scripts_keep_the_image_env_in_the_containers(tmp_path, stubs, evil, runtime, bench, user_env, forge):
     work = Path(tempfile.mkdtemp(dir=tmp_path))
     command, env = _swap_evil(bench, evil)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from imagekit.cli import main
 from imagekit.errors import UsageError
-from imagekit.launch import mpirun
+from imagekit.launch import mpirun, runtimes
 from imagekit.launch.common import parse_env, parse_mounts
 
 RANKS = "from mpi4py import MPI; c = MPI.COMM_WORLD; print(f'rank {c.rank} of {c.size}', flush=True)"
@@ -39,7 +39,7 @@ def test_common_parsers():
         parse_env(["1A=2"])
 
 
-@pytest.mark.parametrize("runtime", mpirun.RUNTIMES)
+@pytest.mark.parametrize("runtime", runtimes.names(runtimes.MPIRUN))
 def test_scripts_pass_shellcheck(runtime, tmp_path, shellcheck):
     job = mpirun.MpirunJob(runtime=runtime, image="img", hosts=[("a", 2), ("b", 2)], command=["./app", "x y"],
                            mounts=parse_mounts(["/data:/data:ro"]), env={"FOO": "1"}, gpus=True, workdir="/w")

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from imagekit import image_facts
 from imagekit.cli import main
 from imagekit.errors import UsageError
-from imagekit.launch import slurm
+from imagekit.launch import runtimes, slurm
 from imagekit.launch.common import parse_mounts
 
 # Flags srun gains from the Pyxis SPANK plugin (NVIDIA/pyxis wiki "Usage" / args.c spank_opts).
@@ -201,7 +201,7 @@ def _dry_run(image, *args):
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("runtime", slurm.RUNTIMES)
+@pytest.mark.parametrize("runtime", runtimes.names(runtimes.SLURM))
 def test_a_cpu_only_job_of_a_gpu_image_gets_void(runtime, base_image, shellcheck):
     """No --gpus-per-node with an image that sets NVIDIA_VISIBLE_DEVICES=all: the containers get
     `void` (Pyxis through --container-env, Enroot --env, Docker -e), so GPU-less nodes start them."""

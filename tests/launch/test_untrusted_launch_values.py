@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hostile import CANARY_VAR, nul_free_lists, nul_free_words, words
 from imagekit import quoting
 from imagekit.errors import UsageError
-from imagekit.launch import inside_out, mpijob, mpirun, slurm
+from imagekit.launch import inside_out, mpijob, mpirun, runtimes, slurm
 from imagekit.launch.common import Mount
 
 PROPERTY = settings(max_examples=40, deadline=None,
@@ -133,7 +133,7 @@ def _write(path: Path, text: str) -> Path:
 
 @PROPERTY
 @given(command=commands, env=env_values, workdir=_or("work"), image=_or("site/img:1"), name=_or("imagekit"),
-       runtime=st.sampled_from(slurm.RUNTIMES))
+       runtime=st.sampled_from(runtimes.names(runtimes.SLURM)))
 def test_sbatch_script_passes_every_value_intact(tmp_path, stubs, command, env, workdir, image, name, runtime):
     try:
         image = "site/img:1" if image.startswith("-") else image
@@ -168,7 +168,7 @@ def test_sbatch_script_passes_every_value_intact(tmp_path, stubs, command, env, 
 
 
 @PROPERTY
-@given(command=commands, env=env_values, image=_or("site/img:1"), runtime=st.sampled_from(mpirun.RUNTIMES))
+@given(command=commands, env=env_values, image=_or("site/img:1"), runtime=st.sampled_from(runtimes.names(runtimes.MPIRUN)))
 def test_mpirun_scripts_pass_every_value_intact(tmp_path, stubs, command, env, image, runtime):
     try:
         (tmp_path / "job").mkdir(exist_ok=True)

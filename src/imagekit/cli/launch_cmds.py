@@ -15,6 +15,7 @@ from imagekit.launch import inside_out as inside_out_mod
 from imagekit.launch import mpijob as mpijob_mod
 from imagekit.launch import mpirun as mpirun_mod
 from imagekit.launch import profiles as profiles_mod
+from imagekit.launch import runtimes
 from imagekit.launch import slurm as slurm_mod
 from imagekit.launch.common import JOB_LABEL
 from imagekit.launch.gpu_env import GpuLaunch
@@ -88,7 +89,7 @@ def launch() -> None:
 @click.option("--time", "-t", "time_", default=None, metavar="[D-]HH:MM:SS")
 @click.option("--account", "-A", default=None)
 @click.option("--job-name", default="imagekit", show_default=True)
-@click.option("--runtime", default="pyxis", show_default=True, metavar="pyxis|apptainer|enroot|docker")
+@click.option("--runtime", default="pyxis", show_default=True, metavar="|".join(runtimes.names(runtimes.SLURM)))
 @click.option("--workdir", default=None, help="Working directory inside the container.")
 @click.option("--container-name", default=None, help="Pyxis: keep/reuse a named container for the job.")
 @click.option("--mount-home/--no-mount-home", default=None, help="Pyxis: (do not) bind the home directory.")
@@ -130,6 +131,7 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
     """
     if validate and dry_run:
         raise UsageError("--validate judges the job's output, so it needs --submit", "add --submit")
+    rt = runtimes.of(runtime, runtimes.SLURM)
     session = _session(image, command, validate, no_preflight, gates)
     chosen = profiles_mod.get(profile)
     job_env = profiles_mod.environment(chosen, common.parse_env(env))
@@ -138,7 +140,7 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
     # GPU runtime: in doubt, GPUs the user may have asked for are not hidden.
     wants_gpus = bool(gpus_per_node) or any("gpu" in a.lower() for a in srun_args)
     if not wants_gpus:
-        job_env = session.cpu_only_env(job_env, runtime)
+        job_env = session.cpu_only_env(job_env, rt)
     job = slurm_mod.SlurmJob(image=image, nodes=nodes, command=session.command, runtime=runtime,
                              gpus_per_node=gpus_per_node, ntasks_per_node=ntasks_per_node,
                              cpus_per_task=cpus_per_task, partition=partition, time=time_, account=account,
@@ -173,7 +175,7 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
 
 
 @launch.command(context_settings=CMD_SETTINGS)
-@click.option("--runtime", default="docker", show_default=True, metavar="docker|apptainer|enroot")
+@click.option("--runtime", default="docker", show_default=True, metavar="|".join(runtimes.names(runtimes.MPIRUN)))
 @click.option("--image", required=True, help="Engine image (docker), .sif (apptainer) or .sqsh (enroot).")
 @click.option("--hosts", "-H", required=True, help="HOST[:SLOTS],... or an Open MPI hostfile path.")
 @click.option("--np", "np_", type=int, default=None, help="Ranks (default: sum of slots).")
@@ -200,10 +202,11 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
       imagekit launch mpirun --image imagekit/debian-mpi:latest --hosts localhost:2 --validate \
           --max-latency-us 500
     """
+    rt = runtimes.of(runtime, runtimes.MPIRUN)
     session = _session(image, command, validate, no_preflight, gates)
     job_env = profiles_mod.environment(profiles_mod.get(profile), common.parse_env(env))
     if not gpus:
-        job_env = session.cpu_only_env(job_env, runtime)
+        job_env = session.cpu_only_env(job_env, rt)
     job = mpirun_mod.MpirunJob(runtime=runtime, image=image, hosts=mpirun_mod.parse_hosts(hosts),
                                command=session.command, np=np_, mounts=common.parse_mounts(mounts), env=job_env,
                                gpus=gpus, workdir=workdir, mpirun_args=list(mpirun_args),
@@ -217,14 +220,15 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
         return
     common.require_tool("mpirun", "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
                                   "or use `imagekit launch inside-out`")
-    session.preflight(PreflightPlan(launcher="mpirun", probe=runtime == "docker",
+    session.preflight(PreflightPlan(launcher="mpirun", probe=rt.engine,
                                     gpu=GpuLaunch(runtime=runtime, env={**job.image_env, **job.env}, gpus=gpus,
                                                   here=mpirun_mod.on_this_host(job.hosts), launcher="mpirun")))
     sys.exit(session.run(mpirun_mod.MpirunRun(job, _log)))
 
 
 @launch.command("inside-out", context_settings=CMD_SETTINGS)
-@click.option("--runtime", default="docker", show_default=True, metavar="docker")
+@click.option("--runtime", default="docker", show_default=True,
+              metavar="|".join(runtimes.names(runtimes.INSIDE_OUT)))
 @click.option("--image", required=True)
 @click.option("--nodes", "-N", type=int, required=True, help="Worker containers (the first also launches).")
 @click.option("--slots", type=int, default=1, show_default=True, help="Ranks per worker.")

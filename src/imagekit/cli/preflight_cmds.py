@@ -19,7 +19,7 @@ from imagekit.launch.gpu_env import GpuLaunch
                               "engine a registry reference (REGISTRY#REPO:TAG, docker://...), oci:DIR or "
                               "docker-archive:FILE.")
 @click.option("--scheduler", default=None, metavar="slurm", help="Also check Slurm's PMIx plugin.")
-@click.option("--launcher", default=None, metavar="slurm|mpirun|inside-out|mpijob",
+@click.option("--launcher", default=None, metavar="|".join(preflight_mod.LAUNCHERS),
               help="Add the launcher's checks (host mpirun, sshd).")
 @click.option("--ssh-dir", type=click.Path(path_type=Path), default=None,
               help="inside-out: check this key directory's permissions.")

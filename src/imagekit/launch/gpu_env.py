@@ -10,7 +10,9 @@ injects GPUs only with ``--gpus`` and Apptainer only with ``--nv``; they never f
 because of the variable alone.
 
 This module holds those rules, shared by preflight (which says when a start will fail
-here) and the launchers (which give CPU-only jobs ``NVIDIA_VISIBLE_DEVICES=void``).
+here) and the launchers (which give CPU-only jobs ``NVIDIA_VISIBLE_DEVICES=void``). Which
+runtime reads the variable, and each one's fix, is its class's
+(:mod:`imagekit.launch.runtimes`: ``gpu_hook``, ``gpu_fix``).
 """
 
 from __future__ import annotations
@@ -20,9 +22,6 @@ from dataclasses import dataclass, field
 
 VAR = "NVIDIA_VISIBLE_DEVICES"
 NO_GPU = "void"
-# Runtimes where the variable alone decides: Enroot's hook (Pyxis runs Enroot), and Docker when the
-# site made the NVIDIA runtime its default (then `docker run` without --gpus still reads it).
-HOOK_RUNTIMES = ("pyxis", "enroot", "docker")
 
 
 def asks_for_gpus(value: str | None) -> bool:
@@ -37,7 +36,7 @@ def asks_for_gpus(value: str | None) -> bool:
 class GpuLaunch:
     """How the containers will be started, as far as the GPU runtime cares (preflight's input).
 
-    ``runtime``: pyxis, enroot, docker, apptainer, or None when preflight runs without a launcher
+    ``runtime``: a name in ``runtimes.RUNTIMES``, or None when preflight runs without a launcher
     (then a ``.sif`` means Apptainer and a ``.sqsh`` Enroot/Pyxis). ``env``: what the launcher sets in
     the containers (it wins over the image's). ``gpus``: the launcher asks for GPUs (``--gpus-per-node``,
     ``--gpus``). ``here``: the containers start on this host, so a missing GPU runtime here fails the
@@ -52,31 +51,15 @@ class GpuLaunch:
     launcher: str | None = None
 
 
-def cpu_only_env(env: dict[str, str], image_env: Mapping[str, str] | None, runtime: str) -> dict[str, str]:
-    """The environment for the containers of a job that asks for no GPUs.
+def cpu_only_env(env: dict[str, str], image_env: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment for the containers of a job that asks for no GPUs, under a runtime where the
+    variable alone starts the GPU runtime (``Runtime.gpu_hook``).
 
-    Adds ``NVIDIA_VISIBLE_DEVICES=void`` where the runtime would otherwise start the GPU runtime
-    for the image: always when the image's environment could not be read here (the variable is
-    harmless where nothing reads it), never when the user set the variable (``--env`` wins) or
-    the image asks for no GPUs (nothing to undo, no noise in the script)."""
-    if VAR in env or runtime not in HOOK_RUNTIMES:
+    Adds ``NVIDIA_VISIBLE_DEVICES=void``: always when the image's environment could not be read here
+    (the variable is harmless where nothing reads it), never when the user set the variable (``--env``
+    wins) or the image asks for no GPUs (nothing to undo, no noise in the script)."""
+    if VAR in env:
         return env
     if image_env is not None and not asks_for_gpus(image_env.get(VAR)):
         return env
     return {**env, VAR: NO_GPU}
-
-
-def fixes(runtime: str | None, launcher: str | None) -> str:
-    """How to start the image on a host without a GPU runtime, for ``runtime`` (None: every one)."""
-    pyxis = (f"Pyxis: `export {VAR}={NO_GPU}` and `srun --container-env={VAR} …`")
-    enroot = f"Enroot: `enroot start --env {VAR}={NO_GPU} …`"
-    own = {"slurm": "imagekit launch slurm sets it for jobs without --gpus-per-node",
-           "mpirun": "imagekit launch mpirun sets it for ranks without --gpus"}
-    parts = {"pyxis": [pyxis], "enroot": [enroot]}.get(runtime or "", [pyxis, enroot])
-    if launcher in own:
-        parts.append(own[launcher])
-    elif runtime is None:
-        parts.append("`imagekit launch slurm|mpirun` sets it for jobs without GPUs; "
-                     "Docker and Apptainer need nothing without --gpus/--nv")
-    return (f"on hosts without GPUs start it with {VAR}={NO_GPU} — " + "; ".join(parts)
-            + "; on GPU nodes install the NVIDIA driver and nvidia-container-cli (libnvidia-container-tools)")

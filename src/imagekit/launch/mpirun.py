@@ -23,12 +23,11 @@ from imagekit import __version__, procs, quoting
 from imagekit.engines import docker as engine
 from imagekit.errors import EngineError, UsageError
 from imagekit.image_facts import BENCHMARK
-from imagekit.launch import wrapper
-from imagekit.launch.common import (JOB_LABEL, Mount, check_choice, check_count, check_image_env, check_job,
-                                    check_token, new_job_id, quote, require_tool, write_atomic)
+from imagekit.launch import runtimes
+from imagekit.launch.common import (JOB_LABEL, Mount, check_count, check_image_env, check_job, check_token,
+                                    new_job_id, quote, require_tool, write_atomic)
+from imagekit.launch.runtimes import RankStart, Runtime
 from imagekit.signals import interruptible, shielded
-
-RUNTIMES = wrapper.RUNTIMES
 
 
 def parse_hosts(text: str) -> list[tuple[str, int]]:
@@ -79,9 +78,11 @@ class MpirunJob:
     # run.sh and mpirun never see them (see common.check_image_env).
     image_env: dict[str, str] = field(default_factory=dict)
     image_env_label: str = BENCHMARK
+    # The runtime itself, resolved once from ``runtime`` (one of runtimes.names("mpirun")).
+    rt: Runtime = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_choice("runtime", self.runtime, RUNTIMES)
+        self.rt = runtimes.of(self.runtime, runtimes.MPIRUN)
         if not self.hosts:
             raise UsageError("no hosts given", "pass --hosts HOST[:SLOTS],...")
         if self.np is not None:
@@ -92,9 +93,7 @@ class MpirunJob:
         check_job(command=self.command, image=self.image, env=self.env, job_id=self.job_id,
                   args=self.mpirun_args, args_name="--mpirun-arg", workdir=self.workdir)
         check_image_env(self.image, self.image_env, self.image_env_label)
-        if self.runtime == "enroot":
-            for m in self.mounts:
-                m.check_fstab("enroot")
+        self.rt.check_mounts(self.mounts)
 
     @property
     def ranks(self) -> int:
@@ -115,13 +114,7 @@ def render_run(job: MpirunJob, docker: str = "docker") -> str:
         f"export IMAGEKIT_JOB_ID={q(job.job_id)}",
     ]
     lines += [f"export {k}={q(v)}" for k, v in job.env.items()]
-    if job.runtime == "docker":
-        cleanup = (f'{q(docker)} ps -q --filter "label={JOB_LABEL}=$IMAGEKIT_JOB_ID" '
-                   f"| xargs -r {q(docker)} rm -f >/dev/null")
-        lines += [
-            "# ranks killed hard (SIGKILL to the docker client) leave their container running",
-            f"trap {quoting.sh(cleanup)} EXIT",
-        ]
+    lines += job.rt.run_cleanup(docker)
     lines += [
         'if [ "$(id -u)" = 0 ]; then',
         "  # Open MPI refuses root unless told twice; containers commonly run as root.",
@@ -139,9 +132,9 @@ def render_run(job: MpirunJob, docker: str = "docker") -> str:
 
 
 def render_wrapper(job: MpirunJob, docker: str = "docker") -> str:
-    return wrapper.render(job.runtime, job.image, job_id=job.job_id, mounts=job.mounts,
-                          env_names=list(job.env), gpus=job.gpus, workdir=job.workdir, docker=docker,
-                          image_env={k: v for k, v in job.image_env.items() if k not in job.env})
+    return job.rt.rank_wrapper(RankStart(image=job.image, job_id=job.job_id, mounts=job.mounts,
+                                         env_names=list(job.env), gpus=job.gpus, workdir=job.workdir, docker=docker,
+                                         image_env={k: v for k, v in job.image_env.items() if k not in job.env}))
 
 
 def write(job: MpirunJob, directory: Path, docker: str = "docker") -> Path:
@@ -161,9 +154,10 @@ def execute(job: MpirunJob, directory: Path | None = None, *, keep: bool = False
     log = log or (lambda msg: print(msg, file=sys.stderr))
     require_tool("mpirun", "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
                            "or use `imagekit launch inside-out` / `launch slurm`")
-    docker = _docker_cli() if job.runtime == "docker" else "docker"
-    if job.runtime != "docker":
-        require_tool(job.runtime, f"install {job.runtime} on every host, or use --runtime docker")
+    # The engine's CLI starts the engine runtime's ranks; the others are a program every host needs.
+    docker = _docker_cli() if job.rt.engine else "docker"
+    if not job.rt.engine:
+        require_tool(job.rt.name, f"install {job.rt.name} on every host, or use --runtime docker")
     made = directory is None
     directory = Path(directory or Path.cwd() / f"imagekit-{job.job_id}")
     run_sh = write(job, directory, docker)
@@ -178,7 +172,7 @@ def execute(job: MpirunJob, directory: Path | None = None, *, keep: bool = False
         with shielded():
             if proc is not None:
                 procs.stop(proc, grace=15)
-            if job.runtime == "docker":
+            if job.rt.engine:
                 remove_containers(job.job_id)
             if made and not keep:
                 shutil.rmtree(directory, ignore_errors=True)

@@ -27,7 +27,7 @@ from imagekit import image_facts, platforms, searchpath, settings
 from imagekit.engines import docker as engine
 from imagekit.errors import EngineError, ImagekitError
 from imagekit.image_facts import ImageFacts, is_file_image, reader
-from imagekit.launch import gpu_env
+from imagekit.launch import gpu_env, runtimes
 from imagekit.launch.gpu_env import GpuLaunch
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "not checked"
@@ -480,29 +480,21 @@ def check_gpu_runtime(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None
     (a Slurm login node) the nodes that run them may have what this host lacks, hence a warning."""
     name = "GPU runtime"
     launch = launch or GpuLaunch()
-    runtime = launch.runtime or _runtime_of(img.ref)
+    # Not named: a .sif means Apptainer; a squashfs goes to Enroot or Pyxis, an engine image to Docker or
+    # Pyxis, and the fix names each.
+    rt = runtimes.of(launch.runtime) if launch.runtime else runtimes.implied_by(img.ref)
     bad = FAIL if launch.here else WARN
     elsewhere = "" if launch.here else "; fine if the nodes that run it have GPUs (this may be a login node)"
-    if runtime == "apptainer":
-        # --nv without a driver only warns; without --nv nothing reads the variable.
-        no_driver = "" if host.driver else "; this host has no NVIDIA driver, so --nv finds none here"
-        if not launch.gpus:
-            return Finding(name, OK, f"Apptainer gives containers GPUs only with --nv, whatever {gpu_env.VAR} "
-                         f"says{no_driver}")
-        return Finding(name, OK, f"apptainer --nv: driver {host.driver}" if host.driver else
-                     "apptainer --nv: this host has no NVIDIA driver; the containers start without GPUs")
     missing = [what for what, have in (("nvidia-container-cli", host.nvidia_container_cli),
                                        ("NVIDIA driver", host.driver)) if not have]
-    if not missing:
+    lacks = "this host has " + " and ".join(f"no {m}" for m in missing) if missing else None
+    # Runtimes that inject GPUs only when asked (--nv, --gpus) judge themselves.
+    own = rt.gpu_verdict(launch.gpus, host.driver, lacks) if rt is not None else None
+    if own is not None:
+        return (Finding(name, OK, own.detail) if own.fine else
+                Finding(name, bad, own.detail + elsewhere, own.fix))
+    if lacks is None:
         return Finding(name, OK, f"{host.nvidia_container_cli} and driver {host.driver}")
-    lacks = "this host has " + " and ".join(f"no {m}" for m in missing)
-    if runtime == "docker":
-        if not launch.gpus:
-            return Finding(name, OK, f"Docker gives containers GPUs only with --gpus, whatever {gpu_env.VAR} says")
-        return Finding(name, bad, f"`docker run --gpus all` needs the NVIDIA container toolkit and driver, and "
-                     f"{lacks}{elsewhere}",
-                     "leave out --gpus on hosts without GPUs, or run on GPU nodes with the NVIDIA driver "
-                     "and the NVIDIA container toolkit")
     # Enroot, Pyxis, or not known (an engine image may go to either Docker or Pyxis).
     if gpu_env.VAR in launch.env:  # the launcher's value wins over the image's, as in Enroot's hook
         value, source = launch.env[gpu_env.VAR], "the launch sets"
@@ -519,13 +511,7 @@ def check_gpu_runtime(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None
     none = " (driver libraries without devices)" if value == "none" else ""
     return Finding(name, bad, f"{source} {gpu_env.VAR}={value}{none} and {lacks}: Enroot's 98-nvidia.sh hook "
                  f"(Pyxis too) stops the start with {stops}{elsewhere}",
-                 gpu_env.fixes(runtime, launch.launcher))
-
-
-def _runtime_of(ref: str) -> str | None:
-    """The runtime a ``.sif`` implies (Apptainer); None for the rest: a squashfs goes to Enroot or
-    Pyxis, an engine image to Docker or Pyxis, and the fix names each."""
-    return "apptainer" if ref.endswith(".sif") else None
+                 runtimes.gpu_fixes(rt, launcher_needs(launch.launcher).gpu_fix))
 
 
 def image_arch(img: ImageFacts) -> str | None:
@@ -623,7 +609,27 @@ def check_host_mpirun(img: ImageFacts, host: HostFacts) -> Finding:
 
 # --- the whole run ------------------------------------------------------------------------
 
-LAUNCHERS = ("slurm", "mpirun", "inside-out", "mpijob")
+@dataclass(frozen=True)
+class LauncherNeeds:
+    """What a launcher declares to preflight: the checks its way of starting containers needs."""
+
+    host_mpirun: bool = False      # the host's mpirun starts the ranks: its Open MPI must match the image's
+    sshd: bool = False             # the containers run sshd and take the job's ssh keys
+    here: bool = True              # the containers start on this host (not on compute nodes elsewhere)
+    gpu_fix: str | None = None     # how the launcher itself hides GPUs from jobs that ask for none
+
+
+LAUNCHERS = {
+    "slurm": LauncherNeeds(here=False, gpu_fix="imagekit launch slurm sets it for jobs without --gpus-per-node"),
+    "mpirun": LauncherNeeds(host_mpirun=True, gpu_fix="imagekit launch mpirun sets it for ranks without --gpus"),
+    "inside-out": LauncherNeeds(sshd=True),
+    "mpijob": LauncherNeeds(here=False),
+}
+
+
+def launcher_needs(launcher: str | None) -> LauncherNeeds:
+    """The checks ``launcher`` (one of LAUNCHERS) declares; None (preflight alone): the defaults."""
+    return LAUNCHERS.get(launcher or "", LauncherNeeds())
 
 
 @dataclass(frozen=True)
@@ -631,7 +637,7 @@ class PreflightPlan:
     """How the image is to be launched, as far as preflight's checks depend on it."""
 
     scheduler: str | None = None       # "slurm": the host's srun and its PMIx plugin are checked
-    launcher: str | None = None        # one of LAUNCHERS
+    launcher: str | None = None        # one of LAUNCHERS: what it declares is checked
     ssh_key_dir: Path | None = None    # inside-out: the job's keys
     probe: bool = False                # run one short container of an unlabelled engine image to find its MPI
     gpu: GpuLaunch | None = None       # how the containers start: runtime, GPUs, environment, on this host?
@@ -644,7 +650,7 @@ def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | 
     The image's facts are read here unless the caller already has them (``facts``, or raw ``labels``);
     ``host`` is probed unless given.
     """
-    scheduler, launcher, gpu = plan.scheduler, plan.launcher, plan.gpu
+    scheduler, needs, gpu = plan.scheduler, launcher_needs(plan.launcher), plan.gpu
     if facts is not None:
         img = facts
     elif labels is not None:
@@ -652,7 +658,7 @@ def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | 
     else:
         img = reader.read_or_reason(image)
     if host is None:
-        host = HostFacts.probe(want_srun=scheduler == "slurm", want_mpirun=launcher == "mpirun")
+        host = HostFacts.probe(want_srun=scheduler == "slurm", want_mpirun=needs.host_mpirun)
     checks = [check_labels(img), check_mpi(img)]
     if plan.probe and not img.known and labels is None and not is_file_image(image):
         found = probe_image(image)
@@ -663,16 +669,16 @@ def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | 
                 img = image_facts.probed_mpi(img, "openmpi", m.group(1))
     if scheduler == "slurm":
         checks.append(check_slurm_pmix(img, host))
-    if launcher == "mpirun":
+    if needs.host_mpirun:
         checks.append(check_host_mpirun(img, host))
-    here = gpu.here if gpu is not None else launcher not in ("slurm", "mpijob")
+    here = gpu.here if gpu is not None else needs.here
     arch = check_arch(img, host, here)
     if arch.status == FAIL:
         arch = check_arch(img, host, here, host_build(image, host.machine))
     checks += [arch, check_shm(host), check_memlock(img, host), check_infiniband(img, host),
                check_driver(img, host), check_gpu_arch(img, host), check_imex(img, host, gpu),
                check_gpu_runtime(img, host, gpu)]
-    if launcher == "inside-out":
+    if needs.sshd:
         checks.append(check_sshd(img))
         if plan.ssh_key_dir is not None:
             checks.append(check_ssh_keys(plan.ssh_key_dir))

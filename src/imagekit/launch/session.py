@@ -21,6 +21,7 @@ from imagekit.launch import preflight as preflight_mod
 from imagekit.launch.benchmark import Tee, default_benchmark
 from imagekit.launch.common import check_image_command
 from imagekit.launch.launcher import Launcher
+from imagekit.launch.runtimes import Runtime
 from imagekit.validate import Gates, Verdict, evaluate, parse, to_text
 
 
@@ -78,11 +79,11 @@ class Session:
         cmd, env = default_benchmark(facts)
         return check_image_command(request.image, cmd, BENCHMARK), env
 
-    def cpu_only_env(self, env: dict[str, str], runtime: str) -> dict[str, str]:
+    def cpu_only_env(self, env: dict[str, str], runtime: Runtime) -> dict[str, str]:
         """The containers' environment for a job without GPUs: NVIDIA_VISIBLE_DEVICES=void where a CUDA
         image would otherwise make Enroot/Pyxis (or Docker's NVIDIA runtime) look for a driver; said once."""
         image_env = self.facts.env if self.facts is not None else None
-        out = gpu_env.cpu_only_env(env, image_env, runtime)
+        out = runtime.cpu_only_env(env, image_env)
         if out is not env:
             why = (f"the image sets {gpu_env.VAR}={image_env.get(gpu_env.VAR)}" if image_env is not None
                    else "the image's environment was not read here")

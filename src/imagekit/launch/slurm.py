@@ -35,11 +35,11 @@ from typing import IO, Callable, ClassVar
 from imagekit import __version__, quoting
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import BENCHMARK
-from imagekit.launch import wrapper
+from imagekit.launch import runtimes
 from imagekit.launch.common import (Mount, check_choice, check_count, check_image_env, check_job, check_line,
-                                    check_token, new_job_id, quote, require_tool, write_atomic)
+                                    check_token, new_job_id, require_tool, write_atomic)
+from imagekit.launch.runtimes import RankStart, Runtime, SrunStep
 
-RUNTIMES = ("pyxis", "apptainer", "enroot", "docker")
 STAGES = ("none", "shared", "sbcast")
 
 
@@ -72,9 +72,11 @@ class SlurmJob:
     importer: str = "imagekit-pyxis-importer"   # the site's importer (its plugstack.conf importer=)
     # Slurm's topology/block placement (launch profile nvl72): nodes per segment, each segment in one block.
     segment: int | None = None
+    # The runtime itself, resolved once from ``runtime`` (a name in runtimes.RUNTIMES).
+    rt: Runtime = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_choice("runtime", self.runtime, RUNTIMES)
+        self.rt = runtimes.of(self.runtime, runtimes.SLURM)
         check_stage(self)
         check_count("--nodes", self.nodes)
         check_count("--gpus-per-node", self.gpus_per_node, 0)
@@ -85,14 +87,12 @@ class SlurmJob:
         check_job(command=self.command, image=self.image, env=self.env, job_id=self.job_id,
                   args=self.srun_args, args_name="--srun-arg", workdir=self.workdir)
         # Pyxis takes a container's variables from the job's environment, which the host's programs see.
-        check_image_env(self.image, self.image_env, self.image_env_label, host=self.runtime == "pyxis")
+        check_image_env(self.image, self.image_env, self.image_env_label, host=self.rt.host_env)
         if self.container_name is not None:
             check_token("--container-name", self.container_name)
         check_sbatch(self.sbatch_options())
-        if self.runtime in ("pyxis", "enroot"):
-            # --container-mounts separates entries with ',' and Enroot writes each as an fstab line.
-            for m in self.mounts:
-                m.check_fstab(self.runtime)
+        # --container-mounts separates entries with ',' and Enroot writes each as an fstab line.
+        self.rt.check_mounts(self.mounts)
 
     def sbatch_options(self) -> dict[str, str]:
         """The ``#SBATCH --OPTION=VALUE`` lines, in order (values are checked to be one token)."""
@@ -121,7 +121,7 @@ def check_stage(job: "SlurmJob") -> None:
     check_choice("--stage", job.stage, STAGES)
     if job.stage == "none":
         return
-    if job.runtime != "pyxis":
+    if not job.rt.stages:
         raise UsageError(f"--stage {job.stage} stages what Pyxis's importer serves: it needs --runtime pyxis",
                          "drop --stage, or use --runtime pyxis")
     if job.image.startswith(("/", ".")):
@@ -158,10 +158,9 @@ NOTES = """\
 def render(job: SlurmJob) -> str:
     """The complete sbatch script for ``job``."""
     gpu_note = f", one per GPU ({job.gpus_per_node} GPUs per node)" if job.gpus_per_node else " (CPU only)"
-    shm_note = "; size it to several GiB" if job.runtime != "docker" else " (--ipc=host)"
     lines = sbatch_header(job.sbatch_options())
     lines.append(NOTES.format(version=__version__, runtime=job.runtime, tasks=job.tasks_per_node,
-                              gpu_note=gpu_note, shm_note=shm_note))
+                              gpu_note=gpu_note, shm_note=job.rt.shm_note))
     lines.append("set -euo pipefail")
     env = dict(job.env)
     if job.nccl_debug:
@@ -170,31 +169,11 @@ def render(job: SlurmJob) -> str:
     image_env = {k: v for k, v in job.image_env.items() if k not in env}   # --env wins
     srun = ["srun", "--mpi=pmix"] + list(job.srun_args)
     lines += stage_lines(job)
-    if job.runtime == "pyxis":
-        if image_env:
-            # Pyxis reads them from srun's environment: only names checked safe there (check_image_env).
-            lines.append(f"# The image's own variables (label {job.image_env_label}), for --container-env:")
-            lines += [f"export {k}={quoting.sh_arg(v)}" for k, v in image_env.items()]
-        srun += _pyxis_flags(job, list(env) + list(image_env))
-        lines.append(quote(srun) + " " + quote(job.command))
-    else:
-        text = wrapper.render(job.runtime, job.image, job_id=job.job_id, mounts=job.mounts,
-                              env_names=list(env), gpus=bool(job.gpus_per_node), workdir=job.workdir,
-                              image_env=image_env)
-        lines += [
-            'export IMAGEKIT_JOB_ID="imagekit-${SLURM_JOB_ID:-local}"',
-            "# The per-rank wrapper, passed to every task with bash -c (no shared filesystem needed).",
-            # One single-quoted word: no heredoc marker for a value to collide with.
-            "# shellcheck disable=SC2016 # expanded by each task's bash, not here",
-            f"rank_wrapper={quoting.sh(text)}",
-        ]
-        if job.runtime == "docker":
-            lines += [
-                "# Ranks killed hard leave containers behind: remove this job's on every node at exit.",
-                "trap 'srun --overlap --nodes=\"$SLURM_JOB_NUM_NODES\" --ntasks=\"$SLURM_JOB_NUM_NODES\" sh -c \"docker ps -q --filter "
-                "label=io.imagekit.job=$IMAGEKIT_JOB_ID | xargs -r docker rm -f >/dev/null\" || true' EXIT",
-            ]
-        lines.append(quote(srun) + ' bash -c "$rank_wrapper" imagekit-rank ' + quote(job.command))
+    rank = RankStart(image=job.image, job_id=job.job_id, mounts=job.mounts, env_names=list(env),
+                     image_env=image_env, gpus=bool(job.gpus_per_node), workdir=job.workdir)
+    lines += job.rt.srun_lines(SrunStep(rank=rank, srun=srun, command=list(job.command),
+                                        image_env_label=job.image_env_label, container_name=job.container_name,
+                                        mount_home=job.mount_home))
     return "\n".join(lines) + "\n"
 
 
@@ -222,25 +201,6 @@ def stage_lines(job: SlurmJob) -> list[str]:
         'read -r IMAGEKIT_STAGE_IMAGE_ID IMAGEKIT_STAGE_SHA256 <<<"$staged"',
         "export IMAGEKIT_STAGE_IMAGE_ID IMAGEKIT_STAGE_SHA256",
     ]
-
-
-def _pyxis_flags(job: SlurmJob, env_names: list[str]) -> list[str]:
-    flags = [f"--container-image={job.image}"]
-    if job.mounts:
-        flags.append("--container-mounts=" + ",".join(
-            f"{m.src}:{m.dst}" + (":ro" if m.readonly else "") for m in job.mounts))
-    if job.workdir:
-        flags.append(f"--container-workdir={job.workdir}")
-    if job.container_name:
-        flags.append(f"--container-name={job.container_name}")
-    if env_names:
-        # Exported variables reach the container anyway, but the image's values win unless listed here.
-        flags.append("--container-env=" + ",".join(env_names))
-    if job.mount_home is True:
-        flags.append("--container-mount-home")
-    elif job.mount_home is False:
-        flags.append("--no-container-mount-home")
-    return flags
 
 
 def write(job: SlurmJob, path: Path) -> Path:

@@ -15,11 +15,11 @@ and carries the launcher's owner label, so the next imagekit command sweeps it
 killed launcher can be found with ``docker ps -a --filter label=io.imagekit.job``.
 """
 
-from imagekit.launch.inside_out.job import (CALL_TIMEOUT, EXIT_NO_MPI, EXIT_NO_SSHD, MOUNT, PORT, ROOT_ENV, RUNTIMES,
+from imagekit.launch.inside_out.job import (CALL_TIMEOUT, EXIT_NO_MPI, EXIT_NO_SSHD, MOUNT, PORT, ROOT_ENV,
                                             SCHEDULERS, SSH_CONFIG, START_SH, WAIT_SH, InsideOutJob, make_job_dir)
 from imagekit.launch.inside_out.local import InsideOutRun, execute, remove_job
 from imagekit.launch.inside_out.sbatch import render_sbatch
 
-__all__ = ["CALL_TIMEOUT", "EXIT_NO_MPI", "EXIT_NO_SSHD", "MOUNT", "PORT", "ROOT_ENV", "RUNTIMES", "SCHEDULERS",
+__all__ = ["CALL_TIMEOUT", "EXIT_NO_MPI", "EXIT_NO_SSHD", "MOUNT", "PORT", "ROOT_ENV", "SCHEDULERS",
            "SSH_CONFIG", "START_SH", "WAIT_SH", "InsideOutJob", "InsideOutRun", "execute", "make_job_dir", "remove_job",
            "render_sbatch"]

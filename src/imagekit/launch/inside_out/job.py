@@ -11,11 +11,11 @@ from pathlib import Path
 
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import BENCHMARK
+from imagekit.launch import runtimes
 from imagekit.launch.common import (Mount, check_choice, check_count, check_image_env, check_job, check_token,
                                     new_job_id, write_atomic)
 from imagekit.launch.slurm import check_sbatch
 
-RUNTIMES = ("docker",)
 SCHEDULERS = ("local", "slurm")
 PORT = 2222
 MOUNT = "/run/imagekit"
@@ -113,7 +113,7 @@ class InsideOutJob:
     image_env_label: str = BENCHMARK
 
     def __post_init__(self) -> None:
-        check_choice("runtime", self.runtime, RUNTIMES)
+        runtimes.of(self.runtime, runtimes.INSIDE_OUT)
         check_choice("scheduler", self.scheduler, SCHEDULERS)
         check_count("--nodes", self.nodes)
         check_count("--slots", self.slots)

@@ -1,0 +1,371 @@
+"""The container runtimes a launch starts its containers with: one class each, and the one list of names.
+
+Every launcher asks its runtime instead of testing its name: how a rank's container starts (the rank
+wrapper, or Pyxis's ``srun`` flags), how mounts and the environment reach it, what an sbatch script
+or ``run.sh`` adds for it, which launchers can use it, what preflight checks for it, and how it
+treats ``NVIDIA_VISIBLE_DEVICES`` (:mod:`imagekit.launch.gpu_env`). A new runtime is one
+:class:`Runtime` subclass here and its row in ``_ALL``; jobs and requests resolve the name once
+with :func:`of`.
+
+- :class:`Pyxis`: Slurm's SPANK plugin; ``srun --container-image=…`` starts one Enroot container
+  per task, its hooks bring in PMIx and GPUs (flags as NVIDIA/pyxis's usage documents them).
+- :class:`Apptainer`: shares the host's environment and namespaces; ``--bind``, ``--nv``, ``--pwd``.
+- :class:`Enroot`: one container per node (``data/enroot-node.sh``), ``--env NAME`` and fstab mounts.
+- :class:`Docker`: the image engine's CLI, one container per rank, every variable forwarded by name,
+  each container labelled with the job so that what a killed rank leaves is removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from imagekit import quoting
+from imagekit.errors import UsageError
+from imagekit.launch import gpu_env, wrapper
+from imagekit.launch.common import JOB_LABEL, Mount, check_line, check_token, quote
+
+# The launchers that start containers through a runtime (imagekit launch …).
+SLURM, MPIRUN, INSIDE_OUT = "slurm", "mpirun", "inside-out"
+
+
+@dataclass(frozen=True)
+class RankStart:
+    """What starts one rank's container, whichever launcher runs the wrapper.
+
+    ``env_names``: the job's variables, set where the wrapper starts and forwarded by name.
+    ``image_env``: the image's variables, which reach the container as values and never the host
+    script's environment (see ``common.check_image_env``). ``docker``: the engine's CLI."""
+
+    image: str
+    job_id: str
+    mounts: Sequence[Mount] = ()
+    env_names: Sequence[str] = ()
+    image_env: Mapping[str, str] = field(default_factory=dict)
+    gpus: bool = False
+    workdir: str | None = None
+    docker: str = "docker"
+
+
+@dataclass(frozen=True)
+class SrunStep:
+    """The sbatch script's one ``srun --mpi=pmix`` step: ``srun`` is its words up to the command.
+    ``image_env_label``, ``container_name`` and ``mount_home`` are for Pyxis, which starts the
+    containers itself."""
+
+    rank: RankStart
+    srun: list[str]
+    command: list[str]
+    image_env_label: str = ""
+    container_name: str | None = None
+    mount_home: bool | None = None
+
+
+@dataclass(frozen=True)
+class GpuVerdict:
+    """A runtime's own answer to "will the containers start here?" (preflight's GPU runtime check).
+    Not ``fine``: the start fails where the containers start on this host."""
+
+    fine: bool
+    detail: str
+    fix: str | None = None
+
+
+class Runtime:
+    """One container runtime. Subclasses set the class attributes and the methods that differ."""
+
+    name: ClassVar[str]
+    # The launchers that can start its containers (imagekit launch slurm|mpirun|inside-out).
+    launchers: ClassVar[tuple[str, ...]] = (SLURM, MPIRUN)
+    # NVIDIA_VISIBLE_DEVICES alone makes it start the GPU runtime: Enroot's hook (Pyxis runs Enroot), and
+    # Docker when the site made the NVIDIA runtime its default (then `docker run` without --gpus reads it).
+    gpu_hook: ClassVar[bool] = False
+    # Enroot writes mounts as fstab lines (Pyxis too, and separates them with ','): no whitespace or ','.
+    fstab_mounts: ClassVar[bool] = False
+    # The image's variables pass through the job's environment on the host (Pyxis's --container-env).
+    host_env: ClassVar[bool] = False
+    # Started by the image engine's CLI: preflight may run a container to probe an unlabelled image, and
+    # the containers carry the job label, so that the launcher removes what a killed rank leaves.
+    engine: ClassVar[bool] = False
+    # --stage: the runtime imports through Pyxis's importer, whose store the stage step fills.
+    stages: ClassVar[bool] = False
+    # The image files that imply it when no runtime is named (preflight: a .sif means Apptainer).
+    own_suffixes: ClassVar[tuple[str, ...]] = ()
+    # The sbatch notes' /dev/shm line: how the runtime shares the node's /dev/shm.
+    shm_note: ClassVar[str] = "; size it to several GiB"
+    # How to start the image without GPUs when the host has no GPU runtime (None: nothing to do).
+    gpu_fix: ClassVar[str | None] = None
+
+    def __repr__(self) -> str:
+        return f"<runtime {self.name}>"
+
+    # --- mounts and the environment --------------------------------------------------------
+
+    def check_mounts(self, mounts: Sequence[Mount]) -> None:
+        """Refuse the mounts the runtime cannot carry (fstab lines split fields at whitespace)."""
+        if self.fstab_mounts:
+            for m in mounts:
+                m.check_fstab(self.name)
+
+    def cpu_only_env(self, env: dict[str, str], image_env: Mapping[str, str] | None) -> dict[str, str]:
+        """The environment for a job that asks for no GPUs: ``NVIDIA_VISIBLE_DEVICES=void`` where the
+        variable alone would start the GPU runtime (:func:`gpu_env.cpu_only_env`)."""
+        return gpu_env.cpu_only_env(env, image_env) if self.gpu_hook else env
+
+    # --- the rank wrapper (launch mpirun's rank.sh, launch slurm's rank_wrapper) ------------
+
+    def rank_wrapper(self, start: RankStart) -> str:
+        """The wrapper script that runs ``"$@"`` as one rank inside a container."""
+        check_token("job id", start.job_id)
+        check_line("image", start.image)
+        check_line("--workdir", start.workdir)
+        return wrapper.head(self.name, start.image, start.job_id) + self.wrapper_body(start)
+
+    def wrapper_body(self, start: RankStart) -> str:
+        """The wrapper after its head (``image`` set): binds, environment, and the runtime's ``exec``."""
+        raise UsageError(f"the {self.name} runtime has no rank wrapper: "
+                         f"it runs under {' and '.join(self.launchers)} only",
+                         f"use one of: {', '.join(names(MPIRUN))}")
+
+    # --- Slurm: the sbatch script's srun step -----------------------------------------------
+
+    def srun_lines(self, step: SrunStep) -> list[str]:
+        """The script's lines that start the containers: the rank wrapper, handed to every task with
+        ``bash -c`` (no shared filesystem needed), which binds ``$PMIX_SERVER_TMPDIR``."""
+        text = self.rank_wrapper(step.rank)
+        return [
+            'export IMAGEKIT_JOB_ID="imagekit-${SLURM_JOB_ID:-local}"',
+            "# The per-rank wrapper, passed to every task with bash -c (no shared filesystem needed).",
+            # One single-quoted word: no heredoc marker for a value to collide with.
+            "# shellcheck disable=SC2016 # expanded by each task's bash, not here",
+            f"rank_wrapper={quoting.sh(text)}",
+        ] + self.sbatch_cleanup() + [quote(step.srun) + ' bash -c "$rank_wrapper" imagekit-rank ' + quote(step.command)]
+
+    def sbatch_cleanup(self) -> list[str]:
+        """Lines that remove the job's containers on every node when the script exits."""
+        return []
+
+    # --- host mpirun: run.sh ----------------------------------------------------------------
+
+    def run_cleanup(self, docker: str) -> list[str]:
+        """``run.sh`` lines that remove this host's containers of the job when it exits."""
+        return []
+
+    # --- the GPU runtime --------------------------------------------------------------------
+
+    def gpu_verdict(self, gpus: bool, driver: str | None, lacks: str | None) -> GpuVerdict | None:
+        """Preflight's GPU runtime check for this runtime, or None where the image's
+        ``NVIDIA_VISIBLE_DEVICES`` decides (the NVIDIA hook's rule, judged by preflight).
+        ``gpus``: the launch asks for GPUs; ``driver``: this host's; ``lacks``: what this host lacks
+        of driver and nvidia-container-cli ("this host has no …"), None when it has both."""
+        return None
+
+
+class Pyxis(Runtime):
+    name = "pyxis"
+    launchers = (SLURM,)
+    gpu_hook = True
+    fstab_mounts = True
+    host_env = True
+    stages = True
+    gpu_fix = f"Pyxis: `export {gpu_env.VAR}={gpu_env.NO_GPU}` and `srun --container-env={gpu_env.VAR} …`"
+
+    def srun_lines(self, step: SrunStep) -> list[str]:
+        """Pyxis's flags on the srun line; its hooks bring in PMIx and GPUs."""
+        image_env = dict(step.rank.image_env)
+        lines = []
+        if image_env:
+            # Pyxis reads them from srun's environment: only names checked safe there (check_image_env).
+            lines.append(f"# The image's own variables (label {step.image_env_label}), for --container-env:")
+            lines += [f"export {k}={quoting.sh_arg(v)}" for k, v in image_env.items()]
+        srun = step.srun + self.flags(step, list(step.rank.env_names) + list(image_env))
+        return lines + [quote(srun) + " " + quote(step.command)]
+
+    @staticmethod
+    def flags(step: SrunStep, env_names: list[str]) -> list[str]:
+        """``--container-*`` flags (Pyxis: mounts ``SRC:DST[:FLAGS]`` separated by ``,``)."""
+        rank = step.rank
+        flags = [f"--container-image={rank.image}"]
+        if rank.mounts:
+            flags.append("--container-mounts=" + ",".join(
+                f"{m.src}:{m.dst}" + (":ro" if m.readonly else "") for m in rank.mounts))
+        if rank.workdir:
+            flags.append(f"--container-workdir={rank.workdir}")
+        if step.container_name:
+            flags.append(f"--container-name={step.container_name}")
+        if env_names:
+            # Exported variables reach the container anyway, but the image's values win unless listed here.
+            flags.append("--container-env=" + ",".join(env_names))
+        if step.mount_home is True:
+            flags.append("--container-mount-home")
+        elif step.mount_home is False:
+            flags.append("--no-container-mount-home")
+        return flags
+
+
+class Apptainer(Runtime):
+    name = "apptainer"
+    own_suffixes = (".sif",)
+
+    def wrapper_body(self, start: RankStart) -> str:
+        q = quoting.sh_arg
+        binds = "".join(f"binds+=(--bind {q(f'{m.src}:{m.dst}' + (':ro' if m.readonly else ''))})\n"
+                        for m in start.mounts)
+        return (
+            "# Apptainer passes the host environment and namespaces through; only\n"
+            "# Slurm's PMIx directory (outside /tmp) must be bound explicitly.\n"
+            "binds=()\n"
+            'if [ -n "${PMIX_SERVER_TMPDIR:-}" ]; then\n'
+            '  binds+=(--bind "$PMIX_SERVER_TMPDIR")\n'
+            "fi\n" + binds +
+            "extra=()\n" +
+            ("extra+=(--nv)\n" if start.gpus else "") +
+            (f"extra+=(--pwd {q(start.workdir)})\n" if start.workdir else "") +
+            # APPTAINERENV_NAME=VALUE is Apptainer's own channel to the container (exact, unlike
+            # --env, whose parser splits at commas and trims quotes); no host program reads it.
+            ("# The image's own variables (its label): for the container only.\n"
+             "exec env " + " ".join(quoting.sh(f"APPTAINERENV_{quoting.env_name(k)}={v}")
+                                    for k, v in start.image_env.items()) + " \\\n  "
+             if start.image_env else "exec ") +
+            'apptainer exec "${binds[@]}" "${extra[@]}" "$image" "$@"\n'
+        )
+
+    def gpu_verdict(self, gpus: bool, driver: str | None, lacks: str | None) -> GpuVerdict:
+        # --nv without a driver only warns; without --nv nothing reads the variable.
+        if not gpus:
+            no_driver = "" if driver else "; this host has no NVIDIA driver, so --nv finds none here"
+            return GpuVerdict(True, f"Apptainer gives containers GPUs only with --nv, whatever {gpu_env.VAR} "
+                                    f"says{no_driver}")
+        return GpuVerdict(True, f"apptainer --nv: driver {driver}" if driver else
+                          "apptainer --nv: this host has no NVIDIA driver; the containers start without GPUs")
+
+
+class Enroot(Runtime):
+    name = "enroot"
+    gpu_hook = True
+    fstab_mounts = True
+    gpu_fix = f"Enroot: `enroot start --env {gpu_env.VAR}={gpu_env.NO_GPU} …`"
+
+    @staticmethod
+    def _fstab(src: str, dst: str, ro: bool = False) -> str:
+        return f"{src}:{dst}:none:x-create=auto,rbind" + (",ro" if ro else "")
+
+    def wrapper_body(self, start: RankStart) -> str:
+        # Always quoted: shellcheck reads bare commas in an array as a mistake.
+        binds = "".join(f"binds+=(--mount {quoting.sh(self._fstab(m.src, m.dst, m.readonly))})\n"
+                        for m in (m.check_fstab(self.name) for m in start.mounts))
+        return (
+            f'job="${{IMAGEKIT_JOB_ID:-{start.job_id}}}"\n' +
+            wrapper.forward_loop("--env") + wrapper.extra_env("--env", list(start.env_names)) +
+            wrapper.image_env_args("--env", start.image_env) +
+            f"binds=(--mount {quoting.sh(self._fstab('/tmp', '/tmp'))})\n"
+            'if [ -n "${PMIX_SERVER_TMPDIR:-}" ]; then\n'
+            '  binds+=(--mount "$PMIX_SERVER_TMPDIR:$PMIX_SERVER_TMPDIR:none:x-create=dir,rbind")\n'
+            "fi\n" + binds +
+            # enroot has no workdir flag: the rank's command runs through sh -c cd.
+            ("# shellcheck disable=SC2016 # expanded by the container's sh, not here\n"
+             f'set -- sh -c \'cd "$0" && exec "$@"\' {quoting.sh_arg(start.workdir)} "$@"\n'
+             if start.workdir else "") +
+            wrapper.ENROOT_NODE.read_text()
+        )
+
+
+class Docker(Runtime):
+    name = "docker"
+    launchers = (SLURM, MPIRUN, INSIDE_OUT)
+    gpu_hook = True
+    engine = True
+    shm_note = " (--ipc=host)"
+
+    def wrapper_body(self, start: RankStart) -> str:
+        q = quoting.sh_arg
+        binds = "".join(f"binds+=(-v {q(f'{m.src}:{m.dst}' + (':ro' if m.readonly else ''))})\n"
+                        for m in start.mounts)
+        return (
+            # Slurm scripts set IMAGEKIT_JOB_ID per allocation; the literal is the generating job's id.
+            f'job="${{IMAGEKIT_JOB_ID:-{start.job_id}}}"\n' +
+            wrapper.forward_loop("-e") + wrapper.extra_env("-e", list(start.env_names)) +
+            wrapper.image_env_args("-e", start.image_env) +
+            "# /tmp holds ORTE's session directory; PMIX_SERVER_TMPDIR holds Slurm's PMIx rendezvous.\n"
+            "binds=(-v /tmp:/tmp)\n"
+            'if [ -n "${PMIX_SERVER_TMPDIR:-}" ]; then\n'
+            '  binds+=(-v "$PMIX_SERVER_TMPDIR:$PMIX_SERVER_TMPDIR")\n'
+            "fi\n" + binds +
+            "# RDMA pins memory: give the rank the host's hard memlock limit (docker's default is 64 KiB).\n"
+            'memlock=$(ulimit -H -l)\n'
+            'if [ "$memlock" = unlimited ]; then memlock=-1; else memlock=$((memlock * 1024)); fi\n'
+            'extra=(--ulimit "memlock=$memlock:$memlock")\n' +
+            ("extra+=(--gpus all)\n" if start.gpus else "") +
+            (f"extra+=(-w {q(start.workdir)})\n" if start.workdir else "") +
+            f'exec {q(start.docker)} run --rm --label "{JOB_LABEL}=$job" \\\n'
+            "  --network=host --ipc=host --pid=host --cap-add=SYS_PTRACE \\\n"
+            '  --user "$(id -u):$(id -g)" "${forward[@]}" "${binds[@]}" "${extra[@]}" \\\n'
+            '  "$image" "$@"\n'
+        )
+
+    def sbatch_cleanup(self) -> list[str]:
+        return [
+            "# Ranks killed hard leave containers behind: remove this job's on every node at exit.",
+            "trap 'srun --overlap --nodes=\"$SLURM_JOB_NUM_NODES\" --ntasks=\"$SLURM_JOB_NUM_NODES\" sh -c \"docker ps -q "
+            f"--filter label={JOB_LABEL}=$IMAGEKIT_JOB_ID | xargs -r docker rm -f >/dev/null\" || true' EXIT",
+        ]
+
+    def run_cleanup(self, docker: str) -> list[str]:
+        q = quoting.sh_arg
+        cleanup = f'{q(docker)} ps -q --filter "label={JOB_LABEL}=$IMAGEKIT_JOB_ID" | xargs -r {q(docker)} rm -f >/dev/null'
+        return [
+            "# ranks killed hard (SIGKILL to the docker client) leave their container running",
+            f"trap {quoting.sh(cleanup)} EXIT",
+        ]
+
+    def gpu_verdict(self, gpus: bool, driver: str | None, lacks: str | None) -> GpuVerdict | None:
+        if lacks is None:
+            return None
+        if not gpus:
+            return GpuVerdict(True, f"Docker gives containers GPUs only with --gpus, whatever {gpu_env.VAR} says")
+        return GpuVerdict(False, f"`docker run --gpus all` needs the NVIDIA container toolkit and driver, and {lacks}",
+                          "leave out --gpus on hosts without GPUs, or run on GPU nodes with the NVIDIA driver "
+                          "and the NVIDIA container toolkit")
+
+
+# The runtimes, in the order the CLI and errors name them. A new runtime: its class above and a row here.
+_ALL: tuple[Runtime, ...] = (Pyxis(), Apptainer(), Enroot(), Docker())
+_BY_NAME = {rt.name: rt for rt in _ALL}
+RUNTIMES: tuple[str, ...] = tuple(_BY_NAME)
+
+
+def names(launcher: str | None = None) -> tuple[str, ...]:
+    """The runtimes ``launcher`` can start (None: every one), in ``RUNTIMES`` order."""
+    return tuple(n for n in RUNTIMES if launcher is None or launcher in _BY_NAME[n].launchers)
+
+
+def of(name: str, launcher: str | None = None) -> Runtime:
+    """The runtime called ``name``; with ``launcher``, one that launcher can start."""
+    rt = _BY_NAME.get(name)
+    if rt is None:
+        raise UsageError(f"unknown runtime {name!r}", f"use one of: {', '.join(names(launcher))}")
+    if launcher is not None and launcher not in rt.launchers:
+        raise UsageError(f"the {name} runtime cannot start the containers of `imagekit launch {launcher}`",
+                         f"use one of: {', '.join(names(launcher))}")
+    return rt
+
+
+def implied_by(ref: str) -> Runtime | None:
+    """The runtime an image file implies when none is named (a ``.sif``: Apptainer); None for the rest
+    (a squashfs goes to Enroot or Pyxis, an engine image to Docker or Pyxis)."""
+    return next((rt for rt in _ALL if rt.own_suffixes and ref.endswith(rt.own_suffixes)), None)
+
+
+def gpu_fixes(rt: Runtime | None, launcher_fix: str | None = None) -> str:
+    """How to start the image on a host without a GPU runtime, for ``rt`` (None: every runtime).
+    ``launcher_fix``: how the launcher itself sets the variable for jobs without GPUs."""
+    own = rt.gpu_fix if rt is not None else None
+    parts = [own] if own else [r.gpu_fix for r in _ALL if r.gpu_fix]
+    if launcher_fix:
+        parts.append(launcher_fix)
+    elif rt is None:
+        parts.append("`imagekit launch slurm|mpirun` sets it for jobs without GPUs; "
+                     "Docker and Apptainer need nothing without --gpus/--nv")
+    return (f"on hosts without GPUs start it with {gpu_env.VAR}={gpu_env.NO_GPU} — " + "; ".join(parts)
+            + "; on GPU nodes install the NVIDIA driver and nvidia-container-cli (libnvidia-container-tools)")
