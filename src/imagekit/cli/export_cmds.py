@@ -10,7 +10,7 @@ from imagekit.attest import keys
 from imagekit import platforms
 from imagekit.cli.options import progress_printer
 from imagekit.errors import UsageError
-from imagekit.export import VIAS, ExportRequest, export_image, formats, signing, squash
+from imagekit.export import ExportRequest, export_image, formats, signing, squash
 from imagekit.export import artifacts as art
 from imagekit.export.image_source import open_source
 from imagekit.export import push as push_mod
@@ -35,7 +35,7 @@ STATEMENTS = ("sbom", "provenance")
                    "--squash-opt=256K).")
 @click.option("--tool", type=click.Choice(["auto", *squash.TOOLS]), default="auto",
               show_default=True, help="Squashfs tool reading the stream.")
-@click.option("--via", type=click.Choice(VIAS), default="native", show_default=True,
+@click.option("--via", type=click.Choice(formats.vias()), default="native", show_default=True,
               help="SIF only: write natively, or run apptainer/singularity from PATH.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.option("--no-space-check", is_flag=True, help="Skip the free-space check.")

@@ -47,17 +47,14 @@ from typing import Callable
 from imagekit import __version__, atomic, engine, export, platforms
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.export import ExportRequest, export_image, formats, squash
-from imagekit.export.formats import signed_inside
+from imagekit.export.formats import (ENROOT_ARTIFACT_TYPE, ENROOT_LAYER, SIF_CONFIG, SIF_LAYER,  # noqa: F401
+                                     signed_inside)
 from imagekit.export.output import check_free_space, prepare_target
 from imagekit.signals import interrupt_on_sigterm
 from imagekit.export.push import IndexPushResult, push_image, push_platforms
 from imagekit.registry import client as reg
 from imagekit.registry.reference import parse
 
-ENROOT_ARTIFACT_TYPE = "application/vnd.imagekit.enroot.v1"
-ENROOT_LAYER = "application/vnd.imagekit.enroot.layer.v1.squashfs"
-SIF_CONFIG = "application/vnd.sylabs.sif.config.v1+json"     # Apptainer's oras:// config type
-SIF_LAYER = "application/vnd.sylabs.sif.layer.v1.sif"         # Sylabs' registered SIF layer type
 EMPTY_CONFIG = b"{}"
 
 # Manifest annotations (copied into the referrers index entry, so they can be filtered on).
@@ -72,7 +69,7 @@ A_SIZE = "io.imagekit.export.size"
 A_SIGNER = "io.imagekit.export.signer"      # a SIF signed inside (its signature object): the key ID
 TITLE = "org.opencontainers.image.title"
 ANNOTATIONS = {
-    A_FORMAT: "enroot or sif",
+    A_FORMAT: "the export format (formats.FORMATS: enroot, sif)",
     A_PRESET: "the export preset (enroot, shared-fs, none; gzip, zstd)",
     A_TOOL: "the squashfs tool that wrote it (sqfstar, tar2sqfs, apptainer)",
     A_OPTIONS: "the preset's options for that tool plus --squash-opt, space-separated",
@@ -86,6 +83,8 @@ ANNOTATIONS = {
 
 @dataclass(frozen=True)
 class Kind:
+    """An artifact's layout, read from its format's row (formats.Format.artifact, suffix and mode)."""
+
     format: str
     artifact_type: str
     config_media_type: str
@@ -94,17 +93,13 @@ class Kind:
     mode: int
 
 
-KINDS = {
-    "enroot": Kind("enroot", ENROOT_ARTIFACT_TYPE, reg.OCI_EMPTY, ENROOT_LAYER, formats.SUFFIX["enroot"],
-                   formats.FORMATS["enroot"].mode),
-    "sif": Kind("sif", SIF_CONFIG, SIF_CONFIG, SIF_LAYER, formats.SUFFIX["sif"], formats.FORMATS["sif"].mode),
-}
-
-
 def kind(fmt: str) -> Kind:
-    if fmt not in KINDS:
-        raise UsageError(f"unknown artifact format {fmt!r}", f"use one of: {', '.join(KINDS)}")
-    return KINDS[fmt]
+    """The artifact layout of format ``fmt``; UsageError unless it is pushed as an artifact."""
+    row = formats.FORMATS.get(fmt)
+    if row is None or row.artifact is None:
+        raise UsageError(f"unknown artifact format {fmt!r}", f"use one of: {', '.join(formats.with_artifacts())}")
+    a = row.artifact
+    return Kind(row.name, a.artifact_type, a.config_media_type, a.layer_media_type, row.suffix, row.mode)
 
 
 @dataclass
@@ -279,13 +274,18 @@ def push_artifact(client: reg.RegistryClient, repo: str, subject: reg.Resolved, 
 def matching(entries: list[dict], fmt: str, preset: str | None = None) -> list[dict]:
     """Referrer entries of ``fmt`` (and ``preset``), oldest first as the list gives them."""
     k = kind(fmt)
-    found = [e for e in entries if e.get("artifactType") == k.artifact_type]
-    if fmt == "sif":
-        # A SIF pushed by another tool has no imagekit annotations; it is still a SIF of this image.
-        found = [e for e in found if (e.get("annotations") or {}).get(A_FORMAT, "sif") == "sif"]
+    # An entry whose format annotation names another format is not this one's, whatever its type; one
+    # with none (a SIF pushed by another tool) is still of this format.
+    found = [e for e in entries if e.get("artifactType") == k.artifact_type and _notes(e).get(A_FORMAT, fmt) == fmt]
     if preset is not None:
         found = [e for e in found if (e.get("annotations") or {}).get(A_PRESET) == preset]
     return found
+
+
+def _notes(entry: dict) -> dict:
+    """A referrer entry's annotations; {} when it has none or they are malformed (not an object)."""
+    notes = entry.get("annotations")
+    return notes if isinstance(notes, dict) else {}
 
 
 def _describe(entries: list[dict]) -> str:
@@ -383,7 +383,7 @@ def checked_layer(client: reg.RegistryClient, repository: str, subject: reg.Reso
 
 def parse_presets(values: tuple[str, ...] | list[str], formats: list[str]) -> dict[str, str]:
     """``--preset P`` (every format) or ``--preset FORMAT=P`` (repeatable) → {format: preset}."""
-    chosen = {fmt: export.DEFAULT_PRESET[fmt] for fmt in formats}
+    chosen = {fmt: export.formats.get(fmt).default_preset for fmt in formats}
     for value in values:
         if "=" in value:
             fmt, _, preset = value.partition("=")

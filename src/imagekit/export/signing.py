@@ -39,7 +39,7 @@ from imagekit.attest.provenance import BuildRun
 from imagekit.attest.sbom import ImageRecord
 from imagekit.attest.statement import Statement, Subject, hex_of
 from imagekit.errors import EngineError, ImagekitError, UsageError
-from imagekit.export import artifacts, attestation_push, sif_sign
+from imagekit.export import artifacts, attestation_push, formats, sif_sign
 from imagekit.export.formats import signed_inside
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import sha256_file
@@ -224,7 +224,9 @@ def sign_export(path: Path, fmt: str, key: SigningKey, described: Described, *, 
     envelopes = sign_statements(described, subjects, key)
     side = bundle.write(bundle.beside(path), envelopes)
     files.append(str(side))
-    if store_entry and fmt == "enroot":
+    # The bundle also goes beside the store's entry (the Pyxis importer reads it there), unless the
+    # signature is inside the file: that signed file is written anew, and the entry is not it.
+    if store_entry and not signed_inside(fmt):
         beside_entry = Path(store_entry).parent / bundle.ENTRY_NAME
         try:
             bundle.write(beside_entry, envelopes)
@@ -272,7 +274,7 @@ def sign_file(path: Path, key: SigningKey, log: Log | None = None) -> Signed:
 def _listed_files(entries: list[dict], config_digest: str, platform: str) -> list[Subject]:
     """The .sqsh/.sif artifacts listed for the image (their recorded sha256), as subjects."""
     out = []
-    for fmt in ("enroot", "sif"):
+    for fmt in formats.with_artifacts():
         for entry in artifacts.matching(entries, fmt):
             notes = entry.get("annotations") or {}
             sha = notes.get(artifacts.A_SHA256, "")
