@@ -92,8 +92,7 @@ def export(image, to, output, preset, squash_opts, tool, via, force, no_space_ch
                           progress=None if quiet else progress_printer(), notice=notice)
     if key is not None:
         described = signing.describe(open_source(image, platform=platform), log=notice)
-        signed = signing.sign_export(Path(result.path), request.format, key, described,
-                                     preset=request.preset or "", store_entry=result.store_entry, log=notice)
+        signed = signing.sign_export(result, key, described, log=notice)
         result.sha256, result.bytes = signed.subjects[-1].sha256, Path(result.path).stat().st_size
         if notice:
             notice(f"signed with {key.key.keyid}: {signed.bundle}")
@@ -190,13 +189,12 @@ def push(images, to, platform_list, with_, presets, sign_key, as_json, quiet):
     else:
         formats = art.parse_formats(with_) if with_ else []
         chosen_presets = art.parse_presets(presets, formats)
-        progress = None if quiet else progress_printer()
+        plan = art.ArtifactPlan.of(formats, chosen_presets, log=log,
+                                   export_progress=None if quiet else progress_printer())
         if key is not None:
-            result, artifacts, signed = signing.push_signed(image, to, formats, chosen_presets, key, log=log,
-                                                            export_progress=progress)
+            result, artifacts, signed = signing.push_signed(image, to, plan, key)
         else:
-            result, artifacts = art.push_with_artifacts(image, to, formats, chosen_presets, log=log,
-                                                        export_progress=progress)
+            result, artifacts = art.push_with_artifacts(image, to, plan)
     if as_json:
         doc = json.loads(result.to_json())
         if with_:
@@ -232,9 +230,9 @@ def _push_index(images: list[str], to: str, with_: str | None, presets: tuple, a
     made: dict = {}
     if with_:
         formats = art.parse_formats(with_)
-        result, made = art.push_platforms_with_artifacts(
-            images, to, formats, art.parse_presets(presets, formats), log=log,
-            export_progress=None if quiet else progress_printer())
+        plan = art.ArtifactPlan.of(formats, art.parse_presets(presets, formats), log=log,
+                                   export_progress=None if quiet else progress_printer())
+        result, made = art.push_platforms_with_artifacts(images, to, plan)
     else:
         result = push_mod.push_platforms(images, to, log=None if as_json else log)
     if as_json:

@@ -60,8 +60,8 @@ from imagekit.export.image_source import Source, open_source
 from imagekit.export.layers import made_by_docker
 from imagekit.export.output import (ConvertRequest, ExportResult, Progress, atomic_output, check_free_space,
                                     expected_bytes, prepare_target, sha256_file)
-from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, DroppedLinkTarget, Member, dir_entry,
-                                       file_entry, missing_dirs, normalise)
+from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, DroppedLinkTarget, Member, Rewrite,
+                                       dir_entry, file_entry, missing_dirs, normalise)
 from imagekit.signals import interrupt_on_sigterm
 
 RC_LOCAL = ("# This file is sourced by /etc/rc when the container starts.\n"
@@ -289,9 +289,8 @@ def squashfs(image: "str | Source", output: Path, request: ConvertRequest, *,
             return kept
 
         try:
-            used = squash.stream_to_squashfs(source, tmp, spec, keep=keep_noting_symlinks, adjust=fixperms,
-                                             extra=extra_entries(config, mtime, image, symlinks),
-                                             on_bytes=meter.add)
+            rewrite = Rewrite(keep_noting_symlinks, fixperms, extra_entries(config, mtime, image, symlinks))
+            used = squash.stream_to_squashfs(source, tmp, spec, rewrite, on_bytes=meter.add)
         except DroppedLinkTarget as exc:
             # The files Enroot regenerates keep their other names (filter_tar links them to the new
             # file); what it does not extract at all (dev/*, /.dockerenv) makes its own import fail.

@@ -43,7 +43,7 @@ from typing import Any, BinaryIO, Callable
 
 from imagekit import atomic, quoting
 from imagekit.errors import ImagekitError, UsageError
-from imagekit.export import singularity_d, squash
+from imagekit.export import singularity_d, squash, tarstream
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import (ConvertRequest, ExportResult, Progress, check_free_space, expected_bytes,
                                     prepare_target, sha256_file)
@@ -192,9 +192,9 @@ def convert(source: str | Source, target: Path, request: ConvertRequest, *,
     with interrupt_on_sigterm(), atomic.target(target, file_mode(), sync=True) as tmp:
         squash_path = tmp if spec.offset else tmp.with_name(tmp.name + ".squashfs")
         try:
-            used = squash.stream_to_squashfs(
-                source, squash_path, spec, keep=lambda m: singularity_d.keep(m, replaced),
-                adjust=None, extra=singularity_d.extra_entries(layout, when), on_bytes=meter.add)
+            rewrite = tarstream.Rewrite(lambda m: singularity_d.keep(m, replaced),
+                                        extra=singularity_d.extra_entries(layout, when))
+            used = squash.stream_to_squashfs(source, squash_path, spec, rewrite, on_bytes=meter.add)
             if not spec.offset:
                 _copy_at(squash_path, tmp, partition_offset)
         finally:
