@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from imagekit.export import enroot, squash  # noqa: E402
+from imagekit.export import ExportRequest, enroot, squash  # noqa: E402
 from imagekit.export.squash import MIB, Preset  # noqa: E402
 
 import export as export_bench  # noqa: E402  (bench/export.py: the Enroot method and the big image)
@@ -98,7 +98,7 @@ def drop_caches() -> bool:
 
 
 def export_with(image: str, out: Path, p: Preset) -> str:
-    res = enroot.export(image, out, preset=p, force=True, check_space=False)
+    res = enroot.squashfs(image, out, ExportRequest("enroot", force=True, check_space=False), preset=p)
     return res.tool
 
 

@@ -135,11 +135,11 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
                 out = request.output_dir / f"{stack.name}{tag_suffix(stack.base.arch)}" \
                     f"{formats.get(export.format).suffix}"
                 log(f"exporting {image} -> {out}")
-                made = export_image(source, export, out, store=request.store,
-                                    progress=export_progress() if export_progress else None).as_dict()
+                exported = export_image(source, export, out, store=request.store,
+                                        progress=export_progress() if export_progress else None)
+                made = exported.as_dict()
                 if key is not None and described is not None:
-                    signed = signing.sign_export(out, export.format, key, described, preset=export.preset or "",
-                                                 store_entry=made.get("store_entry", ""), log=log)
+                    signed = signing.sign_export(exported, key, described, log=log)
                     made.update(signed=signed.as_dict(), sha256=signed.subjects[-1].sha256,
                                 bytes=out.stat().st_size)
                 entry["exports"].append(made)

@@ -93,7 +93,7 @@ def test_two_artifacts_listed_by_the_fallback_tag_and_pulled_back(server, env, t
     # Pull each back, byte-identical; the SIF keeps Apptainer's executable mode.
     for file in (sqsh, sif):
         out = tmp_path / f"pulled{art.kind(file.format).suffix}"
-        result = art.pull_artifact(f"docker://{addr}#t/both:1", file.format, out)
+        result = art.pull_artifact(f"docker://{addr}#t/both:1", art.ArtifactPull(file.format), out)
         assert out.read_bytes() == file.path.read_bytes()
         assert result.subject == subject.digest and result.preset == file.preset
         assert (out.stat().st_mode & 0o777) == (0o755 if file.format == "sif" else 0o644)
@@ -132,8 +132,9 @@ def test_repush_is_idempotent_and_keeps_other_referrers(server, env, tmp_path):
     second = art.push_artifact(client, "t/keep", subject, exported(tmp_path, "enroot", "none", b"raw" * 999))
     assert [m["digest"] for m in json.loads(raw(addr, f"/v2/t/keep/manifests/{tag}", OCI_INDEX)[0])["manifests"]] \
         == [other_digest, first.digest, second.digest]
-    assert art.pull_artifact(f"{addr}#t/keep:1", "enroot", tmp_path / "a.sqsh", preset="enroot").artifact == first.digest
-    assert art.pull_artifact(f"{addr}#t/keep:1", "enroot", tmp_path / "b.sqsh").artifact == second.digest
+    wanted = art.ArtifactPull("enroot", preset="enroot")
+    assert art.pull_artifact(f"{addr}#t/keep:1", wanted, tmp_path / "a.sqsh").artifact == first.digest
+    assert art.pull_artifact(f"{addr}#t/keep:1", art.ArtifactPull("enroot"), tmp_path / "b.sqsh").artifact == second.digest
 
 
 def test_a_tag_that_is_not_a_referrers_index_is_not_overwritten(server, env, tmp_path):
@@ -160,7 +161,7 @@ def test_no_artifact_is_exit_5_with_how_to_make_one(server, env, tmp_path):
     assert f"imagekit push IMAGE --to {addr}/t/none:1 --with enroot" in res.output
     assert list(tmp_path.glob("*x.sqsh*")) == []
     with pytest.raises(ArtifactMissing, match=r"no sif \(preset gzip\) artifact"):
-        art.pull_artifact(f"{addr}#t/none:1", "sif", tmp_path / "x.sif", preset="gzip")
+        art.pull_artifact(f"{addr}#t/none:1", art.ArtifactPull("sif", preset="gzip"), tmp_path / "x.sif")
 
 
 def test_a_corrupt_blob_is_exit_6_and_leaves_nothing(server, env, tmp_path):
@@ -181,7 +182,7 @@ def test_a_corrupt_blob_is_exit_6_and_leaves_nothing(server, env, tmp_path):
     assert "arrived as sha256:" in res.output and "nothing was kept" in res.output
     assert list(out.parent.iterdir()) == []         # no output, no .part file
     with pytest.raises(IntegrityError):
-        art.pull_artifact(f"{addr}#t/corrupt:1", "enroot", out)
+        art.pull_artifact(f"{addr}#t/corrupt:1", art.ArtifactPull("enroot"), out)
 
 
 def test_a_registry_with_the_referrers_api_lists_them_itself(server, env, tmp_path):
@@ -204,7 +205,7 @@ def test_a_registry_with_the_referrers_api_lists_them_itself(server, env, tmp_pa
         assert source == "api" and [e["digest"] for e in entries] == [pushed[1].digest]
         for file in (sqsh, sif):
             out = tmp_path / f"api{art.kind(file.format).suffix}"
-            result = art.pull_artifact(f"docker://{api}#t/api:1", file.format, out)
+            result = art.pull_artifact(f"docker://{api}#t/api:1", art.ArtifactPull(file.format), out)
             assert out.read_bytes() == file.path.read_bytes() and result.subject == subject.digest
 
         again = art.push_artifact(client, "t/api", subject, sqsh)
@@ -212,7 +213,7 @@ def test_a_registry_with_the_referrers_api_lists_them_itself(server, env, tmp_pa
         assert len(listed[("t/api", subject.digest)]) == 2
     # Straight to the registry (no API, no fallback tag), there is nothing to find.
     with pytest.raises(ArtifactMissing):
-        art.pull_artifact(f"docker://{addr}#t/api:1", "enroot", tmp_path / "none.sqsh")
+        art.pull_artifact(f"docker://{addr}#t/api:1", art.ArtifactPull("enroot"), tmp_path / "none.sqsh")
 
 
 def test_a_registry_that_refuses_the_media_type_is_exit_4_and_nothing_is_listed(server, env, tmp_path):

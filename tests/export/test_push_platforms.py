@@ -78,7 +78,7 @@ def test_each_platforms_exports_are_referrers_of_its_own_manifest(images, regist
     """Never one export for the whole index: a node pulls the squashfs of the image it runs."""
     amd_id, arm_id = images
     result, made = art.push_platforms_with_artifacts([AMD, ARM], f"{registry}/imagekit-test/arch-art:1",
-                                                     ["enroot"], {"enroot": "fast"})
+                                                     art.ArtifactPlan.of(["enroot"], {"enroot": "fast"}))
     client = RegistryClient(registry)
     assert client.referrers("imagekit-test/arch-art", result.digest)[0] == [], "nothing names the index"
     for one, image_id in zip(result.platforms, (amd_id, arm_id)):

@@ -90,10 +90,10 @@ def test_cold_from_a_trusted_artifact_then_verified_hits_for_root_and_a_user(clu
                                                                              test_user, tmp_path):
     """CI pushed the .sqsh beside the image: root's first job pulls it into the shared store (checked);
     the user's job and root's next one start from it, verified, converting nothing."""
-    from imagekit.export.artifacts import push_with_artifacts
+    from imagekit.export.artifacts import ArtifactPlan, push_with_artifacts
 
-    push_with_artifacts(odd_image, f"{site.registry}/imagekit-test/pyxis-art:1", ["enroot"], {"enroot": "fast"},
-                        workdir=tmp_path)
+    push_with_artifacts(odd_image, f"{site.registry}/imagekit-test/pyxis-art:1",
+                        ArtifactPlan.of(["enroot"], {"enroot": "fast"}, workdir=tmp_path))
     image = f"{site.registry}#imagekit-test/pyxis-art:1"
     for user, step in ((None, "root cold"), (test_user, "user warm"), (None, "root warm")):
         before = len(site.said())

@@ -116,10 +116,10 @@ def test_outside_a_job_step_get_refuses_with_the_fix(pushed, tmp_path):
 
 def test_a_pushed_artifact_is_pulled_into_the_store_not_converted(odd_image, registry, tmp_path):
     """CI pushed the .sqsh beside the image: the node pulls it (verified), converts nothing."""
-    from imagekit.export.artifacts import push_with_artifacts
+    from imagekit.export.artifacts import ArtifactPlan, push_with_artifacts
 
-    push_with_artifacts(odd_image, f"{registry}/imagekit-test/importer-art:1", ["enroot"],
-                        {"enroot": "fast"}, workdir=tmp_path)
+    push_with_artifacts(odd_image, f"{registry}/imagekit-test/importer-art:1",
+                        ArtifactPlan.of(["enroot"], {"enroot": "fast"}, workdir=tmp_path))
     store = tmp_path / "store"
     envs = [_env(store, tmp_path / "run", step, IMAGEKIT_TRUSTED_ARTIFACTS=f"{registry}/imagekit-test/*")
             for step in range(2)]

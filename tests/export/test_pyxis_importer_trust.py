@@ -111,10 +111,10 @@ def test_f3_a_pulled_artifact_is_kept_apart_from_the_local_exports_key(odd_image
     """A good artifact from a trusted repository is served to jobs, under its own key: a later local
     `imagekit export` of the same image converts, and never answers with the registry's bytes."""
     from imagekit.export import ExportRequest, export_image
-    from imagekit.export.artifacts import push_with_artifacts
+    from imagekit.export.artifacts import ArtifactPlan, push_with_artifacts
 
-    push_with_artifacts(odd_image, f"{registry}/imagekit-test/trusted:1", ["enroot"], {"enroot": "fast"},
-                        workdir=tmp_path)
+    push_with_artifacts(odd_image, f"{registry}/imagekit-test/trusted:1",
+                        ArtifactPlan.of(["enroot"], {"enroot": "fast"}, workdir=tmp_path))
     store = tmp_path / "store"
     call = pyxis_get(f"docker://{registry}#imagekit-test/trusted:1",
                      job_env(store, tmp_path / "run", 0, IMAGEKIT_TRUSTED_ARTIFACTS=f"{registry}/imagekit-test/*"))

@@ -20,6 +20,7 @@ from pyxis_calls import EXE, is_squashfs, job_env, pyxis_get
 from imagekit.attest import bundle, keys
 from imagekit.cli import main
 from imagekit.export import attestation_push, attestations
+from imagekit.export.artifacts import RegistrySubject
 from imagekit.export.push import push_image
 from imagekit.registry import RegistryClient, parse
 from imagekit.export import stage
@@ -152,7 +153,7 @@ def test_statements_of_another_manifest_are_refused(base_image, odd_image, regis
     new = client.resolve(parse(ref))
     assert new.digest == moved.digest != old.digest
     for env in envelopes:
-        attestation_push.push(client, "ik-signed/moved", new, json.loads(env.raw), "x", "y")
+        attestation_push.push(RegistrySubject(client, "ik-signed/moved", new), json.loads(env.raw), "x", "y")
     line = refusal(get(f"docker://{registry}#ik-signed/moved:1", tmp_path, site.policy(POLICY)))
     assert new.digest in line and "no signed statement names this oci-manifest" in line, line
     assert old.digest[:23] in line      # what the statements are about instead

@@ -91,11 +91,10 @@ def test_another_key_and_an_unsigned_sif_are_refused_by_both(unsigned_sif, tmp_p
 
 def test_signing_twice_is_refused_and_the_source_is_never_changed(unsigned_sif, tmp_path):
     key_path, pub_path = site_key(tmp_path, "ed25519")
-    signing_key = keys.load_private(key_path)
     before = unsigned_sif.read_bytes()[:4096]
     out = tmp_path / "out.sif"
-    sif_sign.sign_file(unsigned_sif, out, signing_key, lambda p: {"payloadType": sif_sign.METADATA_TYPE,
-                                                                  "payload": "", "signatures": []}, sbom=b"{}")
+    sif_sign.sign_file(unsigned_sif, out, lambda p: {"payloadType": sif_sign.METADATA_TYPE,
+                                                     "payload": "", "signatures": []}, sbom=b"{}")
     assert unsigned_sif.read_bytes()[:4096] == before
     res = CliRunner().invoke(main, ["sign", str(out), "--key", str(key_path)])
     assert res.exit_code == 2 and "signed already" in res.output

@@ -22,6 +22,7 @@ from imagekit.attest import PAYLOAD_TYPE, SLSA_PROVENANCE, bundle, dsse, keys, s
 from imagekit.attest.statement import Statement, Subject, hex_of
 from imagekit.cli import main
 from imagekit.export import attestation_push
+from imagekit.export.artifacts import RegistrySubject
 from imagekit.registry import RegistryClient, parse
 
 pytestmark = pytest.mark.engine
@@ -179,6 +180,6 @@ def test_push_sign_lists_statements_and_a_statement_for_another_platform_is_refu
     subject = client.resolve(parse(other))
     statement = Statement([Subject("oci-manifest", hex_of(subject.digest), other, "linux/arm64")], SLSA_PROVENANCE, {})
     envelope = signer.sign(statement.payload(), PAYLOAD_TYPE, keys.load_private(key))
-    attestation_push.push(client, "ik-sign/elsewhere", subject, envelope, SLSA_PROVENANCE, "x")
+    attestation_push.push(RegistrySubject(client, "ik-sign/elsewhere", subject), envelope, SLSA_PROVENANCE, "x")
     res = invoke("verify", f"docker://{other}", "--key", str(pub))
     assert res.exit_code == 12 and "is for linux/arm64, not linux/amd64" in res.output

@@ -123,6 +123,6 @@ def test_the_failing_nodes_line_survives_the_terminated_lines_that_follow_it(tmp
     srun.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     with pytest.raises(stage.StageError) as err:
-        stage.broadcast(tmp_path / "x", "a" * 64, 1, base=tmp_path, importer="true", job="1", nodes=8)
+        stage.broadcast(tmp_path / "x", "a" * 64, 1, stage.StageJob("1", 8, tmp_path, "true"))
     assert "on ikmn3: error: ikmn3: not enough space in /x" in str(err.value)
     assert "Force Terminated" in str(err.value)

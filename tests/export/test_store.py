@@ -3,6 +3,7 @@ sweeping after kill -9, LRU eviction that spares held entries, full disks."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -17,7 +18,7 @@ import pytest
 
 from imagekit import leases
 from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
-from imagekit.export import store as store_mod
+from imagekit.export import formats
 from imagekit.export.store import EntryGone, Store, find, link_or_copy
 from polling import wait_for
 
@@ -57,7 +58,7 @@ def test_entry_layout_is_a_directory_per_image_and_format(tmp_path):
     entry, created = st.get_or_create(key, writer())
     assert created and entry.path.read_bytes() == b"squashfs bytes"
     assert entry.path.parent.parent == tmp_path / "s/entries/sha256" / ("ab" * 32) / "enroot"
-    assert entry.path.name == "image.sqsh" and entry.version == store_mod.FORMAT_VERSION["enroot"]
+    assert entry.path.name == "image.sqsh" and entry.version == formats.get("enroot").store_version
     assert entry.sha256 == hashlib.sha256(b"squashfs bytes").hexdigest() and entry.bytes == 14
     assert (entry.image_id, entry.format, entry.preset) == (IMAGE, "enroot", "shared-fs")
     assert entry.options == ("squash-opt=-b", "squash-opt=1M")
@@ -76,7 +77,8 @@ def test_every_part_of_the_key_makes_its_own_entry(tmp_path, monkeypatch):
     keys = [st.key(IMAGE, "enroot", "enroot"), st.key(IMAGE, "enroot", "shared-fs"),
             st.key(IMAGE, "enroot", "enroot", ("epoch=1",)), st.key(IMAGE, "sif", "enroot"),
             st.key(OTHER, "enroot", "enroot")]
-    monkeypatch.setitem(store_mod.FORMAT_VERSION, "enroot", 99)   # a newer imagekit's format
+    newer = dataclasses.replace(formats.get("enroot"), store_version=99)    # a newer imagekit's format
+    monkeypatch.setitem(formats.FORMATS, "enroot", newer)
     keys.append(st.key(IMAGE, "enroot", "enroot"))
     paths = {st.get_or_create(k, writer(repr(k).encode()))[0].path for k in keys}
     assert len(paths) == len(keys)

@@ -5,7 +5,7 @@ tools file it under a canonical one (leading "/", "./" and "../" skipped, "//" j
 first of two members with one name: ``etc//rc`` or ``../etc/fstab`` put the image's own /etc/rc or
 /etc/fstab (whose lines Enroot mounts from the host) in place of imagekit's. ``docker export`` writes
 clean names, so such a tar comes from another exporter (``IMAGEKIT_DOCKER``); it is fed here through
-``enroot.export`` itself, with ``docker export`` swapped for ``cat`` of the tar, into each squashfs
+``enroot.convert`` itself, with ``docker export`` swapped for ``cat`` of the tar, into each squashfs
 tool. F18: a hard link whose first name the filter drops (Docker writes the first name of a file
 with several as the regular member) disappeared from the export. Enroot (``enroot import
 dockerd://``, which the runtime tests run) rewrites /etc/rc, /etc/fstab, ... in place, so their other
@@ -27,7 +27,7 @@ import pytest
 
 from imagekit import login_env, quoting
 from imagekit.engines import docker as engine
-from imagekit.export import enroot, image_source, squash, tarstream
+from imagekit.export import ExportRequest, enroot, image_source, squash, tarstream
 
 HOSTILE = b"echo HOSTILE\n"
 CONFIG = {"Entrypoint": ["/bin/echo", "started"], "Labels": {"io.example": "1"}}
@@ -54,7 +54,7 @@ def tar(*members: tuple[tarfile.TarInfo, bytes], fmt: int = tarfile.PAX_FORMAT) 
 
 @pytest.fixture
 def export_tar(monkeypatch, tmp_path):
-    """``export_tar(tar_bytes, tool)``: ``enroot.export`` of an image whose ``docker export`` is that
+    """``export_tar(tar_bytes, tool)``: ``enroot.convert`` of an image whose ``docker export`` is that
     tar; returns the .sqsh path."""
     def run(data: bytes, tool: str = "auto", image: str = "hostile:1") -> Path:
         source = tmp_path / "image.tar"
@@ -68,8 +68,8 @@ def export_tar(monkeypatch, tmp_path):
         out = tmp_path / "out" / f"{tool}.sqsh"
         out.parent.mkdir(exist_ok=True)
         # sqfstar misreads -X compressor options: it gets Enroot's own preset (none).
-        return Path(enroot.export(image, out, tool=tool, preset="enroot" if tool == "sqfstar" else None,
-                                  force=True).path)
+        request = ExportRequest("enroot", tool=tool, preset="enroot" if tool == "sqfstar" else None, force=True)
+        return Path(enroot.convert(image, out, request).path)
     return run
 
 

@@ -261,7 +261,7 @@ def test_an_alias_of_etc_rc_or_fstab_never_reaches_enroot(base_image, docker_bin
     monkeypatch.setattr(image_source.EngineSource, "inspect", lambda self: {"Config": config, "Size": len(rootfs)})
     from imagekit.export import enroot
 
-    sqsh = Path(enroot.export("hostile-names:1", shared_dir / "aliases.sqsh").path)
+    sqsh = Path(enroot.convert("hostile-names:1", shared_dir / "aliases.sqsh", ExportRequest("enroot")).path)
     os.chmod(sqsh, 0o644)
     run = _enroot_run(sqsh)
     assert run.returncode == 0 and run.stdout == "env=none\n", run.stdout + run.stderr

@@ -22,52 +22,84 @@ import signal
 import subprocess
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from imagekit import procs
 from imagekit.errors import EngineError, UsageError
 
-RUNTIMES = ("enroot", "apptainer")
 START_TIMEOUT = 120.0   # seconds for `enroot start` to show its container (unpacking is done by then)
-INSTALL = {"enroot": "install Enroot (github.com/NVIDIA/enroot releases; scripts/setup-cluster.sh builds it)",
-           "apptainer": "install Apptainer (apt, or scripts/setup-cluster.sh builds it)"}
+
+
+@dataclass(frozen=True)
+class Runner:
+    """One runtime that can run an image file's checks: what it is called, what it runs, how to get it."""
+
+    name: str
+    binaries: tuple[str, ...]
+    install: str
+    runs_sif: bool
+
+    def available(self) -> bool:
+        return any(shutil.which(b) for b in self.binaries)
+
+    def need(self) -> None:
+        if not self.available():
+            raise EngineError(f"no {self.name} on PATH to run the image's checks under", self.install)
+
+    def refuse(self, path: Path) -> None:
+        if path.suffix == ".sif" and not self.runs_sif:
+            raise UsageError(f"{self.name.capitalize()} cannot run a SIF ({path})",
+                             "use --runtime apptainer, or check the .sqsh")
+
+    def container(self, path: Path, gpu: bool) -> contextlib.AbstractContextManager[list[str]]:
+        raise NotImplementedError
+
+
+class Enroot(Runner):
+    def container(self, path: Path, gpu: bool) -> contextlib.AbstractContextManager[list[str]]:
+        return _enroot(path)
+
+
+class Apptainer(Runner):
+    @contextlib.contextmanager
+    def container(self, path: Path, gpu: bool) -> Iterator[list[str]]:
+        binary = next((shutil.which(b) for b in self.binaries if shutil.which(b)), self.binaries[0])
+        yield [binary, "-s", "exec", "--contain", "--cleanenv", "--pwd", "/", *(["--nv"] if gpu else []),
+               str(path.absolute())]
+
+
+# In the order pick() tries them for a squashfs; a SIF goes to the first that runs one.
+RUNNERS = {r.name: r for r in (
+    Enroot("enroot", ("enroot",), "install Enroot (github.com/NVIDIA/enroot releases; scripts/setup-cluster.sh "
+           "builds it)", runs_sif=False),
+    Apptainer("apptainer", ("apptainer", "singularity"), "install Apptainer (apt, or scripts/setup-cluster.sh "
+              "builds it)", runs_sif=True),
+)}
+RUNTIMES = tuple(RUNNERS)
 
 
 def pick(path: Path, runtime: str | None) -> str:
     """The runtime for an image file: the one asked for, else Enroot for a squashfs and Apptainer
     for a SIF (Apptainer also runs a squashfs where Enroot is missing)."""
     if runtime is not None:
-        if runtime not in RUNTIMES:
+        if runtime not in RUNNERS:
             raise UsageError(f"unknown runtime {runtime!r}", f"use one of: {', '.join(RUNTIMES)}")
-        if runtime == "enroot" and path.suffix == ".sif":
-            raise UsageError(f"Enroot cannot run a SIF ({path})", "use --runtime apptainer, or check the .sqsh")
-        _need(runtime)
+        RUNNERS[runtime].refuse(path)
+        RUNNERS[runtime].need()
         return runtime
-    if path.suffix != ".sif" and shutil.which("enroot"):
-        return "enroot"
-    if shutil.which("apptainer") or shutil.which("singularity"):
-        return "apptainer"
-    _need("enroot" if path.suffix != ".sif" else "apptainer")
-    return ""  # pragma: no cover - _need raised
+    fits = [r for r in RUNNERS.values() if r.runs_sif or path.suffix != ".sif"]
+    for runner in fits:
+        if runner.available():
+            return runner.name
+    fits[-1].need()
+    return ""  # pragma: no cover - need() raised
 
 
-def _need(runtime: str) -> None:
-    names = ("apptainer", "singularity") if runtime == "apptainer" else (runtime,)
-    if not any(shutil.which(n) for n in names):
-        raise EngineError(f"no {runtime} on PATH to run the image's checks under", INSTALL[runtime])
-
-
-@contextlib.contextmanager
-def container(path: Path, runtime: str, *, gpu: bool = False) -> Iterator[list[str]]:
+def container(path: Path, runtime: str, *, gpu: bool = False) -> contextlib.AbstractContextManager[list[str]]:
     """The argv prefix that runs a command (appended) inside a container of ``path``."""
-    if runtime == "enroot":
-        with _enroot(path) as prefix:
-            yield prefix
-    else:
-        binary = shutil.which("apptainer") or shutil.which("singularity") or "apptainer"
-        yield [binary, "-s", "exec", "--contain", "--cleanenv", "--pwd", "/", *(["--nv"] if gpu else []),
-               str(path.absolute())]
+    return RUNNERS[runtime].container(path, gpu)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ from imagekit.attest import keys
 from imagekit import platforms
 from imagekit.cli.options import progress_printer
 from imagekit.errors import UsageError
-from imagekit.export import VIAS, ExportRequest, export_image, formats, signing, squash
+from imagekit.export import ExportRequest, export_image, formats, signing, squash
 from imagekit.export import artifacts as art
 from imagekit.export.image_source import open_source
 from imagekit.export import push as push_mod
@@ -35,7 +35,7 @@ STATEMENTS = ("sbom", "provenance")
                    "--squash-opt=256K).")
 @click.option("--tool", type=click.Choice(["auto", *squash.TOOLS]), default="auto",
               show_default=True, help="Squashfs tool reading the stream.")
-@click.option("--via", type=click.Choice(VIAS), default="native", show_default=True,
+@click.option("--via", type=click.Choice(formats.vias()), default="native", show_default=True,
               help="SIF only: write natively, or run apptainer/singularity from PATH.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.option("--no-space-check", is_flag=True, help="Skip the free-space check.")
@@ -92,8 +92,7 @@ def export(image, to, output, preset, squash_opts, tool, via, force, no_space_ch
                           progress=None if quiet else progress_printer(), notice=notice)
     if key is not None:
         described = signing.describe(open_source(image, platform=platform), log=notice)
-        signed = signing.sign_export(Path(result.path), request.format, key, described,
-                                     preset=request.preset or "", store_entry=result.store_entry, log=notice)
+        signed = signing.sign_export(result, key, described, log=notice)
         result.sha256, result.bytes = signed.subjects[-1].sha256, Path(result.path).stat().st_size
         if notice:
             notice(f"signed with {key.key.keyid}: {signed.bundle}")
@@ -190,13 +189,12 @@ def push(images, to, platform_list, with_, presets, sign_key, as_json, quiet):
     else:
         formats = art.parse_formats(with_) if with_ else []
         chosen_presets = art.parse_presets(presets, formats)
-        progress = None if quiet else progress_printer()
+        plan = art.ArtifactPlan.of(formats, chosen_presets, log=log,
+                                   export_progress=None if quiet else progress_printer())
         if key is not None:
-            result, artifacts, signed = signing.push_signed(image, to, formats, chosen_presets, key, log=log,
-                                                            export_progress=progress)
+            result, artifacts, signed = signing.push_signed(image, to, plan, key)
         else:
-            result, artifacts = art.push_with_artifacts(image, to, formats, chosen_presets, log=log,
-                                                        export_progress=progress)
+            result, artifacts = art.push_with_artifacts(image, to, plan)
     if as_json:
         doc = json.loads(result.to_json())
         if with_:
@@ -232,9 +230,9 @@ def _push_index(images: list[str], to: str, with_: str | None, presets: tuple, a
     made: dict = {}
     if with_:
         formats = art.parse_formats(with_)
-        result, made = art.push_platforms_with_artifacts(
-            images, to, formats, art.parse_presets(presets, formats), log=log,
-            export_progress=None if quiet else progress_printer())
+        plan = art.ArtifactPlan.of(formats, art.parse_presets(presets, formats), log=log,
+                                   export_progress=None if quiet else progress_printer())
+        result, made = art.push_platforms_with_artifacts(images, to, plan)
     else:
         result = push_mod.push_platforms(images, to, log=None if as_json else log)
     if as_json:

@@ -7,7 +7,7 @@ import sys
 import click
 
 from imagekit.export import formats
-from imagekit.export.artifacts import pull_artifact
+from imagekit.export.artifacts import ArtifactPull, pull_artifact
 
 
 def _progress(quiet: bool):
@@ -67,8 +67,8 @@ def pull(reference, to, output, preset, force, no_space_check, platform, as_json
       imagekit pull docker://registry.example.org#hpc/mpi@sha256:<hex> --to sif -o mpi.sif --json
       imagekit pull 127.0.0.1:5000#hpc/mpi:1.0 --to enroot --platform linux/arm64 -o mpi-arm64.sqsh
     """
-    result = pull_artifact(reference, to, output, preset=preset, force=force,
-                           check_space=not no_space_check, progress=_progress(quiet), platform=platform)
+    wanted = ArtifactPull(to, preset=preset, force=force, check_space=not no_space_check, platform=platform)
+    result = pull_artifact(reference, wanted, output, progress=_progress(quiet))
     if as_json:
         click.echo(result.to_json())
     else:

@@ -2,7 +2,8 @@
 
 ``export_image`` is the one entry point the CLI and ``imagekit build --export``
 use. The image comes from the local Docker engine, a registry, an OCI layout or a
-``docker save`` tarball (:mod:`imagekit.export.image_source`). Each format lives in its own module; :mod:`imagekit.export.output` makes
+``docker save`` tarball (:mod:`imagekit.export.image_source`). Each format is one row in
+:mod:`imagekit.export.formats` naming its converter module; :mod:`imagekit.export.output` makes
 every output atomic and checks free space before starting; :mod:`imagekit.export.store`
 keeps each converted file once, keyed by image ID, format, preset and options.
 """
@@ -18,7 +19,7 @@ from typing import Callable, Literal, Union
 
 from imagekit import ledger
 from imagekit.errors import UsageError
-from imagekit.export import enroot, formats, sif, squash
+from imagekit.export import formats, squash
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import ExportResult, prepare_target
 from imagekit.export.store import Store, link_or_copy
@@ -28,75 +29,19 @@ from imagekit.export.store import Store, link_or_copy
 StoreChoice = Union[Store, str, Path, None, Literal[False]]
 
 
-FORMATS = tuple(formats.FORMATS)
-SUFFIX = formats.SUFFIX
-
-
-
-
-
 def default_output(image: str, to: str) -> Path:
     """Enroot's naming: ``repo/name:tag`` → ``repo+name+tag.sqsh`` in the current directory
     (``docker://registry/repo/name:tag`` too: the registry is left out, as Enroot does)."""
-    return Path.cwd() / f"{open_source(image).stem}{SUFFIX[to]}"
-
-
-SIF_COMPRESSIONS = sif.SIF_COMPRESSIONS
-VIAS = ("native", "apptainer")
-
-
-def _check_squash_preset(name: str) -> None:
-    squash.preset(name)
-
-
-def _check_sif_compression(name: str) -> None:
-    if name not in SIF_COMPRESSIONS:
-        raise UsageError(f"unknown SIF compression {name!r}", sif.SIF_COMPRESSIONS_HINT)
-
-
-def _write_enroot(source: "str | Source", target: Path, request: "ExportRequest", progress) -> ExportResult:
-    return enroot.export(source, target, preset=request.preset, squash_opts=request.squash_opts,
-                         tool=request.tool, force=request.force, check_space=request.check_space, progress=progress)
-
-
-def _write_sif(source: "str | Source", target: Path, request: "ExportRequest", progress) -> ExportResult:
-    return sif.export(source, target, compression=request.preset, squash_opts=request.squash_opts,
-                      tool=request.tool, via=request.via, force=request.force, check_space=request.check_space,
-                      progress=progress)
-
-
-@dataclass(frozen=True)
-class Converter:
-    """One export format's row: the converter that writes it (from the export request), the preset it
-    gets when none is named (the store keys entries by it), how a preset name is checked, and the
-    ways it can be written (``--via``). A new format is a module with its writer and one row here."""
-
-    format: formats.Format
-    write: Callable[[Source, Path, "ExportRequest", Callable[[int, bool], None] | None], ExportResult]
-    default_preset: str
-    check_preset: Callable[[str], None]
-    vias: tuple[str, ...] = ("native",)
-
-
-# The enroot default follows from bench/compression.py (docs/export.md, "Compression presets").
-CONVERTERS: dict[str, Converter] = {
-    "enroot": Converter(formats.FORMATS["enroot"], _write_enroot, squash.DEFAULT_PRESET, _check_squash_preset),
-    "sif": Converter(formats.FORMATS["sif"], _write_sif, "gzip", _check_sif_compression, VIAS),
-}
-DEFAULT_PRESET = {name: row.default_preset for name, row in CONVERTERS.items()}
-
-
-def converter(name: str) -> Converter:
-    """The row of format ``name``; a UsageError naming the valid ones otherwise."""
-    return CONVERTERS[formats.get(name).name]
+    return Path.cwd() / f"{open_source(image).stem}{formats.get(to).suffix}"
 
 
 @dataclass(frozen=True)
 class ExportRequest:
     """One export as ``imagekit export``'s options (or ``build --export``) ask for it, checked when made.
 
-    ``preset``: a name in squash.PRESETS for enroot (default ``fast``), gzip|zstd for sif (default
-    gzip); None becomes the format's default here, so the store's key and the converters see one name.
+    ``preset``: one of the format's presets (formats.FORMATS: squash.PRESETS for enroot, default
+    ``fast``; gzip|zstd|fast for sif, default gzip); None becomes the format's default here, so the
+    store's key and the converters see one name.
     ``squash_opts`` are appended to the squashfs tool's options. ``via="apptainer"`` (SIF only) runs
     apptainer/singularity from PATH. ``platform`` (``OS/ARCH``) picks one image of a multi-platform
     index. An unknown format, preset, tool or via fails here, before any image is read or built.
@@ -112,11 +57,11 @@ class ExportRequest:
     platform: str | None = None
 
     def __post_init__(self) -> None:
-        row = converter(self.format)
-        if self.via not in VIAS:
-            raise UsageError(f"unknown --via {self.via!r}", f"use one of: {', '.join(VIAS)}")
+        row = formats.get(self.format)
+        if self.via not in formats.vias():
+            raise UsageError(f"unknown --via {self.via!r}", f"use one of: {', '.join(formats.vias())}")
         if self.via not in row.vias:
-            takes = " or ".join(name for name, r in CONVERTERS.items() if self.via in r.vias)
+            takes = " or ".join(name for name, r in formats.FORMATS.items() if self.via in r.vias)
             raise UsageError(f"--via {self.via} applies to --to {takes} only")
         if self.tool not in ("auto", *squash.TOOLS):
             raise UsageError(f"unknown squashfs tool {self.tool!r}", f"use one of: auto, {', '.join(squash.TOOLS)}")
@@ -147,7 +92,7 @@ def export_image(image: str, request: ExportRequest, output: str | Path | None =
     Returns path, size, sha256 and duration; nothing is left at ``output`` unless the export completed.
     """
     source = open_source(image, platform=request.platform)
-    target = Path(output) if output is not None else Path.cwd() / f"{source.stem}{SUFFIX[request.format]}"
+    target = Path(output) if output is not None else Path.cwd() / f"{source.stem}{formats.get(request.format).suffix}"
     started = time.monotonic()
     if store is False:
         result = _convert(source, request, target, force=request.force, progress=progress)
@@ -160,7 +105,7 @@ def export_image(image: str, request: ExportRequest, output: str | Path | None =
 def _convert(image: Source, request: ExportRequest, target: Path, *, force: bool, progress) -> ExportResult:
     if force != request.force:
         request = dataclasses.replace(request, force=force)
-    return converter(request.format).write(image, target, request, progress)
+    return formats.get(request.format).convert(image, target, request, progress=progress)
 
 
 def store_options(squash_opts: tuple[str, ...], tool: str, via: str) -> tuple[str, ...]:
@@ -221,4 +166,4 @@ def _record(image_id: str, image: str, result: ExportResult) -> None:
                 store_hit=result.store_hit)
 
 
-__all__ = ["ExportRequest", "ExportResult", "export_image", "default_output", "FORMATS", "DEFAULT_PRESET"]
+__all__ = ["ExportRequest", "ExportResult", "export_image", "default_output"]

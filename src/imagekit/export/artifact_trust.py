@@ -56,8 +56,9 @@ class Candidate:
 
 def enroot_candidates(entries: list[dict], config_digest: str, warn: Callable[[str], None]) -> list[Candidate]:
     """Enroot export referrers of the image with config ``config_digest``, newest listed first.
-    Malformed ones (bad digest, preset, format, or another image's config) are skipped with a
-    warning: one bad referrer never stops the importer."""
+    Malformed ones (bad digest, preset, or another image's config) are skipped with a warning: one
+    bad referrer never stops the importer. One whose format annotation names another format is no
+    enroot artifact (artifacts.matching leaves it out)."""
     found = []
     for entry in reversed(artifacts.matching(entries, "enroot")):
         notes = entry.get("annotations") if isinstance(entry.get("annotations"), dict) else {}
@@ -68,8 +69,6 @@ def enroot_candidates(entries: list[dict], config_digest: str, warn: Callable[[s
             problem = f"its digest {digest!r} is not sha256:<64 hex>"
         elif not isinstance(preset, str) or not _PRESET.fullmatch(preset):
             problem = f"its preset annotation {preset!r} is not a preset name"
-        elif notes.get(artifacts.A_FORMAT, "enroot") != "enroot":
-            problem = f"its format annotation is {notes.get(artifacts.A_FORMAT)!r}"
         elif notes.get(artifacts.A_CONFIG) != config_digest:
             problem = (f"it names image {notes.get(artifacts.A_CONFIG)!r}, not {config_digest}"
                        if notes.get(artifacts.A_CONFIG) else "it does not name the image's config digest")

@@ -48,17 +48,14 @@ from imagekit import __version__, atomic, export, platforms
 from imagekit.engines import docker as engine
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.export import ExportRequest, export_image, formats, squash
-from imagekit.export.formats import signed_inside
+from imagekit.export.formats import (ENROOT_ARTIFACT_TYPE, ENROOT_LAYER, SIF_CONFIG, SIF_LAYER,  # noqa: F401
+                                     signed_inside)
 from imagekit.export.output import check_free_space, prepare_target
 from imagekit.signals import interrupt_on_sigterm
 from imagekit.export.push import IndexPushResult, push_image, push_platforms
 from imagekit.registry import client as reg
 from imagekit.registry.reference import parse
 
-ENROOT_ARTIFACT_TYPE = "application/vnd.imagekit.enroot.v1"
-ENROOT_LAYER = "application/vnd.imagekit.enroot.layer.v1.squashfs"
-SIF_CONFIG = "application/vnd.sylabs.sif.config.v1+json"     # Apptainer's oras:// config type
-SIF_LAYER = "application/vnd.sylabs.sif.layer.v1.sif"         # Sylabs' registered SIF layer type
 EMPTY_CONFIG = b"{}"
 
 # Manifest annotations (copied into the referrers index entry, so they can be filtered on).
@@ -73,7 +70,7 @@ A_SIZE = "io.imagekit.export.size"
 A_SIGNER = "io.imagekit.export.signer"      # a SIF signed inside (its signature object): the key ID
 TITLE = "org.opencontainers.image.title"
 ANNOTATIONS = {
-    A_FORMAT: "enroot or sif",
+    A_FORMAT: "the export format (formats.FORMATS: enroot, sif)",
     A_PRESET: "the export preset (enroot, shared-fs, none; gzip, zstd)",
     A_TOOL: "the squashfs tool that wrote it (sqfstar, tar2sqfs, apptainer)",
     A_OPTIONS: "the preset's options for that tool plus --squash-opt, space-separated",
@@ -87,6 +84,8 @@ ANNOTATIONS = {
 
 @dataclass(frozen=True)
 class Kind:
+    """An artifact's layout, read from its format's row (formats.Format.artifact, suffix and mode)."""
+
     format: str
     artifact_type: str
     config_media_type: str
@@ -95,17 +94,23 @@ class Kind:
     mode: int
 
 
-KINDS = {
-    "enroot": Kind("enroot", ENROOT_ARTIFACT_TYPE, reg.OCI_EMPTY, ENROOT_LAYER, formats.SUFFIX["enroot"],
-                   formats.FORMATS["enroot"].mode),
-    "sif": Kind("sif", SIF_CONFIG, SIF_CONFIG, SIF_LAYER, formats.SUFFIX["sif"], formats.FORMATS["sif"].mode),
-}
-
-
 def kind(fmt: str) -> Kind:
-    if fmt not in KINDS:
-        raise UsageError(f"unknown artifact format {fmt!r}", f"use one of: {', '.join(KINDS)}")
-    return KINDS[fmt]
+    """The artifact layout of format ``fmt``; UsageError unless it is pushed as an artifact."""
+    row = formats.FORMATS.get(fmt)
+    if row is None or row.artifact is None:
+        raise UsageError(f"unknown artifact format {fmt!r}", f"use one of: {', '.join(formats.with_artifacts())}")
+    a = row.artifact
+    return Kind(row.name, a.artifact_type, a.config_media_type, a.layer_media_type, row.suffix, row.mode)
+
+
+@dataclass(frozen=True)
+class RegistrySubject:
+    """An image manifest (``subject``) and the repository of ``client``'s registry that its referrers
+    (exports, signed statements) are pushed to."""
+
+    client: reg.RegistryClient
+    repo: str
+    subject: reg.Resolved
 
 
 @dataclass
@@ -280,13 +285,18 @@ def push_artifact(client: reg.RegistryClient, repo: str, subject: reg.Resolved, 
 def matching(entries: list[dict], fmt: str, preset: str | None = None) -> list[dict]:
     """Referrer entries of ``fmt`` (and ``preset``), oldest first as the list gives them."""
     k = kind(fmt)
-    found = [e for e in entries if e.get("artifactType") == k.artifact_type]
-    if fmt == "sif":
-        # A SIF pushed by another tool has no imagekit annotations; it is still a SIF of this image.
-        found = [e for e in found if (e.get("annotations") or {}).get(A_FORMAT, "sif") == "sif"]
+    # An entry whose format annotation names another format is not this one's, whatever its type; one
+    # with none (a SIF pushed by another tool) is still of this format.
+    found = [e for e in entries if e.get("artifactType") == k.artifact_type and _notes(e).get(A_FORMAT, fmt) == fmt]
     if preset is not None:
         found = [e for e in found if (e.get("annotations") or {}).get(A_PRESET) == preset]
     return found
+
+
+def _notes(entry: dict) -> dict:
+    """A referrer entry's annotations; {} when it has none or they are malformed (not an object)."""
+    notes = entry.get("annotations")
+    return notes if isinstance(notes, dict) else {}
 
 
 def _describe(entries: list[dict]) -> str:
@@ -295,23 +305,37 @@ def _describe(entries: list[dict]) -> str:
     return ", ".join(have)
 
 
-def pull_artifact(reference: str, fmt: str, output: str | Path, *, preset: str | None = None,
-                  force: bool = False, check_space: bool = True,
+@dataclass(frozen=True)
+class ArtifactPull:
+    """Which pushed export ``imagekit pull`` fetches: its format, only one made with ``preset`` (None:
+    any), for the image of ``platform`` (``linux/arm64``; None: this machine's) when the reference
+    names an index. ``force`` replaces an existing output. An unknown format fails when made."""
+
+    format: str
+    preset: str | None = None
+    force: bool = False
+    check_space: bool = True
+    platform: str | None = None
+
+    def __post_init__(self) -> None:
+        kind(self.format)
+
+
+def pull_artifact(reference: str, wanted: ArtifactPull, output: str | Path, *,
                   client: reg.RegistryClient | None = None,
-                  progress: Callable[[int, int], None] | None = None,
-                  platform: str | None = None) -> PullResult:
-    """Fetch the ``fmt`` export pushed for the image ``reference`` names and verify it. An index
-    resolves to ``platform``'s image (``linux/arm64``; default: this machine's), and the
-    artifact is that image's own.
+                  progress: Callable[[int, int], None] | None = None) -> PullResult:
+    """Fetch the export ``wanted`` names, pushed for the image ``reference`` names, and verify it.
+    An index resolves to ``wanted.platform``'s image, and the artifact is that image's own.
 
     ArtifactMissing (exit 5) when none was pushed, IntegrityError (6) when the bytes do not
     match; either way nothing is left at ``output``."""
     import time
 
     started = time.monotonic()
+    fmt, preset, platform = wanted.format, wanted.preset, wanted.platform
     k = kind(fmt)
     ref = parse(reference)
-    target = prepare_target(Path(output), force)
+    target = prepare_target(Path(output), wanted.force)
     client = client or reg.RegistryClient.for_reference(ref)
     subject = client.resolve(ref, platforms.parse(platform) if platform else None)
     entries, listed_by = client.referrers(ref.repository, subject.digest)
@@ -326,7 +350,7 @@ def pull_artifact(reference: str, fmt: str, output: str | Path, *, preset: str |
     entry = chosen[-1]      # the newest one listed (the tag schema appends)
     layer, annotations = checked_layer(client, ref.repository, subject, entry, fmt)
     size = int(layer["size"])
-    if check_space:
+    if wanted.check_space:
         check_free_space(target.parent, size, f"the {fmt} artifact of {ref}")
 
     def report(done: int) -> None:
@@ -384,7 +408,7 @@ def checked_layer(client: reg.RegistryClient, repository: str, subject: reg.Reso
 
 def parse_presets(values: tuple[str, ...] | list[str], formats: list[str]) -> dict[str, str]:
     """``--preset P`` (every format) or ``--preset FORMAT=P`` (repeatable) → {format: preset}."""
-    chosen = {fmt: export.DEFAULT_PRESET[fmt] for fmt in formats}
+    chosen = {fmt: export.formats.get(fmt).default_preset for fmt in formats}
     for value in values:
         if "=" in value:
             fmt, _, preset = value.partition("=")
@@ -406,27 +430,41 @@ def parse_formats(value: str) -> list[str]:
     return list(dict.fromkeys(formats))
 
 
-def push_with_artifacts(image: str, to: str | None, formats: list[str], presets: dict[str, str], *,
-                        log: Callable[[str], None] | None = None,
-                        export_progress: Callable[[int, bool], None] | None = None,
-                        workdir: str | Path | None = None,
-                        prepare: Callable[[str, Path, reg.Resolved], None] | None = None,
-                        signer: str = "") -> tuple[object, list[PushedArtifact]]:
-    """Push ``image`` (docker push), then one artifact per format, exporting only what the
-    registry does not already have for this image, format and preset.
+@dataclass(frozen=True)
+class ArtifactPlan:
+    """What a push attaches beside each image it pushes: one checked export request per format (a bad
+    preset fails when the plan is made, before anything is pushed), and how the push reports.
 
     ``prepare(format, file, subject)`` may change an export before it is pushed (signing a SIF
     inside); ``signer`` is then that key's ID: a SIF pushed without it is not reused."""
-    say = log or (lambda _msg: None)
-    # Made first, so a bad preset fails before the image is pushed.
-    requests = export_requests(formats, presets)
-    pushed = push_image(image, to, log=say)
+
+    requests: dict[str, ExportRequest]
+    log: Callable[[str], None] | None = None
+    export_progress: Callable[[int, bool], None] | None = None
+    workdir: str | Path | None = None
+    prepare: Callable[[str, Path, reg.Resolved], None] | None = None
+    signer: str = ""
+
+    @classmethod
+    def of(cls, formats: list[str], presets: dict[str, str], *, log: Callable[[str], None] | None = None,
+           export_progress: Callable[[int, bool], None] | None = None,
+           workdir: str | Path | None = None) -> "ArtifactPlan":
+        """The plan for ``--with FORMATS`` and ``presets`` ({format: preset}; a format left out gets its default)."""
+        return cls(export_requests(formats, presets), log=log, export_progress=export_progress, workdir=workdir)
+
+    def say(self, message: str) -> None:
+        if self.log is not None:
+            self.log(message)
+
+
+def push_with_artifacts(image: str, to: str | None, plan: ArtifactPlan) -> tuple[object, list[PushedArtifact]]:
+    """Push ``image`` (docker push), then one artifact per format of ``plan``, exporting only what
+    the registry does not already have for this image, format and preset."""
+    pushed = push_image(image, to, log=plan.say)
     ref = parse(pushed.reference)
     client = reg.RegistryClient.for_reference(ref)
     subject = client.resolve(ref.with_digest(pushed.digest))
-    results = attach(client, ref.repository, subject, image, requests, log=say,
-                     export_progress=export_progress, workdir=workdir, prepare=prepare, signer=signer)
-    return pushed, results
+    return pushed, attach(client, ref.repository, subject, image, plan)
 
 
 def export_requests(formats: list[str], presets: dict[str, str]) -> dict[str, ExportRequest]:
@@ -435,18 +473,14 @@ def export_requests(formats: list[str], presets: dict[str, str]) -> dict[str, Ex
 
 
 def attach(client: reg.RegistryClient, repo: str, subject: reg.Resolved, image: str,
-           requests: dict[str, ExportRequest], *, log: Callable[[str], None] | None = None,
-           export_progress: Callable[[int, bool], None] | None = None,
-           workdir: str | Path | None = None,
-           prepare: Callable[[str, Path, reg.Resolved], None] | None = None,
-           signer: str = "") -> list[PushedArtifact]:
+           plan: ArtifactPlan) -> list[PushedArtifact]:
     """The exports of the local ``image`` as referrers of ``subject``: that image's OWN manifest.
 
     In a multi-platform push each platform's image gets its own, so a node pulls the artifact
     of the image it runs; an index is never a subject (it is no image: an export of one platform
     would be served to every other). Exports the registry already lists for this subject, format
     and preset are not made again. This is the one place per-image artifacts are attached."""
-    say = log or (lambda _msg: None)
+    say, signer = plan.say, plan.signer
     if subject.media_type not in reg.MANIFEST_TYPES:
         raise RegistryError(f"{subject.reference} is a {subject.media_type}, not one image's manifest: "
                             "artifacts name the manifest of the image they were made from",
@@ -457,7 +491,7 @@ def attach(client: reg.RegistryClient, repo: str, subject: reg.Resolved, image: 
                              "another push replaced the tag meanwhile: push again")
     entries, _ = client.referrers(repo, subject.digest)
     results: list[PushedArtifact] = []
-    for fmt, request in requests.items():
+    for fmt, request in plan.requests.items():
         preset = request.preset
         existing = matching(entries, fmt, preset)
         if signed_inside(fmt) and signer:   # the signer is part of the file
@@ -471,36 +505,31 @@ def attach(client: reg.RegistryClient, repo: str, subject: reg.Resolved, image: 
                                           file_sha256=notes.get(A_SHA256, ""), bytes=int(notes.get(A_SIZE, 0)),
                                           listed_by="existing", uploaded=False))
             continue
-        with tempfile.TemporaryDirectory(prefix="imagekit-artifact-", dir=workdir) as tmp:
+        with tempfile.TemporaryDirectory(prefix="imagekit-artifact-", dir=plan.workdir) as tmp:
             out = Path(tmp) / f"image{kind(fmt).suffix}"
             say(f"exporting {image} as {fmt} ({preset})")
-            exported = export_image(image, request, out, progress=export_progress)
+            exported = export_image(image, request, out, progress=plan.export_progress)
             file = ExportedFile(format=fmt, path=out, preset=preset, tool=exported.tool,
                                 options=squash_options(exported.tool, preset),
                                 sha256=f"sha256:{exported.sha256}", size=exported.bytes)
-            if prepare is not None:
-                prepare(fmt, out, subject)
+            if plan.prepare is not None:
+                plan.prepare(fmt, out, subject)
                 file.sha256, file.size = "", 0        # computed again from what is pushed
                 file.signer = signer if signed_inside(fmt) else ""
             results.append(push_artifact(client, repo, subject, file, log=say))
     return results
 
 
-def push_platforms_with_artifacts(images: list[str], to: str, formats: list[str], presets: dict[str, str], *,
-                                  log: Callable[[str], None] | None = None,
-                                  export_progress: Callable[[int, bool], None] | None = None,
-                                  workdir: str | Path | None = None
+def push_platforms_with_artifacts(images: list[str], to: str, plan: ArtifactPlan
                                   ) -> tuple[IndexPushResult, dict[str, list[PushedArtifact]]]:
     """:func:`imagekit.export.push.push_platforms` with each platform's exports attached to that
     platform's own manifest, before the index is written (the index appears when all is there).
     Returns the index push and platform -> its artifacts."""
-    requests = export_requests(formats, presets)
     made: dict[str, list[PushedArtifact]] = {}
 
     def before_index(client: reg.RegistryClient, repo: str, subjects: list) -> None:
         for one, subject in subjects:
-            made[one.platform] = attach(client, repo, subject, one.image, requests, log=log,
-                                        export_progress=export_progress, workdir=workdir)
+            made[one.platform] = attach(client, repo, subject, one.image, plan)
 
-    result = push_platforms(images, to, log=log, before_index=before_index)
+    result = push_platforms(images, to, log=plan.log, before_index=before_index)
     return result, made

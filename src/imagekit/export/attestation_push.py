@@ -27,9 +27,11 @@ def manifest_for(envelope: dict, subject: reg.Resolved, predicate_type: str, sig
     return body, artifacts.canonical(doc)
 
 
-def push(client: reg.RegistryClient, repo: str, subject: reg.Resolved, envelope: dict, predicate_type: str,
-         signer: str, log: Callable[[str], None] | None = None) -> str:
-    """Upload one envelope and its artifact manifest, list it as a referrer; its manifest digest."""
+def push(at: artifacts.RegistrySubject, envelope: dict, predicate_type: str, signer: str,
+         log: Callable[[str], None] | None = None) -> str:
+    """Upload one envelope and its artifact manifest to ``at.repo``, list it as a referrer of
+    ``at.subject``; its manifest digest."""
+    client, repo, subject = at.client, at.repo, at.subject
     body, manifest = manifest_for(envelope, subject, predicate_type, signer)
     client.ensure_access(repo, push=True)
     client.upload_blob(repo, artifacts.EMPTY_CONFIG, reg.sha256_digest(artifacts.EMPTY_CONFIG),

@@ -58,10 +58,10 @@ from imagekit import image_facts, login_env, quoting
 from imagekit.export import squash
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.layers import made_by_docker
-from imagekit.export.output import (ExportResult, Progress, atomic_output, check_free_space, expected_bytes,
-                                    prepare_target, sha256_file)
-from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, DroppedLinkTarget, Member, dir_entry,
-                                       file_entry, missing_dirs, normalise)
+from imagekit.export.output import (ConvertRequest, ExportResult, Progress, atomic_output, check_free_space,
+                                    expected_bytes, prepare_target, sha256_file)
+from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, DroppedLinkTarget, Member, Rewrite,
+                                       dir_entry, file_entry, missing_dirs, normalise)
 from imagekit.signals import interrupt_on_sigterm
 
 RC_LOCAL = ("# This file is sourced by /etc/rc when the container starts.\n"
@@ -244,30 +244,36 @@ def extra_entries(config: dict[str, Any], mtime: int, image: str = "image", syml
     return build
 
 
-def export(image: "str | Source", output: Path, *, preset: "str | squash.Preset | None" = None,
-           squash_opts: tuple[str, ...] = (),
-           tool: str = "auto", force: bool = False, check_space: bool = True,
-           progress: Callable[[int, bool], None] | None = None) -> ExportResult:
-    """Write ``image`` as an Enroot/Pyxis squashfs at ``output`` (atomically).
+def convert(source: "str | Source", target: Path, request: ConvertRequest, *,
+            progress: Callable[[int, bool], None] | None = None) -> ExportResult:
+    """The enroot format's converter (formats.FORMATS): ``source`` as an Enroot/Pyxis squashfs at
+    ``target``, atomically, with the preset ``request.preset`` names (a name in :data:`squash.PRESETS`)."""
+    return squashfs(source, target, request, progress=progress)
 
-    ``preset``: a name from :data:`squash.PRESETS` (default :data:`squash.DEFAULT_PRESET`) or a
-    :class:`squash.Preset` (the compression bench tries unnamed ones). ``image``: a local engine
-    image, or a :class:`~imagekit.export.image_source.Source` (a registry, an OCI layout, …)."""
+
+def squashfs(image: "str | Source", output: Path, request: ConvertRequest, *,
+             preset: squash.Preset | None = None,
+             progress: Callable[[int, bool], None] | None = None) -> ExportResult:
+    """Write ``image`` as an Enroot/Pyxis squashfs at ``output`` (atomically), as ``request`` says.
+
+    ``preset``: an unnamed :class:`squash.Preset` in place of ``request.preset`` (the compression
+    bench tries candidates no name has). ``image``: a local engine image, or a
+    :class:`~imagekit.export.image_source.Source` (a registry, an OCI layout, …)."""
     source = image if isinstance(image, Source) else open_source(image)
     image = source.text
 
-    if isinstance(preset, squash.Preset):
+    if preset is not None:
         chosen, label = preset, preset.label()
     else:
-        label = preset or squash.DEFAULT_PRESET
+        label = request.preset
         chosen = squash.preset(label)
-    target = prepare_target(output, force)
+    target = prepare_target(output, request.force)
     info = source.inspect()
-    if check_space:
+    if request.check_space:
         # The uncompressed image size bounds the output (the enroot preset stores data raw).
         check_free_space(target.parent, int(info.get("Size") or 0), f"{image} as squashfs")
     epoch = squash.source_date_epoch()
-    spec = squash.SquashSpec(preset=chosen, extra_args=squash_opts, tool=tool, all_root=True,
+    spec = squash.SquashSpec(preset=chosen, extra_args=tuple(request.squash_opts), tool=request.tool, all_root=True,
                              xattrs=False, epoch=epoch)
     config = info.get("Config") or {}
     check_config(config, image)
@@ -283,9 +289,8 @@ def export(image: "str | Source", output: Path, *, preset: "str | squash.Preset 
             return kept
 
         try:
-            used = squash.stream_to_squashfs(source, tmp, spec, keep=keep_noting_symlinks, adjust=fixperms,
-                                             extra=extra_entries(config, mtime, image, symlinks),
-                                             on_bytes=meter.add)
+            rewrite = Rewrite(keep_noting_symlinks, fixperms, extra_entries(config, mtime, image, symlinks))
+            used = squash.stream_to_squashfs(source, tmp, spec, rewrite, on_bytes=meter.add)
         except DroppedLinkTarget as exc:
             # The files Enroot regenerates keep their other names (filter_tar links them to the new
             # file); what it does not extract at all (dev/*, /.dockerenv) makes its own import fail.

@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from imagekit import atomic, digests
 from imagekit.errors import NoSpaceError, UsageError
@@ -46,6 +46,29 @@ class ExportResult:
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True)
+
+
+class ConvertRequest(Protocol):
+    """What a converter reads of the export request (:class:`imagekit.export.ExportRequest`, checked
+    when made). A Protocol, so the converters need not import the request's module, which reads
+    the format table that names them."""
+
+    format: str
+    preset: str
+    squash_opts: tuple[str, ...]
+    tool: str
+    via: str
+    force: bool                 # replace an existing output
+    check_space: bool
+
+
+class Convert(Protocol):
+    """A format's converter: write ``source`` (an image Source, or what open_source reads) as the
+    format at ``target``, atomically, as ``request`` says; ``progress(bytes, finished)`` while it
+    streams. Every format's converter has this one signature (formats.Format.convert)."""
+
+    def __call__(self, source, target: Path, request: ConvertRequest, *,
+                 progress: Callable[[int, bool], None] | None = None) -> ExportResult: ...
 
 
 def free_bytes(directory: Path) -> int:

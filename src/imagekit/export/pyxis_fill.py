@@ -15,9 +15,7 @@ from typing import Callable, Mapping
 from imagekit import platforms, registry
 from imagekit.engines import docker as engine
 from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
-from imagekit.export import artifact_trust, artifacts, pyxis_policy, squash
-from imagekit.export import ExportRequest
-from imagekit.export import converter as converter_for
+from imagekit.export import ExportRequest, artifact_trust, artifacts, formats, pyxis_policy, squash
 from imagekit.export.image_source import RegistrySource
 from imagekit.export.output import ExportResult
 from imagekit.export.pyxis_importer import (PROG, conversion_preset, hold_name, log, resolve_for_node, run_command,
@@ -175,7 +173,7 @@ def _convert_from_registry(ref, tmp: Path, preset: str, env: Mapping[str, str]) 
 
 def _write_sqsh(image: "str | RegistrySource", tmp: Path, preset: str) -> ExportResult:
     """The store entry's file, as `imagekit export --to enroot --preset PRESET` writes it."""
-    return converter_for("enroot").write(image, tmp, ExportRequest("enroot", preset=preset, force=True), None)
+    return formats.get("enroot").convert(image, tmp, ExportRequest("enroot", preset=preset, force=True))
 
 
 def _fill(store: Store, source: Source, env: Mapping[str, str], decision: Decision,

@@ -59,6 +59,7 @@ import os
 import re
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, NoReturn
 
@@ -259,8 +260,8 @@ def find(uri: str, env: Mapping[str, str], accept: Accept | None = None) -> tupl
     log(f"{uri}: image {image_id[:19]}…" + (f" (manifest {manifest_digest[:19]}…)" if manifest_digest
                                             else " (pinned by the job's stage step)"))
     check = None if accept is None else (lambda entry: accept(uri, image_id, manifest_digest, entry, env))
-    entry = lookup(image_id, env, name, strict=pinned(uri, env) is not None, sha256=pinned_entry(uri, env),
-                   accept=check)
+    wanted = Wanted(sha256=pinned_entry(uri, env), strict=pinned(uri, env) is not None)
+    entry = lookup(image_id, env, name, wanted, accept=check)
     if entry is None and pinned(uri, env) is not None:
         # The stage step filled the store; a node that does not see the entry must not convert it
         # on its own (one conversion per node is what brings a big job's start down).
@@ -306,11 +307,23 @@ def await_conversion(image_id: str, env: Mapping[str, str]) -> Path | None:
     return entry.path
 
 
-def lookup(image_id: str, env: Mapping[str, str], name: str, *, strict: bool = False, sha256: str | None = None,
-           prefer: str | None = None, accept: Callable[[Entry], object] | None = None) -> Entry | None:
-    """The verified entry of ``image_id``, held as ``name``: the shared store's, else the user's own.
-    ``accept(entry)`` may refuse it by raising (the hold is dropped)."""
-    shared, own = stores(env, strict=strict)
+@dataclass(frozen=True)
+class Wanted:
+    """Which entry a lookup may serve: only the file ``sha256`` names (the one a job's stage step
+    pinned), the preset it ``prefer``s among several, and ``strict``: a shared store that cannot be
+    used is an error rather than a fall back to the user's own (a job pinned by its stage step)."""
+
+    sha256: str | None = None
+    prefer: str | None = None
+    strict: bool = False
+
+
+def lookup(image_id: str, env: Mapping[str, str], name: str, wanted: Wanted = Wanted(),
+           accept: Callable[[Entry], object] | None = None) -> Entry | None:
+    """The verified entry of ``image_id`` that ``wanted`` allows, held as ``name``: the shared store's,
+    else the user's own. ``accept(entry)`` may refuse it by raising (the hold is dropped)."""
+    shared, own = stores(env, strict=wanted.strict)
+    sha256, prefer = wanted.sha256, wanted.prefer
     if shared is not None:
         entry = _serve(shared, image_id, name, sha256=sha256, prefer=prefer)
         if entry is not None:

@@ -90,8 +90,7 @@ def _load(path: Path, uri: str, digest: str) -> policy.Policy:
 
 
 def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mapping[str, str], *,
-                entry: Entry | None = None, client: reg.RegistryClient | None = None,
-                log: Callable[[str], None] | None = None) -> Decision:
+                entry: Entry | None = None, log: Callable[[str], None] | None = None) -> Decision:
     """Steps 1-5 (module docstring): the image is signed by a signer the rule accepts. Refused otherwise."""
     digest = manifest_digest or image_id
     path = configured(env)
@@ -128,7 +127,7 @@ def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mappi
     envelopes: list[Envelope] = []
     if manifest_digest:
         ref = registry.parse(uri)
-        client = client or reg.RegistryClient.for_reference(ref, env=dict(env))
+        client = reg.RegistryClient.for_reference(ref, env=dict(env))
         subject = reg.Resolved(reference=ref.with_digest(manifest_digest), digest=manifest_digest,
                                media_type=reg.OCI_MANIFEST, size=0, config_digest=image_id)
         envelopes = attestations.fetch(client, ref.repository, subject,

@@ -25,7 +25,7 @@ from typing import Mapping
 
 from imagekit.errors import UsageError
 from imagekit.export import pyxis_fill, pyxis_policy, stage
-from imagekit.export.pyxis_importer import (PRESET_ENV, PROG, guarded, hold_name, identify, log, lookup,
+from imagekit.export.pyxis_importer import (PRESET_ENV, PROG, Wanted, guarded, hold_name, identify, log, lookup,
                                            site_environment, stores)
 from imagekit.export.stage_env import normal_uri
 
@@ -57,7 +57,7 @@ def run(argv: list[str], env: Mapping[str, str] | None = None) -> int:
     # Nodes that mount the shared file straight from the parallel file system read it in blocks:
     # 1 MiB ones (a stripe each) when this step converts; an entry already there is used as it is.
     prefer = LAZY_PRESET if mode == "shared" else None
-    entry = lookup(image_id, env, name, prefer=prefer)
+    entry = lookup(image_id, env, name, Wanted(prefer=prefer))
     if entry is None:
         source = pyxis_fill.source_for(uri, env)
         decision = pyxis_policy.check_image(uri, source.image_id, source.manifest_digest, env, log=log)
@@ -87,8 +87,8 @@ def _broadcast(entry, env: Mapping[str, str]) -> None:
     if not job or not nodes.isdigit():
         raise UsageError("--mode sbcast runs inside a Slurm job (SLURM_JOB_ID, SLURM_JOB_NUM_NODES)",
                          "run it as the first command of the job script")
-    done = stage.broadcast(Path(entry.path), entry.sha256, entry.bytes, base=Path(base), importer=importer,
-                           job=job, nodes=int(nodes), env=dict(env), log=log)
+    done = stage.broadcast(Path(entry.path), entry.sha256, entry.bytes,
+                           stage.StageJob(job, int(nodes), Path(base), importer, dict(env)), log=log)
     log(f"stage directories ready on {len(done.nodes)} node(s) in {done.seconds_prepare:.2f} s; " +
         (f"sbcast {entry.bytes} bytes in {done.seconds_sbcast:.2f} s" if done.sent else "nothing to send"))
 

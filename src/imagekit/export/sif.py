@@ -43,10 +43,10 @@ from typing import Any, BinaryIO, Callable
 
 from imagekit import atomic, quoting
 from imagekit.errors import ImagekitError, UsageError
-from imagekit.export import formats, singularity_d, squash
+from imagekit.export import singularity_d, squash, tarstream
 from imagekit.export.image_source import Source, open_source
-from imagekit.export.output import (ExportResult, Progress, check_free_space, expected_bytes, prepare_target,
-                                    sha256_file)
+from imagekit.export.output import (ConvertRequest, ExportResult, Progress, check_free_space, expected_bytes,
+                                    prepare_target, sha256_file)
 from imagekit.signals import interrupt_on_sigterm
 
 # The format's layout and the reader live in imagekit.sif_reader, so that launch reads a SIF's labels
@@ -64,7 +64,7 @@ from imagekit.sif_reader import (ARCH_CODES, DATA_DEFFILE, DATA_GENERIC_JSON, DA
 SIF_COMPRESSIONS = ("gzip", "zstd", "fast")
 SIF_COMPRESSIONS_HINT = "use gzip (default), zstd, or fast (zstd-3, as the .sqsh default)"
 
-FILE_MODE = formats.FORMATS["sif"].mode  # before the umask, as apptainer/sif creates the file
+FILE_MODE = 0o755  # before the umask, as apptainer/sif creates the file (the format row reads it)
 
 
 @dataclass
@@ -139,17 +139,19 @@ def arch_code(goarch: str) -> str:
     return code
 
 
-def export(image: str | Source, output: Path, *, compression: str = "gzip", squash_opts: tuple[str, ...] = (),
-           tool: str = "auto", via: str = "native", force: bool = False, check_space: bool = True,
-           progress: Callable[[int, bool], None] | None = None) -> ExportResult:
-    """Write ``image`` (a local engine image or a :class:`~imagekit.export.image_source.Source`) as a
-    SIF file at ``output`` (atomically)."""
-    source = image if isinstance(image, Source) else open_source(image)
+def convert(source: str | Source, target: Path, request: ConvertRequest, *,
+            progress: Callable[[int, bool], None] | None = None) -> ExportResult:
+    """The sif format's converter (formats.FORMATS): ``source`` (a local engine image or a
+    :class:`~imagekit.export.image_source.Source`) as a SIF file at ``target`` (atomically), compressed
+    as ``request.preset`` names (one of :data:`SIF_COMPRESSIONS`); ``request.via="apptainer"`` runs
+    apptainer/singularity from PATH."""
+    source = source if isinstance(source, Source) else open_source(source)
     image = source.text
+    compression, via = request.preset, request.via
 
     if compression not in SIF_COMPRESSIONS:
         raise UsageError(f"unknown SIF compression {compression!r}", SIF_COMPRESSIONS_HINT)
-    target = prepare_target(output, force)
+    target = prepare_target(target, request.force)
     if via not in ("native", "apptainer"):
         raise UsageError(f"unknown --via {via!r}", "use native or apptainer")
     if via == "apptainer":
@@ -157,7 +159,7 @@ def export(image: str | Source, output: Path, *, compression: str = "gzip", squa
             raise UsageError(f"--via apptainer converts images of the local engine, not {image}",
                              "drop --via to write the SIF natively")
     info = source.inspect()
-    if check_space:
+    if request.check_space:
         check_free_space(target.parent, int(info.get("Size") or 0), f"{image} as SIF")
     if via == "apptainer":
         return _via_apptainer(source.engine_image, target, compression)
@@ -181,18 +183,18 @@ def export(image: str | Source, output: Path, *, compression: str = "gzip", squa
     partition_offset = _layout(objects)[-1].offset
     replaced = frozenset(layout)
     # sqfstar first; a preset with a level (fast) needs `mksquashfs -tar`. Both write in place at the offset.
-    name, _ = squash.pick_tool(tool, compression)
+    name, _ = squash.pick_tool(request.tool, compression)
     # Apptainer builds as root keep file ownership (mksquashfs without -all-root).
-    spec = squash.SquashSpec(preset=compression, extra_args=squash_opts, tool=name, all_root=False,
-                             xattrs=True, epoch=epoch,
+    spec = squash.SquashSpec(preset=compression, extra_args=tuple(request.squash_opts), tool=name,
+                             all_root=False, xattrs=True, epoch=epoch,
                              offset=partition_offset if name in ("sqfstar", "mksquashfs") else 0)
     meter = Progress(progress, expected=expected_bytes(source, info))
     with interrupt_on_sigterm(), atomic.target(target, file_mode(), sync=True) as tmp:
         squash_path = tmp if spec.offset else tmp.with_name(tmp.name + ".squashfs")
         try:
-            used = squash.stream_to_squashfs(
-                source, squash_path, spec, keep=lambda m: singularity_d.keep(m, replaced),
-                adjust=None, extra=singularity_d.extra_entries(layout, when), on_bytes=meter.add)
+            rewrite = tarstream.Rewrite(lambda m: singularity_d.keep(m, replaced),
+                                        extra=singularity_d.extra_entries(layout, when))
+            used = squash.stream_to_squashfs(source, squash_path, spec, rewrite, on_bytes=meter.add)
             if not spec.offset:
                 _copy_at(squash_path, tmp, partition_offset)
         finally:

@@ -43,7 +43,6 @@ from typing import Callable
 from imagekit import atomic
 from imagekit.attest import dsse
 from imagekit.attest.verifier import Trust
-from imagekit.attest.keys import SigningKey
 from imagekit.errors import UsageError, VerificationError
 from imagekit.sif_reader import (DATA_GENERIC_JSON, DATA_SBOM, DATA_SIGNATURE, DEFAULT_GROUP, DESCRIPTOR, GROUP_MASK, HEADER,
                                  Descriptor, SifInfo, aligned, read_sif)
@@ -155,11 +154,11 @@ def signatures(info: SifInfo, group_id: int = DEFAULT_GROUP) -> list[Descriptor]
     return [d for d in info.descriptors if d.datatype == DATA_SIGNATURE and d.linked_id == group_id]
 
 
-def sign_file(src: Path, dst: Path, key: SigningKey, envelope_for: Callable[[bytes], dict], *,
+def sign_file(src: Path, dst: Path, envelope_for: Callable[[bytes], dict], *,
               sbom: bytes | None = None, provenance: bytes | None = None,
               when: int | None = None) -> Path:
     """Write ``dst``: ``src`` plus the SBOM (and provenance) objects, then the signature object over its
-    object group. ``envelope_for(payload)`` signs the metadata with ``key`` (a DSSE envelope dict).
+    object group. ``envelope_for(payload)`` signs the metadata (a DSSE envelope dict, from the site key).
     ``dst`` appears only when complete; ``src`` is never changed (it may be a store entry)."""
     info = read_sif(src)
     if signatures(info) and (sbom is not None or provenance is not None):

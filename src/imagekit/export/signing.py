@@ -20,6 +20,7 @@ The private key is read once, used in this process and never written, logged or 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -40,10 +41,10 @@ from imagekit.attest.provenance import BuildRun
 from imagekit.attest.sbom import ImageRecord
 from imagekit.attest.statement import Statement, Subject, hex_of
 from imagekit.errors import ImagekitError, UsageError
-from imagekit.export import artifacts, attestation_push, sif_sign
+from imagekit.export import artifacts, attestation_push, formats, sif_sign
 from imagekit.export.formats import signed_inside
 from imagekit.export.image_source import Source, open_source
-from imagekit.export.output import sha256_file
+from imagekit.export.output import ExportResult, sha256_file
 from imagekit.image_facts import reader
 from imagekit.registry import client as reg
 from imagekit.sif_reader import ARCH_NAMES, read_sif
@@ -200,15 +201,16 @@ def sign_sif(path: Path, key: SigningKey, described: Described, *, src: Path | N
     if described.subjects():   # a file alone names no image: its provenance is only beside it
         prov = Statement(described.subjects(), SLSA_PROVENANCE, described.predicate)
         embedded = json.dumps(signer.sign(prov.payload(), PAYLOAD_TYPE, key), sort_keys=True).encode()
-    return sif_sign.sign_file(src or path, path, key,
+    return sif_sign.sign_file(src or path, path,
                               lambda payload: signer.sign(payload, sif_sign.METADATA_TYPE, key),
                               sbom=described.sbom, provenance=embedded)
 
 
-def sign_export(path: Path, fmt: str, key: SigningKey, described: Described, *, preset: str = "",
-                store_entry: str = "", log: Log | None = None) -> Signed:
-    """Sign an export ``path`` of the described image: a SIF gets its objects (written anew: ``path`` may
-    be a hard link to the store's entry), then the bundle beside it (and beside the store's entry)."""
+def sign_export(exported: ExportResult, key: SigningKey, described: Described, *, log: Log | None = None) -> Signed:
+    """Sign the export ``exported`` made of the described image: a SIF gets its objects (written anew:
+    its path may be a hard link to the store's entry), then the bundle beside it (and beside the
+    store's entry)."""
+    path, fmt, preset, store_entry = Path(exported.path), exported.format, exported.compression, exported.store_entry
     files = []
     if signed_inside(fmt):
         sign_sif(path, key, described)
@@ -218,7 +220,9 @@ def sign_export(path: Path, fmt: str, key: SigningKey, described: Described, *, 
     envelopes = sign_statements(described, subjects, key)
     side = bundle.write(bundle.beside(path), envelopes)
     files.append(str(side))
-    if store_entry and fmt == "enroot":
+    # The bundle also goes beside the store's entry (the Pyxis importer reads it there), unless the
+    # signature is inside the file: that signed file is written anew, and the entry is not it.
+    if store_entry and not signed_inside(fmt):
         beside_entry = Path(store_entry).parent / bundle.ENTRY_NAME
         try:
             bundle.write(beside_entry, envelopes)
@@ -266,7 +270,7 @@ def sign_file(path: Path, key: SigningKey, log: Log | None = None) -> Signed:
 def _listed_files(entries: list[dict], config_digest: str, platform: str) -> list[Subject]:
     """The .sqsh/.sif artifacts listed for the image (their recorded sha256), as subjects."""
     out = []
-    for fmt in ("enroot", "sif"):
+    for fmt in formats.with_artifacts():
         for entry in artifacts.matching(entries, fmt):
             notes = entry.get("annotations") or {}
             sha = notes.get(artifacts.A_SHA256, "")
@@ -276,12 +280,13 @@ def _listed_files(entries: list[dict], config_digest: str, platform: str) -> lis
     return out
 
 
-def push_statements(client: reg.RegistryClient, repo: str, subject: reg.Resolved, described: Described,
-                    files: list[Subject], key: SigningKey, log: Log | None = None) -> Signed:
-    """Sign the statements (subjects: manifest, config, ``files``) and list them as referrers."""
+def push_statements(at: artifacts.RegistrySubject, described: Described, files: list[Subject], key: SigningKey,
+                    log: Log | None = None) -> Signed:
+    """Sign the statements (subjects: manifest, config, ``files``) and list them as referrers of ``at.subject``."""
+    client, repo, subject = at.client, at.repo, at.subject
     subjects = described.subjects(files)
     envelopes = sign_statements(described, subjects, key)
-    digests = [attestation_push.push(client, repo, subject, env, ptype, key.key.keyid, log)
+    digests = [attestation_push.push(at, env, ptype, key.key.keyid, log)
                for env, ptype in zip(envelopes, (SLSA_PROVENANCE, CYCLONEDX_PREDICATE))]
     return Signed(f"{client.registry}/{repo}@{subject.digest}", ", ".join(digests), subjects, key.key.keyid)
 
@@ -303,14 +308,14 @@ def sign_reference(target: str, key: SigningKey, log: Log | None = None) -> Sign
                             f"{subject.config_digest}")
     entries, _ = client.referrers(ref.repository, subject.digest)
     files = _listed_files(entries, subject.config_digest, described.record.platform)
-    return push_statements(client, ref.repository, subject, described, files, key, log)
+    return push_statements(artifacts.RegistrySubject(client, ref.repository, subject), described, files, key, log)
 
 
-def push_signed(image: str, to: str | None, formats: list[str], presets: dict[str, str], key: SigningKey, *,
-                log: Log | None = None, export_progress: Callable[[int, bool], None] | None = None,
-                workdir: str | Path | None = None) -> tuple[object, list, Signed]:
-    """``imagekit push --with … --sign KEY``: the image, its exports (a SIF signed inside), then the
-    signed statements naming the manifest, the config and every export, as referrers."""
+def push_signed(image: str, to: str | None, plan: artifacts.ArtifactPlan, key: SigningKey
+                ) -> tuple[object, list, Signed]:
+    """``imagekit push --with … --sign KEY``: the image, its exports as ``plan`` says (a SIF signed
+    inside), then the signed statements naming the manifest, the config and every export, as referrers."""
+    log = plan.log
     state: dict[str, Described] = {}
 
     def described_for(subject: reg.Resolved) -> Described:
@@ -323,13 +328,13 @@ def push_signed(image: str, to: str | None, formats: list[str], presets: dict[st
         if signed_inside(fmt):
             sign_sif(path, key, described_for(subject))
 
-    pushed, results = artifacts.push_with_artifacts(image, to, formats, presets, log=log,
-                                                    export_progress=export_progress, workdir=workdir,
-                                                    prepare=prepare, signer=key.key.keyid)
+    signing_plan = dataclasses.replace(plan, prepare=prepare, signer=key.key.keyid)
+    pushed, results = artifacts.push_with_artifacts(image, to, signing_plan)
     ref = registry.parse(pushed.reference)
     client = reg.RegistryClient.for_reference(ref)
     subject = client.resolve(ref.with_digest(pushed.digest))
     described = described_for(subject)
     files = [Subject(a.format, hex_of(a.file_sha256), f"image{artifacts.kind(a.format).suffix}",
                      described.record.platform, a.preset) for a in results if a.file_sha256]
-    return pushed, results, push_statements(client, ref.repository, subject, described, files, key, log)
+    at = artifacts.RegistrySubject(client, ref.repository, subject)
+    return pushed, results, push_statements(at, described, files, key, log)

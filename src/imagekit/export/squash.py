@@ -248,12 +248,11 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
     return cmd + list(spec.extra_args) + [str(out)]
 
 
-def stream_to_squashfs(source: "Source", out: Path, spec: SquashSpec, *,
-                       keep: Callable[[tarstream.Member], bool],
-                       adjust: Callable[[tarstream.Member], None] | None,
-                       extra, on_bytes: Callable[[int], None] | None = None) -> str:
-    """Run the pipeline into ``out``: the source's root filesystem stream → filter → squashfs tool;
-    returns the tool name used. Cleans up on any exit."""
+def stream_to_squashfs(source: "Source", out: Path, spec: SquashSpec, rewrite: tarstream.Rewrite, *,
+                       on_bytes: Callable[[int], None] | None = None) -> str:
+    """Run the pipeline into ``out``: the source's root filesystem stream → filter (``rewrite``) →
+    squashfs tool; returns the tool name used. Cleans up on any exit."""
+    keep, adjust, extra = rewrite.keep, rewrite.adjust, rewrite.extra
     name, path = pick_tool(spec.tool, spec.resolved())
     cmd = tool_command(name, path, spec, out)
     if name == "tar2sqfs" and spec.all_root:

@@ -235,11 +235,24 @@ class Broadcast:
     seconds_sbcast: float = 0.0
 
 
-def broadcast(source: Path, sha256: str, size: int, *, base: Path, importer: str, job: str, nodes: int,
-              env: dict[str, str] | None = None, log: Callable[[str], None] = lambda m: None) -> Broadcast:
-    """Prepare every node of the job (one ``srun`` step), then ``sbcast`` ``source`` to those that lack it.
+@dataclass(frozen=True)
+class StageJob:
+    """The Slurm job a broadcast stages for: its ID and node count, the node-local ``base`` directory,
+    the importer's path on the nodes, and the environment srun and sbcast run with (None: this one)."""
+
+    job: str
+    nodes: int
+    base: Path
+    importer: str
+    env: dict[str, str] | None = None
+
+
+def broadcast(source: Path, sha256: str, size: int, job: StageJob,
+              log: Callable[[str], None] = lambda m: None) -> Broadcast:
+    """Prepare every node of ``job`` (one ``srun`` step), then ``sbcast`` ``source`` to those that lack it.
     StageError carries what the failing node or sbcast said."""
     sha = check_sha(sha256)
+    base, importer, nodes, env = job.base, job.importer, job.nodes, job.env
     started = time.monotonic()
     proc = subprocess.run(["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
                            "--kill-on-bad-exit=1", importer, "stage-prepare", sha, str(size)],
@@ -256,7 +269,7 @@ def broadcast(source: Path, sha256: str, size: int, *, base: Path, importer: str
     if states and all(s == "have" for s in states.values()):
         log(f"every node ({len(states)}) has a verified copy of sha256:{sha[:12]}: nothing sent")
         return result
-    dest = Path(base) / f"imagekit-stage-{os.geteuid()}" / f"{sha}{PART}{job}"
+    dest = Path(base) / f"imagekit-stage-{os.geteuid()}" / f"{sha}{PART}{job.job}"
     log(f"sbcast {source} ({size} bytes) to {dest} on {nodes} node(s)")
     started = time.monotonic()
     proc = subprocess.run(["sbcast", "--force", str(source), str(dest)], stdout=subprocess.PIPE,

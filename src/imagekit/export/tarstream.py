@@ -62,6 +62,16 @@ class Member:
     linkname: str
 
 
+@dataclass(frozen=True)
+class Rewrite:
+    """How :func:`filter_tar` rewrites a format's stream: the members it keeps, how it adjusts a kept
+    one (mode, uid, gid), and ``extra(seen_names)``: members it appends before the end."""
+
+    keep: Callable[[Member], bool]
+    adjust: Callable[[Member], None] | None = None
+    extra: Callable[[set[str]], Iterable[tuple[tarfile.TarInfo, bytes]]] | None = None
+
+
 @dataclass
 class FilterStats:
     kept: list[str] = field(default_factory=list)

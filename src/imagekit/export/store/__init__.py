@@ -51,13 +51,12 @@ from __future__ import annotations
 from imagekit.export.store.core import TMP_STALE, EntryGone, NotPublisher, Store, find, no_space
 from imagekit.export.store.entries import META, Entry
 from imagekit.export.store.holds import HOLD_MAX_AGE, HoldRefused
-from imagekit.export.store.keys import (ARTIFACT_OPTION, FORMAT_VERSION, SUFFIX, StoreKey, content_neutral,
-                                        default_root)
+from imagekit.export.store.keys import ARTIFACT_OPTION, StoreKey, content_neutral, default_root
 from imagekit.export.store.locks import HEARTBEAT, LOCK_STALE
 from imagekit.export.store.delivery import link_or_copy, need_space
 from imagekit.export.store.trust import Trust, UntrustedEntry, UntrustedStore
 
-__all__ = ["ARTIFACT_OPTION", "Entry", "EntryGone", "FORMAT_VERSION", "HEARTBEAT", "HOLD_MAX_AGE",
-           "HoldRefused", "LOCK_STALE", "META", "NotPublisher", "SUFFIX", "Store", "StoreKey", "TMP_STALE",
+__all__ = ["ARTIFACT_OPTION", "Entry", "EntryGone", "HEARTBEAT", "HOLD_MAX_AGE",
+           "HoldRefused", "LOCK_STALE", "META", "NotPublisher", "Store", "StoreKey", "TMP_STALE",
            "Trust", "UntrustedEntry", "UntrustedStore", "content_neutral", "default_root", "find",
            "link_or_copy", "need_space", "no_space"]

@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
+from imagekit.export import formats
 from imagekit.export.store import locks, nofollow, notices
 from imagekit.export.store.base import PUBLIC, SUBDIRS, TMP_STALE, EntryGone, NotPublisher, no_space, scandirs
 from imagekit.export.store.creating import Creating
 from imagekit.export.store.entries import META, Entry, read_entry
 from imagekit.export.store.holds import HOLD_MAX_AGE, Holds
 from imagekit.export.store.housekeeping import Housekeeping
-from imagekit.export.store.keys import (FORMAT_VERSION, ID_RE, SUFFIX, StoreKey, content_neutral,
-                                        default_root, make_key)
+from imagekit.export.store.keys import ID_RE, StoreKey, content_neutral, default_root, make_key
 from imagekit.export.store.modes import Modes
 from imagekit.export.store.trust import Trust, UntrustedEntry, UntrustedStore
 from imagekit.export.store.verify import Stamps, verify_file
@@ -150,7 +150,7 @@ class Store(Creating, Housekeeping):
             if not ID_RE.fullmatch(image.name):
                 continue
             for fmt in scandirs(Path(image.path)):
-                if fmt.name not in SUFFIX:
+                if fmt.name not in formats.FORMATS:
                     continue
                 for directory in scandirs(Path(fmt.path)):
                     entry = read_entry(Path(directory.path), fmt.name)
@@ -197,14 +197,14 @@ def _modes_of(root: Path, trust: Trust) -> Modes:
 def find(store: Store, image_id: str, fmt: str, *, any_version: bool = False) -> list[Entry]:
     """Every entry of ``image_id`` in ``fmt`` (any preset and options), newest use first.
 
-    Only entries of the current FORMAT_VERSION unless ``any_version``. Does not mark them used,
+    Only entries of the format's current store version unless ``any_version``. Does not mark them used,
     and does not verify them (:meth:`Store.verified` does).
     """
     key = store.key(image_id, fmt, "x")
     found = []
     for directory in scandirs(store._format_dir(key.image_id, fmt)):
         entry = read_entry(Path(directory.path), fmt)
-        if entry is not None and (any_version or entry.version == FORMAT_VERSION[fmt]):
+        if entry is not None and (any_version or entry.version == formats.get(fmt).store_version):
             found.append(entry)
     return sorted(found, key=lambda e: e.last_used, reverse=True)
 

@@ -16,7 +16,8 @@ from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageEr
 from imagekit.export.store import locks, nofollow, wake
 from imagekit.export.store.base import Made, NotPublisher, fsync_dir, no_space
 from imagekit.export.store.entries import META, Entry, meta_for, read_entry
-from imagekit.export.store.keys import SUFFIX, StoreKey
+from imagekit.export import formats
+from imagekit.export.store.keys import StoreKey
 from imagekit.export.store.delivery import need_space
 from imagekit.export.store.verify import seal_of, sha256_file
 
@@ -126,7 +127,7 @@ class Creating:
         # writes there by path; tmp/ is sticky in a shared store, so nobody renames it either.
         with nofollow.opened(self.root, "tmp") as tmp_fd:
             os.mkdir(name, 0o700, dir_fd=tmp_fd)
-        data = tmp / f"image{SUFFIX[key.format]}"
+        data = tmp / f"image{formats.get(key.format).suffix}"
         try:
             with locks.heartbeat(lock, tmp):
                 made = make(data)

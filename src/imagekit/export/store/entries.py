@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from imagekit.export.store import notices
-from imagekit.export.store.keys import ID_RE, NAME_RE, SUFFIX, StoreKey
+from imagekit.export import formats
+from imagekit.export.store.keys import ID_RE, NAME_RE, StoreKey
 
 META = "entry.json"
 MAX_META = 64 << 10        # an entry.json is a few hundred bytes; refuse to parse a huge one
@@ -133,7 +134,7 @@ def read_entry(directory: Path, fmt: str) -> Entry | None:
     """
     import json
 
-    data = directory / f"image{SUFFIX[fmt]}"
+    data = directory / f"image{formats.get(fmt).suffix}"
     try:
         st_dir = os.lstat(directory)
         if not stat.S_ISDIR(st_dir.st_mode):

@@ -2,7 +2,8 @@
 
 A key is the image ID (``sha256:…``, the digest of the image's config, which is also
 the ``config.digest`` of its registry manifest), the format, the compression preset,
-the options that change the bytes, and imagekit's export format version. The entry's
+the options that change the bytes, and imagekit's export format version (the format's row,
+``formats.Format.store_version``). The entry's
 directory name is the preset, the version and a hash of the options, so every entry of
 one image in one format is one directory listing.
 """
@@ -18,11 +19,6 @@ from pathlib import Path
 
 from imagekit.errors import UsageError
 from imagekit.export import formats
-
-# Bump a format's number whenever imagekit writes that format differently: entries
-# made by older code are then neither served nor overwritten, and age out by LRU.
-FORMAT_VERSION: dict[str, int] = {"enroot": 4, "sif": 3}
-SUFFIX = formats.SUFFIX
 
 # The option an entry pulled from a registry artifact carries: a local export (whose key has no
 # such option) never finds the registry's bytes, and what came from where stays visible.
@@ -83,12 +79,11 @@ def make_key(image_id: str, fmt: str, preset: str, options: tuple[str, ...] = ()
     if match is None:
         raise UsageError(f"{image_id!r} is not an image ID", "give the image's sha256:<64 hex> ID "
                          "(docker image inspect -f '{{.Id}}', or the manifest's config.digest)")
-    if fmt not in SUFFIX:
-        raise UsageError(f"unknown export format {fmt!r}", f"use one of: {', '.join(SUFFIX)}")
+    row = formats.get(fmt)
     if not isinstance(preset, str) or not NAME_RE.fullmatch(preset):
         raise UsageError(f"bad preset name {preset!r}", "letters, digits, '.', '_', '+', '-'")
     return StoreKey(f"sha256:{match.group(1)}", fmt, preset, tuple(str(o) for o in options),
-                    FORMAT_VERSION[fmt])
+                    row.store_version)
 
 
 def content_neutral(options: tuple[str, ...]) -> bool:
