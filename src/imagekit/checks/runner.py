@@ -191,7 +191,7 @@ def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: s
 
         if image_id is not None:   # an engine image: `imagekit report` shows its last check
             ledger.add(image_id, "check", image=image, passed=counts["passed"],
-                        failed=counts["failed"], not_run=counts["not-run"], with_=list(with_))
+                   failed=counts["failed"], not_run=counts["not-run"], with_=list(with_))
         if junit:
             with target(junit) as tmp:
                 shutil.copy(xml_path, tmp)
