@@ -1,6 +1,6 @@
 """Options that several commands share, written once (pip's ``cmdoptions``): the mirror, the engine,
-the site the group built and the export progress line; the gates are in :mod:`gate_options` (they load the validator, which
-`imagekit render` must not). Command modules import from here, never from each other."""
+the site the group built and the export progress line; the gates are in :mod:`gate_options` (they load
+the validator, which `imagekit render` must not). Command modules import from here, never from each other."""
 
 from __future__ import annotations
 

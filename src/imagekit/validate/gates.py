@@ -80,7 +80,8 @@ class Gates:
                    expect_transport=list(options.expect_transport), small_size=small,
                    saturation_fraction=options.saturation, collective=options.collective,
                    baseline=load_baseline(options.baseline) if options.baseline else None,
-                   system=systems.load(options.system, options.site) if options.system else None, min_runs=options.min_runs,
+                   system=systems.load(options.system, options.site) if options.system else None,
+                   min_runs=options.min_runs,
                    straggler_threshold=options.straggler_threshold, nodes=options.nodes,
                    gpus_per_node=options.gpus_per_node)
 
