@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import settings
-
 sys.path.insert(0, str(Path(__file__).parent))
 from needs import need  # noqa: E402
 
@@ -72,13 +70,6 @@ def _own_export_store(tmp_path_factory, monkeypatch):
     """Each test gets an empty export store of its own (never the user's cache, never another
     test's entries), also for the imagekit processes it starts."""
     monkeypatch.setenv("IMAGEKIT_STORE", str(tmp_path_factory.mktemp("store")))
-
-
-@pytest.fixture(autouse=True)
-def _no_site_flag_left_behind():
-    """`imagekit --site FILE` run in-process (CliRunner) sets the process's flag: no later test sees it."""
-    yield
-    settings.site_file = None
 
 
 @pytest.fixture(scope="session")

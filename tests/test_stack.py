@@ -472,10 +472,7 @@ def test_stacks_dir_flag_lists_where_each_stack_came_from(tmp_path):
 
     site = tmp_path / "site"
     write(site, "name: site-mpi\nextends: debian-mpi\n", "site-mpi.yaml")
-    try:
-        result = CliRunner().invoke(main, ["--stacks-dir", str(site), "stacks", "--json"])
-    finally:
-        stack_mod.extra_dirs.clear()
+    result = CliRunner().invoke(main, ["--stacks-dir", str(site), "stacks", "--json"])
     rows = {r["stack"]: r["from"] for r in json.loads(result.stdout)}
     assert rows["site-mpi"] == str(site) and rows["debian-mpi"] == "shipped"
 

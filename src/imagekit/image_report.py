@@ -16,20 +16,22 @@ from imagekit import image_facts, ledger, render, stack
 from imagekit.engines import docker as engine
 from imagekit.errors import EngineError, NotFoundError
 from imagekit.image_facts import layered, reader
+from imagekit.settings import Site, site_or_env
 
 _INSTRUCTION = re.compile(r"^(RUN|COPY|ADD|ENV|LABEL|WORKDIR|ARG|USER|ENTRYPOINT|CMD|VOLUME|EXPOSE|SHELL)\b",
                           re.M)
 
 
-def describe(image: str) -> dict:
+def describe(image: str, site: Site | None = None) -> dict:
     """What ``image`` holds: an engine image, an Enroot ``.sqsh``, a ``.sif``, or (with no engine) a
-    registry reference, an OCI layout or a ``docker save`` tarball, read from their config alone."""
+    registry reference, an OCI layout or a ``docker save`` tarball, read from their config alone.
+    Layers are attributed to components by rendering the image's stack, found on ``site``'s search path."""
     seen = _inspect(image)
     facts = seen["facts"]
     components = [{"name": c.name, "version": c.version, "source": c.source, "facts": dict(c.facts)}
                   for c in facts.components.values()]
     layers = seen["layers"]
-    attribution = _attribute(facts, layers) if layers else False
+    attribution = _attribute(facts, layers, site_or_env(site)) if layers else False
     sizes = {}
     for layer in layers:
         owner = layer.get("component", "unattributed")
@@ -76,14 +78,14 @@ def _inspect(image: str) -> dict:
             "form": "registry" if ref.startswith("docker://") or "#" in ref else "layout"}
 
 
-def _attribute(facts: image_facts.ImageFacts, layers: list[dict]) -> bool:
+def _attribute(facts: image_facts.ImageFacts, layers: list[dict], site: Site) -> bool:
     """Tag each layer with its component; False (and no tags) when it cannot be done exactly."""
     name = facts.stack
     if not name:
         return False
     try:
         # The build of the image's own arch: its per_arch overlay may differ from this host's.
-        resolved = stack.load(name, platform=facts.arch) if facts.arch else stack.load(name)
+        resolved = stack.load(name, platform=facts.arch or None, site=site)
         render.reset_hpccm("docker")
         owners: list[str] = []
         for owner, blocks in render.stage_parts(resolved, "devel" if facts.target == "devel" else "runtime"):

@@ -21,6 +21,7 @@ from imagekit.export import ExportRequest, export_image, formats, signing
 from imagekit.export.image_source import open_source
 from imagekit.platforms import Platform, buildable, tag_suffix
 from imagekit.platforms import parse as parse_platform
+from imagekit.settings import Site
 
 if TYPE_CHECKING:
     from imagekit.export import StoreChoice
@@ -35,7 +36,8 @@ class PipelineRequest:
     takes it (False: convert straight to the outputs). Checked when made: ``--export enrot`` or a
     bad preset must not cost a build and the checks. ``platforms``: build for each of these
     (``linux/arm64`` ...; default: the stack's own choice, this machine's arch where offered);
-    a platform the stack does not offer fails before anything is built.
+    a platform the stack does not offer fails before anything is built. ``site``: where the stack, its
+    parents, site components and the site's pins are found (the CLI's --stacks-dir, --site and environment).
     """
 
     ref: str
@@ -50,6 +52,7 @@ class PipelineRequest:
     sign: Path | None = None        # a site key: SBOM + provenance of the image and each export, signed
     # Look up the stack's distro packages in its base's archive before building (package_check).
     check_packages: bool = True
+    site: Site = field(default_factory=Site.from_env)
 
     def __post_init__(self) -> None:
         exports = tuple(e if isinstance(e, ExportRequest) else ExportRequest(e, force=True) for e in self.exports)
@@ -71,14 +74,14 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
     """
     build, images = request.build, request.build.engine
     key = keys_mod.load_private(request.sign) if request.sign else None   # a bad key costs no build
-    path, implied = stack_mod.find(request.ref)
+    path, implied = stack_mod.find(request.ref, request.site)
     variant = request.variant or implied
     # Every platform resolved first: one it does not offer (or a component that does not build
     # there) fails before the first build starts.
     stacks = []
     for platform in request.platforms or (None,):
-        stacks += [stack_mod.load(path, variant, platform=platform)] if variant else \
-            stack_mod.load_all(path, platform)
+        stacks += [stack_mod.load(path, variant, platform=platform, site=request.site)] if variant else \
+            stack_mod.load_all(path, platform, request.site)
     if request.mirror:
         for one in stacks:
             one.mirror = sources.resolve_mirror(one.file, None, request.mirror)

@@ -27,7 +27,7 @@ def _exclusive_roles(stack) -> None:
             first, second = filling[0], filling[1]
             second.error(None, f"`{second.name}` and `{first.name}` both provide `{role}`; an image has one",
                          f"keep one of {', '.join(f'`{c.name}`' for c in filling)} "
-                         f"(components that provide `{role}`: {', '.join(providers_of(role))})")
+                         f"(components that provide `{role}`: {', '.join(providers_of(role, stack.site))})")
 
 
 def _same_source_mpi_stack(stack) -> None:

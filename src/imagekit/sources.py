@@ -36,9 +36,10 @@ from pathlib import Path
 
 from imagekit import digests, schema, settings, yamlpos
 from imagekit.errors import ImagekitError, StackError
+from imagekit.settings import Site, site_or_env
 
 MIRROR_ENV = "IMAGEKIT_MIRROR"
-SITE_ENV = "IMAGEKIT_SITE"
+SITE_ENV = settings.SITE_ENV
 CONTEXT_DIR = "sources"  # inside the build context (and beside a rendered recipe)
 BUILD_DIR = "/var/tmp"   # where HPCCM's generic blocks unpack
 
@@ -88,19 +89,20 @@ class UpstreamSourceError(ImagekitError):
     exit_code = 2
 
 
-def site_path() -> str | None:
-    """The site pins file in force: --site, else $IMAGEKIT_SITE, else none."""
-    return settings.site_file or os.environ.get(SITE_ENV) or None
+def site_path(site: Site | None = None) -> str | None:
+    """The site pins file in force (``site``'s: --site, else $IMAGEKIT_SITE), else none."""
+    pins = site_or_env(site).pins_file
+    return str(pins) if pins else None
 
 
 _SITE_CACHE: dict[tuple[str, float], dict[tuple[str, str], str]] = {}
 
 
-def site_pins(pinnable: Collection[str]) -> dict[tuple[str, str], str]:
+def site_pins(pinnable: Collection[str], site: Site | None = None) -> dict[tuple[str, str], str]:
     """(component, version) -> sha256 from the site pins file, validated (file, line and key on errors);
     ``pinnable``: the components with upstream release files (the caller knows them: this module
     sits below the components and does not import them)."""
-    path = site_path()
+    path = site_path(site)
     if not path:
         return {}
     try:
@@ -148,12 +150,12 @@ def _read_site(path: Path, pinnable: Collection[str]) -> dict[tuple[str, str], s
     return out
 
 
-def pin(component: str, version: str, pinnable: Collection[str]) -> tuple[str | None, str]:
+def pin(component: str, version: str, pinnable: Collection[str], site: Site | None = None) -> tuple[str | None, str]:
     """(sha256, where it comes from) for an upstream release file: the site pins file, then imagekit's
     own pins of upstream's files; (None, ...) when neither has it."""
-    site = site_pins(pinnable).get((component, version))
-    if site:
-        return site, f"the site pins file {site_path()}"
+    pinned = site_pins(pinnable, site).get((component, version))
+    if pinned:
+        return pinned, f"the site pins file {site_path(site)}"
     if (component, version) in PINS:
         return PINS[(component, version)], "imagekit's pin of upstream's release file"
     return None, "no pin"

@@ -26,6 +26,7 @@ from imagekit import merge, platforms, rules, schema, searchpath, settings, sour
 from imagekit.components import RETIRED, registry
 from imagekit.errors import StackError
 from imagekit.schema import Option
+from imagekit.settings import Site, site_or_env
 from imagekit.yamlpos import PosDict, PosList
 
 # Our distro names -> (HPCCM's distro for rendering, package family).
@@ -156,6 +157,7 @@ class Stack:
     stack_name: str = ""                            # the file's name: before matrix expansion
     variant: dict = field(default_factory=dict)     # axis -> value key
     mirror: str | None = None                       # resolved: a directory path or a URL
+    site: Site = field(default_factory=Site.from_env)  # where it was found: its stacks, components, pins
     arches: tuple = ("x86_64",)                     # every arch the stack (this variant) builds for
 
     @property
@@ -209,42 +211,41 @@ class Stack:
 
 SHIPPED_DIR = settings.SHIPPED_STACKS_DIR
 PATH_ENV = settings.STACKS_PATH_ENV
-# Site stack directories given on the command line (--stacks-dir), searched first (the list is
-# settings.stack_dirs itself, which the CLI's group fills without loading this module).
-extra_dirs: list[Path] = settings.stack_dirs
 
 
-def search_path() -> list[Path]:
-    """Where stacks are found (settings.stack_search_path)."""
-    return settings.stack_search_path()
+def search_path(site: Site | None = None) -> list[Path]:
+    """Where stacks are found: the site's stack directories, then the shipped stacks (default: the
+    environment's site, :meth:`Site.from_env`)."""
+    return site_or_env(site).stack_search_path()
 
 
-def available() -> list[tuple[Path, Path]]:
+def available(site: Site | None = None) -> list[tuple[Path, Path]]:
     """Every stack file on the search path with the directory it came from; a name found in an
     earlier directory hides the same name further on."""
-    return list(searchpath.files(search_path()).values())
+    return list(searchpath.files(search_path(site)).values())
 
 
-def shipped() -> list[Path]:
-    return [path for path, _ in available()]
+def shipped(site: Site | None = None) -> list[Path]:
+    return [path for path, _ in available(site)]
 
 
-def find(ref: str) -> tuple[Path, str | None]:
+def find(ref: str, site: Site | None = None) -> tuple[Path, str | None]:
     """A stack path or name (or a variant name) -> (file, variant name or None)."""
+    site = site_or_env(site)
     path = Path(ref)
     if path.suffix in searchpath.SUFFIXES or path.exists():
         if not path.is_file():
             raise StackError("stack file not found", file=ref,
-                             hint=f"shipped stacks: {', '.join(p.stem for p in shipped()) or 'none'}")
+                             hint=f"shipped stacks: {', '.join(p.stem for p in shipped(site)) or 'none'}")
         return path, None
-    for candidate in shipped():
+    for candidate in shipped(site):
         if candidate.stem == ref:
             return candidate, None
-    for candidate in shipped():
-        for variant in load_all(candidate):
+    for candidate in shipped(site):
+        for variant in load_all(candidate, site=site):
             if variant.name == ref and variant.variant:
                 return candidate, ref
-    names = [p.stem for p in shipped()]
+    names = [p.stem for p in shipped(site)]
     import difflib
     close = difflib.get_close_matches(ref, names, n=1)
     raise StackError(f"unknown stack {ref!r}", hint=(f"did you mean {close[0]!r}? " if close else "")
@@ -252,29 +253,31 @@ def find(ref: str) -> tuple[Path, str | None]:
 
 
 def load(ref: str | Path, variant: str | None = None, *, mirror: str | None = None,
-         platform: str | platforms.Platform | None = None) -> Stack:
+         platform: str | platforms.Platform | None = None, site: Site | None = None) -> Stack:
     """One resolved stack; a matrix stack needs ``variant`` unless it has a single one (for
     ``platform``: a single one that offers it).
 
     ``mirror`` (a directory or URL) overrides the stack's and $IMAGEKIT_MIRROR. ``platform``
     (``linux/arm64``, ``arm64``, ``aarch64`` or a Platform) picks the architecture; default: this
-    machine's where the stack offers it, else the first in ``base.arch``.
+    machine's where the stack offers it, else the first in ``base.arch``. ``site``: where stacks,
+    parents, site components and pins are found (default: :meth:`Site.from_env`).
     """
-    stack = _load_one(ref, variant, platform)
+    stack = _load_one(ref, variant, platform, site_or_env(site))
     if mirror:
         stack.mirror = sources.resolve_mirror(stack.file, None, mirror)
     return stack
 
 
-def _load_one(ref: str | Path, variant: str | None, platform: str | platforms.Platform | None) -> Stack:
-    path, implied = find(str(ref))
+def _load_one(ref: str | Path, variant: str | None, platform: str | platforms.Platform | None,
+              site: Site) -> Stack:
+    path, implied = find(str(ref), site)
     variant = variant or implied
     if variant is not None and platform is not None:
         # Naming the variant first: one that does not offer the platform says so itself.
-        for one in load_all(path):
+        for one in load_all(path, site=site):
             if one.name == variant or (one.variant and variant == "-".join(one.variant.values())):
-                return _one_variant(path, one.variant, platform)
-    stacks = load_all(path, platform)
+                return _one_variant(path, one.variant, platform, site)
+    stacks = load_all(path, platform, site)
     if variant is None:
         if len(stacks) == 1:
             return stacks[0]
@@ -287,19 +290,21 @@ def _load_one(ref: str | Path, variant: str | None, platform: str | platforms.Pl
                      hint="variants: " + ", ".join(s.name for s in stacks))
 
 
-def load_all(path: str | Path, platform: str | platforms.Platform | None = None) -> list[Stack]:
+def load_all(path: str | Path, platform: str | platforms.Platform | None = None,
+             site: Site | None = None) -> list[Stack]:
     """Every variant of the stack file at ``path`` (one when there is no matrix). With
     ``platform``, the variants that offer it, each resolved for it; none offering it is an error
-    naming what the file offers."""
+    naming what the file offers. ``site``: as for :func:`load`."""
     path = Path(path)
+    site = site_or_env(site)
     want = _wanted_arch(platform)
     out, refused = [], []
-    for merged, keys in _variant_docs(path):
+    for merged, keys in _variant_docs(path, site):
         arches, where = _arches(merged, path)
         if want is not None and want not in arches:
             refused.append((merged, arches, where))
             continue
-        out.append(_resolve_for(merged, path, keys, arches, want))
+        out.append(_resolve_for(merged, path, keys, arches, want, site))
     if not out:
         first, _, (file, line) = refused[0]
         offered = sorted({a for _, some, _ in refused for a in some})
@@ -312,9 +317,9 @@ def load_all(path: str | Path, platform: str | platforms.Platform | None = None)
     return out
 
 
-def _one_variant(path: Path, keys: dict[str, str], platform) -> Stack:
+def _one_variant(path: Path, keys: dict[str, str], platform, site: Site) -> Stack:
     want = _wanted_arch(platform)
-    for merged, these in _variant_docs(path):
+    for merged, these in _variant_docs(path, site):
         if these == keys:
             arches, (file, line) = _arches(merged, path)
             if want not in arches:
@@ -323,7 +328,7 @@ def _one_variant(path: Path, keys: dict[str, str], platform) -> Stack:
                     f"{file}:{line}: base.arch: {name} does not build for {platforms.of_arch(want)}; it "
                     "offers " + ", ".join(f"{platforms.of_arch(a)} ({a})" for a in arches),
                     "pick a variant built for it (imagekit matrix lists them), or add it to base.arch")
-            return _resolve_for(merged, path, keys, arches, want)
+            return _resolve_for(merged, path, keys, arches, want, site)
     raise StackError(f"no variant {keys!r}", file=str(path))
 
 
@@ -340,9 +345,9 @@ def _wanted_arch(platform: str | platforms.Platform | None) -> str | None:
     return platforms.buildable(chosen)
 
 
-def _variant_docs(path: Path) -> list[tuple[PosDict, dict[str, str]]]:
+def _variant_docs(path: Path, site: Site) -> list[tuple[PosDict, dict[str, str]]]:
     """(the merged document, axis -> value key) of each matrix variant, before arch selection."""
-    raw = _load_with_extends(path, seen=())
+    raw = _load_with_extends(path, (), site)
     top = schema.validate(raw, TOP, context="")
     matrix = top["matrix"]
     if not matrix:
@@ -398,7 +403,7 @@ def _with_arch(doc: PosDict, arch: str) -> PosDict:
 
 
 def _resolve_for(merged: PosDict, path: Path, keys: dict[str, str], arches: tuple[str, ...],
-                 want: str | None) -> Stack:
+                 want: str | None, site: Site) -> Stack:
     """Resolve one variant for one arch: ``want``, else this machine's where offered, else the first."""
     host = platforms.stack_name(platforms.host_machine())
     arch = want or (host if host in arches else arches[0])
@@ -422,7 +427,7 @@ def _resolve_for(merged: PosDict, path: Path, keys: dict[str, str], arches: tupl
     if overlays.get(arch):
         doc = _with_arch(merge.merge(doc, overlays[arch], parent_file=f"{path.name} without per_arch.{arch}"), arch)
         top = schema.validate(doc, TOP, context="")
-    stack = _resolve(doc, top, path, variant=keys)
+    stack = _resolve(doc, top, path, keys, site)
     stack.arches = arches
     return stack
 
@@ -448,22 +453,23 @@ def _matrix_axes(matrix: PosDict) -> list[tuple[str, PosDict]]:
     return axes
 
 
-def diff_parent(ref: str | Path) -> dict[str, Any]:
+def diff_parent(ref: str | Path, site: Site | None = None) -> dict[str, Any]:
     """What a stack file changes from the stack it extends, both merged as a build reads them:
     {"stack", "parent", "changes": [{"op": "+"|"-"|"~", "key", ...}]} (before matrix expansion)."""
-    path, _ = find(str(ref))
+    site = site_or_env(site)
+    path, _ = find(str(ref), site)
     data = yamlpos.load(path, max_bytes=MAX_STACK_BYTES, max_nodes=MAX_STACK_NODES)
     if not isinstance(data, dict) or data.get("extends") is None:
         raise StackError("extends no stack, so it has no parent to compare with", file=str(path),
                          hint="--diff-parent applies to a stack with `extends:`")
     file, line = data.pos("extends")
-    parent = _resolve_parent(path, str(data["extends"]), file, line)
-    before = _load_with_extends(parent, (path.resolve(),))
-    after = _load_with_extends(path, ())
+    parent = _resolve_parent(path, str(data["extends"]), file, line, site)
+    before = _load_with_extends(parent, (path.resolve(),), site)
+    after = _load_with_extends(path, (), site)
     return {"stack": str(path), "parent": str(parent), "changes": merge.diff(before, after)}
 
 
-def _load_with_extends(path: Path, seen: tuple[Path, ...]) -> PosDict:
+def _load_with_extends(path: Path, seen: tuple[Path, ...], site: Site) -> PosDict:
     data = yamlpos.load(path, max_bytes=MAX_STACK_BYTES, max_nodes=MAX_STACK_NODES)
     if not isinstance(data, dict):
         raise StackError("a stack file is a mapping of keys (name, base, components, ...)", file=str(path),
@@ -480,16 +486,16 @@ def _load_with_extends(path: Path, seen: tuple[Path, ...]) -> PosDict:
     file, line = data.pos("extends")
     if not isinstance(parent_ref, str):
         raise StackError("expected a path to a parent stack file", file=file, line=line, key="extends")
-    parent = _resolve_parent(path, parent_ref, file, line)
+    parent = _resolve_parent(path, parent_ref, file, line, site)
     if parent.resolve() in seen or parent.resolve() == path.resolve():
         raise StackError(f"`extends` cycle through {parent}", file=file, line=line, key="extends")
-    parent_data = _load_with_extends(parent, seen + (path.resolve(),))
+    parent_data = _load_with_extends(parent, seen + (path.resolve(),), site)
     merged = merge.merge(parent_data, data, parent_file=str(parent))
     merged.pop("extends", None)
     return merged
 
 
-def _resolve_parent(path: Path, ref: str, file: str | None, line: int | None) -> Path:
+def _resolve_parent(path: Path, ref: str, file: str | None, line: int | None, site: Site) -> Path:
     """The file ``extends: ref`` names: ``ref`` (or ``ref.yaml``) under the child's own directory,
     else a stack of that name on the search path. Nothing else: an absolute path, a ``..`` or a
     link that leads out of the directory it was found in is refused, and so is a file that is not
@@ -500,7 +506,7 @@ def _resolve_parent(path: Path, ref: str, file: str | None, line: int | None) ->
                          line=line, key="extends",
                          hint="name a stack on the search path (e.g. base/cuda12-ubuntu22), or a file in "
                               "this stack's directory or below it; no absolute paths, no '..'")
-    for root in [path.parent, *search_path()]:
+    for root in [path.parent, *search_path(site)]:
         for name in (ref, f"{ref}.yaml"):
             candidate = root / name
             if not candidate.is_file():
@@ -517,10 +523,10 @@ def _resolve_parent(path: Path, ref: str, file: str | None, line: int | None) ->
             return candidate
     raise StackError(f"parent stack {ref!r} not found", file=file, line=line, key="extends",
                      hint=f"give a path relative to {path.parent} (with or without .yaml), or a name in "
-                          + ", ".join(str(d) for d in search_path()))
+                          + ", ".join(str(d) for d in search_path(site)))
 
 
-def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> Stack:
+def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str], site: Site) -> Stack:
     base_raw = raw["base"]
     base = schema.validate(base_raw, BASE, context="base")
     name = top["name"] + "".join(f"-{v}" for v in variant.values())
@@ -535,7 +541,7 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
         mirror=sources.resolve_mirror(str(path), top["mirror"]),
         base=Base(image=_local_base(base["image"], arch), runtime=_local_base(base["runtime"] or base["image"], arch),
                   distro=base["distro"], arch=arch, bootstrap=base["bootstrap"]),
-        arches=(arch,),
+        arches=(arch,), site=site,
     )
     substitutions = {"name": name, "stack": top["name"], "arch": arch, **variant}
     tags = raw.get("tags") or PosList()
@@ -553,7 +559,7 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str]) -> St
                              line=lines[i] if i < len(lines) else None, key="tags",
                              hint="placeholders: " + ", ".join("{%s}" % k for k in substitutions)) from None
 
-    known = registry()
+    known = registry(site)
     comps_raw = raw.get("components") or PosDict()
     for cname, copts in comps_raw.items():
         if copts is False:

@@ -142,7 +142,7 @@ def rows(stack, mirror: str | None = None) -> list[Row]:
             if mirror and not sources._is_url(mirror) and Path(mirror).is_dir():
                 available, where = _mirror_versions(component, mirror), "site mirror"
             else:
-                pins = {**sources.PINS, **sources.site_pins(components.pinnable())}
+                pins = {**sources.PINS, **sources.site_pins(components.pinnable(stack.site), stack.site)}
                 available, where = [v for (c, v) in pins if c == component.name], "imagekit pins"
             newest = _newest(available)
             file, line = _pos(component)
@@ -158,7 +158,7 @@ def rows(stack, mirror: str | None = None) -> list[Row]:
 def distro_rows(stack) -> list[Row]:
     """Components from the base distro's packages against the newest upstream release imagekit pins."""
     out = []
-    pins = {**sources.PINS, **sources.site_pins(components.pinnable())}
+    pins = {**sources.PINS, **sources.site_pins(components.pinnable(stack.site), stack.site)}
     for component in stack.components.values():
         if component.source != "distro" or component.version in ("distro", "unknown"):
             continue

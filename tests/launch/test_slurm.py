@@ -77,7 +77,7 @@ def test_nccl_debug_is_opt_in_and_cpu_only_takes_ntasks():
 @pytest.mark.parametrize("runtime,flags", [("apptainer", APPTAINER_FLAGS), ("enroot", ENROOT_FLAGS)])
 def test_apptainer_and_enroot_scripts_use_documented_flags(runtime, flags, shellcheck):
     """The wrapper's runtime lines use only options the runtimes document (they also run for real:
-    tests/launch/test_enroot_runtime.py and tests/export/test_runtimes.py)."""
+    tests/launch/test_enroot_runtime.py and tests/export/test_stacks_under_runtimes.py)."""
     script = slurm.render(job(runtime=runtime, image="./img.sif" if runtime == "apptainer" else "./img.sqsh",
                               mounts=parse_mounts(["/data:/data:ro"]), workdir="/work"))
     shellcheck(script)

@@ -299,7 +299,6 @@ def test_site_directories_come_first(tmp_path, monkeypatch):
     text = (systems.SHIPPED_DIR / "dgx-a100.yaml").read_text().replace("nics_per_node: 8", "nics_per_node: 2")
     (site / "dgx-a100.yaml").write_text(text)
     (site / "our-cluster.yaml").write_text(text.replace("name: dgx-a100", "name: our-cluster"))
-    monkeypatch.setattr(systems, "extra_dirs", [])
     monkeypatch.setenv(systems.PATH_ENV, str(site))
     assert systems.load("dgx-a100").nics_per_node == 2 and systems.load("our-cluster").name == "our-cluster"
     monkeypatch.delenv(systems.PATH_ENV)

@@ -132,7 +132,8 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 @click.option("--site", "site", metavar="FILE",
               help="a site pins file: sha256 pins for the files of the site's mirror that are not upstream's "
                    "(overrides $IMAGEKIT_SITE)")
-def main(stacks_dirs: tuple[str, ...], site: str | None) -> None:
+@click.pass_context
+def main(ctx: click.Context, stacks_dirs: tuple[str, ...], site: str | None) -> None:
     """Build HPC/AI container images from declarative stacks.
 
     \b
@@ -146,9 +147,9 @@ def main(stacks_dirs: tuple[str, ...], site: str | None) -> None:
       imagekit --stacks-dir /site/stacks render debian-mpi  # the site's debian-mpi, if it has one
       imagekit --site /site/pins.yaml build debian-cuda --mirror /site/mirror
     """
-    settings.site_file = site          # one process may run several commands (tests do): reset it too
-    if stacks_dirs:
-        settings.use_stack_dirs(stacks_dirs)
+    # Built once, for this invocation only (cli.options.current_site() hands it to the commands): a process
+    # that runs several commands (tests do) gives each the site its own options name.
+    ctx.obj = settings.Site.from_env(pins_file=site, stack_dirs=stacks_dirs)
 
 
 def run() -> None:  # pragma: no cover - console entry for `python -m imagekit`

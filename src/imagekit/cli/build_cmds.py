@@ -13,7 +13,7 @@ from imagekit import checks as checks_mod
 from imagekit.build import TARGETS, BuildRequest
 from imagekit import stack as stack_mod
 from imagekit.checks import runner, runtimes
-from imagekit.cli.options import ENGINE, MIRROR, progress_printer
+from imagekit.cli.options import ENGINE, MIRROR, current_site, progress_printer
 from imagekit.errors import StackError
 from imagekit.image_facts import reader
 
@@ -125,7 +125,7 @@ def build(stack: str, variant: str | None, platform_list: tuple, target: str, si
                            engine_name=engine_name),
         check=bool(formats) if run_checks is None else run_checks, exports=tuple(formats),
         output_dir=output_dir, store=False if no_store else store_dir or None,
-        sign=Path(sign_key) if sign_key else None, check_packages=not no_package_check)
+        sign=Path(sign_key) if sign_key else None, check_packages=not no_package_check, site=current_site())
     results = pipeline.build_all(request, progress=_progress, export_progress=progress_printer,
                                  log=lambda m: click.echo(m, err=True))
     if as_json:
@@ -194,7 +194,7 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
       imagekit check 'registry.example.org#hpc/mpi:1'                # exported, then Enroot
     """
     try:
-        stack = stack_mod.load(ref, variant)
+        stack = stack_mod.load(ref, variant, site=current_site())
     except StackError:
         if variant or image:
             raise
@@ -237,7 +237,7 @@ def report(image: str, as_json: bool) -> None:
       imagekit report imagekit/debian-mpi:latest
       imagekit report imagekit/debian-mpi:latest --json > debian-mpi.json
     """
-    info = image_report.describe(image)
+    info = image_report.describe(image, current_site())
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:

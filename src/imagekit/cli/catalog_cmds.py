@@ -15,7 +15,7 @@ from imagekit import platforms, sources
 from imagekit import stack as stack_mod
 from imagekit import versions
 from imagekit.build import PLATFORMS
-from imagekit.cli.options import MIRROR
+from imagekit.cli.options import MIRROR, current_site
 from imagekit.errors import UsageError
 
 
@@ -41,9 +41,9 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
     if outdated:
         _outdated(refs, as_json, mirror)
         return
-    rows = []
-    for path, directory in stack_mod.available():
-        variants = stack_mod.load_all(path)
+    rows, site = [], current_site()
+    for path, directory in stack_mod.available(site):
+        variants = stack_mod.load_all(path, site=site)
         origin = "shipped" if directory.resolve() == stack_mod.SHIPPED_DIR else str(directory)
         rows.append({"stack": variants[0].stack_name, "file": str(path), "from": origin,
                      "description": variants[0].description,
@@ -78,12 +78,13 @@ def outdated(refs: tuple[str, ...], as_json: bool, strict: bool, mirror: str | N
 
 
 def _outdated(refs: tuple[str, ...], as_json: bool, mirror: str | None, strict: bool = True) -> None:
-    paths = [stack_mod.find(ref)[0] for ref in refs] if refs else [p for p, _ in stack_mod.available()]
+    site = current_site()
+    paths = [stack_mod.find(ref, site)[0] for ref in refs] if refs else [p for p, _ in stack_mod.available(site)]
     if mirror:
         mirror = sources.resolve_mirror(None, None, mirror)
     rows = []
     for path in paths:
-        variants = stack_mod.load_all(path)
+        variants = stack_mod.load_all(path, site=site)
         rows += versions.report(variants, mirror or variants[0].mirror)
     missing = [r for r in rows if r.behind == "not served"]
     if as_json:
@@ -123,14 +124,14 @@ def matrix(as_json: bool, buildable_here: bool) -> None:
       imagekit matrix
       echo "include=$(imagekit matrix --json)" >> "$GITHUB_OUTPUT"
     """
-    rows = []
-    for path in stack_mod.shipped():
+    rows, site = [], current_site()
+    for path in stack_mod.shipped(site):
         # One row per variant and arch it offers (a stack with base.arch [x86_64, aarch64] gives two):
         # ``id`` names the row (variant, plus -arm64 where the variant has several arches), ``suffix``
         # is what its tags carry.
-        offered = {a for v in stack_mod.load_all(path) for a in v.arches}
+        offered = {a for v in stack_mod.load_all(path, site=site) for a in v.arches}
         for arch in [a for a in platforms.ARCHES if a in offered]:
-            for variant in stack_mod.load_all(path, PLATFORMS[arch]):
+            for variant in stack_mod.load_all(path, PLATFORMS[arch], site):
                 offline = variant.base.image.startswith("imagekit/")
                 if buildable_here and (not offline or arch != platforms.stack_name(platforms.host_machine())):
                     continue

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from imagekit.validate import system as systems
 from imagekit.validate.nccl_log import TRANSPORTS, canonical
 
 
@@ -38,8 +37,9 @@ _GATE_OPTIONS = [
                  help="Judge against what this system should reach, derived from its model (GPUs, NVLink/NVSwitch/"
                       "NVLS, NICs x line rate, GPUDirect RDMA): a band per size range, and the transport it needs. "
                       "`imagekit validate --list-systems` shows the catalogue."),
+    # Eager, so that --list-systems given after it sees the site directories (the command puts them
+    # in its Site: GateOptions.site).
     click.option("--systems-dir", "systems_dirs", multiple=True, metavar="DIR", is_eager=True,
-                 callback=lambda ctx, param, value: _set_systems_dirs(value),
                  help="A site directory of system models, searched before $IMAGEKIT_SYSTEMS_PATH and the shipped "
                       "catalogue (repeatable)."),
     click.option("--baseline", type=click.Path(dir_okay=False), metavar="FILE",
@@ -58,13 +58,6 @@ _GATE_OPTIONS = [
     click.option("--saturation", type=click.FloatRange(0, 1, min_open=True), default=0.9, show_default=True,
                  help="Saturation size = smallest size whose busbw reaches this fraction of the peak."),
 ]
-
-
-def _set_systems_dirs(dirs: "tuple[str, ...]") -> "tuple[str, ...]":
-    """Set as soon as parsed (eager), so that --list-systems given after it sees the site directories."""
-    if dirs:
-        systems.use_dirs(dirs)
-    return dirs
 
 
 def _gate_keys() -> tuple[str, ...]:

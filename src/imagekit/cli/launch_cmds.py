@@ -9,6 +9,7 @@ import click
 
 from imagekit.engines import docker as engine
 from imagekit.cli.gate_options import GATE_KEYS, gate_options
+from imagekit.cli.options import current_site
 from imagekit.errors import UsageError
 from imagekit.launch import common
 from imagekit.launch import inside_out as inside_out_mod
@@ -57,8 +58,10 @@ def _session(image: str, command: tuple, validate: bool, no_preflight: bool, gat
     """The launch's session, from the options every launcher shares. The gates are loaded first:
     a bad gate fails before the image is read or any job starts."""
     values = {k: gates.pop(k) for k in GATE_KEYS}
-    request = LaunchRequest(image=image, command=command, gates=Gates.load(GateOptions(**values)) if validate else None,
-                            preflight=not no_preflight)
+    site = current_site().with_system_dirs(values.pop("systems_dirs"))
+    request = LaunchRequest(image=image, command=command,
+                            gates=Gates.load(GateOptions(**values, site=site)) if validate else None,
+                            preflight=not no_preflight, site=site)
     return Session(request, log=_log, echo=lambda text: click.echo(text, nl=False))
 
 

@@ -1,6 +1,6 @@
-"""Options that several commands share, written once (pip's ``cmdoptions``): the mirror, the engine and
-the export progress line; the gates are in :mod:`gate_options` (they load the validator, which
-`imagekit render` must not). Command modules import from here, never from each other."""
+"""Options that several commands share, written once (pip's ``cmdoptions``): the mirror, the engine,
+the site the group built and the export progress line; the gates are in :mod:`gate_options` (they load
+the validator, which `imagekit render` must not). Command modules import from here, never from each other."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 import click
 
 from imagekit.engines import ENGINES
+from imagekit.settings import Site
 from imagekit.sizes import human
 
 MIRROR = click.option("--mirror", metavar="DIR|URL",
@@ -21,6 +22,14 @@ ENGINE = click.option(
     envvar="IMAGEKIT_ENGINE",
     help="docker: the Docker engine's BuildKit; podman: Podman as the calling user (rootless), its own "
          "image store (default: $IMAGEKIT_ENGINE, else docker)")
+
+
+def current_site() -> Site:
+    """The site the ``imagekit`` group built from --site, --stacks-dir and the environment (its
+    context's object); the environment's alone for a command run without the group."""
+    ctx = click.get_current_context(silent=True)
+    built = ctx.find_root().obj if ctx is not None else None
+    return built if isinstance(built, Site) else Site.from_env()
 
 
 def progress_printer() -> "ProgressLine":

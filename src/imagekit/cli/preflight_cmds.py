@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from imagekit.cli.options import current_site
 from imagekit.errors import NothingChecked, UsageError
 from imagekit.launch import preflight as preflight_mod
 from imagekit.launch.gpu_env import GpuLaunch
@@ -54,7 +55,7 @@ def preflight(ref, image, scheduler, launcher, ssh_dir, allow_unchecked, as_json
         raise UsageError(f"unknown launcher {launcher!r}", f"use one of: {', '.join(preflight_mod.LAUNCHERS)}")
 
     plan = preflight_mod.PreflightPlan(scheduler=scheduler, launcher=launcher, ssh_key_dir=ssh_dir,
-                                       gpu=GpuLaunch(launcher=launcher))
+                                       gpu=GpuLaunch(launcher=launcher), site=current_site())
     checks = preflight_mod.run(image, plan)
     unchecked = [c.name for c in checks if c.status == preflight_mod.SKIP]
     image_checked = checks[0].status != preflight_mod.SKIP      # the labels: what every image-side check reads

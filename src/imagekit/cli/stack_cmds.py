@@ -12,7 +12,7 @@ from imagekit import render as render_mod
 from imagekit import sources
 from imagekit import stack as stack_mod
 from imagekit.atomic import write_text
-from imagekit.cli.options import MIRROR
+from imagekit.cli.options import MIRROR, current_site
 
 VARIANT = click.option("--variant", metavar="NAME", help="matrix variant (see `imagekit stacks`)")
 PLATFORM = click.option("--platform", metavar="OS/ARCH",
@@ -40,9 +40,9 @@ def show(stack: str, variant: str | None, platform: str | None, diff_parent: boo
       imagekit show debian-pytorch --diff-parent
     """
     if diff_parent:
-        _show_diff(stack_mod.diff_parent(stack), as_json)
+        _show_diff(stack_mod.diff_parent(stack, current_site()), as_json)
         return
-    resolved = stack_mod.load(stack, variant, platform=platform)
+    resolved = stack_mod.load(stack, variant, platform=platform, site=current_site())
     info = resolved.describe()
     if as_json:
         click.echo(json.dumps(info, indent=2))
@@ -118,7 +118,7 @@ def render(stack: str, variant: str | None, platform: str | None, fmt: str, sing
       imagekit render grace-pytorch                         # aarch64 (GH200, GB200, GB300)
       imagekit render debian-mpi --platform linux/arm64
     """
-    resolved = stack_mod.load(stack, variant, mirror=mirror, platform=platform)
+    resolved = stack_mod.load(stack, variant, mirror=mirror, platform=platform, site=current_site())
     text = render_mod.render(resolved, fmt, single_stage=single_stage)
     if output:
         staged = sources.stage(resolved, Path(output).parent)

@@ -7,6 +7,7 @@ import sys
 import click
 
 from imagekit.cli.gate_options import gate_options
+from imagekit.cli.options import current_site
 from imagekit.errors import UsageError
 from imagekit.image_facts import reader
 from imagekit.validate import GateOptions, Gates, evaluate, parse, to_json, to_text
@@ -29,8 +30,9 @@ def _list_systems(ctx, param, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
 
-    for name, path in systems.available().items():
-        model = systems.load(str(path))
+    site = current_site().with_system_dirs(ctx.params.get("systems_dirs") or ())
+    for name, path in systems.available(site).items():
+        model = systems.load(str(path), site)
         click.echo(f"{name:<16} {model.description}  [{path}]")
     ctx.exit(0)
 
@@ -93,7 +95,8 @@ def validate(sources: "tuple[str, ...]", image: "str | None", as_json: bool, bri
           max_latency_us: 40        # every size <= small_size
           sizes: {1G: 340, 8K: {max_latency_us: 30}}
     """
-    gates = Gates.load(GateOptions(**gate_values))
+    site = current_site().with_system_dirs(gate_values.pop("systems_dirs"))
+    gates = Gates.load(GateOptions(**gate_values, site=site))
     if image:
         gates.image, gates.image_nccl = image, _image_nccl(image)
     results = []

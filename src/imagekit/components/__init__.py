@@ -32,11 +32,11 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from imagekit import settings
 from imagekit.components import _blocks as blocks  # noqa: F401 - for site components: apt_install, env, ...
 from imagekit.components._base import (EXCLUSIVE_ROLES, RETIRED, ROLES, SOURCES, Component, Requires,  # noqa: F401
                                        Stack, contract_problems, defined)
 from imagekit.errors import UsageError
+from imagekit.settings import Site, site_or_env
 
 ENTRY_POINTS = "imagekit.components"     # the entry point group site packages name their modules under
 SITE_DIR = "components"                  # beside a site's stacks: DIR/components/NAME.py
@@ -50,16 +50,18 @@ class SiteComponentError(UsageError):
     """A site component that cannot be loaded, or breaks the component contract."""
 
 
-def site_dirs() -> list[Path]:
-    """Where site component modules are looked for: components/ in each site stack directory."""
-    return [d / SITE_DIR for d in settings.site_stack_dirs() if (d / SITE_DIR).is_dir()]
+def site_dirs(site: Site | None = None) -> list[Path]:
+    """Where site component modules are looked for: components/ in each of the site's stack directories
+    (default: the environment's site)."""
+    return [d / SITE_DIR for d in site_or_env(site).stack_dirs if (d / SITE_DIR).is_dir()]
 
 
-def registry() -> dict[str, type[Component]]:
+def registry(site: Site | None = None) -> dict[str, type[Component]]:
     """Every component class by its stack key, in layer order: this package's modules, then the
     site's (directories and entry points). Found again when the site directories change."""
     global _REGISTRY, _REGISTRY_KEY
-    key = tuple(str(d) for d in site_dirs())
+    dirs = site_dirs(site)
+    key = tuple(str(d) for d in dirs)
     if _REGISTRY is None or key != _REGISTRY_KEY:
         for mod in pkgutil.iter_modules(__path__):
             if not mod.name.startswith("_"):
@@ -68,7 +70,7 @@ def registry() -> dict[str, type[Component]]:
             if vars(cls).get("origin"):
                 cls.origin = None
         found = defined(site=False)
-        for origin, module in _site_modules():
+        for origin, module in _site_modules(dirs):
             for cls in _classes_in(module):
                 problems = contract_problems(cls)
                 if problems:
@@ -86,10 +88,10 @@ def registry() -> dict[str, type[Component]]:
     return _REGISTRY
 
 
-def _site_modules() -> list[tuple[str, ModuleType]]:
-    """(origin, module) for every site component module: directories first, then entry points."""
+def _site_modules(dirs: list[Path]) -> list[tuple[str, ModuleType]]:
+    """(origin, module) for every site component module: ``dirs`` first, then entry points."""
     out = []
-    for directory in site_dirs():
+    for directory in dirs:
         for path in sorted(directory.glob("*.py")):
             if path.name.startswith("_"):
                 continue
@@ -149,19 +151,19 @@ def _classes_in(module: ModuleType) -> list[type[Component]]:
     return found
 
 
-def pinnable() -> set[str]:
+def pinnable(site: Site | None = None) -> set[str]:
     """The components with upstream release files, which a site pins file may pin."""
-    return {name for name, cls in registry().items() if cls.upstream_file}
+    return {name for name, cls in registry(site).items() if cls.upstream_file}
 
 
-def providers_of(role: str) -> list[str]:
+def providers_of(role: str, site: Site | None = None) -> list[str]:
     """Names of the components that can fill ``role``, in layer order."""
-    return [name for name, cls in registry().items() if role in cls.provides]
+    return [name for name, cls in registry(site).items() if role in cls.provides]
 
 
-def forwarded_env_prefixes() -> tuple[str, ...]:
+def forwarded_env_prefixes(site: Site | None = None) -> tuple[str, ...]:
     """Every prefix some component asks launchers to forward into rank containers."""
     out: list[str] = []
-    for cls in registry().values():
+    for cls in registry(site).values():
         out += [p for p in cls.forward_env if p not in out]
     return tuple(out)

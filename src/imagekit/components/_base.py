@@ -16,6 +16,7 @@ from imagekit.checks import Check
 from imagekit.components import _blocks
 from imagekit.errors import StackError
 from imagekit.schema import Option
+from imagekit.settings import Site
 
 SOURCES = ("upstream", "distro", "pypi", "repo", "base")
 
@@ -61,6 +62,7 @@ class Stack(Protocol):
     mirror: str | None
     base: Any                     # imagekit.stack.Base: .image, .distro, .arch, .family, ...
     components: dict[str, "Component"]
+    site: Site                    # whose pins file pins the release files
 
     def provider(self, role: str) -> "Component | None": ...
 
@@ -230,13 +232,13 @@ class Component:
 
     @property
     def pin(self) -> str | None:
-        return self.opts.get("sha256") or sources.pin(self.name, self.pin_version, _pinnable())[0]
+        return self.opts.get("sha256") or sources.pin(self.name, self.pin_version, _pinnable(), self.stack.site)[0]
 
     @property
     def pin_origin(self) -> str:
         if self.opts.get("sha256"):
             return f"`sha256:` on {self.name} in {getattr(self.where, 'file', None) or self.stack.file}"
-        return sources.pin(self.name, self.pin_version, _pinnable())[1]
+        return sources.pin(self.name, self.pin_version, _pinnable(), self.stack.site)[1]
 
     def artifacts(self) -> list[sources.Artifact]:
         """The upstream files this component's build downloads (taken from the mirror when set)."""

@@ -369,10 +369,10 @@ def check_driver(img: ImageFacts, host: HostFacts) -> Finding:
     return Finding("GPU driver", OK, f"driver {host.driver} runs CUDA {cuda} (needs >= {need})")
 
 
-def _stack_exists(name: str) -> bool:
-    """Is a stack of this name on the stack search path (shipped, --stacks-dir, $IMAGEKIT_STACKS_PATH)?
-    Looked up by file name: the run side reads no stack file."""
-    return name in searchpath.files([d for d in settings.stack_search_path() if d.is_dir()])
+def _stack_exists(name: str, site: settings.Site | None) -> bool:
+    """Is a stack of this name on the site's stack search path (--stacks-dir, $IMAGEKIT_STACKS_PATH,
+    shipped)? Looked up by file name: the run side reads no stack file."""
+    return name in searchpath.files([d for d in settings.site_or_env(site).stack_search_path() if d.is_dir()])
 
 
 def _cc(cap: str) -> tuple[int, int]:
@@ -393,9 +393,10 @@ def runs_on(archs: list[str], cap: tuple[int, int]) -> bool:
     return any(c[0] == cap[0] and c[1] <= cap[1] for c in codes) or cap >= max(codes)
 
 
-def check_gpu_arch(img: ImageFacts, host: HostFacts) -> Finding:
+def check_gpu_arch(img: ImageFacts, host: HostFacts, site: settings.Site | None = None) -> Finding:
     """The host's GPUs against the image's CUDA release and the GPU code it carries: a CUDA 13 image on a
-    V100 fails at its first kernel ('no kernel image is available'), so say so before the job starts."""
+    V100 fails at its first kernel ('no kernel image is available'), so say so before the job starts.
+    The fix names an older-GPU stack where ``site``'s search path has one."""
     name = "GPU architecture"
     if not host.gpus:
         return Finding(name, SKIP, "no GPU listed by nvidia-smi on this host")
@@ -408,7 +409,7 @@ def check_gpu_arch(img: ImageFacts, host: HostFacts) -> Finding:
         for dropped_in, first_kept, release, generations in CUDA_DROPPED:
             if major >= dropped_in and cc < first_kept:
                 older = OLDER_GPU_STACK.get(cc)
-                if older and not _stack_exists(older[0]):
+                if older and not _stack_exists(older[0], site):
                     older = None
                 fix = (f"use a CUDA {dropped_in - 1} image with sm_{cc[0]}{cc[1]} code"
                        + (f": the {older[0]} stack ({older[1]}; `imagekit build {older[0]}`)" if older else ""))
@@ -641,6 +642,7 @@ class PreflightPlan:
     ssh_key_dir: Path | None = None    # inside-out: the job's keys
     probe: bool = False                # run one short container of an unlabelled engine image to find its MPI
     gpu: GpuLaunch | None = None       # how the containers start: runtime, GPUs, environment, on this host?
+    site: settings.Site | None = None  # whose stacks a fix may name (None: the environment's)
 
 
 def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | None = None,
@@ -676,7 +678,7 @@ def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | 
     if arch.status == FAIL:
         arch = check_arch(img, host, here, host_build(image, host.machine))
     checks += [arch, check_shm(host), check_memlock(img, host), check_infiniband(img, host),
-               check_driver(img, host), check_gpu_arch(img, host), check_imex(img, host, gpu),
+               check_driver(img, host), check_gpu_arch(img, host, plan.site), check_imex(img, host, gpu),
                check_gpu_runtime(img, host, gpu)]
     if needs.sshd:
         checks.append(check_sshd(img))

@@ -22,6 +22,7 @@ from imagekit.launch.benchmark import Tee, default_benchmark
 from imagekit.launch.common import check_image_command
 from imagekit.launch.launcher import Launcher
 from imagekit.launch.runtimes import Runtime
+from imagekit.settings import Site
 from imagekit.validate import Gates, Verdict, evaluate, parse, to_text
 
 
@@ -30,12 +31,14 @@ class LaunchRequest:
     """What every launcher is asked: the image, the command (empty: the image's benchmark, with
     ``gates``), the gates that judge the job's output (None: no ``--validate``), and whether preflight
     runs. Made from the CLI's options, or directly; ``Gates.load`` has checked the gates already, so a
-    bad gate fails before any image is read or job is started."""
+    bad gate fails before any image is read or job is started. ``site``: the site preflight looks stacks
+    up in (the CLI's --stacks-dir and environment)."""
 
     image: str
     command: tuple[str, ...] = ()
     gates: Gates | None = None
     preflight: bool = True
+    site: Site = dataclasses.field(default_factory=Site.from_env)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "command", tuple(self.command))
@@ -94,7 +97,8 @@ class Session:
     def preflight(self, plan: preflight_mod.PreflightPlan) -> None:
         """Preflight for this launch, unless turned off (--no-preflight)."""
         if self.request.preflight:
-            preflight_mod.enforce(self.request.image, plan, log=self.log, facts=self.facts)
+            preflight_mod.enforce(self.request.image, dataclasses.replace(plan, site=self.request.site), log=self.log,
+                                  facts=self.facts)
 
     def image_nccl(self) -> str | None:
         """The NCCL the image's labels record, if they were read and record one."""

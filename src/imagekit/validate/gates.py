@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from imagekit.errors import UsageError
+from imagekit.settings import Site
 from imagekit.sizes import parse_size
 from imagekit.validate import summary
 from imagekit.validate import system as systems
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class GateOptions:
     """The gate options as ``imagekit validate`` and ``launch … --validate`` name them, unread: the
-    baseline is a path and the system a name until :meth:`Gates.load` reads them."""
+    baseline is a path and the system a name until :meth:`Gates.load` reads them. ``site``: whose
+    system directories a system name is looked up in (the CLI's --systems-dir and environment)."""
 
     min_busbw: Optional[float] = None
     max_latency_us: Optional[float] = None
@@ -33,11 +35,11 @@ class GateOptions:
     small_size: str = "1K"
     saturation: float = summary.DEFAULT_SATURATION
     system: Optional[str] = None
-    systems_dirs: "Iterable[str | Path]" = ()
     min_runs: Optional[int] = None
     straggler_threshold: float = 0.15
     nodes: Optional[int] = None
     gpus_per_node: Optional[int] = None
+    site: Site = field(default_factory=Site.from_env)
 
 
 @dataclass
@@ -69,8 +71,6 @@ class Gates:
             small = parse_size(options.small_size)
         except ValueError as exc:
             raise UsageError(f"--small-size: {exc}") from None
-        if options.systems_dirs:
-            systems.use_dirs(options.systems_dirs)
         if (options.nodes or options.gpus_per_node) and not options.system:
             raise UsageError("--nodes/--gpus-per-node give the run's shape to --system, which is missing",
                              "add --system NAME (imagekit validate --list-systems)")
@@ -80,7 +80,8 @@ class Gates:
                    expect_transport=list(options.expect_transport), small_size=small,
                    saturation_fraction=options.saturation, collective=options.collective,
                    baseline=load_baseline(options.baseline) if options.baseline else None,
-                   system=systems.load(options.system) if options.system else None, min_runs=options.min_runs,
+                   system=systems.load(options.system, options.site) if options.system else None,
+                   min_runs=options.min_runs,
                    straggler_threshold=options.straggler_threshold, nodes=options.nodes,
                    gpus_per_node=options.gpus_per_node)
 

@@ -16,23 +16,16 @@ import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from imagekit import schema, searchpath, yamlpos
 from imagekit.errors import StackError
+from imagekit.settings import SYSTEMS_PATH_ENV, Site, site_or_env
 from imagekit.sizes import parse_size
 from imagekit.validate.system_yaml import Key, SectionReader
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "systems"
-PATH_ENV = "IMAGEKIT_SYSTEMS_PATH"
-# Site directories given on the command line (--systems-dir), searched first; set by use_dirs().
-extra_dirs: list[Path] = []
-
-
-def use_dirs(dirs: "Iterable[str | Path]") -> None:
-    """--systems-dir: the site's system-model directories, searched before $IMAGEKIT_SYSTEMS_PATH and
-    the catalogue, for the rest of the process."""
-    extra_dirs[:] = [Path(d) for d in dirs]
+PATH_ENV = SYSTEMS_PATH_ENV
 
 # nvswitch: every GPU reaches every other through NVSwitches; nvlink: a bridged pair; cube-mesh: DGX-1's
 # hybrid cube-mesh, where each GPU's links go to some of the others, and NCCL's rings still use all of them.
@@ -99,24 +92,25 @@ class System:
 
 
 # -- locating ----------------------------------------------------------------------------------
-def search_path() -> list[Path]:
-    env = [Path(p) for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p]
-    return [*extra_dirs, *env, SHIPPED_DIR]
+def search_path(site: Site | None = None) -> list[Path]:
+    """The site's system directories (--systems-dir, then $IMAGEKIT_SYSTEMS_PATH), then the catalogue
+    (default: the environment's site, :meth:`Site.from_env`)."""
+    return [*site_or_env(site).system_dirs, SHIPPED_DIR]
 
 
-def available() -> dict[str, Path]:
+def available(site: Site | None = None) -> dict[str, Path]:
     """Every system name on the search path; an earlier directory hides the same name further on."""
-    return {name: path for name, (path, _directory) in searchpath.files(search_path()).items()}
+    return {name: path for name, (path, _directory) in searchpath.files(search_path(site)).items()}
 
 
-def find(ref: str) -> Path:
+def find(ref: str, site: Site | None = None) -> Path:
     path = Path(ref)
     if path.suffix in searchpath.SUFFIXES or os.sep in ref or path.is_file():
         if not path.is_file():
             raise StackError("system file not found", file=ref,
-                             hint=f"known systems: {', '.join(available()) or 'none'}")
+                             hint=f"known systems: {', '.join(available(site)) or 'none'}")
         return path
-    known = available()
+    known = available(site)
     if ref in known:
         return known[ref]
     aliased = _aliases(known).get(ref)
@@ -144,9 +138,9 @@ def _aliases(known: dict[str, Path]) -> dict[str, Path]:
     return out
 
 
-def load(ref: "str | Path") -> System:
-    """A system by name (search path) or path; StackError (exit 2) naming file, line and key."""
-    path = find(str(ref))
+def load(ref: "str | Path", site: Site | None = None) -> System:
+    """A system by name (``site``'s search path) or path; StackError (exit 2) naming file, line and key."""
+    path = find(str(ref), site)
     data = yamlpos.load(path)
     return from_dict(data, str(path), default_name=path.stem)
 
