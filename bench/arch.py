@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from imagekit import base_image, build, checks, platforms, registry, stack  # noqa: E402
+from imagekit import base_image, build, checks, registry, stack  # noqa: E402
+from imagekit.util import platforms
 from imagekit.engines import docker as engine  # noqa: E402
 from imagekit.checks import runner  # noqa: E402
 from imagekit.export import ExportRequest, export_image  # noqa: E402

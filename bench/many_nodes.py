@@ -232,7 +232,7 @@ class Bench:
                 t0, t1 = map(float, line.split()[1:])
                 out["sbcast_s"].append({"nodes": n, "fanout_option": width, "hops": hops(n, width),
                                         "fanout": min(n, width), "seconds": round(t1 - t0, 3)})
-        from imagekit import digests
+        from imagekit.util import digests
         with record.timer() as t:
             digests.sha256_file(entry["path"])
             digests.sha256_file(entry["path"])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import record
 from imagekit import stack
-from imagekit.errors import StackError
+from imagekit.util.errors import StackError
 
 BOMB = "".join(f"{n}: &{n} [" + ",".join([f"*{p}"] * 9 if p else ['"lol"'] * 9) + "]\n"
                for p, n in zip([None, *"abcdefgh"], "abcdefghi"))

@@ -26,7 +26,7 @@ if str(TOP / "src") not in sys.path:     # a checkout without the package instal
     sys.path.insert(0, str(TOP / "src"))
 
 from imagekit import components, stack  # noqa: E402
-from imagekit.schema import Option  # noqa: E402
+from imagekit.util.schema import Option  # noqa: E402
 
 _TYPES = {str: "string", bool: "bool", int: "integer", float: "number", list: "list", dict: "mapping"}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.errors import StackError
+from imagekit.util.errors import StackError
 
 # A valid Debian header; tests append `components:` etc. below it.
 DEBIAN = """\

@@ -12,7 +12,7 @@ import pytest
 
 from imagekit import base_image as base_mod
 from imagekit.engines import docker as engine
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from export.users import other_python  # noqa: F401 - the fixture
 from podman_user import user  # noqa: F401 - the fixture
 

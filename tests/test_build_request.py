@@ -5,7 +5,7 @@ from click.testing import CliRunner
 
 from imagekit import build
 from imagekit.cli import main
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 
 @pytest.mark.parametrize("kw, message", [

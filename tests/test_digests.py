@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from imagekit import digests
+from imagekit.util import digests
 from imagekit.export import output
 from imagekit.export.store import verify
 

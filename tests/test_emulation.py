@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from imagekit import emulation, platforms
+from imagekit.util import emulation, platforms
 
 ENTRY = ("enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: {flags}\noffset 0\n"
          "magic 7f454c460201010000000000000000000200b700\n")

@@ -16,7 +16,8 @@ from pathlib import Path
 import click
 import yaml
 
-from imagekit import settings, sources
+from imagekit import sources
+from imagekit.util import settings
 from imagekit.cli import COMMANDS, main
 
 WORKFLOW = Path(__file__).resolve().parents[1] / ".github/workflows/build.yml"

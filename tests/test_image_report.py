@@ -43,7 +43,7 @@ def test_report_on_a_missing_image_says_so():
 
 
 def test_report_shows_exports_still_on_disk_and_counts_the_gone(mpi_image, tmp_path, monkeypatch):
-    from imagekit import ledger
+    from imagekit.util import ledger
 
     monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path / "state"))
     image_id = engine.client().images.get(mpi_image).id

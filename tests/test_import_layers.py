@@ -144,16 +144,18 @@ def test_the_layer_checks_catch_a_broken_graph(tmp_path):
     cycle is caught."""
     pkg = tmp_path / "src" / "imagekit"
     (pkg / "launch").mkdir(parents=True)
+    (pkg / "util").mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "errors.py").write_text("def f():\n    from imagekit import stack\n")
-    (pkg / "stack.py").write_text("from imagekit import errors\n")
+    (pkg / "util" / "__init__.py").write_text("")
+    (pkg / "util" / "errors.py").write_text("def f():\n    from imagekit import stack\n")
+    (pkg / "stack.py").write_text("from imagekit.util import errors\n")
     (pkg / "launch" / "__init__.py").write_text("")
     (pkg / "launch" / "slurm.py").write_text("from imagekit import stack\n")
     edges = import_graph.edges(tmp_path / "src")
     g = import_graph.graph(edges)
-    assert import_graph.cycles(g) == [["imagekit.errors", "imagekit.stack"]]
+    assert import_graph.cycles(g) == [["imagekit.stack", "imagekit.util.errors"]]
     rows = layers()
     up = [e for e in edges if layer_of(e.target, rows) > layer_of(e.source, rows)]
-    assert [(e.source, e.target, e.kind) for e in up] == [("imagekit.errors", "imagekit.stack", "function")]
-    assert import_graph.function_level(edges) == [("imagekit.errors", 2)]
+    assert [(e.source, e.target, e.kind) for e in up] == [("imagekit.util.errors", "imagekit.stack", "function")]
+    assert import_graph.function_level(edges) == [("imagekit.util.errors", 2)]
     assert any(_matches(r, BUILD_SIDE) for r in _reach(g, "imagekit.launch.slurm"))

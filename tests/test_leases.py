@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from imagekit import leases
+from imagekit.util import leases
 from imagekit.engines import docker as engine
 from polling import wait_for
 
@@ -97,7 +97,7 @@ def test_of_a_process_is_what_it_calls_me_and_a_dead_one_has_none():
 
 
 def test_a_part_file_of_a_dead_owner_is_swept_and_a_live_ones_kept(tmp_path):
-    from imagekit import atomic
+    from imagekit.util import atomic
 
     final = tmp_path / "out.txt"
     dead = subprocess.Popen(["true"])

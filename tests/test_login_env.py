@@ -1,4 +1,4 @@
-"""The login-environment profile script (imagekit.login_env) on every base's kind of /etc/profile.
+"""The login-environment profile script (imagekit.util.login_env) on every base's kind of /etc/profile.
 
 Enroot and Pyxis start commands through a login shell, which runs the base's /etc/profile. The
 tests run the script the way ``enroot-switchroot`` starts a shell: only the environment file's
@@ -20,7 +20,8 @@ import subprocess
 
 import pytest
 
-from imagekit import checks, login_env
+from imagekit import checks
+from imagekit.util import login_env
 from imagekit.engines import docker as engine
 from imagekit.checks import runner
 

@@ -20,7 +20,7 @@ import pytest
 
 from imagekit import package_check
 from imagekit import stack as stack_mod
-from imagekit.errors import StackError
+from imagekit.util.errors import StackError
 from stack_helpers import line_of, write
 
 INDEX = """\

@@ -4,7 +4,7 @@ costs no build (tests/test_pipeline.py holds the CLI's `--export enrot` against 
 import pytest
 
 from imagekit.build import BuildRequest
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.export import ExportRequest
 from imagekit.pipeline import PipelineRequest
 

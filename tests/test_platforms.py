@@ -3,9 +3,9 @@ refusal of an image the node cannot run, naming both architectures."""
 
 import pytest
 
-from imagekit import platforms
-from imagekit.errors import UsageError
-from imagekit.platforms import Platform, PlatformError
+from imagekit.util import platforms
+from imagekit.util.errors import UsageError
+from imagekit.util.platforms import Platform, PlatformError
 
 INDEX = [
     {"digest": "sha256:" + "a" * 64, "platform": {"os": "linux", "architecture": "amd64"}},

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from hostile import CANARY_VAR, REPRODUCER, nul_free_lists, nul_free_words, words
-from imagekit import quoting
+from imagekit.util import quoting
 
 SHELLS = ("sh", "bash")
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

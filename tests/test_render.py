@@ -21,11 +21,12 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from imagekit import platforms, render, rules
+from imagekit import render, rules
+from imagekit.util import platforms
 from imagekit.image_facts import writer
 from imagekit import stack as stack_mod
 from imagekit.components import providers_of, registry
-from imagekit.errors import StackError, UsageError
+from imagekit.util.errors import StackError, UsageError
 from stack_helpers import CUDA, DEBIAN, write
 
 REPO = Path(__file__).resolve().parents[1]

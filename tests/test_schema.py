@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from imagekit import schema, yamlpos
-from imagekit.errors import StackError
-from imagekit.schema import Option
+from imagekit.util import schema, yamlpos
+from imagekit.util.errors import StackError
+from imagekit.util.schema import Option
 from stack_helpers import expect_error, write
 
 OPTIONS = {

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shutil
 
-from imagekit import searchpath, stack
+from imagekit import stack
+from imagekit.util import searchpath
 from imagekit.validate import system
 
 SHIPPED_STACK = stack.SHIPPED_DIR / "debian-mpi.yaml"

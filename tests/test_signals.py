@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from imagekit import signals
+from imagekit.util import signals
 
 
 def test_the_first_signal_interrupts_and_a_second_cannot_abort_the_way_to_the_cleanup():

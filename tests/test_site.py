@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from imagekit import image_facts, pipeline, settings, sources
+from imagekit import image_facts, pipeline, sources
+from imagekit.util import settings
 from imagekit import stack as stack_mod
 from imagekit.cli import main
-from imagekit.errors import ImagekitError, StackError
+from imagekit.util.errors import ImagekitError, StackError
 from imagekit.launch import preflight as pf
 from imagekit.launch.session import LaunchRequest, Session
-from imagekit.settings import Site
+from imagekit.util.settings import Site
 from imagekit.validate import GateOptions, Gates
 from imagekit.validate import system as systems
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from imagekit.errors import UsageError
-from imagekit.sizes import format_size, parse_size
+from imagekit.util.errors import UsageError
+from imagekit.util.sizes import format_size, parse_size
 
 
 def test_parse_size():

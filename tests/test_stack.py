@@ -9,7 +9,7 @@ import pytest
 
 from imagekit import checks, sources
 from imagekit import stack as stack_mod
-from imagekit.errors import StackError
+from imagekit.util.errors import StackError
 from stack_helpers import CUDA, DEBIAN, expect_error, line_of, write
 
 MPI = DEBIAN + """\

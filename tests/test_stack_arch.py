@@ -5,10 +5,11 @@ does not offer or a component that does not build there (each naming file, line 
 import pytest
 from stack_helpers import CUDA, DEBIAN, expect_error, line_of, render_text, write
 
-from imagekit import pipeline, platforms, render
+from imagekit import pipeline, render
+from imagekit.util import platforms
 from imagekit import stack as stack_mod
-from imagekit.errors import StackError
-from imagekit.platforms import PlatformError
+from imagekit.util.errors import StackError
+from imagekit.util.platforms import PlatformError
 
 TWO = DEBIAN.replace("  distro: debian12\n", "  distro: debian12\n  arch: [x86_64, aarch64]\n") + """\
 components:

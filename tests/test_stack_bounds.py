@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from imagekit import stack as stack_mod
-from imagekit import yamlpos
+from imagekit.util import yamlpos
 from imagekit.cli import main
 
 SECRET = "hunter2-SECRET-TOKEN"

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 from packaging.version import Version
 
-from imagekit import __version__, build, image_facts, render, stack, version_info
+from imagekit import __version__, build, image_facts, render, stack
+from imagekit.util import version_info
 from imagekit import engines
 from imagekit.engines import docker, podman
 from imagekit.cli import main

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from imagekit import yamlpos
-from imagekit.errors import StackError
+from imagekit.util import yamlpos
+from imagekit.util.errors import StackError
 from stack_helpers import expect_error, write
 
 

@@ -11,10 +11,10 @@ apt lists.
 
 ``arch`` (``aarch64``/``arm64``) bootstraps another architecture's root filesystem from the same
 archive: debootstrap and mmdebstrap run its maintainer scripts through Debian's
-``qemu-user-static`` (binfmt_misc, :mod:`imagekit.emulation` checks it first), and the import
+``qemu-user-static`` (binfmt_misc, :mod:`imagekit.util.emulation` checks it first), and the import
 records the architecture in the image config, so that ``docker build --platform linux/arm64``
 takes it. Its tag carries the architecture (``imagekit/debian:bookworm-arm64``,
-:func:`imagekit.platforms.local_tag`): it never replaces the amd64 image of the same suite.
+:func:`imagekit.util.platforms.local_tag`): it never replaces the amd64 image of the same suite.
 
 ``engine_name="podman"`` imports the same stream with ``podman import`` into the calling
 user's Podman store. As a user, that needs mmdebstrap: its unshare mode bootstraps in a user
@@ -36,8 +36,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import docker_archive, emulation, engines, platforms, quoting
-from imagekit.errors import ImagekitError, UsageError
+from imagekit import engines
+from imagekit.util import docker_archive, emulation, platforms, quoting
+from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.image_facts import reader, writer
 
 # distro -> (suites known to debootstrap, the apt source file pattern to find a mirror)
@@ -238,7 +239,7 @@ def _bootstrap_and_import(spec: BaseSpec, log, images: engines.Engine = engines.
         import_cmd += ["--change", change]
     import_cmd.append("-")
     # `import` records the engine's own architecture: another one is loaded as a docker-archive
-    # whose config says it (imagekit.docker_archive), the rootfs spooled to a file on the way.
+    # whose config says it (imagekit.util.docker_archive), the rootfs spooled to a file on the way.
     foreign = spec.arch != platforms.stack_name(platforms.host_machine())
 
     def finish(producer: subprocess.Popen, what: str, workdir: Path) -> None:

@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagekit import emulation, engines, platforms, procs, render, sources
-from imagekit.errors import ImagekitError, UsageError
+from imagekit import engines, render, sources
+from imagekit.util import emulation, platforms, procs
+from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.image_facts import writer
 
 TARGETS = ("runtime", "devel")

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import re
 
-from imagekit import image_facts, ledger, render, stack
+from imagekit import image_facts, render, stack
+from imagekit.util import ledger
 from imagekit.engines import docker as engine
-from imagekit.errors import EngineError, NotFoundError
+from imagekit.util.errors import EngineError, NotFoundError
 from imagekit.image_facts import layered, reader
-from imagekit.settings import Site, site_or_env
+from imagekit.util.settings import Site, site_or_env
 
 _INSTRUCTION = re.compile(r"^(RUN|COPY|ADD|ENV|LABEL|WORKDIR|ARG|USER|ENTRYPOINT|CMD|VOLUME|EXPOSE|SHELL)\b",
                           re.M)

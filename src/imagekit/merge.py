@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from imagekit.errors import StackError
-from imagekit.yamlpos import PosDict, PosList
+from imagekit.util.errors import StackError
+from imagekit.util.yamlpos import PosDict, PosList
 
 # Key paths whose lists append; "*" matches any one key (a component's name).
 APPENDED = (("checks",), ("packages", "devel"), ("packages", "runtime"),

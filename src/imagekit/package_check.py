@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from imagekit import atomic, engines, image_facts
-from imagekit.errors import EngineError, StackError
+from imagekit import engines, image_facts
+from imagekit.util import atomic
+from imagekit.util.errors import EngineError, StackError
 
 DEB_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 MAX_AGE = 24 * 3600          # seconds a cached index is used without asking the archive

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Callable
 
 import datetime as dt
 
-from imagekit import atomic, package_check, sources
+from imagekit import package_check, sources
+from imagekit.util import atomic
 from imagekit import build as build_mod
 from imagekit import checks
 from imagekit import stack as stack_mod
@@ -16,12 +17,12 @@ from imagekit.build import BuildRequest
 from imagekit.checks import runner
 from imagekit.attest import keys as keys_mod
 from imagekit.attest.provenance import BuildRun
-from imagekit.errors import ImagekitError
+from imagekit.util.errors import ImagekitError
 from imagekit.export import ExportRequest, export_image, formats, signing
 from imagekit.export.image_source import open_source
-from imagekit.platforms import Platform, buildable, tag_suffix
-from imagekit.platforms import parse as parse_platform
-from imagekit.settings import Site
+from imagekit.util.platforms import Platform, buildable, tag_suffix
+from imagekit.util.platforms import parse as parse_platform
+from imagekit.util.settings import Site
 
 if TYPE_CHECKING:
     from imagekit.export import StoreChoice

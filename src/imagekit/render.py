@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from imagekit import __version__, image_facts, quoting
+from imagekit import __version__, image_facts
+from imagekit.util import quoting
 from imagekit.components import _blocks
 # The BuildKit secret's name lives with the blocks that mount it; `imagekit build` passes the bundle under it.
 from imagekit.components._blocks import CA_SECRET_ID  # noqa: F401
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.image_facts import writer
 
 FORMATS = ("docker", "singularity")

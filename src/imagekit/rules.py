@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable
 
 from imagekit.components import EXCLUSIVE_ROLES, providers_of
-from imagekit.errors import StackError
+from imagekit.util.errors import StackError
 
 # A distro MPI links the distro's copies of these roles: an upstream build of one would sit unused.
 DISTRO_MPI_LINKS = ("ucx", "pmix")

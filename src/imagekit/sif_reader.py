@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit.errors import ImagekitError
+from imagekit.util.errors import ImagekitError
 
 LAUNCH = b"#!/usr/bin/env run-singularity\n"
 MAGIC = b"SIF_MAGIC"

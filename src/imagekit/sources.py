@@ -34,9 +34,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import digests, schema, settings, yamlpos
-from imagekit.errors import ImagekitError, StackError
-from imagekit.settings import Site, site_or_env
+from imagekit.util import digests, schema, settings, yamlpos
+from imagekit.util.errors import ImagekitError, StackError
+from imagekit.util.settings import Site, site_or_env
 
 MIRROR_ENV = "IMAGEKIT_MIRROR"
 SITE_ENV = settings.SITE_ENV

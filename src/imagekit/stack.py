@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import checks as checks_mod
-from imagekit import merge, platforms, rules, schema, searchpath, settings, sources, yamlpos
+from imagekit import merge, rules, sources
+from imagekit.util import platforms, schema, searchpath, settings, yamlpos
 from imagekit.components import RETIRED, registry
-from imagekit.errors import StackError
-from imagekit.schema import Option
-from imagekit.settings import Site, site_or_env
-from imagekit.yamlpos import PosDict, PosList
+from imagekit.util.errors import StackError
+from imagekit.util.schema import Option
+from imagekit.util.settings import Site, site_or_env
+from imagekit.util.yamlpos import PosDict, PosList
 
 # Our distro names -> (HPCCM's distro for rendering, package family).
 # Debian is unknown to HPCCM (an unknown image silently becomes Ubuntu 16.04),

@@ -27,7 +27,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from imagekit import components, sources
-from imagekit.errors import ImagekitError
+from imagekit.util.errors import ImagekitError
 
 
 @dataclass

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from imagekit.attest import keys
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 
 @pytest.mark.parametrize("kind", keys.KINDS)

@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from imagekit.attest import keys, policy
-from imagekit.errors import VerificationError
+from imagekit.util.errors import VerificationError
 
 
 @pytest.fixture

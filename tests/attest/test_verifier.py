@@ -10,7 +10,7 @@ import pytest
 from imagekit.attest import PAYLOAD_TYPE, SLSA_PROVENANCE, dsse, keys, signer, verifier
 from imagekit.attest.verifier import Trust, TrustedKey
 from imagekit.attest.statement import Statement, Subject
-from imagekit.errors import VerificationError
+from imagekit.util.errors import VerificationError
 
 AMD = "a" * 64
 ARM = "b" * 64

@@ -17,7 +17,7 @@ from needs import need
 
 from imagekit import checks
 from imagekit.checks import runner, runtimes
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.export import ExportRequest, export_image
 
 pytestmark = pytest.mark.engine

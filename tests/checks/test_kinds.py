@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from hostile import CANARY_VAR, words
 from imagekit import checks
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 EVERY_KIND = [
     checks.run("a.run", "d", "true", expect="x"),

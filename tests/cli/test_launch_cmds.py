@@ -54,7 +54,7 @@ def test_cleanup_removes_the_jobs_containers_and_network_and_nothing_else(base_i
 
     from click.testing import CliRunner
 
-    from imagekit import leases
+    from imagekit.util import leases
     from imagekit.engines import docker as engine
     from imagekit.cli import main
     from imagekit.launch.common import JOB_LABEL

@@ -19,7 +19,7 @@ from added_alone import assert_added_alone
 from imagekit import build, checks, stack
 from imagekit.engines import docker as engine
 from imagekit.checks import runner
-from imagekit.errors import StackError
+from imagekit.util.errors import StackError
 from imagekit.image_facts import writer
 
 PIN = "79f99d3fa604e82ab1b6df57ce63c19bbc53a6b646826bc5fd93c3b422a39961"  # the stand-in mirror's file

@@ -17,7 +17,7 @@ import pytest
 from added_alone import assert_added_alone
 from imagekit import image_facts, render, stack
 from imagekit.image_facts import writer
-from imagekit.errors import StackError
+from imagekit.util.errors import StackError
 
 PIN = "0" * 64  # a site pins the sha256 of the tarball it mirrors: NVIDIA publishes none
 HPCX = """\

@@ -23,13 +23,13 @@ from imagekit import stack as stack_mod
 from imagekit.build import BuildRequest, build
 from imagekit.checks import runner
 from imagekit.components import contract_problems, registry
-from imagekit.errors import StackError
+from imagekit.util.errors import StackError
 
 TOOLS = '''\
 """Site tools: htop from the distro, in both stages."""
 from imagekit import checks
 from imagekit.components import Component
-from imagekit.schema import Option
+from imagekit.util.schema import Option
 
 
 class SiteTools(Component):

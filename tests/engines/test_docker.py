@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from imagekit import leases
+from imagekit.util import leases
 from imagekit.engines import docker as engine
-from imagekit.errors import EngineError
+from imagekit.util.errors import EngineError
 from slow_engine import SlowEngine
 
 pytestmark = pytest.mark.engine

@@ -19,7 +19,7 @@ import pytest
 
 from imagekit import build, engines
 from imagekit.engines import docker, podman
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "src" / "imagekit"
@@ -152,7 +152,7 @@ ASK = '''\
 import json
 from imagekit import build, engines, package_check
 from imagekit.engines import fake
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.image_facts import reader
 
 engine = engines.of("fake")

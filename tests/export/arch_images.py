@@ -2,7 +2,7 @@
 
 An index's logic (which manifest a node gets, which artifact names which manifest) does not run
 the image: a one-layer image whose config says ``arm64`` is an arm64 image to the engine, the
-registry, the importer and Enroot. It is loaded as a docker-archive (:mod:`imagekit.docker_archive`,
+registry, the importer and Enroot. It is loaded as a docker-archive (:mod:`imagekit.util.docker_archive`,
 what ``imagekit base --arch`` uses), in well under a second. The tests that run arm64 programs use
 the real emulated builds (conftest's ``base_image_arm64``, ``mpi_image_arm64``).
 """
@@ -14,7 +14,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from imagekit import docker_archive
+from imagekit.util import docker_archive
 from imagekit.engines import docker as engine
 
 

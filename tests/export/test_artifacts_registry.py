@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError
+from imagekit.util.errors import ArtifactMissing, IntegrityError, RegistryError
 from imagekit.export import artifacts as art
 from imagekit.registry import OCI_INDEX, OCI_MANIFEST, RegistryClient, parse, referrers_tag, sha256_digest
 from local_registry import blob_path, media_type_gate, push_test_image, referrers_api, running_registry
@@ -245,7 +245,7 @@ def test_presets_and_formats_options():
     assert art.parse_formats("enroot, sif,enroot") == ["enroot", "sif"]
     assert art.parse_presets(("enroot=shared-fs",), ["enroot", "sif"]) == {"enroot": "shared-fs", "sif": "gzip"}
     assert art.parse_presets(("zstd",), ["sif"]) == {"sif": "zstd"}
-    from imagekit.errors import UsageError
+    from imagekit.util.errors import UsageError
 
     with pytest.raises(UsageError, match="unknown artifact format 'docker'"):
         art.parse_formats("enroot,docker")

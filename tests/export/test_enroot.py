@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import login_env
+from imagekit.util import login_env
 from imagekit.export import ExportRequest, enroot, export_image, layers, squash
 from export_helpers import assert_superblock, engine_tree, superblock, tree_listing, unsquash
 

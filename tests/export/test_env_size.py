@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import quoting
+from imagekit.util import quoting
 from imagekit.export import ExportRequest, export_image
 from imagekit.launch import mpijob
 

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from imagekit.cli import main
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.export import ExportRequest, formats
 
 MISSING = "imagekit-test/no-such-image:never"

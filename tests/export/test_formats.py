@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from imagekit import export
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.export import ExportRequest, artifacts, export_image, formats, sif
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import ExportResult, atomic_output, prepare_target, sha256_file

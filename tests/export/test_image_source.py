@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.errors import ImagekitError
+from imagekit.util.errors import ImagekitError
 from imagekit.export import ExportRequest, export_image, image_source
 
 from layered import docker_archive, oci_layout

@@ -357,7 +357,7 @@ def test_the_shared_file_system_gone_from_a_node_fails_that_node_clearly(site, t
         proc = site.run(test_user, ["srun", "-N", "7", "-x", node, f"--container-image={site.small}", "true"], store,
                         **pinned)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        from imagekit import digests
+        from imagekit.util import digests
 
         assert digests.sha256_file(entry.path) == entry.sha256
     finally:

@@ -12,8 +12,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from imagekit import leases
-from imagekit.errors import ImagekitError, UsageError
+from imagekit.util import leases
+from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.export import ExportRequest, export_image, output
 
 

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.export.push import push_image, split_reference
 
 MANIFEST_TYPES = ", ".join(["application/vnd.docker.distribution.manifest.v2+json",

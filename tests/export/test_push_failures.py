@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from imagekit.engines import docker as engine
-from imagekit.errors import CredentialsError, EngineError, RegistryError
+from imagekit.util.errors import CredentialsError, EngineError, RegistryError
 from imagekit.export import push
 
 REF = "registry.example:5000/hpc/mpi:1"

@@ -16,13 +16,13 @@ import pytest
 from arch_images import make
 from click.testing import CliRunner
 
-from imagekit import platforms
+from imagekit.util import platforms
 from imagekit.engines import docker as engine
 from imagekit.cli import main
-from imagekit.errors import EngineError, ImagekitError, UsageError
+from imagekit.util.errors import EngineError, ImagekitError, UsageError
 from imagekit.export import artifacts as art
 from imagekit.export import push as push_mod
-from imagekit.platforms import Platform, PlatformError
+from imagekit.util.platforms import Platform, PlatformError
 from imagekit.registry import RegistryClient, parse
 from imagekit.registry.client import MANIFEST_TYPES, OCI_INDEX
 

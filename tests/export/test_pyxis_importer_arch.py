@@ -4,7 +4,7 @@ Pyxis in test_pyxis_cluster.py).
 
 How an aarch64 node is simulated on this x86_64 machine, two ways:
 
-- in-process, :func:`imagekit.platforms.host_machine` (the importer's only source for the node's
+- in-process, :func:`imagekit.util.platforms.host_machine` (the importer's only source for the node's
   architecture, ``os.uname().machine``) is replaced to answer ``aarch64``;
 - for real, the importer's code runs in an arm64 container (``imagekit/debian-mpi:latest-arm64``,
   its python3 under qemu-user-static), where ``uname -m`` is ``aarch64`` because QEMU emulates the
@@ -23,7 +23,7 @@ from arch_images import make
 from pyxis_calls import job_env as _env
 from pyxis_calls import pyxis_get
 
-from imagekit import platforms
+from imagekit.util import platforms
 from imagekit.engines import docker as engine
 from imagekit.export import pyxis_importer
 from imagekit.export.push import push_image, push_platforms

@@ -97,7 +97,7 @@ def test_sif_starts_through_its_launch_script(tmp_path, monkeypatch):
     export writes it (``atomic.target`` with :func:`sif.file_mode`)."""
     import os
 
-    from imagekit import atomic
+    from imagekit.util import atomic
 
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -245,7 +245,7 @@ def test_via_apptainer_calls_apptainer_build_and_writes_atomically(tmp_path, mon
     import os
     import stat
 
-    from imagekit.errors import ImagekitError
+    from imagekit.util.errors import ImagekitError
     from imagekit.export import sif
 
     bindir = tmp_path / "bin"

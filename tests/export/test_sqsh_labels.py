@@ -20,7 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hostile import words
-from imagekit import image_facts, quoting
+from imagekit import image_facts
+from imagekit.util import quoting
 from imagekit.image_facts import reader
 from imagekit.export import enroot
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.export import squash
 from imagekit.export.squash import MIB, Preset
 from export_helpers import assert_superblock, superblock, unsquash

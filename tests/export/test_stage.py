@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.errors import IntegrityError, NoSpaceError
+from imagekit.util.errors import IntegrityError, NoSpaceError
 from imagekit.export import stage
 
 DATA = os.urandom(256 << 10)

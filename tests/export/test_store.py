@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import leases
-from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
+from imagekit.util import leases
+from imagekit.util.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
 from imagekit.export import formats
 from imagekit.export.store import EntryGone, Store, find, link_or_copy
 from polling import wait_for
@@ -368,7 +368,7 @@ def test_outputs_are_links_on_the_same_file_system_and_copies_elsewhere(tmp_path
 @pytest.mark.engine
 def test_reexport_of_an_unchanged_image_is_a_lookup(odd_image, tmp_path, monkeypatch):
     """The second export neither converts, nor talks to the docker package, nor hashes."""
-    from imagekit import ledger
+    from imagekit.util import ledger
     from imagekit.engines import docker as engine
     from imagekit.export import ExportRequest, export_image, output, squash
 

@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from users import ALICE, BOB, TEAM, setpriv
 
-from imagekit import leases
+from imagekit.util import leases
 from imagekit.cli import main
-from imagekit.errors import ImagekitError
+from imagekit.util.errors import ImagekitError
 from imagekit.export.store import Store
 from imagekit.export.store.setup import init_store
 

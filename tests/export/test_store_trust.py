@@ -26,9 +26,9 @@ import pytest
 from click.testing import CliRunner
 from users import ALICE, BOB, CAROL, TEAM, home_for, setpriv
 
-from imagekit import leases
+from imagekit.util import leases
 from imagekit.cli import main
-from imagekit.errors import IntegrityError, NoSpaceError
+from imagekit.util.errors import IntegrityError, NoSpaceError
 from imagekit.export.store import Store, UntrustedEntry, UntrustedStore, find, locks, notices
 from imagekit.export.store.verify import Stamps
 from needs import need
@@ -39,7 +39,7 @@ OTHER = "sha256:" + "bb" * 32
 # The public Store API, run as another user: python -c PLANT STORE IMAGE CONTENT [PRESET [OPTION...]]
 PLANT = textwrap.dedent("""\
     import sys
-    from imagekit.errors import ImagekitError
+    from imagekit.util.errors import ImagekitError
     from imagekit.export.store import Store
     root, image, content, preset, *options = sys.argv[1:] + ["fast"][len(sys.argv) - 4:]
     try:
@@ -53,7 +53,7 @@ PLANT = textwrap.dedent("""\
 # What a job's importer does with a store: the entries it would serve for IMAGE, verified.
 SERVE = textwrap.dedent("""\
     import sys
-    from imagekit.errors import ImagekitError
+    from imagekit.util.errors import ImagekitError
     from imagekit.export.store import Store
     try:
         st = Store.open(sys.argv[1], create=False)
@@ -326,7 +326,7 @@ def test_f7_a_planted_hold_never_redirects_or_blocks_another_users_hold(other_py
 
 NS_CONVERTER = textwrap.dedent("""\
     import sys, time
-    from imagekit import leases
+    from imagekit.util import leases
     from imagekit.export.store import Store
     st = Store.open(sys.argv[1])
     def make(path):
@@ -439,7 +439,7 @@ def test_f15_an_empty_lock_is_swept_after_seconds_not_minutes(tmp_path):
 # --- F16: outputs honour the umask --------------------------------------------------------------------------
 
 def test_f16_store_entries_and_direct_outputs_honour_umask_077(tmp_path):
-    from imagekit import atomic
+    from imagekit.util import atomic
 
     old = os.umask(0o077)
     try:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import login_env, quoting
+from imagekit.util import login_env, quoting
 from imagekit.engines import docker as engine
 from imagekit.export import ExportRequest, enroot, image_source, squash, tarstream
 

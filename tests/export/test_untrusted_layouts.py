@@ -27,7 +27,7 @@ import pytest
 from layered import LAYER_GZIP, layer_tar, oci_layout, sha
 from users import ALICE, setpriv
 
-from imagekit.errors import ImagekitError
+from imagekit.util.errors import ImagekitError
 from imagekit.export import ExportRequest, export_image, layers
 
 HANG_GUARD = 120     # seconds; the fixed code answers at once, the old one never did

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from export_helpers import unsquash
 from hostile import CANARY_VAR, REPRODUCER, nul_free_lists, nul_free_words, word_lists, words
-from imagekit import image_facts, quoting
+from imagekit import image_facts
+from imagekit.util import quoting
 from imagekit.image_facts import reader
 from imagekit.export import ExportRequest, enroot, export_image, sif, singularity_d
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hostile import REPRODUCER
 
-from imagekit import quoting
+from imagekit.util import quoting
 from imagekit.image_facts import reader
 from imagekit.export import ExportRequest, export_image
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.launch import benchmark
 
 

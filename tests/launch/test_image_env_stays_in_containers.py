@@ -30,8 +30,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hostile import CANARY_VAR, nul_free_words
-from imagekit import image_facts, quoting
-from imagekit.errors import UsageError
+from imagekit import image_facts
+from imagekit.util import quoting
+from imagekit.util.errors import UsageError
 from imagekit.image_facts import reader
 from imagekit.launch import inside_out, mpijob, mpirun, runtimes, slurm
 from imagekit.launch.session import LaunchRequest, Session

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.errors import ImagekitError, UsageError
+from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.launch import inside_out, preflight
 from imagekit.launch.common import JOB_LABEL
 from polling import wait_for

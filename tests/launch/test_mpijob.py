@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from imagekit.cli import main
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.launch import mpijob
 
 MPIJOB_SPEC = {"slotsPerWorker", "runPolicy", "mpiReplicaSpecs", "sshAuthMountPath", "launcherCreationPolicy",

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from imagekit.cli import main
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.launch import mpirun, runtimes
 from imagekit.launch.common import parse_env, parse_mounts
 

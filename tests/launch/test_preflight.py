@@ -14,7 +14,7 @@ from export.arch_images import make
 from imagekit import image_facts
 from imagekit.engines import docker as engine
 from imagekit.cli import main
-from imagekit.errors import ImagekitError
+from imagekit.util.errors import ImagekitError
 from imagekit.launch import preflight as pf
 from imagekit.launch.gpu_env import GpuLaunch
 
@@ -203,7 +203,7 @@ def test_labels_are_read_from_a_real_image(base_image, tmp_path):
 
 @pytest.mark.engine
 def test_probe_finds_mpi_in_a_throwaway_container_and_leaves_none(mpi_image, base_image):
-    from imagekit import leases
+    from imagekit.util import leases
     from imagekit.engines import docker as engine
 
     def mine():

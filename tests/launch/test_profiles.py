@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from imagekit.cli import main
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.launch import profiles
 
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from imagekit import image_facts
 from imagekit.cli import launch_cmds, main  # noqa: F401 (launch_cmds: its options exist before a test adds a runtime)
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.launch import mpirun, preflight, runtimes, slurm
 from imagekit.launch.common import parse_mounts
 from imagekit.launch.gpu_env import GpuLaunch

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from imagekit import image_facts
 from imagekit.cli import main
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.launch import runtimes, slurm
 from imagekit.launch.common import parse_mounts
 

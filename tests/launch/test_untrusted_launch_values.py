@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hostile import CANARY_VAR, nul_free_lists, nul_free_words, words
-from imagekit import quoting
-from imagekit.errors import UsageError
+from imagekit.util import quoting
+from imagekit.util.errors import UsageError
 from imagekit.launch import inside_out, mpijob, mpirun, runtimes, slurm
 from imagekit.launch.common import Mount
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.registry import enroot_config
 from imagekit.registry.enroot_config import CONF_ENV, parse_line, read, site_environment
 

@@ -16,7 +16,7 @@ import pytest
 from local_registry import blob_path, running_registry
 from registry_standin import Reply, Seen, Server, drip
 
-from imagekit.errors import IntegrityError, RegistryError
+from imagekit.util.errors import IntegrityError, RegistryError
 from imagekit.registry import OCI_INDEX, OCI_MANIFEST, RegistryClient, sha256_digest
 from imagekit.registry.client import (
     MAX_MANIFEST_BYTES,

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from imagekit import platforms
-from imagekit.platforms import Platform, PlatformError
+from imagekit.util import platforms
+from imagekit.util.platforms import Platform, PlatformError
 
-from imagekit.errors import CredentialsError, IntegrityError, RegistryError
+from imagekit.util.errors import CredentialsError, IntegrityError, RegistryError
 from imagekit.registry import RegistryClient, parse
 from imagekit.registry.credentials import Credential
 from local_registry import (blob_path, htpasswd_config, push_test_image, running_registry,

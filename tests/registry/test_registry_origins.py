@@ -32,7 +32,7 @@ from local_registry import (
 )
 from registry_standin import Reply, Seen, Server, forward, self_signed
 
-from imagekit.errors import CredentialsError, IntegrityError, RegistryError
+from imagekit.util.errors import CredentialsError, IntegrityError, RegistryError
 from imagekit.registry import OCI_INDEX, RegistryClient, parse, sha256_digest
 from imagekit.registry.client import insecure_reason, is_loopback, plain_http_default
 

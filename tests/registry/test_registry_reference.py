@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.registry import parse, referrers_tag
 
 D = "sha256:" + "ab" * 32

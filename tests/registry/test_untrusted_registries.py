@@ -25,7 +25,7 @@ import threading
 import pytest
 from registry_standin import Reply, Seen, Server
 
-from imagekit.errors import IntegrityError, RegistryError
+from imagekit.util.errors import IntegrityError, RegistryError
 from imagekit.registry import RegistryClient, sha256_digest
 
 HANG_GUARD = 120

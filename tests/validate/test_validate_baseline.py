@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gate_inputs import BASELINE
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.validate import baseline_from_dict, load_baseline
 
 

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from imagekit.cli import main
-from imagekit.errors import StackError
+from imagekit.util.errors import StackError
 from imagekit.validate import Gates, evaluate, parse
 from imagekit.validate import system as systems
 from imagekit.validate.parse import merge

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from imagekit import atomic
+from imagekit.util import atomic
 from imagekit.attest import BUNDLE_SUFFIX, dsse
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 ENTRY_NAME = "attestations" + BUNDLE_SUFFIX      # beside a store entry's file
 MAX_BUNDLE = 4 * dsse.MAX_ENVELOPE

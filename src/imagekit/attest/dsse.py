@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from imagekit.attest.keys import Key
-from imagekit.errors import VerificationError
+from imagekit.util.errors import VerificationError
 
 MAX_ENVELOPE = 32 << 20          # an SBOM of a large CUDA image is a few MiB; refuse anything far larger
 MAX_SIGNATURES = 16

@@ -24,8 +24,8 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from imagekit import atomic
-from imagekit.errors import UsageError
+from imagekit.util import atomic
+from imagekit.util.errors import UsageError
 
 PASSWORD_ENV = "IMAGEKIT_KEY_PASSWORD"
 KINDS = ("ecdsa-p256", "ed25519")

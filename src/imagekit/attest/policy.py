@@ -34,11 +34,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit import yamlpos
+from imagekit.util import yamlpos
 from imagekit.attest import POLICY_ENV
 from imagekit.attest import keys as keys_mod
 from imagekit.attest.verifier import TrustedKey, Trust
-from imagekit.errors import ImagekitError, StackError, VerificationError
+from imagekit.util.errors import ImagekitError, StackError, VerificationError
 
 ENV = POLICY_ENV
 VERSION = 1

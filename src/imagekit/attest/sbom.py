@@ -31,7 +31,7 @@ from packageurl import PackageURL
 
 from imagekit import __version__, image_facts
 from imagekit.attest.inventory import Inventory, Package
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 FORMATS = ("cyclonedx", "spdx")
 P = "imagekit:"                 # property names

@@ -19,7 +19,7 @@ from spdx_tools.spdx.model.package import PackagePurpose
 from spdx_tools.spdx.writer.json.json_writer import write_document_to_stream
 
 from imagekit import __version__
-from imagekit.errors import ImagekitError
+from imagekit.util.errors import ImagekitError
 
 _ID_SAFE = re.compile(r"[^A-Za-z0-9.-]")
 

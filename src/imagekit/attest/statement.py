@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from imagekit.attest import STATEMENT_TYPE
-from imagekit.errors import VerificationError
+from imagekit.util.errors import VerificationError
 
 KINDS = ("oci-manifest", "oci-config", "enroot", "sif")
 A_KIND, A_PLATFORM, A_PRESET = "io.imagekit.kind", "io.imagekit.platform", "io.imagekit.preset"

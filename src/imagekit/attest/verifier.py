@@ -1,7 +1,7 @@
 """Verifying signed statements against trusted keys, and their subjects against what is at hand.
 
 A statement counts only when a trusted key signed its envelope, that key is not revoked and not past
-its ``not-after``. Every refusal is a :class:`~imagekit.errors.VerificationError` that says what was
+its ``not-after``. Every refusal is a :class:`~imagekit.util.errors.VerificationError` that says what was
 found (signed by whom, about which digest) and what was wanted, so an admin can act on one line.
 """
 
@@ -14,7 +14,7 @@ from imagekit.attest import PAYLOAD_TYPE, statement
 from imagekit.attest.dsse import Envelope
 from imagekit.attest.keys import Key
 from imagekit.attest.statement import Statement, Subject
-from imagekit.errors import VerificationError
+from imagekit.util.errors import VerificationError
 
 
 @dataclass(frozen=True)

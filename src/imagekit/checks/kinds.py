@@ -22,9 +22,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, NoReturn
 
-from imagekit import login_env as login_env_mod
-from imagekit import quoting
-from imagekit.errors import UsageError
+from imagekit.util import login_env as login_env_mod
+from imagekit.util import quoting
+from imagekit.util.errors import UsageError
 
 if TYPE_CHECKING:
     from testinfra.host import Host
@@ -464,7 +464,7 @@ class LoginEnv(Check, kind="login_env"):
     ``bash -l``) with that environment alone, as ``enroot-switchroot`` does, and compares
     every declared variable with what the image's own /etc/profile.d scripts and the user's
     profile make of it with no /etc/profile body before them: a module system or tool chain
-    that adds to PATH passes, a base's reset fails (:mod:`imagekit.login_env`). Names a shell
+    that adds to PATH passes, a base's reset fails (:mod:`imagekit.util.login_env`). Names a shell
     refuses from its environment (``login_env.NEVER_RESTORED``) are not compared.
     /etc/environment is put back afterwards."""
 

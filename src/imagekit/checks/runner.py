@@ -18,11 +18,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import emulation, engines, export, image_facts, ledger
+from imagekit import engines, export, image_facts
+from imagekit.util import emulation, ledger
 from imagekit import checks as checks_mod
-from imagekit.atomic import target
+from imagekit.util.atomic import target
 from imagekit.checks import runtimes
-from imagekit.errors import ImagekitError, NotFoundError, UsageError
+from imagekit.util.errors import ImagekitError, NotFoundError, UsageError
 from imagekit.image_facts import is_file_image, layered, reader
 
 MODULE = Path(__file__).parents[1] / "data" / "testinfra_checks.py"

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from imagekit import procs
-from imagekit.errors import EngineError, UsageError
+from imagekit.util import procs
+from imagekit.util.errors import EngineError, UsageError
 
 START_TIMEOUT = 120.0   # seconds for `enroot start` to show its container (unpacking is done by then)
 

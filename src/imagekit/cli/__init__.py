@@ -15,8 +15,8 @@ import sys
 
 import click
 
-from imagekit import settings, signals, version_info
-from imagekit.errors import EXIT_CODES, ImagekitError
+from imagekit.util import settings, signals, version_info
+from imagekit.util.errors import EXIT_CODES, ImagekitError
 
 # name -> "module:attribute"; each command module owns its commands.
 COMMANDS: dict[str, str] = {

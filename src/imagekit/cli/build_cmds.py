@@ -8,13 +8,14 @@ from pathlib import Path
 
 import click
 
-from imagekit import base_image, image_report, pipeline, platforms
+from imagekit import base_image, image_report, pipeline
+from imagekit.util import platforms
 from imagekit import checks as checks_mod
 from imagekit.build import TARGETS, BuildRequest
 from imagekit import stack as stack_mod
 from imagekit.checks import runner, runtimes
 from imagekit.cli.options import ENGINE, MIRROR, current_site, progress_printer
-from imagekit.errors import StackError
+from imagekit.util.errors import StackError
 from imagekit.image_facts import reader
 
 

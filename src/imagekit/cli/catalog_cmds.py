@@ -11,12 +11,13 @@ import os
 
 import click
 
-from imagekit import platforms, sources
+from imagekit import sources
+from imagekit.util import platforms
 from imagekit import stack as stack_mod
 from imagekit import versions
 from imagekit.build import PLATFORMS
 from imagekit.cli.options import MIRROR, current_site
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 
 @click.command()

@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from imagekit.attest import keys
-from imagekit import platforms
+from imagekit.util import platforms
 from imagekit.cli.options import progress_printer
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.export import ExportRequest, export_image, formats, signing, squash
 from imagekit.export import artifacts as art
 from imagekit.export.image_source import open_source

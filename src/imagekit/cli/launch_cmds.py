@@ -10,7 +10,7 @@ import click
 from imagekit.engines import docker as engine
 from imagekit.cli.gate_options import GATE_KEYS, gate_options
 from imagekit.cli.options import current_site
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.launch import common
 from imagekit.launch import inside_out as inside_out_mod
 from imagekit.launch import mpijob as mpijob_mod

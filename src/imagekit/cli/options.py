@@ -10,8 +10,8 @@ import time
 import click
 
 from imagekit.engines import ENGINES
-from imagekit.settings import Site
-from imagekit.sizes import human
+from imagekit.util.settings import Site
+from imagekit.util.sizes import human
 
 MIRROR = click.option("--mirror", metavar="DIR|URL",
                       help="site mirror of upstream release files (overrides $IMAGEKIT_MIRROR and the stack's)")

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from imagekit.cli.options import current_site
-from imagekit.errors import NothingChecked, UsageError
+from imagekit.util.errors import NothingChecked, UsageError
 from imagekit.launch import preflight as preflight_mod
 from imagekit.launch.gpu_env import GpuLaunch
 

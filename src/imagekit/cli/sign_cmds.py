@@ -10,7 +10,7 @@ import click
 
 from imagekit.attest import CYCLONEDX_PREDICATE, bundle, keys, sbom, spdx
 from imagekit.attest.statement import parse as parse_statement
-from imagekit.errors import UsageError, VerificationError
+from imagekit.util.errors import UsageError, VerificationError
 from imagekit.export import signing, verifying
 from imagekit.export.image_source import open_source
 from imagekit.export.sif_sign import DATA_SBOM

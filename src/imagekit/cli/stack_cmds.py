@@ -11,7 +11,7 @@ import click
 from imagekit import render as render_mod
 from imagekit import sources
 from imagekit import stack as stack_mod
-from imagekit.atomic import write_text
+from imagekit.util.atomic import write_text
 from imagekit.cli.options import MIRROR, current_site
 
 VARIANT = click.option("--variant", metavar="NAME", help="matrix variant (see `imagekit stacks`)")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import click
-from imagekit.errors import IntegrityError
-from imagekit.sizes import human
+from imagekit.util.errors import IntegrityError
+from imagekit.util.sizes import human
 from imagekit.export.store import Store, UntrustedEntry
-from imagekit.sizes import parse_size
+from imagekit.util.sizes import parse_size
 from imagekit.export.store.setup import READERS, init_store
 
 

@@ -8,7 +8,7 @@ import click
 
 from imagekit.cli.gate_options import gate_options
 from imagekit.cli.options import current_site
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.image_facts import reader
 from imagekit.validate import GateOptions, Gates, evaluate, parse, to_json, to_text
 from imagekit.validate import system as systems

@@ -35,8 +35,8 @@ from types import ModuleType
 from imagekit.components import _blocks as blocks  # noqa: F401 - for site components: apt_install, env, ...
 from imagekit.components._base import (EXCLUSIVE_ROLES, RETIRED, ROLES, SOURCES, Component, Requires,  # noqa: F401
                                        Stack, contract_problems, defined)
-from imagekit.errors import UsageError
-from imagekit.settings import Site, site_or_env
+from imagekit.util.errors import UsageError
+from imagekit.util.settings import Site, site_or_env
 
 ENTRY_POINTS = "imagekit.components"     # the entry point group site packages name their modules under
 SITE_DIR = "components"                  # beside a site's stacks: DIR/components/NAME.py

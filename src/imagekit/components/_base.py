@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Protocol
 from imagekit import sources
 from imagekit.checks import Check
 from imagekit.components import _blocks
-from imagekit.errors import StackError
-from imagekit.schema import Option
-from imagekit.settings import Site
+from imagekit.util.errors import StackError
+from imagekit.util.schema import Option
+from imagekit.util.settings import Site
 
 SOURCES = ("upstream", "distro", "pypi", "repo", "base")
 
@@ -359,7 +359,7 @@ def contract_problems(cls: type[Component]) -> list[str]:
             out.append(f"role {role!r} is not one of imagekit's roles ({', '.join(ROLES)})")
     for key, opt in cls.options.items():
         if not isinstance(opt, Option):
-            out.append(f"option {key!r} is not an imagekit.schema.Option")
+            out.append(f"option {key!r} is not an imagekit.util.schema.Option")
         elif not (opt.help or opt.type is bool):
             out.append(f"option {key!r} has no help")
         elif opt.choices and opt.default is not None and opt.default not in opt.choices:

@@ -14,8 +14,8 @@ import hpccm.config
 from hpccm.common import container_type
 from hpccm.primitives import comment, copy, environment, shell
 
-from imagekit import quoting
-from imagekit import login_env
+from imagekit.util import quoting
+from imagekit.util import login_env
 
 # The BuildKit secret Docker recipes mount the CA bundle from; `imagekit build` passes the bundle under it.
 CA_SECRET_ID = "ca-bundle"
@@ -123,11 +123,11 @@ def write_file(path: str, text: str, mode: int = 0o644) -> list[str]:
 
 def login_environment() -> list:
     """The profile script that keeps the image's ENV under Enroot's and Pyxis's login shell
-    (see :mod:`imagekit.login_env`); the last step of a stage, so changing it rebuilds one layer."""
+    (see :mod:`imagekit.util.login_env`); the last step of a stage, so changing it rebuilds one layer."""
     # An image built by an older imagekit carries the script at its old, last place: removed, so
     # that it stops undoing what the image's own profile.d scripts do.
     legacy = [f"rm -f {' '.join(quoting.sh_arg('/' + p) for p in login_env.LEGACY_PATHS)}"]
-    return [comment("The image's environment in login shells (Enroot, Pyxis): imagekit.login_env", reformat=False),
+    return [comment("The image's environment in login shells (Enroot, Pyxis): imagekit.util.login_env", reformat=False),
             shell(commands=legacy + write_file("/" + login_env.PATH, login_env.script()))]
 
 

@@ -24,7 +24,7 @@ import re
 from imagekit import checks, sources
 from imagekit.components import _blocks
 from imagekit.components._base import Component, Requires
-from imagekit.schema import Option
+from imagekit.util.schema import Option
 
 PREFIX = "/opt/amazon/aws-ofi-nccl"
 PLUGIN = "ofi"  # NCCL_NET_PLUGIN=ofi -> libnccl-net-ofi.so

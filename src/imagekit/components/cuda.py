@@ -44,7 +44,7 @@ import re
 from imagekit import checks
 from imagekit.components import _blocks
 from imagekit.components._base import Component
-from imagekit.schema import Option
+from imagekit.util.schema import Option
 
 _TAG = re.compile(r"cuda[^:]*:(\d+\.\d+(?:\.\d+)?)")
 HOME = "/usr/local/cuda"

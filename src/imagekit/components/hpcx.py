@@ -27,7 +27,7 @@ import re
 from imagekit import checks, sources
 from imagekit.components import _blocks
 from imagekit.components._base import Component, Requires
-from imagekit.schema import Option
+from imagekit.util.schema import Option
 
 PREFIX = "/opt/hpcx"
 # HPC-X release -> the Open MPI series it carries ("HPC-X includes Open MPI v4.1.x": the

@@ -21,7 +21,7 @@ import re
 from imagekit import checks, sources
 from imagekit.components import _blocks
 from imagekit.components._base import Component
-from imagekit.schema import Option
+from imagekit.util.schema import Option
 
 PREFIX = "/usr/local/nccl"
 # nvidia-nccl-cuXX versions published on PyPI, per CUDA major.

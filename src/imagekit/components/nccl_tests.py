@@ -14,7 +14,7 @@ from imagekit import checks, sources
 from imagekit.components import _blocks
 from imagekit.components._base import Component, Requires
 from imagekit.components.nccl import cuda_gencode, default_archs
-from imagekit.schema import Option
+from imagekit.util.schema import Option
 
 PREFIX = "/usr/local/nccl-tests"
 # `launch --validate`'s default: one GPU per rank, NCCL_DEBUG=INFO so the transport shows in the log.

@@ -15,7 +15,7 @@ import re
 from imagekit import checks
 from imagekit.components import _blocks
 from imagekit.components._base import Component
-from imagekit.schema import Option
+from imagekit.util.schema import Option
 
 # The fabric tools every image gets: ib_write_bw and friends, rping/ucmatose (ibv_devinfo comes with
 # ibverbs-utils). infiniband-diags (ibstat, ibnetdiscover, perfquery) is asked for apart: Debian's

@@ -16,7 +16,7 @@ from imagekit import checks, sources
 from imagekit.components import _blocks
 from imagekit.components._base import Component, Requires
 from imagekit.components.pmix import DEVEL_PACKAGES, runtime_packages
-from imagekit.schema import Option
+from imagekit.util.schema import Option
 
 PREFIX = "/usr/local/openmpi"
 # Open MPI's UCX components look for Mellanox devices and verbs transports only: on a host without a

@@ -9,10 +9,11 @@ devel stage and copied whole into the runtime stage.
 from __future__ import annotations
 
 
-from imagekit import checks, quoting
+from imagekit import checks
+from imagekit.util import quoting
 from imagekit.components import _blocks
 from imagekit.components._base import Component
-from imagekit.schema import Option
+from imagekit.util.schema import Option
 
 VENV = "/opt/venv"
 # `launch --validate`'s default for a CPU-only MPI image with mpi4py.

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import re
 
-from imagekit import checks, quoting
+from imagekit import checks
+from imagekit.util import quoting
 from imagekit.components import _blocks
 from imagekit.components._base import Component, Requires
 from imagekit.components.python import VENV, check_requirements
-from imagekit.schema import Option
+from imagekit.util.schema import Option
 
 INDEXES = ("pytorch", "pypi")
 # PyTorch version -> index -> the CUDA builds it publishes there (check_stack refuses others).

@@ -15,7 +15,7 @@ from imagekit import checks, sources
 from imagekit.components import _blocks
 from imagekit.components._base import Component, Requires
 from imagekit.components.gdrcopy import PREFIX as GDRCOPY_PREFIX
-from imagekit.schema import Option
+from imagekit.util.schema import Option
 
 PREFIX = "/usr/local/ucx"
 # The installed parts of the tree; the top-level Makefile would also build test/apps and examples.

@@ -1,7 +1,7 @@
 # imagekit: keep the image's declared environment in login shells (Enroot, Pyxis), whose base
 # /etc/profile may reset it (Debian's sets PATH). First in /etc/profile.d: each variable that
 # /etc/environment names gets back the value this shell started with, and the image's own
-# profile.d scripts and ~/.profile then change it as they would. Why and how: imagekit.login_env.
+# profile.d scripts and ~/.profile then change it as they would. Why and how: imagekit.util.login_env.
 if [ -r /etc/environment ] && [ -r "/proc/$$/environ" ]; then
     _imagekit_names=" "
     while IFS= read -r _imagekit_entry || [ -n "$_imagekit_entry" ]; do

@@ -16,7 +16,7 @@ from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from imagekit.engines import docker, podman
 from imagekit.engines.image import Image, ImageMissing
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 __all__ = ["ENGINES", "Engine", "Image", "ImageMissing", "of", "protocol_problems"]
 

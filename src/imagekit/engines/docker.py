@@ -46,9 +46,9 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from imagekit import leases
+from imagekit.util import leases
 from imagekit.engines.image import LOCAL_STORE, Image, ImageMissing
-from imagekit.errors import EngineError
+from imagekit.util.errors import EngineError
 
 if TYPE_CHECKING:
     import docker
@@ -243,7 +243,7 @@ def throwaway(image: str, command: Sequence[str] = (), *, entrypoint: str | None
               options: Sequence[str] = (), idle: bool = False, purpose: str = "tmp") -> Iterator[str]:
     """A container of ``image``, removed (with its anonymous volumes) however the body ends.
 
-    Yields the container's id. It carries the owner label (:mod:`imagekit.leases`), so
+    Yields the container's id. It carries the owner label (:mod:`imagekit.util.leases`), so
     when this process is killed the next imagekit command sweeps it. ``options`` are
     ``docker create`` options (``--network none``, ``--gpus all``). The container is only
     created, for ``docker export`` or ``docker start -a``; ``idle=True`` starts it with a

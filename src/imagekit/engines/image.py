@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from imagekit.errors import EngineError, NotFoundError
+from imagekit.util.errors import EngineError, NotFoundError
 
 # Docker's words: the default engine, and the one callers outside the engines raise this for.
 LOCAL_STORE = "the local engine"

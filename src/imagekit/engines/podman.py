@@ -34,9 +34,9 @@ import uuid
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from imagekit import leases
+from imagekit.util import leases
 from imagekit.engines.image import Image, ImageMissing
-from imagekit.errors import EngineError, UsageError
+from imagekit.util.errors import EngineError, UsageError
 
 SETUP_HINT = ("install Podman: `apt-get install podman uidmap slirp4netns` (Debian 12: Podman 4.3), "
               "or `bash scripts/setup-podman.sh`")

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Union
 
-from imagekit import ledger
-from imagekit.errors import UsageError
+from imagekit.util import ledger
+from imagekit.util.errors import UsageError
 from imagekit.export import formats, squash
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import ExportResult, prepare_target

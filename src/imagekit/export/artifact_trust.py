@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagekit.errors import IntegrityError
+from imagekit.util.errors import IntegrityError
 from imagekit.export import artifacts
 
 ENV = "IMAGEKIT_TRUSTED_ARTIFACTS"

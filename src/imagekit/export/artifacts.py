@@ -44,14 +44,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import __version__, atomic, export, platforms
+from imagekit import __version__, export
+from imagekit.util import atomic, platforms
 from imagekit.engines import docker as engine
-from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
+from imagekit.util.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.export import ExportRequest, export_image, formats, squash
 from imagekit.export.formats import (ENROOT_ARTIFACT_TYPE, ENROOT_LAYER, SIF_CONFIG, SIF_LAYER,  # noqa: F401
                                      signed_inside)
 from imagekit.export.output import check_free_space, prepare_target
-from imagekit.signals import interrupt_on_sigterm
+from imagekit.util.signals import interrupt_on_sigterm
 from imagekit.export.push import IndexPushResult, push_image, push_platforms
 from imagekit.registry import client as reg
 from imagekit.registry.reference import parse

@@ -24,7 +24,7 @@ from typing import Callable
 
 from imagekit.attest import DSSE_MEDIA_TYPE, dsse
 from imagekit.attest.dsse import Envelope, EnvelopeError
-from imagekit.errors import IntegrityError, RegistryError
+from imagekit.util.errors import IntegrityError, RegistryError
 from imagekit.registry import client as reg
 
 A_PREDICATE = "in-toto.io/predicate-type"

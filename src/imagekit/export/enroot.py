@@ -30,7 +30,7 @@ one made by ``enroot import dockerd://IMAGE``:
 - ``/etc/rc.local``: two comment lines (Pyxis overwrites it with
   ``exec "$@"`` when it must not run the entrypoint);
 - not Enroot's: ``/etc/profile.d/00-imagekit-environment.sh``
-  (:mod:`imagekit.login_env`), so that the image's Env survives Enroot's login
+  (:mod:`imagekit.util.login_env`), so that the image's Env survives Enroot's login
   shell on bases whose ``/etc/profile`` resets ``PATH`` (Debian), with what the
   image's own profile.d scripts add kept. imagekit's own images already carry
   it; any other image gets it here, and the old last-place script of an image
@@ -42,7 +42,7 @@ one made by ``enroot import dockerd://IMAGE``:
 
 The image's metadata is someone else's text, and ``/etc/rc`` runs at every
 start, even under ``srun --no-container-entrypoint``. Where Enroot pastes a
-value raw, these files quote it (:mod:`imagekit.quoting`); what a file cannot
+value raw, these files quote it (:mod:`imagekit.util.quoting`); what a file cannot
 carry (a newline in an Env entry, a Volume path with whitespace, a NUL, a label
 that would not read back from its ``# KEY VALUE`` line, a first word starting with
 ``-``) is refused before anything is written.
@@ -54,7 +54,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from imagekit import image_facts, login_env, quoting
+from imagekit import image_facts
+from imagekit.util import login_env, quoting
 from imagekit.export import squash
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.layers import made_by_docker
@@ -62,7 +63,7 @@ from imagekit.export.output import (ConvertRequest, ExportResult, Progress, atom
                                     expected_bytes, prepare_target, sha256_file)
 from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, DroppedLinkTarget, Member, Rewrite,
                                        dir_entry, file_entry, missing_dirs, normalise)
-from imagekit.signals import interrupt_on_sigterm
+from imagekit.util.signals import interrupt_on_sigterm
 
 RC_LOCAL = ("# This file is sourced by /etc/rc when the container starts.\n"
             "# It can be used to manipulate the entrypoint or the command of the container.\n")
@@ -74,7 +75,7 @@ FIXPERMS_DEPTH = 15
 
 
 def check_config(config: dict[str, Any], image: str = "image") -> None:
-    """Refuse what Enroot's files cannot carry (see the helpers in :mod:`imagekit.quoting`)."""
+    """Refuse what Enroot's files cannot carry (see the helpers in :mod:`imagekit.util.quoting`)."""
     where = f"image {image}"
     quoting.env_sizes(list(config.get("Env") or []), where)
     for i, entry in enumerate(config.get("Env") or []):

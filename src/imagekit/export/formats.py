@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.export import enroot, sif, squash
 from imagekit.export.output import Convert
 from imagekit.registry.client import OCI_EMPTY

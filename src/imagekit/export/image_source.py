@@ -37,12 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping
 
-from imagekit import platforms, registry
+from imagekit import registry
+from imagekit.util import platforms
 from imagekit.engines import docker as engine
 from imagekit.engines import podman
-from imagekit.errors import EngineError, ImagekitError, NotFoundError, UsageError
+from imagekit.util.errors import EngineError, ImagekitError, NotFoundError, UsageError
 from imagekit.export.layers import Layer, LayerError, check_media_type, docker_init_layer, merge
-from imagekit.procs import log_tail, stop
+from imagekit.util.procs import log_tail, stop
 # The media types are the registry client's: one list for a registry and an OCI layout alike.
 from imagekit.registry.client import INDEX_TYPES, MANIFEST_TYPES
 
@@ -236,7 +237,7 @@ def _platform(text: str | None) -> platforms.Platform | None:
 
 
 def _pick(entries: list[dict[str, Any]], want: platforms.Platform | None, what: str) -> dict[str, Any]:
-    """The index entry for ``want`` (default: this machine's): :func:`imagekit.platforms.pick`."""
+    """The index entry for ``want`` (default: this machine's): :func:`imagekit.util.platforms.pick`."""
     return dict(platforms.pick(entries, want, what))
 
 

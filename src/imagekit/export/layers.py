@@ -43,7 +43,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import IO, BinaryIO, Callable, Iterator, Sequence
 
-from imagekit.errors import ImagekitError
+from imagekit.util.errors import ImagekitError
 from imagekit.export import tarstream
 from imagekit.export.tarstream import DIRECTORY, HARDLINK, ZERO_BLOCK, RawMember
 

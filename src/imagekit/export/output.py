@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-from imagekit import atomic, digests
-from imagekit.errors import NoSpaceError, UsageError
-from imagekit.sizes import human
+from imagekit.util import atomic, digests
+from imagekit.util.errors import NoSpaceError, UsageError
+from imagekit.util.sizes import human
 
 # Room for squashfs metadata, the SIF header/descriptor table and filesystem slack.
 SPACE_MARGIN = 64 * 1024 * 1024
@@ -105,7 +105,7 @@ def atomic_output(target: Path):
     """A temporary path beside ``target``, synced and renamed onto it only if the block succeeds.
 
     Any exception, including KeyboardInterrupt and the SIGTERM turned into one by
-    :func:`imagekit.signals.interrupt_on_sigterm`, removes the temporary file.
+    :func:`imagekit.util.signals.interrupt_on_sigterm`, removes the temporary file.
     """
     return atomic.target(target, sync=True)
 

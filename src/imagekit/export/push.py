@@ -14,9 +14,9 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from imagekit import platforms
+from imagekit.util import platforms
 from imagekit.engines import docker as engine
-from imagekit.errors import CredentialsError, EngineError, ImagekitError, IntegrityError, RegistryError, UsageError
+from imagekit.util.errors import CredentialsError, EngineError, ImagekitError, IntegrityError, RegistryError, UsageError
 from imagekit.registry import client as reg
 from imagekit.registry.reference import parse
 

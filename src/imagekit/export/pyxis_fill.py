@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagekit import platforms, registry
+from imagekit import registry
+from imagekit.util import platforms
 from imagekit.engines import docker as engine
-from imagekit.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
+from imagekit.util.errors import ArtifactMissing, IntegrityError, RegistryError, UsageError
 from imagekit.export import ExportRequest, artifact_trust, artifacts, formats, pyxis_policy, squash
 from imagekit.export.image_source import RegistrySource
 from imagekit.export.output import ExportResult

@@ -63,10 +63,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, NoReturn
 
-from imagekit import platforms, registry
+from imagekit import registry
+from imagekit.util import platforms
 from imagekit.engines import docker as engine
 from imagekit.attest import POLICY_ENV
-from imagekit.errors import ImagekitError, UsageError
+from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.registry import enroot_config
 from imagekit.export import squash, stage
 from imagekit.export.stage_env import pinned, pinned_entry, staged

@@ -31,7 +31,7 @@ from imagekit import registry
 from imagekit.attest import bundle, policy, verifier
 from imagekit.attest.verifier import Signed, Trust
 from imagekit.attest.dsse import Envelope
-from imagekit.errors import ImagekitError, VerificationError
+from imagekit.util.errors import ImagekitError, VerificationError
 from imagekit.export import attestations
 from imagekit.export.store import ARTIFACT_OPTION, Entry
 from imagekit.registry import client as reg

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from imagekit.attest import POLICY_ENV
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.export import pyxis_policy
 from imagekit.export.pyxis_importer import hand_over, log, release, run_command, serve
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.export import pyxis_fill, pyxis_policy, stage
 from imagekit.export.pyxis_importer import (PRESET_ENV, PROG, Wanted, guarded, hold_name, identify, log, lookup,
                                            site_environment, stores)

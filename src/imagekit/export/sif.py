@@ -41,13 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
-from imagekit import atomic, quoting
-from imagekit.errors import ImagekitError, UsageError
+from imagekit.util import atomic, quoting
+from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.export import singularity_d, squash, tarstream
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import (ConvertRequest, ExportResult, Progress, check_free_space, expected_bytes,
                                     prepare_target, sha256_file)
-from imagekit.signals import interrupt_on_sigterm
+from imagekit.util.signals import interrupt_on_sigterm
 
 # The format's layout and the reader live in imagekit.sif_reader, so that launch reads a SIF's labels
 # without loading this writer; the reader's names are imagekit.export.sif's too (its callers check

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from imagekit import atomic
+from imagekit.util import atomic
 from imagekit.attest import dsse
 from imagekit.attest.verifier import Trust
-from imagekit.errors import UsageError, VerificationError
+from imagekit.util.errors import UsageError, VerificationError
 from imagekit.sif_reader import (DATA_GENERIC_JSON, DATA_SBOM, DATA_SIGNATURE, DEFAULT_GROUP, DESCRIPTOR, GROUP_MASK, HEADER,
                                  Descriptor, SifInfo, aligned, read_sif)
 

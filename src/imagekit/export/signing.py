@@ -40,7 +40,7 @@ from imagekit.attest.keys import SigningKey
 from imagekit.attest.provenance import BuildRun
 from imagekit.attest.sbom import ImageRecord
 from imagekit.attest.statement import Statement, Subject, hex_of
-from imagekit.errors import ImagekitError, UsageError
+from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.export import artifacts, attestation_push, formats, sif_sign
 from imagekit.export.formats import signed_inside
 from imagekit.export.image_source import Source, open_source

@@ -29,7 +29,7 @@ build reads the image's layers, which have none of it, and mounts its own ``/dev
 ``/etc/hostname`` or ``/etc/mtab`` is hidden from ``docker export`` by that layer, so no source
 gives it (tests/export/test_apptainer_differential.py lists these differences).
 
-Image metadata is someone else's text: every value goes through :mod:`imagekit.quoting`,
+Image metadata is someone else's text: every value goes through :mod:`imagekit.util.quoting`,
 and a variable name that a shell cannot export is refused with the image and the field named.
 """
 
@@ -41,7 +41,7 @@ import re
 import time
 from typing import Any
 
-from imagekit import quoting
+from imagekit.util import quoting
 from imagekit.export.layers import made_by_docker
 from imagekit.export.tarstream import Member, dir_entry, file_entry, symlink_entry
 

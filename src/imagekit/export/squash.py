@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from imagekit.errors import ImagekitError, UsageError
-from imagekit.procs import log_tail, stop
+from imagekit.util.errors import ImagekitError, UsageError
+from imagekit.util.procs import log_tail, stop
 from imagekit.export import tarstream
 
 if TYPE_CHECKING:

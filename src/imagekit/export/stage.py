@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from imagekit import digests
-from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
+from imagekit.util import digests
+from imagekit.util.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
 
 PART = ".part-"
 SUFFIX = ".sqsh"

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.export import stage
 
 _IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")

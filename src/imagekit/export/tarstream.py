@@ -20,7 +20,7 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterable
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 BLOCK = 512
 CHUNK = 1 << 20

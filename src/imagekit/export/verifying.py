@@ -26,7 +26,7 @@ from imagekit.attest import CYCLONEDX_PREDICATE, SLSA_PROVENANCE, bundle, dsse, 
 from imagekit.attest.verifier import Trust, TrustedKey
 from imagekit.attest.keys import load_public
 from imagekit.attest.statement import Subject, hex_of
-from imagekit.errors import UsageError, VerificationError
+from imagekit.util.errors import UsageError, VerificationError
 from imagekit.export import attestations, signing, sif_sign
 from imagekit.export.output import sha256_file
 from imagekit.image_facts import is_file_image

@@ -33,8 +33,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from imagekit import __version__, quoting
-from imagekit.errors import UsageError
+from imagekit import __version__
+from imagekit.util import quoting
+from imagekit.util.errors import UsageError
 
 SCHEMA = 2
 PREFIX = "io.imagekit."

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from imagekit import engines
-from imagekit.errors import EngineError, NotFoundError, RegistryError
+from imagekit.util.errors import EngineError, NotFoundError, RegistryError
 from imagekit.export.image_source import SourceError
 from imagekit.image_facts import ImageFacts, from_labels, is_file_image, layered, parse_env, rc_labels
 from imagekit.sif_reader import ARCH_NAMES, OCI_CONFIG_NAME, read_sif

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from imagekit import __version__, version_info
+from imagekit import __version__
+from imagekit.util import version_info
 from imagekit.checks import stack_checks
 from imagekit.image_facts import (ARCH, BASE, BASE_COMPONENTS, BASE_MIRROR, BENCHMARK, CHECKS, COMPONENTS,
                                   PACKAGES, RECIPE_SHA256, SCHEMA, SCHEMA_LABEL, STACK, TARGET, VERSION, component_label,

@@ -15,7 +15,7 @@ import threading
 from typing import Callable
 
 from imagekit import image_facts
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.image_facts import ImageFacts
 from imagekit.validate import evaluate, parse
 

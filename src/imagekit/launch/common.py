@@ -1,7 +1,7 @@
 """Small pieces every launcher shares: validation, job ids, mounts, env, atomic writes.
 
 Launch values end up in scripts (sbatch files, rank wrappers, run.sh) and manifests; every
-job checks them here once, through :mod:`imagekit.quoting`, and the writers quote them.
+job checks them here once, through :mod:`imagekit.util.quoting`, and the writers quote them.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import quoting
-from imagekit.errors import ImagekitError, UsageError
-from imagekit.atomic import write_text
+from imagekit.util import quoting
+from imagekit.util.errors import ImagekitError, UsageError
+from imagekit.util.atomic import write_text
 
 JOB_LABEL = "io.imagekit.job"
 # Variables the MPI runtime hands to each rank; a container must see them to join the job.
@@ -257,5 +257,5 @@ def quote(args: list[str]) -> str:
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o755) -> Path:
-    """Scripts and key files: written whole or not at all (see imagekit.atomic)."""
+    """Scripts and key files: written whole or not at all (see imagekit.util.atomic)."""
     return write_text(path, text, mode)

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch.common import check_count, check_image_env, check_job, write_atomic
 

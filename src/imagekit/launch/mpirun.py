@@ -19,15 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable, ClassVar
 
-from imagekit import __version__, procs, quoting
+from imagekit import __version__
+from imagekit.util import procs, quoting
 from imagekit.engines import docker as engine
-from imagekit.errors import EngineError, UsageError
+from imagekit.util.errors import EngineError, UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch import runtimes
 from imagekit.launch.common import (JOB_LABEL, Mount, check_count, check_image_env, check_job, check_token,
                                     new_job_id, quote, require_tool, write_atomic)
 from imagekit.launch.runtimes import RankStart, Runtime
-from imagekit.signals import interruptible, shielded
+from imagekit.util.signals import interruptible, shielded
 
 
 def parse_hosts(text: str) -> list[tuple[str, int]]:

@@ -23,9 +23,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from imagekit import image_facts, platforms, searchpath, settings
+from imagekit import image_facts
+from imagekit.util import platforms, searchpath, settings
 from imagekit.engines import docker as engine
-from imagekit.errors import EngineError, ImagekitError
+from imagekit.util.errors import EngineError, ImagekitError
 from imagekit.image_facts import ImageFacts, is_file_image, reader
 from imagekit.launch import gpu_env, runtimes
 from imagekit.launch.gpu_env import GpuLaunch

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 
 @dataclass(frozen=True)

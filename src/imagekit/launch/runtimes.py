@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from imagekit import quoting
-from imagekit.errors import UsageError
+from imagekit.util import quoting
+from imagekit.util.errors import UsageError
 from imagekit.launch import gpu_env, wrapper
 from imagekit.launch.common import JOB_LABEL, Mount, check_line, check_token, quote
 

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.image_facts import BENCHMARK, ImageFacts, reader
 from imagekit.launch import gpu_env
 from imagekit.launch import preflight as preflight_mod
@@ -22,7 +22,7 @@ from imagekit.launch.benchmark import Tee, default_benchmark
 from imagekit.launch.common import check_image_command
 from imagekit.launch.launcher import Launcher
 from imagekit.launch.runtimes import Runtime
-from imagekit.settings import Site
+from imagekit.util.settings import Site
 from imagekit.validate import Gates, Verdict, evaluate, parse, to_text
 
 

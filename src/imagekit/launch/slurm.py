@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable, ClassVar
 
-from imagekit import __version__, quoting
-from imagekit.errors import ImagekitError, UsageError
+from imagekit import __version__
+from imagekit.util import quoting
+from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch import runtimes
 from imagekit.launch.common import (Mount, check_choice, check_count, check_image_env, check_job, check_line,

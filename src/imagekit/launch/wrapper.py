@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from imagekit import quoting
+from imagekit.util import quoting
 from imagekit.launch.common import COMPONENT_ENV_PREFIXES, MPI_ENV_PREFIXES, SLURM_ENV_PREFIXES
 
 # The enroot runtime's node container (one per node, every rank inside it): a bash part of its own.

@@ -54,8 +54,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from imagekit import digests, platforms
-from imagekit.errors import CredentialsError, IntegrityError, NotFoundError, RegistryError
+from imagekit.util import digests, platforms
+from imagekit.util.errors import CredentialsError, IntegrityError, NotFoundError, RegistryError
 from imagekit.registry import credentials as creds
 from imagekit.registry.reference import Reference
 
@@ -121,7 +121,7 @@ def referrers_tag(digest: str) -> str:
 
 
 def host_platform() -> dict[str, str]:
-    """This node's platform as an index entry names it (:func:`imagekit.platforms.host`)."""
+    """This node's platform as an index entry names it (:func:`imagekit.util.platforms.host`)."""
     return platforms.host().as_dict()
 
 
@@ -677,7 +677,7 @@ class RegistryClient:
 
     def resolve(self, ref: Reference, platform: platforms.Platform | Mapping[str, str] | None = None) -> Resolved:
         """The image manifest ``ref`` names (for an index: the entry for ``platform``, default this
-        node's, picked by :func:`imagekit.platforms.pick`) and its config digest."""
+        node's, picked by :func:`imagekit.util.platforms.pick`) and its config digest."""
         want = platform if isinstance(platform, platforms.Platform) or platform is None \
             else platforms.Platform.of(platform)
         manifest = self.get_manifest(ref.repository, ref.reference)

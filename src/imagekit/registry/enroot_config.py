@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 CONF = Path("/etc/enroot/enroot.conf")
 CONF_ENV = "IMAGEKIT_ENROOT_CONF"

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 DOCKER_HUB = "registry-1.docker.io"
 HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})

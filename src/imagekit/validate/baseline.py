@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from imagekit import schema, yamlpos
-from imagekit.errors import UsageError
-from imagekit.sizes import parse_size
+from imagekit.util import schema, yamlpos
+from imagekit.util.errors import UsageError
+from imagekit.util.sizes import parse_size
 from imagekit.validate.nccl_log import canonical
 
 

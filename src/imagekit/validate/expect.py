@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from imagekit.validate.system import System
-from imagekit.sizes import format_size
+from imagekit.util.sizes import format_size
 
 # nccl-tests' busbw factors (src/*.cu GetBw), for the worked example and the generators.
 BUSBW_FACTOR = {

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from imagekit.errors import UsageError
-from imagekit.settings import Site
-from imagekit.sizes import parse_size
+from imagekit.util.errors import UsageError
+from imagekit.util.settings import Site
+from imagekit.util.sizes import parse_size
 from imagekit.validate import summary
 from imagekit.validate import system as systems
 from imagekit.validate.baseline import Baseline, load_baseline

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Optional
 
-from imagekit.sizes import format_size
+from imagekit.util.sizes import format_size
 from imagekit.validate import summary
 from imagekit.validate.baseline import Limits, bench_key
 from imagekit.validate.expect import NotModeled, RunShape, expect, expected_transports, forbidden_transports

@@ -28,7 +28,7 @@ import json
 import re
 from typing import Any, Optional
 
-from imagekit.errors import StackError
+from imagekit.util.errors import StackError
 from imagekit.validate.model import IterStats, Measurement, NcclTestsRun, RankInfo, Row
 from imagekit.validate.nccl_tests import collective_name, expected_steps
 

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from imagekit.validate import summary
 from imagekit.validate.model import MpiBenchRun, NcclTestsRun, Result, Verdict
-from imagekit.sizes import format_size
+from imagekit.util.sizes import format_size
 
 
 def _f(v: Optional[float], digits: int = 2) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from imagekit.validate.model import NcclTestsRun, Row
-from imagekit.sizes import format_size
+from imagekit.util.sizes import format_size
 
 DEFAULT_THRESHOLD = 0.15  # a process 15 % slower than the median is out of line
 DEFAULT_SPIKE = 1.5  # an iteration 1.5 x the median iteration is a spike (analyze_perf_json's default)

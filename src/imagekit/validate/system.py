@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from imagekit import schema, searchpath, yamlpos
-from imagekit.errors import StackError
-from imagekit.settings import SYSTEMS_PATH_ENV, Site, site_or_env
-from imagekit.sizes import parse_size
+from imagekit.util import schema, searchpath, yamlpos
+from imagekit.util.errors import StackError
+from imagekit.util.settings import SYSTEMS_PATH_ENV, Site, site_or_env
+from imagekit.util.sizes import parse_size
 from imagekit.validate.system_yaml import Key, SectionReader
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "systems"

@@ -8,8 +8,8 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from imagekit import schema
-from imagekit.errors import StackError
+from imagekit.util import schema
+from imagekit.util.errors import StackError
 
 
 @dataclass(frozen=True)

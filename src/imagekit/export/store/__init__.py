@@ -34,7 +34,7 @@ therefore sees either no entry or a complete one, whatever dies when.
 Locking, and why correctness does not depend on it (:mod:`.locks`). Before converting, a
 process takes ``locks/<key>.lock``; others wait for the entry to appear. The converter
 touches the lock every ``HEARTBEAT`` seconds. A lock is broken when its owner is certainly
-dead (same PID namespace on this boot, :func:`imagekit.leases.alive`), or, for any other
+dead (same PID namespace on this boot, :func:`imagekit.util.leases.alive`), or, for any other
 owner, when it has not been touched for ``lock_stale`` seconds (ages are measured against
 the file system's clock). If the lock is ever wrong, the only cost is a second conversion:
 the atomic publication still lets exactly one complete file become the entry.

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit.errors import ImagekitError
+from imagekit.util.errors import ImagekitError
 
 TMP_STALE = 3600.0          # another namespace's or host's temp dir untouched this long is removed
 SUBDIRS = ("entries", "tmp", "locks", "trash")

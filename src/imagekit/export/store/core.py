@@ -11,7 +11,7 @@ import stat
 import time
 from pathlib import Path
 
-from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
+from imagekit.util.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
 from imagekit.export import formats
 from imagekit.export.store import locks, nofollow, notices
 from imagekit.export.store.base import PUBLIC, SUBDIRS, TMP_STALE, EntryGone, NotPublisher, no_space, scandirs

@@ -11,8 +11,8 @@ import stat
 from pathlib import Path
 from typing import Any, Callable
 
-from imagekit import leases
-from imagekit.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
+from imagekit.util import leases
+from imagekit.util.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
 from imagekit.export.store import locks, nofollow, wake
 from imagekit.export.store.base import Made, NotPublisher, fsync_dir, no_space
 from imagekit.export.store.entries import META, Entry, meta_for, read_entry

@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagekit import atomic, leases
-from imagekit.errors import NoSpaceError, UsageError
+from imagekit.util import atomic, leases
+from imagekit.util.errors import NoSpaceError, UsageError
 from imagekit.export import output
 
 if TYPE_CHECKING:

@@ -26,8 +26,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit import leases
-from imagekit.errors import ImagekitError, NoSpaceError, UsageError
+from imagekit.util import leases
+from imagekit.util.errors import ImagekitError, NoSpaceError, UsageError
 from imagekit.export.store import nofollow
 from imagekit.export.store.locks import Clock, is_token
 

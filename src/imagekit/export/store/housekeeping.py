@@ -7,8 +7,8 @@ import os
 import stat
 from pathlib import Path
 
-from imagekit import leases
-from imagekit.errors import ImagekitError
+from imagekit.util import leases
+from imagekit.util.errors import ImagekitError
 from imagekit.export.store import locks, nofollow
 from imagekit.export.store.base import EntryGone, newest_mtime
 from imagekit.export.store.entries import Entry

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 from imagekit.export import formats
 
 # The option an entry pulled from a registry artifact carries: a local export (whose key has no

@@ -1,6 +1,6 @@
 """Conversion locks: who is converting a key, and the file system's clock to judge their age.
 
-A lock is ``locks/<key slug>.lock`` holding its owner's token (:mod:`imagekit.leases`). It is
+A lock is ``locks/<key slug>.lock`` holding its owner's token (:mod:`imagekit.util.leases`). It is
 made whole or not at all: the token goes into a file of the owner's own unique name first,
 and ``link(2)`` gives it the lock's name, which fails with EEXIST when another process holds
 it (atomic on local file systems, NFS and Lustre). So a lock is never empty, a full file
@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from imagekit import leases
+from imagekit.util import leases
 from imagekit.export.store import nofollow
-from imagekit.errors import NoSpaceError
+from imagekit.util.errors import NoSpaceError
 
 HEARTBEAT = 10.0            # seconds between a converter's touches of its lock and temp dir
 LOCK_STALE = 120.0          # another namespace's or host's lock untouched this long is broken

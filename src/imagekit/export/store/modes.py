@@ -22,7 +22,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit.atomic import current_umask
+from imagekit.util.atomic import current_umask
 from imagekit.export.store import nofollow
 
 

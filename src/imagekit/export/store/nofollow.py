@@ -28,7 +28,7 @@ import stat
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from imagekit.errors import ImagekitError
+from imagekit.util.errors import ImagekitError
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

@@ -26,7 +26,7 @@ import stat
 import time
 from pathlib import Path
 
-from imagekit.errors import ImagekitError, UsageError
+from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.export.store import nofollow, notices
 from imagekit.export.store.core import PUBLIC, SUBDIRS, Store
 from imagekit.export.store.keys import default_root

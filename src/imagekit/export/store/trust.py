@@ -33,7 +33,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagekit.errors import ImagekitError, UsageError
+from imagekit.util.errors import ImagekitError, UsageError
 
 
 class UntrustedStore(UsageError):

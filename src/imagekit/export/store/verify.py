@@ -35,8 +35,8 @@ import os
 import stat
 from pathlib import Path
 
-from imagekit import digests
-from imagekit.errors import IntegrityError
+from imagekit.util import digests
+from imagekit.util.errors import IntegrityError
 from imagekit.export.store.keys import user_cache
 
 

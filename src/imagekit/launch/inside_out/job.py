@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit.errors import ImagekitError, UsageError
+from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch import runtimes
 from imagekit.launch.common import (Mount, check_choice, check_count, check_image_env, check_job, check_token,

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable, ClassVar
 
-from imagekit import leases, procs
+from imagekit.util import leases, procs
 from imagekit.engines import docker as engine
-from imagekit.errors import EngineError, ImagekitError
+from imagekit.util.errors import EngineError, ImagekitError
 from imagekit.launch.common import JOB_LABEL
 from imagekit.launch.inside_out.job import (CALL_TIMEOUT, EXIT_NO_MPI, EXIT_NO_SSHD, MOUNT, ROOT_ENV, InsideOutJob,
                                             _memlock, make_job_dir)
-from imagekit.signals import interruptible, shielded
+from imagekit.util.signals import interruptible, shielded
 
 class _Launch:
     def __init__(self, job: InsideOutJob, log) -> None:

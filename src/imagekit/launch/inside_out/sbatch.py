@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from imagekit import __version__, quoting
+from imagekit import __version__
+from imagekit.util import quoting
 from imagekit.launch.common import JOB_LABEL, quote
 from imagekit.launch.inside_out.job import MOUNT, PORT, ROOT_ENV, SSH_CONFIG, START_SH, WAIT_SH, InsideOutJob
 from imagekit.launch.slurm import sbatch_header

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from imagekit.errors import StackError
+from imagekit.util.errors import StackError
 
 try:
     from yaml.cyaml import CParser          # libyaml's parser, in PyYAML's wheels and Debian's package

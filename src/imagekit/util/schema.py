@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from imagekit import quoting
-from imagekit.errors import StackError
+from imagekit.util import quoting
+from imagekit.util.errors import StackError
 
 TYPE_NAMES = {str: "a string", bool: "true or false", int: "an integer", list: "a list",
               dict: "a mapping", float: "a number"}

@@ -26,7 +26,7 @@ STACKS_ENV = "IMAGEKIT_STACKS"
 SYSTEMS_PATH_ENV = "IMAGEKIT_SYSTEMS_PATH"
 
 # The shipped stacks (package data).
-SHIPPED_STACKS_DIR = Path(__file__).resolve().parent / "stacks"
+SHIPPED_STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 
 
 def _path_list(value: str | None) -> tuple[Path, ...]:

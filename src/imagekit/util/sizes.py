@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:i?B)?\s*", re.IGNORECASE)
 _POWERS = " KMGTP"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from imagekit.errors import UsageError
+from imagekit.util.errors import UsageError
 
 # Tab stays: it ends no line and is literal inside quotes; fields that split at whitespace say so.
 CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")

@@ -56,7 +56,7 @@ PATH = "etc/profile.d/00-imagekit-environment.sh"
 # Where imagekit before issue 34 wrote it (last in glob order): removed from builds and exports,
 # so that an image built then stops undoing its own profile.d scripts once rebuilt or exported.
 LEGACY_PATHS = ("etc/profile.d/zz-imagekit-environment.sh",)
-SCRIPT_FILE = Path(__file__).parent / "data" / "login-environment.sh"
+SCRIPT_FILE = Path(__file__).parent.parent / "data" / "login-environment.sh"
 # The script's own skip list, as shell patterns (tests/test_login_env.py holds the two together).
 NEVER_RESTORED = ("IFS", "PS[0-9]", "ENV", "BASH_*", "SHELLOPTS", "BASHOPTS", "PROMPT_COMMAND", "CDPATH",
                   "GLOBIGNORE", "EXECIGNORE", "UID", "EUID", "PPID", "SHLVL", "OPTIND", "OPTARG", "LINENO",

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from imagekit.errors import ImagekitError, UsageError
+from imagekit.util.errors import ImagekitError, UsageError
 
 
 @dataclass(frozen=True)

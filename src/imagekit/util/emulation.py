@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from imagekit import platforms
-from imagekit.errors import ImagekitError
+from imagekit.util import platforms
+from imagekit.util.errors import ImagekitError
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 # binfmt_misc entry names Debian's qemu-user-static registers, per architecture (stack spelling).

@@ -28,7 +28,7 @@ from imagekit import __version__
 
 ABBREV = 12
 _HEX = re.compile(r"^[0-9a-f]{7,64}$")
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 def with_commit(version: str, commit: str | None, dirty: bool = False) -> str:

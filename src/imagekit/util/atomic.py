@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from imagekit import leases, quoting
-from imagekit.errors import OutputError
+from imagekit.util import leases, quoting
+from imagekit.util.errors import OutputError
 
 # errno -> what it means for an output directory, in words (not a Python exception's repr).
 _WHY = {errno.EROFS: "is on a read-only file system", errno.EACCES: "is not writable by this user (permission denied)",
