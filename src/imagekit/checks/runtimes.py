@@ -15,6 +15,7 @@ file; the testinfra module runs every check's commands through it (``IMAGEKIT_BA
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import shutil
@@ -33,7 +34,7 @@ START_TIMEOUT = 120.0   # seconds for `enroot start` to show its container (unpa
 
 
 @dataclass(frozen=True)
-class Runner:
+class Runner(abc.ABC):
     """One runtime that can run an image file's checks: what it is called, what it runs, how to get it."""
 
     name: str
@@ -53,8 +54,9 @@ class Runner:
             raise UsageError(f"{self.name.capitalize()} cannot run a SIF ({path})",
                              "use --runtime apptainer, or check the .sqsh")
 
+    @abc.abstractmethod
     def container(self, path: Path, gpu: bool) -> contextlib.AbstractContextManager[list[str]]:
-        raise NotImplementedError
+        """The argv prefix (entered as a context) that runs one command inside a container of ``path``."""
 
 
 class Enroot(Runner):
