@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from imagekit import engines, render, sources
+from imagekit.engines.image import BuildCommand
 from imagekit.util import emulation, platforms, procs
 from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.image_facts import writer
@@ -197,11 +198,11 @@ def build(stack, request: BuildRequest | None = None, *,
 def build_argv(images: engines.Engine, ctx: str, stack, request: BuildRequest, iidfile: Path,
                labels: dict[str, str], bundle: str | None) -> list[str]:
     """The engine's build command for ``stack`` as ``request`` asks, in the context ``ctx``."""
-    return images.build_argv(ctx, str(Path(ctx) / "Dockerfile"), target=request.target,
-                             platform=PLATFORMS[stack.base.arch], iidfile=str(iidfile), labels=labels,
-                             no_cache=request.no_cache,
-                             secrets={render.CA_SECRET_ID: bundle} if bundle else {},
-                             cache_from=request.cache_from, inline_cache=request.inline_cache)
+    return images.build_argv(BuildCommand(ctx, str(Path(ctx) / "Dockerfile"), target=request.target,
+                                          platform=PLATFORMS[stack.base.arch], iidfile=str(iidfile), labels=labels,
+                                          no_cache=request.no_cache,
+                                          secrets={render.CA_SECRET_ID: bundle} if bundle else {},
+                                          cache_from=request.cache_from, inline_cache=request.inline_cache))
 
 
 _OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ ")   # a running step's output: "#8 0.512 cc -O2 -c ring.c"

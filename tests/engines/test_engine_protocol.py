@@ -135,9 +135,8 @@ class Fake:
 
     def dockerfile(self, text): return text
 
-    def build_argv(self, context, dockerfile, *, target, platform, iidfile, labels, no_cache, secrets,
-                   cache_from=(), inline_cache=False):
-        return ["fake-build", context]
+    def build_argv(self, build):
+        return ["fake-build", build.context]
 
     def build_env(self): return {}
     def export_source(self, name, image_id, *, pinned=False): return name

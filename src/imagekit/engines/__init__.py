@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from imagekit.engines import docker, podman
-from imagekit.engines.image import Image, ImageMissing
+from imagekit.engines.image import BuildCommand, Image, ImageMissing
 from imagekit.util.errors import UsageError
 
 __all__ = ["ENGINES", "Engine", "Image", "ImageMissing", "of", "protocol_problems"]
@@ -73,10 +73,8 @@ class Engine(Protocol):
     def dockerfile(self, text: str) -> str:
         """The rendered Dockerfile as its builder can run it."""
 
-    def build_argv(self, context: str, dockerfile: str, *, target: str, platform: str, iidfile: str,
-                   labels: Mapping[str, str], no_cache: bool, secrets: Mapping[str, str],
-                   cache_from: Sequence[str] = (), inline_cache: bool = False) -> list[str]:
-        """The build's command line: the image ID to ``iidfile``, untagged (build tags it after)."""
+    def build_argv(self, build: BuildCommand) -> list[str]:
+        """The build's command line for ``build``."""
 
     def build_env(self) -> dict[str, str]:
         """The environment the build command runs in."""

@@ -44,10 +44,10 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from imagekit.util import leases
-from imagekit.engines.image import LOCAL_STORE, Image, ImageMissing
+from imagekit.engines.image import LOCAL_STORE, BuildCommand, Image, ImageMissing
 from imagekit.util.errors import EngineError
 
 if TYPE_CHECKING:
@@ -210,24 +210,22 @@ def version() -> str:
 
 # --- building -----------------------------------------------------------------------------------
 
-def build_argv(context: str, dockerfile: str, *, target: str, platform: str, iidfile: str,
-               labels: Mapping[str, str], no_cache: bool, secrets: Mapping[str, str],
-               cache_from: Sequence[str] = (), inline_cache: bool = False) -> list[str]:
+def build_argv(build: BuildCommand) -> list[str]:
     """The BuildKit ``docker build``: ``--progress=plain`` (its lines are what build reads), the image
     ID to ``iidfile`` (tagged only after the build succeeded), ``--secret id=…,src=…`` for
     ``RUN --mount=type=secret``, and the registry cache (``cache_from``, ``inline_cache``)."""
-    cmd = [docker_cli(), "build", "--progress=plain", "--target", target, "--platform", platform,
-           "--iidfile", iidfile, "-f", dockerfile]
-    cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
-    if no_cache:
+    cmd = [docker_cli(), "build", "--progress=plain", "--target", build.target, "--platform", build.platform,
+           "--iidfile", build.iidfile, "-f", build.dockerfile]
+    cmd += [a for k, v in sorted(build.labels.items()) for a in ("--label", f"{k}={v}")]
+    if build.no_cache:
         cmd.append("--no-cache")
-    for ref in cache_from:  # e.g. the previous CI image, pushed with inline cache
+    for ref in build.cache_from:  # e.g. the previous CI image, pushed with inline cache
         cmd += ["--cache-from", ref]
-    if inline_cache:
+    if build.inline_cache:
         cmd += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
-    for sid, src in secrets.items():
+    for sid, src in build.secrets.items():
         cmd += ["--secret", f"id={sid},src={src}"]
-    cmd.append(context)
+    cmd.append(build.context)
     return cmd
 
 
@@ -458,11 +456,8 @@ class Docker:
     def dockerfile(self, text: str) -> str:
         return text                     # BuildKit runs the rendered Dockerfile as it is
 
-    def build_argv(self, context: str, dockerfile: str, *, target: str, platform: str, iidfile: str,
-                   labels: Mapping[str, str], no_cache: bool, secrets: Mapping[str, str],
-                   cache_from: Sequence[str] = (), inline_cache: bool = False) -> list[str]:
-        return build_argv(context, dockerfile, target=target, platform=platform, iidfile=iidfile, labels=labels,
-                          no_cache=no_cache, secrets=secrets, cache_from=cache_from, inline_cache=inline_cache)
+    def build_argv(self, build: BuildCommand) -> list[str]:
+        return build_argv(build)
 
     def build_env(self) -> dict[str, str]:
         return build_env()

@@ -7,7 +7,7 @@ the same class, and the package's ``__init__`` (which names the engines) imports
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from imagekit.util.errors import EngineError, NotFoundError
 
@@ -44,3 +44,20 @@ class Image:
         if self.layers is None:
             raise EngineError(f"the engine that gave {self.ref} keeps no layer history")
         return self.layers(self.id)
+
+
+@dataclass(frozen=True)
+class BuildCommand:
+    """One image build as an engine's command line needs it; the image ID goes to ``iidfile``, untagged
+    (build tags it after). ``cache_from``/``inline_cache``: BuildKit's registry cache (Docker only)."""
+
+    context: str
+    dockerfile: str
+    target: str
+    platform: str
+    iidfile: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    no_cache: bool = False
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    cache_from: Sequence[str] = ()
+    inline_cache: bool = False

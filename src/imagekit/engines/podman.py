@@ -32,10 +32,10 @@ import shutil
 import subprocess
 import uuid
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Sequence
 
 from imagekit.util import leases
-from imagekit.engines.image import Image, ImageMissing
+from imagekit.engines.image import BuildCommand, Image, ImageMissing
 from imagekit.util.errors import EngineError, UsageError
 
 SETUP_HINT = ("install Podman: `apt-get install podman uidmap slirp4netns` (Debian 12: Podman 4.3), "
@@ -204,9 +204,7 @@ def private_tmp(parent: Path = Path("/var/tmp")) -> Path:
                       "directories of this user's", "set TMPDIR to a directory of your own")
 
 
-def build_argv(context: str, dockerfile: str, *, target: str, platform: str, iidfile: str,
-               labels: Mapping[str, str], no_cache: bool, secrets: Mapping[str, str],
-               cache_from: Sequence[str] = (), inline_cache: bool = False) -> list[str]:
+def build_argv(build: BuildCommand) -> list[str]:
     """``podman build`` with what BuildKit's build gets, in Buildah's words.
 
     - ``--pull=never``: base images are local (``imagekit base``); nothing is pulled.
@@ -220,16 +218,16 @@ def build_argv(context: str, dockerfile: str, *, target: str, platform: str, iid
     BuildKit's registry cache (``cache_from``, ``inline_cache``) has no Podman counterpart: its
     layer cache is the local store (``registry_cache`` False: the build request refuses it first).
     """
-    if cache_from or inline_cache:
-        raise UsageError("podman build takes no registry cache (cache_from, inline_cache)")
+    if build.cache_from or build.inline_cache:
+        raise UsageError("podman build takes no registry cache (build.cache_from, build.inline_cache)")
     cmd = [cli(), "build", "--pull=never", "--network=host", "--layers", "--format", "oci",
-           "--target", target, "--platform", platform, "--iidfile", iidfile, "-f", dockerfile]
-    cmd += [a for k, v in sorted(labels.items()) for a in ("--label", f"{k}={v}")]
-    if no_cache:
+           "--target", build.target, "--platform", build.platform, "--iidfile", build.iidfile, "-f", build.dockerfile]
+    cmd += [a for k, v in sorted(build.labels.items()) for a in ("--label", f"{k}={v}")]
+    if build.no_cache:
         cmd.append("--no-cache")
-    for sid, src in secrets.items():
+    for sid, src in build.secrets.items():
         cmd += ["--secret", f"id={sid},src={src}"]
-    cmd.append(context)
+    cmd.append(build.context)
     return cmd
 
 
@@ -371,11 +369,8 @@ class Podman:
     def dockerfile(self, text: str) -> str:
         return dockerfile(text)
 
-    def build_argv(self, context: str, dockerfile: str, *, target: str, platform: str, iidfile: str,
-                   labels: Mapping[str, str], no_cache: bool, secrets: Mapping[str, str],
-                   cache_from: Sequence[str] = (), inline_cache: bool = False) -> list[str]:
-        return build_argv(context, dockerfile, target=target, platform=platform, iidfile=iidfile, labels=labels,
-                          no_cache=no_cache, secrets=secrets, cache_from=cache_from, inline_cache=inline_cache)
+    def build_argv(self, build: BuildCommand) -> list[str]:
+        return build_argv(build)
 
     def build_env(self) -> dict[str, str]:
         return build_env()
