@@ -97,8 +97,9 @@ def main() -> None:
 
     with record.timer() as t:
         had_base = engine.image_exists(base_image.image_tag("debian:bookworm", "aarch64"))
-        base_image.ensure("debian:bookworm", log=lambda *_: None)
-        base_image.ensure("debian:bookworm", arch="arm64", log=lambda m: print(f"  {m}", file=sys.stderr))
+        base_image.ensure(base_image.BaseRequest("debian:bookworm"), log=lambda *_: None)
+        base_image.ensure(base_image.BaseRequest("debian:bookworm", arch="arm64"),
+                          log=lambda m: print(f"  {m}", file=sys.stderr))
     base_s = None if had_base else t.wall
 
     rows = []

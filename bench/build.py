@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true", help="do not prune the build cache")
     args = parser.parse_args()
     run = record.start("build", args)
-    base_image.ensure("debian:bookworm", log=lambda *_: None)
+    base_image.ensure(base_image.BaseRequest("debian:bookworm"), log=lambda *_: None)
     cli = engine.docker_cli()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

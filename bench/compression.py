@@ -292,8 +292,8 @@ def main() -> int:
         big = args.big_image or (REAL_BIG if engine.image_exists(REAL_BIG) else export_bench.BIG_TAG)
         if big == export_bench.BIG_TAG and not engine.image_exists(big):
             print(f"building {big} (~{args.big_gb} GB)...", file=sys.stderr)
-            export_bench.make_big_image(base_image.ensure("debian:bookworm", log=lambda *_: None),
-                                        args.big_gb)
+            base = base_image.ensure(base_image.BaseRequest("debian:bookworm"), log=lambda *_: None)
+            export_bench.make_big_image(base, args.big_gb)
         images.append(big)
     cold = drop_caches()
     if not cold:

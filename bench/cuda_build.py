@@ -87,7 +87,7 @@ def main() -> None:
         return
     if not args.mirror:
         parser.error("--mirror is needed to build")
-    base_image.ensure("debian:bookworm", log=lambda *_: None)
+    base_image.ensure(base_image.BaseRequest("debian:bookworm"), log=lambda *_: None)
     cli = engine.docker_cli()
     s = stack.load(args.stack, mirror=args.mirror)
     rows = []

@@ -196,13 +196,14 @@ def main() -> int:
     elif engine.image_exists("imagekit/debian-mpi:latest"):
         images.append("imagekit/debian-mpi:latest")
     else:
-        images.append(base_image.ensure("debian:bookworm", log=lambda *_: None))
+        images.append(base_image.ensure(base_image.BaseRequest("debian:bookworm"), log=lambda *_: None))
     if not args.skip_big and (args.big_image or engine.image_exists(REAL_BIG)):
         images.append(args.big_image or REAL_BIG)
     elif not args.skip_big:
         if not engine.image_exists(BIG_TAG):
             print(f"building {BIG_TAG} (~{args.big_gb} GB)...", file=sys.stderr)
-            make_big_image(base_image.ensure("debian:bookworm", log=lambda *_: None), args.big_gb)
+            base = base_image.ensure(base_image.BaseRequest("debian:bookworm"), log=lambda *_: None)
+            make_big_image(base, args.big_gb)
         images.append(BIG_TAG)
 
     methods = []

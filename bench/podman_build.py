@@ -80,7 +80,7 @@ def main() -> None:
     imagekit = str(Path(args.venv) / "bin" / "imagekit")
     s = stack.load(args.stack, mirror=args.mirror)
     # The offline stacks' bases are imagekit's own (imagekit/debian:SUITE), made here when missing.
-    tag = base_image.ensure(s.base.image.removeprefix("imagekit/"), log=lambda *_: None)
+    tag = base_image.ensure(base_image.BaseRequest(s.base.image.removeprefix("imagekit/")), log=lambda *_: None)
     logs = Path(tempfile.mkdtemp(prefix="imagekit-bench-"))
     work = tempfile.mkdtemp(prefix="imagekit-bench-podman-")
     os.chown(work, pwd.getpwnam(args.user).pw_uid, -1)

@@ -85,7 +85,7 @@ def main() -> int:
     args = ap.parse_args()
     run = record.start("pyxis_modes", args)
     results: dict[str, dict] = {}
-    base = base_image.ensure("debian:bookworm", log=lambda *_: None)
+    base = base_image.ensure(base_image.BaseRequest("debian:bookworm"), log=lambda *_: None)
     tag = build_all(base)[IMAGE]
     cluster = cluster_mod.Cluster().hold()
     work = Path(tempfile.mkdtemp(prefix="bench-pyxis-modes-", dir="/var/tmp"))

@@ -49,7 +49,7 @@ def main() -> int:
     from imagekit.export import ExportRequest, export_image
 
     image = args.image or ("imagekit/debian-mpi:latest" if engine.image_exists("imagekit/debian-mpi:latest")
-                           else base_image.ensure("debian:bookworm", log=lambda *_: None))
+                           else base_image.ensure(base_image.BaseRequest("debian:bookworm"), log=lambda *_: None))
     work = Path(tempfile.mkdtemp(prefix="imagekit-bench-store-", dir=args.workdir))
     os.environ["IMAGEKIT_STATE"] = str(work / "state")      # keep the user's report ledger clean
     try:

@@ -77,7 +77,7 @@ def base_image() -> str:
     """The locally bootstrapped Debian base (``imagekit base debian:bookworm``)."""
     from imagekit import base_image as base
 
-    return base.ensure("debian:bookworm", log=lambda *_: None)
+    return base.ensure(base.BaseRequest("debian:bookworm"), log=lambda *_: None)
 
 
 @pytest.fixture(scope="session")
@@ -87,7 +87,7 @@ def base_image_arm64() -> str:
     amd64 one: ``imagekit/debian:bookworm-arm64``."""
     from imagekit import base_image as base
 
-    return base.ensure("debian:bookworm", arch="arm64", log=lambda *_: None)
+    return base.ensure(base.BaseRequest("debian:bookworm", arch="arm64"), log=lambda *_: None)
 
 
 @pytest.fixture(scope="session")
@@ -135,7 +135,8 @@ def trixie_base() -> str:
     the CUDA 12 stack's toolkit is there."""
     from imagekit import base_image as base
 
-    return base.ensure("debian:trixie", components=("main", "contrib", "non-free"), log=lambda *_: None)
+    return base.ensure(base.BaseRequest("debian:trixie", components=("main", "contrib", "non-free")),
+                       log=lambda *_: None)
 
 
 @pytest.fixture(scope="session")

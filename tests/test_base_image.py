@@ -41,7 +41,7 @@ def test_default_tag_is_what_stacks_refer_to():
 
 def test_unknown_bootstrapper_is_a_usage_error_before_anything_runs():
     with pytest.raises(UsageError, match="bootstrapper 'cdebootstrap'") as err:
-        base_mod.ensure("debian:bookworm", mirror="http://x", bootstrapper="cdebootstrap")
+        base_mod.ensure(base_mod.BaseRequest("debian:bookworm", mirror="http://x", bootstrapper="cdebootstrap"))
     assert "mmdebstrap" in err.value.hint and "debootstrap" in err.value.hint
 
 
@@ -62,7 +62,7 @@ def test_base_image_has_cmd_path_and_labels_and_is_reused(base_image):
     assert attrs["Labels"]["io.imagekit.base"] == "debian:bookworm"
     said = []
     before = engine.client().images.get(base_image).id
-    assert base_mod.ensure("debian:bookworm", log=said.append) == base_image
+    assert base_mod.ensure(base_mod.BaseRequest("debian:bookworm"), log=said.append) == base_image
     assert "reusing" in said[0] and engine.client().images.get(base_image).id == before
 
 
@@ -83,7 +83,8 @@ def test_trixie_base_with_non_free_builds_a_debian13_stack(write_stack, tmp_path
     from imagekit import build, checks, stack
     from imagekit.checks import runner
 
-    tag = base_mod.ensure("debian:trixie", components=("main", "contrib", "non-free"), log=lambda *_: None)
+    tag = base_mod.ensure(base_mod.BaseRequest("debian:trixie", components=("main", "contrib", "non-free")),
+                          log=lambda *_: None)
     sources = subprocess.run([engine.docker_cli(), "run", "--rm", tag, "sh", "-c",
                               "cat /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null; true"],
                              capture_output=True, text=True, check=True).stdout
@@ -223,7 +224,8 @@ def test_an_arm64_base_has_its_own_tag_and_bootstraps_arm64():
 
 def test_an_arm64_base_with_podman_is_refused_with_the_copy_to_make():
     with pytest.raises(UsageError, match="made with the Docker engine only") as err:
-        base_mod.ensure("debian:bookworm", mirror="http://x", arch="arm64", engine_name="podman", force=True)
+        base_mod.ensure(base_mod.BaseRequest("debian:bookworm", mirror="http://x", arch="arm64", engine_name="podman",
+                                             force=True))
     assert "docker save imagekit/debian:bookworm-arm64 | podman load" in err.value.hint
 
 
@@ -243,5 +245,5 @@ def test_the_arm64_base_is_an_arm64_image_that_runs_arm64_programs(base_image_ar
                           "sh", "-c", "uname -m; dpkg --print-architecture"], capture_output=True, text=True)
     assert out.stdout.split() == ["aarch64", "arm64"], out.stderr
     said = []
-    assert base_mod.ensure("debian:bookworm", arch="arm64", log=said.append) == base_image_arm64
+    assert base_mod.ensure(base_mod.BaseRequest("debian:bookworm", arch="arm64"), log=said.append) == base_image_arm64
     assert "reusing" in said[0]

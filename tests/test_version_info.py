@@ -141,8 +141,10 @@ def test_docker_and_podman_get_the_version_as_a_build_label(monkeypatch, tmp_pat
     labels = writer.build_labels(s, "runtime", "ab" * 32)
     monkeypatch.setattr(docker, "docker_cli", lambda: "docker")
     monkeypatch.setattr(podman, "cli", lambda: "podman")
-    seen = [build.build_argv(engines.of(name), str(tmp_path), s, build.BuildRequest(ca_bundle="none", engine_name=name),
-                             tmp_path / "iid", labels, None) for name in engines.ENGINES]
+    seen = [engines.of(name).build_argv(build.build_command(str(tmp_path), s, build.BuildRequest(ca_bundle="none",
+                                                                                                engine_name=name),
+                                                            tmp_path / "iid", labels, None))
+            for name in engines.ENGINES]
     assert [argv[0] for argv in seen] == ["docker", "podman"]
     for argv in seen:
         pairs = list(zip(argv, argv[1:]))

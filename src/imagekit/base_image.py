@@ -35,6 +35,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from imagekit import engines
 from imagekit.util import docker_archive, emulation, platforms, quoting
@@ -134,20 +135,32 @@ def host_mirror(distro: str, apt_dir: Path = Path("/etc/apt")) -> str | None:
     return None
 
 
-def ensure(name: str, *, mirror: str | None = None, tag: str | None = None, force: bool = False,
-           components: tuple[str, ...] = ("main",), log=print, engine_name: str = "docker",
-           bootstrapper: str = "auto", arch: str | None = None) -> str:
-    """Make the base image unless an image with that tag already exists; return its tag.
+@dataclass(frozen=True)
+class BaseRequest:
+    """What ``imagekit base`` is asked for: ``name`` (``debian:bookworm``), the apt ``mirror`` (default:
+    the host's), the image ``tag``, apt ``components``, the engine, the bootstrapper (``mmdebstrap``,
+    ``debootstrap``, or ``auto``: mmdebstrap when installed) and ``arch`` (x86_64/amd64 or
+    aarch64/arm64; default this machine's: another needs binfmt emulation, checked before anything
+    runs). ``force`` makes it again even when an image with that tag exists."""
 
-    ``bootstrapper``: ``mmdebstrap``, ``debootstrap``, or ``auto`` (mmdebstrap when installed).
-    ``arch``: x86_64/amd64 or aarch64/arm64 (default: this machine's); another architecture than
-    the host's needs binfmt emulation, checked before anything runs.
-    """
+    name: str
+    mirror: str | None = None
+    tag: str | None = None
+    force: bool = False
+    components: tuple[str, ...] = ("main",)
+    engine_name: str = "docker"
+    bootstrapper: str = "auto"
+    arch: str | None = None
+
+
+def ensure(request: BaseRequest, *, log: Callable[[str], None] = print) -> str:
+    """Make the base image unless an image with that tag already exists; return its tag."""
+    name, bootstrapper, engine_name = request.name, request.bootstrapper, request.engine_name
     if bootstrapper not in BOOTSTRAPPERS:
         raise UsageError(f"unknown bootstrapper {bootstrapper!r}", f"use one of: {', '.join(BOOTSTRAPPERS)}")
-    spec = parse(name, mirror, tag, components, arch)
+    spec = parse(name, request.mirror, request.tag, request.components, request.arch)
     images = engines.of(engine_name)
-    if not force and images.image_exists(spec.tag):
+    if not request.force and images.image_exists(spec.tag):
         had = ",".join(reader.read(spec.tag, engine_name).base_components) or "main"
         had_arch = platforms.stack_name(images.inspect(spec.tag).attrs.get("Architecture") or "amd64")
         if had == ",".join(spec.components) and had_arch == spec.arch:
@@ -313,10 +326,10 @@ def _run_load(cli: str, producer: subprocess.Popen, what: str, spec: BaseSpec, c
         raise ImagekitError(f"{what} failed (exit {producer_rc}); no image was tagged:\n"
                             + ("\n".join(tail) or "no output"), "check the mirror with --mirror URL")
     log(f"loading the {spec.debian_arch} root filesystem ({layer.stat().st_size / 1e6:.0f} MB) as {spec.tag}")
-    cfg = docker_archive.config(
+    cfg = docker_archive.ImageConfig(
         architecture=spec.debian_arch, diff_id=docker_archive.sha256_file(layer), created=created,
         cmd=["/bin/bash"], env=[f"PATH={PATH_ENV}", "LANG=C.UTF-8"], labels=labels,
-        history=f"imagekit base {spec.distro}:{spec.suite} --arch {spec.debian_arch}")
+        history=f"imagekit base {spec.distro}:{spec.suite} --arch {spec.debian_arch}").document()
     load = subprocess.Popen([cli, "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         image_id = docker_archive.write(load.stdin, layer, cfg)

@@ -177,7 +177,7 @@ def build(stack, request: BuildRequest | None = None, *,
             progress(f"sources: {len(staged)} upstream files from the mirror {stack.mirror}, sha256 verified")
         (Path(ctx) / "Dockerfile").write_text(images.dockerfile(text))
         iidfile = Path(ctx) / "iid"
-        cmd = build_argv(images, ctx, stack, request, iidfile, labels, bundle)
+        cmd = images.build_argv(build_command(ctx, stack, request, iidfile, labels, bundle))
         steps, cached = _READERS[images.build_log](cmd, log_path, progress, images.build_env())
         image_id = iidfile.read_text().strip()
 
@@ -195,14 +195,13 @@ def build(stack, request: BuildRequest | None = None, *,
                        steps=steps, cached_steps=cached, labels=labels, engine=images.name)
 
 
-def build_argv(images: engines.Engine, ctx: str, stack, request: BuildRequest, iidfile: Path,
-               labels: dict[str, str], bundle: str | None) -> list[str]:
-    """The engine's build command for ``stack`` as ``request`` asks, in the context ``ctx``."""
-    return images.build_argv(BuildCommand(ctx, str(Path(ctx) / "Dockerfile"), target=request.target,
-                                          platform=PLATFORMS[stack.base.arch], iidfile=str(iidfile), labels=labels,
-                                          no_cache=request.no_cache,
-                                          secrets={render.CA_SECRET_ID: bundle} if bundle else {},
-                                          cache_from=request.cache_from, inline_cache=request.inline_cache))
+def build_command(ctx: str, stack, request: BuildRequest, iidfile: Path, labels: dict[str, str],
+                  bundle: str | None) -> BuildCommand:
+    """The build of ``stack`` as ``request`` asks, in the context ``ctx``, for whichever engine runs it."""
+    return BuildCommand(ctx, str(Path(ctx) / "Dockerfile"), target=request.target,
+                        platform=PLATFORMS[stack.base.arch], iidfile=str(iidfile), labels=labels,
+                        no_cache=request.no_cache, secrets={render.CA_SECRET_ID: bundle} if bundle else {},
+                        cache_from=request.cache_from, inline_cache=request.inline_cache)
 
 
 _OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ ")   # a running step's output: "#8 0.512 cc -O2 -c ring.c"

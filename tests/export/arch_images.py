@@ -29,10 +29,11 @@ def make(tag: str, architecture: str, tmp: Path, note: str = "") -> str:
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), 0o644, 0
             tar.addfile(info, io.BytesIO(data))
-    config = docker_archive.config(architecture=architecture, diff_id=docker_archive.sha256_file(layer),
-                                   created="2026-01-01T00:00:00Z", cmd=["/bin/sh"], env=["PATH=/bin"],
-                                   labels={"io.imagekit.test": f"arch-{architecture}{' ' + note if note else ''}"},
-                                   history="tests/export/arch_images.py")
+    config = docker_archive.ImageConfig(
+        architecture=architecture, diff_id=docker_archive.sha256_file(layer), created="2026-01-01T00:00:00Z",
+        cmd=["/bin/sh"], env=["PATH=/bin"],
+        labels={"io.imagekit.test": f"arch-{architecture}{' ' + note if note else ''}"},
+        history="tests/export/arch_images.py").document()
     buf = io.BytesIO()
     image_id = docker_archive.write(buf, layer, config)
     docker = engine.docker_cli()

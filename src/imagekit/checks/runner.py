@@ -118,13 +118,23 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
                        backend=images.testinfra_backend)
 
 
-def run_ref(ref: str, *, runtime: str | None = None, engine_name: str = "docker", junit: str | None = None,
-            with_: tuple[str, ...] = (), assume: tuple[str, ...] = (),
+@dataclass(frozen=True)
+class CheckRun:
+    """How a check run reports and what it may use: the JUnit file to write, the hardware offered to
+    the container (``with_``) and the hardware taken as there without a check (``assume``)."""
+
+    junit: str | None = None
+    with_: tuple[str, ...] = ()
+    assume: tuple[str, ...] = ()
+
+
+def run_ref(ref: str, how: CheckRun = CheckRun(), *, runtime: str | None = None, engine_name: str = "docker",
             log: Callable[[str], None] = lambda _m: None) -> Report:
     """The checks an image's label carries, run wherever the image is: a container of an engine
     image, or with no engine a ``.sqsh``/``.sif`` under Enroot or Apptainer; a registry reference,
     an OCI layout or a ``docker save`` tarball is exported to an Enroot file first (through the
     export store: a second check of the same image converts nothing)."""
+    junit, with_, assume = how.junit, how.with_, how.assume
     specs = checks_from_image(ref, engine_name)
     images = engines.of(engine_name)
     if is_file_image(ref) and not layered.is_layered(ref):

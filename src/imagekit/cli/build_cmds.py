@@ -51,10 +51,10 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool, components
       imagekit base debian:bookworm --arch arm64        # imagekit/debian:bookworm-arm64 (emulated here)
       imagekit base debian:bookworm --engine podman     # into your Podman store (mmdebstrap as a user)
     """
-    click.echo(base_image.ensure(name, mirror=mirror, tag=tag, force=force,
-                                 components=tuple(c for c in components.split(",") if c),
-                                 log=lambda m: click.echo(m, err=True), engine_name=engine_name,
-                                 bootstrapper=bootstrapper, arch=arch))
+    request = base_image.BaseRequest(name, mirror=mirror, tag=tag, force=force,
+                                     components=tuple(c for c in components.split(",") if c),
+                                     engine_name=engine_name, bootstrapper=bootstrapper, arch=arch)
+    click.echo(base_image.ensure(request, log=lambda m: click.echo(m, err=True)))
 
 
 @click.command()
@@ -205,8 +205,8 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
         specs = checks_mod.stack_checks(stack, reader.read(target, engine_name).target or "runtime")
         report = runner.run(target, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name)
     else:
-        report = runner.run_ref(ref, runtime=runtime, engine_name=engine_name, junit=junit, with_=with_,
-                                   assume=assume, log=lambda m: click.echo(m, err=True))
+        report = runner.run_ref(ref, runner.CheckRun(junit, with_, assume), runtime=runtime, engine_name=engine_name,
+                                log=lambda m: click.echo(m, err=True))
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from imagekit.util.errors import UsageError
 from imagekit.image_facts import BENCHMARK
-from imagekit.launch.common import check_count, check_image_env, check_job, write_atomic
+from imagekit.launch.common import check_count, check_image_env, check_job, ScriptValues, write_atomic
 
 API_VERSION = "kubeflow.org/v2beta1"
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -64,7 +64,7 @@ class MPIJobSpec:
         if not _MOUNT_PATH.match(self.ssh_auth_mount_path) or ".." in self.ssh_auth_mount_path.split("/"):
             raise UsageError(f"sshAuthMountPath {self.ssh_auth_mount_path!r} is not an absolute path",
                              "letters, digits, '_', '.', '-' and '/', no '..'")
-        check_job(command=self.command, image=self.image, env=self.env)
+        check_job(ScriptValues(self.command, self.image, self.env))
         check_image_env(self.image, self.image_env, self.image_env_label)
 
     @property

@@ -25,7 +25,7 @@ from imagekit.engines import docker as engine
 from imagekit.util.errors import EngineError, UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch import runtimes
-from imagekit.launch.common import (JOB_LABEL, Mount, check_count, check_image_env, check_job, check_token,
+from imagekit.launch.common import (JOB_LABEL, Mount, check_count, check_image_env, check_job, ScriptValues, check_token,
                                     new_job_id, quote, require_tool, write_atomic)
 from imagekit.launch.runtimes import RankStart, Runtime
 from imagekit.util.signals import interruptible, shielded
@@ -91,8 +91,8 @@ class MpirunJob:
         for host, slots in self.hosts:
             check_token("host", host)
             check_count("slots", slots)
-        check_job(command=self.command, image=self.image, env=self.env, job_id=self.job_id,
-                  args=self.mpirun_args, args_name="--mpirun-arg", workdir=self.workdir)
+        check_job(ScriptValues(self.command, self.image, self.env, self.job_id, self.workdir), self.mpirun_args,
+                  "--mpirun-arg")
         check_image_env(self.image, self.image_env, self.image_env_label)
         self.rt.check_mounts(self.mounts)
 

@@ -37,8 +37,8 @@ from imagekit.util import quoting
 from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch import runtimes
-from imagekit.launch.common import (Mount, check_choice, check_count, check_image_env, check_job, check_line,
-                                    check_token, new_job_id, require_tool, write_atomic)
+from imagekit.launch.common import (Mount, ScriptValues, check_choice, check_count, check_image_env, check_job,
+                                    check_line, check_token, new_job_id, require_tool, write_atomic)
 from imagekit.launch.runtimes import RankStart, Runtime, SrunStep
 
 STAGES = ("none", "shared", "sbcast")
@@ -85,8 +85,8 @@ class SlurmJob:
             check_count("--ntasks-per-node", self.ntasks_per_node)
         if self.cpus_per_task is not None:
             check_count("--cpus-per-task", self.cpus_per_task)
-        check_job(command=self.command, image=self.image, env=self.env, job_id=self.job_id,
-                  args=self.srun_args, args_name="--srun-arg", workdir=self.workdir)
+        check_job(ScriptValues(self.command, self.image, self.env, self.job_id, self.workdir), self.srun_args,
+                  "--srun-arg")
         # Pyxis takes a container's variables from the job's environment, which the host's programs see.
         check_image_env(self.image, self.image_env, self.image_env_label, host=self.rt.host_env)
         if self.container_name is not None:

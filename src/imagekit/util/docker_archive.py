@@ -15,6 +15,7 @@ import io
 import json
 import tarfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Mapping, Sequence
 
@@ -29,18 +30,30 @@ def sha256_file(path: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def config(*, architecture: str, diff_id: str, created: str, cmd: Sequence[str], env: Sequence[str],
-           labels: Mapping[str, str], history: str, variant: str | None = None) -> dict:
-    """The image config (OCI image-spec's, which Docker's is a superset of)."""
-    doc = {
-        "architecture": architecture, "os": "linux", "created": created,
-        "config": {"Cmd": list(cmd), "Env": list(env), "Labels": dict(labels)},
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-        "history": [{"created": created, "created_by": history}],
-    }
-    if variant:
-        doc["variant"] = variant
-    return doc
+@dataclass(frozen=True)
+class ImageConfig:
+    """A one-layer image's config: ``diff_id`` is the layer tar's digest, ``history`` its one entry."""
+
+    architecture: str
+    diff_id: str
+    created: str
+    cmd: Sequence[str]
+    env: Sequence[str]
+    labels: Mapping[str, str]
+    history: str
+    variant: str | None = None
+
+    def document(self) -> dict:
+        """The image config (OCI image-spec's, which Docker's is a superset of)."""
+        doc = {
+            "architecture": self.architecture, "os": "linux", "created": self.created,
+            "config": {"Cmd": list(self.cmd), "Env": list(self.env), "Labels": dict(self.labels)},
+            "rootfs": {"type": "layers", "diff_ids": [self.diff_id]},
+            "history": [{"created": self.created, "created_by": self.history}],
+        }
+        if self.variant:
+            doc["variant"] = self.variant
+        return doc
 
 
 def write(out: IO[bytes], layer: Path, image_config: Mapping) -> str:

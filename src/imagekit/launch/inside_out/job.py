@@ -12,7 +12,7 @@ from pathlib import Path
 from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch import runtimes
-from imagekit.launch.common import (Mount, check_choice, check_count, check_image_env, check_job, check_token,
+from imagekit.launch.common import (Mount, check_choice, check_count, check_image_env, check_job, ScriptValues, check_token,
                                     new_job_id, write_atomic)
 from imagekit.launch.slurm import check_sbatch
 
@@ -117,8 +117,7 @@ class InsideOutJob:
         check_choice("scheduler", self.scheduler, SCHEDULERS)
         check_count("--nodes", self.nodes)
         check_count("--slots", self.slots)
-        check_job(command=self.command, image=self.image, env=self.env, job_id=self.job_id,
-                  args=self.mpirun_args, args_name="--mpirun-arg")
+        check_job(ScriptValues(self.command, self.image, self.env, self.job_id), self.mpirun_args, "--mpirun-arg")
         check_image_env(self.image, self.image_env, self.image_env_label)
         check_token("--shm-size", self.shm_size)
         if not self.cleanup_timeout > 0:
