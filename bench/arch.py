@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--mirror", default=str(ROOT.parent / "shared" / "mirror"), help="site mirror for --cuda")
     args = ap.parse_args()
     run = record.start("arch", args)
-    from local_registry import running_registry
+    from helpers.local_registry import running_registry
 
     with record.timer() as t:
         had_base = engine.image_exists(base_image.image_tag("debian:bookworm", "aarch64"))

@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, nargs="+", default=[8, 32, 128])
     ap.add_argument("--baseline", default=BASELINE, help="the commit whose importer is 'before'")
     args = ap.parse_args()
-    from local_registry import running_registry
+    from helpers.local_registry import running_registry
 
     from imagekit.export.push import push_image
 

@@ -54,7 +54,7 @@ def main() -> int:
     ap.add_argument("--workdir", default="/var/tmp")
     args = ap.parse_args()
     run = record.start("export_registry", args)
-    from local_registry import running_registry
+    from helpers.local_registry import running_registry
 
     from imagekit.export.layers import GZIP_TYPES
 

@@ -106,7 +106,7 @@ def main() -> None:
     ap.add_argument("--srun", action="store_true", help="also warm job steps through the real Pyxis")
     args = ap.parse_args()
     run = record.start("importer", args)
-    from local_registry import running_registry
+    from helpers.local_registry import running_registry
 
     from imagekit.export.push import push_image
 

@@ -368,7 +368,7 @@ def main() -> None:
         record.write_json(path, doc)
         return
     import multinode
-    from local_registry import running_registry
+    from helpers.local_registry import running_registry
 
     from imagekit.export.push import push_image
 

@@ -10,7 +10,7 @@ tests (issue 34), against Pyxis's native import.
   line: its first start converts into the user's own store (reported apart), later ones are store
   hits.
 
-The image is the suite's ``ubuntu:24.04`` stand-in (tests/export/pyxis_standins.py: the Debian base cut
+The image is the suite's ``ubuntu:24.04`` stand-in (tests/helpers/pyxis_standins.py: the Debian base cut
 down to one 63 MB layer), served by a local registry; Enroot needs ``ENROOT_ALLOW_HTTP`` from its
 configuration for it (a drop-in while the bench runs). Starts are interleaved, mode by mode within
 each round, and the median of ``--runs`` is shown with the ratio native / mode, as root and, with
@@ -33,16 +33,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "export"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import cluster as cluster_mod  # noqa: E402
 import record  # noqa: E402
-from local_registry import running_registry  # noqa: E402
-from pyxis_standins import build_all, push_all  # noqa: E402
-from enroot_conf import allows_http  # noqa: E402
-from pyxis_suite import PATH  # noqa: E402
-from users import _venv  # noqa: E402
+from helpers.local_registry import running_registry  # noqa: E402
+from helpers.pyxis_standins import build_all, push_all  # noqa: E402
+from helpers.enroot_conf import allows_http  # noqa: E402
+from helpers.pyxis_suite import PATH  # noqa: E402
+from helpers.users import _venv  # noqa: E402
 
 from imagekit import base_image  # noqa: E402
 from imagekit.export import ExportRequest, export_image  # noqa: E402

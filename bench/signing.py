@@ -63,7 +63,7 @@ def get(uri: str, env: dict[str, str]) -> tuple[float, str]:
 
 
 def importer(args: argparse.Namespace) -> dict:
-    from local_registry import running_registry
+    from helpers.local_registry import running_registry
 
     from imagekit.attest import bundle, keys
 

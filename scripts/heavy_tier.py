@@ -41,7 +41,8 @@ from imagekit import render, stack
 TOP = Path(__file__).resolve().parents[1]
 RECORD = Path(os.environ.get("IMAGEKIT_HEAVY_RECORD_FILE") or TOP / ".ci" / "heavy-tier.json")
 # Besides the test files themselves: what every heavy test stands on.
-SUPPORT_GLOBS = ("tests/*.py", "tests/data/**/*", "tests/*/conftest.py", "src/imagekit/base_image.py")
+SUPPORT_GLOBS = ("tests/conftest.py", "tests/helpers/*.py", "tests/data/**/*", "tests/*/conftest.py",
+                 "src/imagekit/base_image.py")
 VERSION = 1
 
 

@@ -10,17 +10,15 @@ import functools
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from needs import need  # noqa: E402
+from helpers.needs import need  # noqa: E402
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 # Which tests are heavy, and the record a passing heavy run leaves for CI (scripts/heavy_tier.py).
-pytest_plugins = ["heavy_plugin", "tmp_cleanup_plugin"]
+pytest_plugins = ["helpers.heavy_plugin", "helpers.tmp_cleanup_plugin"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -184,7 +182,7 @@ def site_mirror():
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
     """A real local registry (``127.0.0.1:PORT``), one per test module."""
-    from local_registry import RegistryNotRunning, running_registry
+    from helpers.local_registry import RegistryNotRunning, running_registry
 
     try:
         with running_registry(tmp_path_factory.mktemp("registry")) as addr:
@@ -216,7 +214,6 @@ def cluster():
     Pyxis (``scripts/setup-cluster.sh`` installs Enroot, Pyxis and Apptainer). Held while the
     session runs and stopped by its pid files by the last holder; a run killed before that is
     cleaned up by the next ``up``."""
-    sys.path.insert(0, str(SCRIPTS))
     import cluster as cluster_mod
 
     need(cluster_mod.missing())
@@ -234,7 +231,6 @@ def multinode():
     ``use_squashfuse=1``; Slurm's TreeWidth 2, so that step launches are forwarded from node to node
     (sbcast's own tree is its --fanout: the tests set SBCAST_FANOUT=2). Held while
     the session runs and stopped by its pid files by the last holder (``down``: nothing left)."""
-    sys.path.insert(0, str(SCRIPTS))
     import multinode as multinode_mod
 
     need(multinode_mod.missing())

@@ -13,8 +13,8 @@ import pytest
 from imagekit import base_image as base_mod
 from imagekit.engines import docker as engine
 from imagekit.util.errors import UsageError
-from export.users import other_python  # noqa: F401 - the fixture
-from podman_user import user  # noqa: F401 - the fixture
+from helpers.users import other_python  # noqa: F401 - the fixture
+from helpers.podman_user import user  # noqa: F401 - the fixture
 
 
 def test_host_mirror_reads_deb822_and_one_line_sources(tmp_path):

@@ -117,8 +117,7 @@ def test_json_prints_only_the_document_on_stdout(tmp_path: Path):
 
             python bench/tiny.py
         \"\"\"
-        import subprocess, sys
-        sys.path.insert(0, {str(BENCH)!r})
+        import subprocess
         import record
 
         args = record.parser(__doc__).parse_args()
@@ -130,8 +129,10 @@ def test_json_prints_only_the_document_on_stdout(tmp_path: Path):
         print("after finish")
         """))
     out = tmp_path / "tiny.json"
+    # The harness as bench scripts find it beside them; this one lives elsewhere, so the path says where.
+    env = {**os.environ, "PYTHONPATH": str(BENCH)}
     proc = subprocess.run([sys.executable, str(script), "--json", "--out", str(out)], capture_output=True,
-                          text=True, check=True)
+                          text=True, check=True, env=env)
     head, _, tail = proc.stdout.rpartition("}\n")
     doc = json.loads(head + "}")
     assert tail == "after finish\n"
@@ -139,5 +140,5 @@ def test_json_prints_only_the_document_on_stdout(tmp_path: Path):
     assert doc["bench"] == "tiny" and doc["took_s"] >= 0
     assert "a table" in proc.stderr and "a child's own output" in proc.stderr
     help_text = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
-                               check=True).stdout
+                               check=True, env=env).stdout
     assert "python bench/tiny.py" in help_text and "--json" in help_text and "--out" in help_text

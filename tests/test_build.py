@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from imagekit import build, stack
 from imagekit.engines import docker as engine
 from imagekit.cli import main
-from stack_helpers import assert_built_labels
+from helpers.stack_helpers import assert_built_labels
 
 pytestmark = pytest.mark.engine
 

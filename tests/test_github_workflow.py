@@ -134,11 +134,8 @@ def test_validate_runs_on_the_images_arch_across_nodes_and_gates_on_ib_and_the_m
 def test_validate_jobs_system_gate_fails_a_single_node_run_and_passes_two(tmp_path):
     """What the job runs, on generated output: 2 nodes at the band pass; the same output from one node
     fails (no IB path to prove), as does a socket fallback."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent / "validate"))
     from click.testing import CliRunner
-    from validate_gen import Spec, nccl_log, nccl_tests_output
+    from helpers.validate_gen import Spec, nccl_log, nccl_tests_output
 
     def run(hosts: tuple, transport: str) -> int:
         logs = []

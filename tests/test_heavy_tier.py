@@ -1,4 +1,4 @@
-"""CI's heavy tier (scripts/heavy_tier.py, tests/heavy_plugin.py): a record vouches only for the tree it
+"""CI's heavy tier (scripts/heavy_tier.py, tests/helpers/heavy_plugin.py): a record vouches only for the tree it
 was made on, and only a passing run of every heavy test writes one."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import heavy_plugin
+from helpers import heavy_plugin
 from imagekit import render, stack
 
 heavy_tier = heavy_plugin.heavy_tier
@@ -59,9 +59,9 @@ def test_a_changed_test_or_support_file_makes_it_stale(tmp_path):
     record = _record(tmp_path, [])
     record.tests[heavy_tier.relative(Path(__file__))] = "0" * 64
     record.support["tests/conftest.py"] = "0" * 64
-    record.support.pop("tests/heavy_plugin.py")
+    record.support.pop("tests/helpers/heavy_plugin.py")
     assert heavy_tier.changes(record) == [f"{heavy_tier.relative(Path(__file__))} changed",
-                                          "tests/conftest.py changed", "tests/heavy_plugin.py added"]
+                                          "tests/conftest.py changed", "tests/helpers/heavy_plugin.py added"]
 
 
 def test_status_says_why_and_exits_1_without_a_record(tmp_path):
@@ -93,8 +93,9 @@ def test_only_a_run_where_every_heavy_test_passed_leaves_a_record(pytester, tmp_
     record = tmp_path / "record.json"
     monkeypatch.setenv("IMAGEKIT_HEAVY_RECORD", "1")
     monkeypatch.setenv("IMAGEKIT_HEAVY_RECORD_FILE", str(record))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
-    result = pytester.runpytest_subprocess("-p", "heavy_plugin", "-m", "heavy")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1] / "scripts"),
+                                                    os.environ.get("PYTHONPATH", "")]))
+    result = pytester.runpytest_subprocess("-p", "helpers.heavy_plugin", "-m", "heavy")
     assert record.is_file() is recorded, result.stdout.str() + result.stderr.str()
     if recorded:
         data = json.loads(record.read_text())
@@ -108,8 +109,9 @@ def test_a_run_of_part_of_the_heavy_tier_leaves_no_record(pytester, tmp_path, mo
     record = tmp_path / "record.json"
     monkeypatch.setenv("IMAGEKIT_HEAVY_RECORD", "1")
     monkeypatch.setenv("IMAGEKIT_HEAVY_RECORD_FILE", str(record))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
-    result = pytester.runpytest_subprocess("-p", "heavy_plugin", "-m", "heavy", "-k", "test_heavy")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), str(Path(__file__).parents[1] / "scripts"),
+                                                    os.environ.get("PYTHONPATH", "")]))
+    result = pytester.runpytest_subprocess("-p", "helpers.heavy_plugin", "-m", "heavy", "-k", "test_heavy")
     assert not record.exists(), result.stdout.str()
     assert "1 of 2 heavy tests passed" in result.stderr.str()
 

@@ -12,7 +12,7 @@ from imagekit import image_facts
 from imagekit.image_facts import reader, writer
 from imagekit.checks import stack_checks
 from imagekit.image_facts import LabelSchemaError
-from stack_helpers import DEBIAN, load_text
+from helpers.stack_helpers import DEBIAN, load_text
 
 MPI_STACK = DEBIAN + """\
 components:
@@ -162,7 +162,7 @@ def test_a_squashfs_without_labels_still_gives_its_env(tmp_path):
 def test_the_env_reads_the_same_from_an_image_its_sqsh_and_its_sif(tmp_path, base_image):
     """Config.Env from the engine, Enroot's /etc/environment in the .sqsh, the OCI config in the .sif,
     each made by `imagekit export`; and an image without the variable reads as not setting it."""
-    import gpu_image
+    from helpers import gpu_image
 
     tag = gpu_image.build(base_image)
     from_engine = reader.read(tag)

@@ -9,13 +9,11 @@ from __future__ import annotations
 import ast
 import fnmatch
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 import import_graph  # noqa: E402
 
 RUN_SIDE = ("launch", "launch.*", "validate", "validate.*")

@@ -11,7 +11,7 @@ import pytest
 
 from imagekit.util import leases
 from imagekit.engines import docker as engine
-from polling import wait_for
+from helpers.polling import wait_for
 
 pytestmark = pytest.mark.engine
 

@@ -8,7 +8,7 @@ import pytest
 
 from imagekit import merge
 from imagekit import stack as stack_mod
-from stack_helpers import DEBIAN, expect_error, line_of, write
+from helpers.stack_helpers import DEBIAN, expect_error, line_of, write
 
 SITE = """\
 name: site-mpi

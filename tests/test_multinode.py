@@ -11,15 +11,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from needs import need
+from helpers.needs import need
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import multinode  # noqa: E402
 
 pytestmark = pytest.mark.slurm

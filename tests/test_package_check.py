@@ -21,7 +21,7 @@ import pytest
 from imagekit import package_check
 from imagekit import stack as stack_mod
 from imagekit.util.errors import StackError
-from stack_helpers import line_of, write
+from helpers.stack_helpers import line_of, write
 
 INDEX = """\
 Package: htop

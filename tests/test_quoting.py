@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from hostile import CANARY_VAR, REPRODUCER, nul_free_lists, nul_free_words, words
+from helpers.hostile import CANARY_VAR, REPRODUCER, nul_free_lists, nul_free_words, words
 from imagekit.util import quoting
 
 SHELLS = ("sh", "bash")

@@ -27,7 +27,8 @@ from imagekit.image_facts import writer
 from imagekit import stack as stack_mod
 from imagekit.components import providers_of, registry
 from imagekit.util.errors import StackError, UsageError
-from stack_helpers import CUDA, DEBIAN, write
+from helpers.stack_helpers import CUDA, DEBIAN, write
+from helpers import hostile
 
 REPO = Path(__file__).resolve().parents[1]
 STACKS = REPO / "stacks"
@@ -375,7 +376,7 @@ HOSTILE_FIELDS = ["name", "description", "base.image", "base.runtime", "tags", "
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(field=st.sampled_from(HOSTILE_FIELDS), value=st.one_of(
-    st.sampled_from(__import__("hostile").PAYLOADS), __import__("hostile").words).filter(
+    st.sampled_from(hostile.PAYLOADS), hostile.words).filter(
         lambda v: "\udc80" not in v and "\udcff" not in v))
 def test_hostile_stack_values_are_refused_or_change_no_recipe_structure(tmp_path, field, value):
     """Any string in a stack file: refused with file, line and key, or the Dockerfile keeps its

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from imagekit import stack as stack_mod
-from stack_helpers import expect_error, line_of, write
+from helpers.stack_helpers import expect_error, line_of, write
 
 BASE = "extends: base/cuda12-ubuntu22\n"
 PROBES = {

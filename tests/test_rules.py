@@ -16,7 +16,7 @@ import pytest
 from imagekit import components, rules
 from imagekit.components import EXCLUSIVE_ROLES, Component, Requires, registry
 from imagekit import stack as stack_mod
-from stack_helpers import CUDA, DEBIAN, expect_error, line_of, write
+from helpers.stack_helpers import CUDA, DEBIAN, expect_error, line_of, write
 
 UBUNTU24 = DEBIAN.replace("imagekit/debian:bookworm", "ubuntu:24.04").replace("debian12", "ubuntu24")
 ROCKY = DEBIAN.replace("imagekit/debian:bookworm", "rockylinux:9").replace("debian12", "rockylinux9")

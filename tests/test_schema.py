@@ -7,7 +7,7 @@ import pytest
 from imagekit.util import schema, yamlpos
 from imagekit.util.errors import StackError
 from imagekit.util.schema import Option
-from stack_helpers import expect_error, write
+from helpers.stack_helpers import expect_error, write
 
 OPTIONS = {
     "version": Option(str, None, "a quoted version"),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from export.users import other_python  # noqa: F401 - the fixture
+from helpers.users import other_python  # noqa: F401 - the fixture
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check-shared-python.sh"
 

@@ -1,5 +1,5 @@
 """The SIF reader (imagekit.sif_reader) rejects damaged files, each check on its own; the files are
-made by the writer (tests/sif_files.py) and then broken."""
+made by the writer (tests/helpers/sif_files.py) and then broken."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from imagekit import sif_reader as sif
-from sif_files import tiny_sif as _tiny_sif
+from helpers.sif_files import tiny_sif as _tiny_sif
 
 
 def test_reader_accepts_tiny_sif(tmp_path):

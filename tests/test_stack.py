@@ -10,7 +10,7 @@ import pytest
 from imagekit import checks, sources
 from imagekit import stack as stack_mod
 from imagekit.util.errors import StackError
-from stack_helpers import CUDA, DEBIAN, expect_error, line_of, write
+from helpers.stack_helpers import CUDA, DEBIAN, expect_error, line_of, write
 
 MPI = DEBIAN + """\
 components:

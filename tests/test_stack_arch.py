@@ -3,7 +3,7 @@
 does not offer or a component that does not build there (each naming file, line and key)."""
 
 import pytest
-from stack_helpers import CUDA, DEBIAN, expect_error, line_of, render_text, write
+from helpers.stack_helpers import CUDA, DEBIAN, expect_error, line_of, render_text, write
 
 from imagekit import pipeline, render
 from imagekit.util import platforms

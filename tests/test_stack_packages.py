@@ -9,7 +9,7 @@ import pytest
 from imagekit import image_facts, render
 from imagekit import stack as stack_mod
 from imagekit.image_facts import writer
-from stack_helpers import DEBIAN, expect_error, line_of, write
+from helpers.stack_helpers import DEBIAN, expect_error, line_of, write
 
 PACKAGES = textwrap.dedent("""\
     packages:

@@ -6,7 +6,7 @@ import pytest
 
 from imagekit.util import yamlpos
 from imagekit.util.errors import StackError
-from stack_helpers import expect_error, write
+from helpers.stack_helpers import expect_error, write
 
 
 def test_keys_record_file_and_line(tmp_path):

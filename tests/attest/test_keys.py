@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 import pytest
-from needs import need
+from helpers.needs import need
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from needs import need
+from helpers.needs import need
 
 from imagekit import checks
 from imagekit.checks import runner, runtimes

@@ -19,7 +19,7 @@ import testinfra
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hostile import CANARY_VAR, words
+from helpers.hostile import CANARY_VAR, words
 from imagekit import checks
 from imagekit.util.errors import UsageError
 

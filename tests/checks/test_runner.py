@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from broken_images import committed_copy
+from helpers.broken_images import committed_copy
 from imagekit import checks, stack
 from imagekit.engines import docker as engine
 from imagekit.checks import runner

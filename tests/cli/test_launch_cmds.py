@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validate"))
 
 from imagekit.launch.session import LaunchRequest, Session  # noqa: E402
 from imagekit.validate import GateOptions, Gates  # noqa: E402
-from validate_gen import Spec, nccl_tests_output  # noqa: E402
+from helpers.validate_gen import Spec, nccl_tests_output  # noqa: E402
 
 
 class _Job:
@@ -79,7 +76,7 @@ def test_cleanup_removes_the_jobs_containers_and_network_and_nothing_else(base_i
 def test_validate_takes_a_system_model(capsys, peak, code):
     """`launch … --validate --system NAME`: the job's output is judged against the model's band; the exit code
     is the verdict's (1: ran right but slow)."""
-    from validate_gen import nccl_log
+    from helpers.validate_gen import nccl_log
 
     hosts = ("gpu-01", "gpu-02")
     run_text, _ = nccl_tests_output(Spec(style="new", hosts=hosts, check=False, peak_busbw=peak))

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from imagekit import cli
 from imagekit import render as render_mod
 from imagekit import stack as stack_mod
-from stack_helpers import CUDA, DEBIAN, line_of, write
+from helpers.stack_helpers import CUDA, DEBIAN, line_of, write
 
 REPO = Path(__file__).resolve().parents[2]
 STACKS = REPO / "stacks"

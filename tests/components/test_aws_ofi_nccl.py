@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from added_alone import assert_added_alone
+from helpers.added_alone import assert_added_alone
 from imagekit import build, checks, stack
 from imagekit.engines import docker as engine
 from imagekit.checks import runner

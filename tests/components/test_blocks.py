@@ -12,7 +12,7 @@ from imagekit import render
 from imagekit.engines import docker as engine
 from imagekit import stack as stack_mod
 from imagekit.components import _blocks
-from stack_helpers import render_text
+from helpers.stack_helpers import render_text
 
 
 DEB = SimpleNamespace(base=stack_mod.Base(image="x", runtime="x", distro="debian12", arch="x86_64"))

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-import stub_image
+from helpers import stub_image
 from imagekit import checks, stack
 from imagekit.checks import runner
 

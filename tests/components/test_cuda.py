@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from imagekit import stack as stack_mod
-from stack_helpers import DEBIAN, expect_error, line_of, load_text, render_text, stage, write
+from helpers.stack_helpers import DEBIAN, expect_error, line_of, load_text, render_text, stage, write
 
 
 def header(image: str, distro: str = "ubuntu22") -> str:

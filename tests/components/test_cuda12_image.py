@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
-from broken_images import broken_copy
-from cuda_images import check_outcomes, green_but_hardware, image_sizes
+from helpers.broken_images import broken_copy
+from helpers.cuda_images import check_outcomes, green_but_hardware, image_sizes
 from imagekit.engines import docker as engine
 from imagekit.checks import runner
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
+from helpers.stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 
 TORCH = CUDA + """\
 components:

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from added_alone import assert_added_alone
+from helpers.added_alone import assert_added_alone
 from imagekit import image_facts, render, stack
 from imagekit.image_facts import writer
 from imagekit.util.errors import StackError

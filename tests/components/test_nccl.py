@@ -7,7 +7,7 @@ import re
 import pytest
 
 from imagekit import sources
-from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
+from helpers.stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 
 CUDA126 = CUDA.replace("12.4.1", "12.6.3")
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from imagekit.components.ofed import DIAGS_TOOLS, DOCA_KEYFILE, DOCA_LIST, INBOX_TOOLS, RUNTIME_PACKAGES
-from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
+from helpers.stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 
 
 def test_inbox_is_the_default_and_is_distro(tmp_path):

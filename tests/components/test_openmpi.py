@@ -7,7 +7,7 @@ import re
 import pytest
 
 from imagekit import stack
-from stack_helpers import CUDA, DEBIAN, expect_error, line_of, load_text, render_text, stage, write
+from helpers.stack_helpers import CUDA, DEBIAN, expect_error, line_of, load_text, render_text, stage, write
 
 UPSTREAM = CUDA + """\
 components:

@@ -16,13 +16,13 @@ import subprocess
 import sys
 
 import pytest
-from broken_images import committed_copy
+from helpers.broken_images import committed_copy
 
 from imagekit import build, stack
 from imagekit.checks import runner
 from imagekit.engines import docker as engine
 
-# Open MPI 4.1 from source on Debian 12 and 13, cold: CI's heavy tier (tests/heavy_plugin.py).
+# Open MPI 4.1 from source on Debian 12 and 13, cold: CI's heavy tier (tests/helpers/heavy_plugin.py).
 pytestmark = [pytest.mark.engine, pytest.mark.slurm, pytest.mark.heavy]
 
 STACK = """\

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
+from helpers.stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 
 
 def test_distro_modules_without_a_venv(tmp_path):

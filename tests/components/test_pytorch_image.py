@@ -18,8 +18,8 @@ import zipfile
 
 import pytest
 
-from broken_images import broken_copy
-from cuda_images import check_outcomes, green_but_hardware
+from helpers.broken_images import broken_copy
+from helpers.cuda_images import check_outcomes, green_but_hardware
 from imagekit.engines import docker as engine
 from imagekit.checks import runner
 

@@ -7,7 +7,7 @@ import pkgutil
 import imagekit.components as components_pkg
 from imagekit import sources
 from imagekit.components import EXCLUSIVE_ROLES, ROLES, SOURCES, Component, providers_of, registry
-from stack_helpers import DEBIAN, load_text
+from helpers.stack_helpers import DEBIAN, load_text
 
 
 def test_every_module_defines_one_component():

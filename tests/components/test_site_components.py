@@ -16,7 +16,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from added_alone import assert_site_component_alone
+from helpers.added_alone import assert_site_component_alone
 from imagekit import cli, image_facts, render
 from imagekit.engines import docker as engine
 from imagekit import stack as stack_mod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stack_helpers import DEBIAN, load_text, render_text, stage
+from helpers.stack_helpers import DEBIAN, load_text, render_text, stage
 
 
 @pytest.mark.parametrize("fmt", ["docker", "singularity"])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from imagekit.image_facts import writer
-from stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
+from helpers.stack_helpers import CUDA, DEBIAN, load_text, render_text, stage
 
 FULL = CUDA + """\
 components:

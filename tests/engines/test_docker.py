@@ -10,7 +10,7 @@ import pytest
 from imagekit.util import leases
 from imagekit.engines import docker as engine
 from imagekit.util.errors import EngineError
-from slow_engine import SlowEngine
+from helpers.slow_engine import SlowEngine
 
 pytestmark = pytest.mark.engine
 

@@ -23,9 +23,9 @@ import pytest
 
 from imagekit import render
 from imagekit.export.image_source import open_source
-from export.users import other_python  # noqa: F401 - the fixture
-from podman_user import user  # noqa: F401 - the fixture
-from stack_helpers import assert_built_labels
+from helpers.users import other_python  # noqa: F401 - the fixture
+from helpers.podman_user import user  # noqa: F401 - the fixture
+from helpers.stack_helpers import assert_built_labels
 
 pytestmark = pytest.mark.engine
 

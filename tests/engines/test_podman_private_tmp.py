@@ -5,7 +5,7 @@ a rootless build ``/var/tmp/imagekit-podman-UID``. In the sticky /var/tmp anyone
 first. Before: a link planted there, to a directory the user owns but others may write, was taken as
 the user's (``stat`` followed the link), so another user could poison the user's build caches. Now
 only a real directory of the user's, opened with O_NOFOLLOW and set back to 0700, is used; a taken
-name is skipped for the next. Both users are real processes (setpriv, tests/export/users.py); no
+name is skipped for the next. Both users are real processes (setpriv, tests/helpers/users.py); no
 Podman is needed for this part (tests/engines/test_podman.py builds with it).
 """
 
@@ -17,7 +17,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from export.users import ALICE, home_for, other_python, setpriv, shared_dir  # noqa: F401 - fixtures
+from helpers.users import ALICE, home_for, other_python, setpriv, shared_dir  # noqa: F401 - fixtures
 
 VICTIM = 2077          # a uid with no Podman state on this machine: its names in /var/tmp are free
 

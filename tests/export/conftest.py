@@ -121,4 +121,4 @@ def small_fs(tmp_path):
 
 
 # Other users for the multi-user store and importer tests (numeric uids, Debian's python3): users.py
-from users import other_python, shared_dir  # noqa: E402,F401
+from helpers.users import other_python, shared_dir  # noqa: E402,F401

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from imagekit.util.errors import ArtifactMissing, IntegrityError, RegistryError
 from imagekit.export import artifacts as art
 from imagekit.registry import OCI_INDEX, OCI_MANIFEST, RegistryClient, parse, referrers_tag, sha256_digest
-from local_registry import blob_path, media_type_gate, push_test_image, referrers_api, running_registry
+from helpers.local_registry import blob_path, media_type_gate, push_test_image, referrers_api, running_registry
 
 
 @pytest.fixture(scope="module")

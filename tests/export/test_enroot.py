@@ -19,7 +19,7 @@ import pytest
 
 from imagekit.util import login_env
 from imagekit.export import ExportRequest, enroot, export_image, layers, squash
-from export_helpers import assert_superblock, engine_tree, superblock, tree_listing, unsquash
+from helpers.export_helpers import assert_superblock, engine_tree, superblock, tree_listing, unsquash
 
 # ---------------------------------------------------------------- unit: config files
 

@@ -26,7 +26,7 @@ from imagekit.export.output import ExportResult, atomic_output, prepare_target, 
 from imagekit.export.store import Store, find
 from imagekit.registry import client as reg
 from imagekit.registry.reference import parse
-from layered import docker_archive
+from helpers.layered import docker_archive
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "imagekit"

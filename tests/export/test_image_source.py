@@ -17,7 +17,7 @@ import pytest
 from imagekit.util.errors import ImagekitError
 from imagekit.export import ExportRequest, export_image, image_source
 
-from layered import docker_archive, oci_layout
+from helpers.layered import docker_archive, oci_layout
 
 pytestmark = pytest.mark.engine
 
@@ -192,7 +192,7 @@ def test_a_layout_without_that_tag_names_the_tags_it_has(tmp_path):
 def own_registry(tmp_path_factory):
     """A real registry whose storage the test can reach (to damage a blob the way a failing disk
     or a tampering mirror would; the registry checks digests on push, so nothing else can)."""
-    from local_registry import running_registry
+    from helpers.local_registry import running_registry
 
     root = tmp_path_factory.mktemp("own-registry")
     with running_registry(root) as addr:
@@ -207,7 +207,7 @@ def _client(addr: str, tmp_path: Path):
 
 
 def test_a_platform_missing_from_the_registry_index(own_registry, tmp_path):
-    from local_registry import push_test_image
+    from helpers.local_registry import push_test_image
 
     addr, _ = own_registry
     push_test_image(_client(addr, tmp_path), "t/multi", "1", architectures=("amd64", "arm64"))
@@ -220,7 +220,7 @@ def test_a_registry_layer_whose_bytes_do_not_match_its_digest(own_registry, tmp_
     digest, checked as the layer streams, is the only thing that tells."""
     import json
 
-    from local_registry import blob_path, push_test_image
+    from helpers.local_registry import blob_path, push_test_image
 
     addr, root = own_registry
     client = _client(addr, tmp_path)

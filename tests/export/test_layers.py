@@ -12,8 +12,8 @@ import pytest
 from imagekit.export import layers as L
 from imagekit.export.layers import Layer, LayerError, merge
 
-from layered import layer_tar, sha
-from needs import need
+from helpers.layered import layer_tar, sha
+from helpers.needs import need
 
 
 def as_layers(*members: list[tuple], media_type: str = "application/vnd.oci.image.layer.v1.tar") -> list[Layer]:

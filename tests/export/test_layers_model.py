@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from imagekit.export.layers import Layer, merge
 
-from layered import layer_tar, sha
+from helpers.layered import layer_tar, sha
 
 NAMES = ("a", "b", "c")
 DEPTH = 3

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from users import TEAM
+from helpers.users import TEAM
 
 from imagekit.cli import main
 from imagekit.export.store import Store
@@ -71,7 +71,7 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(multinode, other_python, mpi_image, base_image, tmp_path_factory, test_user):
-    from local_registry import running_registry
+    from helpers.local_registry import running_registry
 
     from imagekit.export.push import push_image
 

@@ -62,7 +62,7 @@ def test_a_registry_leaves_no_engine_tag_under_its_address(odd_image, docker_bin
     """A push tags the image ``127.0.0.1:PORT/…`` and a pull by digest adds a digest reference;
     once the registry is gone (the ``registry`` fixture's teardown) none of them is left, and the
     image keeps its own tag."""
-    from local_registry import engine_refs, running_registry
+    from helpers.local_registry import engine_refs, running_registry
 
     with running_registry(tmp_path / "registry") as addr:
         result = push_image(odd_image, f"{addr}/imagekit-test/leftover:1")

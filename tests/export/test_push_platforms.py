@@ -3,7 +3,7 @@
 ``imagekit push IMAGE... --to REF`` writes one OCI image index; each platform's exports are
 referrers of that platform's own manifest; ``imagekit export REF --platform`` and ``imagekit pull
 --platform`` pick from the index; a push that fails half-way leaves the tag as it was. The images
-are one-layer images whose config names their architecture (tests/export/arch_images.py): what an
+are one-layer images whose config names their architecture (tests/helpers/arch_images.py): what an
 index does with them never runs them.
 """
 
@@ -13,7 +13,7 @@ import json
 import subprocess
 
 import pytest
-from arch_images import make
+from helpers.arch_images import make
 from click.testing import CliRunner
 
 from imagekit.util import platforms

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from arch_images import make
+from helpers.arch_images import make
 from click.testing import CliRunner
-from users import TEAM
+from helpers.users import TEAM
 
 from imagekit.cli import main
 from imagekit.export.store import Store
@@ -150,7 +150,7 @@ def test_without_an_artifact_each_store_converts_once_and_the_user_never_publish
 
 def test_one_reference_starts_the_nodes_own_architecture(cluster, site, base_image, tmp_path):
     """One OCI index holds the amd64 Debian base and an arm64 image (a one-layer stand-in whose
-    config says arm64: tests/export/arch_images.py). `srun --container-image=REGISTRY#REPO:TAG` on
+    config says arm64: tests/helpers/arch_images.py). `srun --container-image=REGISTRY#REPO:TAG` on
     this x86_64 node starts the amd64 one; a reference to the arm64 image alone fails before any
     container starts, with both architectures named in the job's error instead of "exec format
     error" inside it."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from users import TEAM
+from helpers.users import TEAM
 
 from imagekit.attest import keys
 from imagekit.cli import main

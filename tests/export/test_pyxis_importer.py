@@ -1,4 +1,4 @@
-"""The Pyxis importer, driven exactly as Pyxis 0.24.0 drives it (tests/export/pyxis_calls.py): the
+"""The Pyxis importer, driven exactly as Pyxis 0.24.0 drives it (tests/helpers/pyxis_calls.py): the
 registry, the Docker engine and the store are real. The trust model's tests (who may publish what
 a job starts) are in test_pyxis_importer_trust.py; under the real Pyxis in test_pyxis_cluster.py.
 """
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from imagekit.export import stage
-from pyxis_calls import is_squashfs as _is_squashfs
-from pyxis_calls import job_env as _env
-from pyxis_calls import pyxis_get, pyxis_release
-from pyxis_calls import run as _run
+from helpers.pyxis_calls import is_squashfs as _is_squashfs
+from helpers.pyxis_calls import job_env as _env
+from helpers.pyxis_calls import pyxis_get, pyxis_release
+from helpers.pyxis_calls import run as _run
 
 pytestmark = pytest.mark.engine
 
@@ -135,7 +135,7 @@ def test_a_pushed_artifact_is_pulled_into_the_store_not_converted(odd_image, reg
 
 def test_wrong_credentials_exit_7_and_never_show_the_password(odd_image, tmp_path):
     """Enroot's credentials file (netrc) is what the importer reads, as ``enroot import`` does."""
-    from local_registry import htpasswd_config, running_registry
+    from helpers.local_registry import htpasswd_config, running_registry
 
     secret = "s3cret-Pa55"
     root = tmp_path / "auth-registry"
@@ -155,7 +155,7 @@ def test_wrong_credentials_exit_7_and_never_show_the_password(odd_image, tmp_pat
 def test_a_failure_is_one_line_with_the_whole_reason_and_its_fix(tmp_path):
     """PXS3-5: Pyxis prints the importer's log line by line under its own tag; the README promises one
     ``error:`` line. The OS's reason comes through whole (a port nothing listens on)."""
-    from local_registry import free_port
+    from helpers.local_registry import free_port
 
     port = free_port()
     call = pyxis_get(f"docker://127.0.0.1:{port}#imagekit-test/nothing:1", _env(tmp_path / "store", tmp_path / "run", 0))

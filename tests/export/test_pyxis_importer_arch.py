@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from arch_images import make
-from pyxis_calls import job_env as _env
-from pyxis_calls import pyxis_get
+from helpers.arch_images import make
+from helpers.pyxis_calls import job_env as _env
+from helpers.pyxis_calls import pyxis_get
 
 from imagekit.util import platforms
 from imagekit.engines import docker as engine

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from pyxis_calls import is_squashfs, job_env, pyxis_get, pyxis_release
-from users import ALICE, BOB, TEAM, home_for, setpriv
+from helpers.pyxis_calls import is_squashfs, job_env, pyxis_get, pyxis_release
+from helpers.users import ALICE, BOB, TEAM, home_for, setpriv
 
 from imagekit.cli import main
 from imagekit.export import artifacts as art
 from imagekit.export.store import Store
 from imagekit.registry import RegistryClient, parse
-from needs import need
+from helpers.needs import need
 
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from pyxis_calls import EXE, is_squashfs, job_env, pyxis_get
+from helpers.pyxis_calls import EXE, is_squashfs, job_env, pyxis_get
 
 from imagekit.attest import bundle, keys
 from imagekit.cli import main

@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from imagekit.export import stage
-from enroot_conf import drop_in
-from local_registry import htpasswd_config, running_registry
-from pyxis_standins import build_all, push_all
+from helpers.enroot_conf import drop_in
+from helpers.local_registry import htpasswd_config, running_registry
+from helpers.pyxis_standins import build_all, push_all
 
 pytestmark = [pytest.mark.engine, pytest.mark.slurm]
 

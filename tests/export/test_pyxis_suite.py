@@ -1,10 +1,10 @@
 """Pyxis's own tests against imagekit's exports and importer, beside Pyxis's own import (issue 34).
 
 Pyxis 0.24.0's bats tests (from the site mirror's tarball) run under the session's real cluster
-(Slurm 22.05, Pyxis 0.24.0, Enroot 4.1.2) in three modes (tests/export/pyxis_suite.py): ``native``
+(Slurm 22.05, Pyxis 0.24.0, Enroot 4.1.2) in three modes (tests/helpers/pyxis_suite.py): ``native``
 (Pyxis's ``enroot import`` from a local registry), ``sqsh`` (imagekit's ``.sqsh`` files) and
 ``importer`` (imagekit's Pyxis importer on the plugstack line), as root and as the unprivileged
-test user. Their images are offline stand-ins (tests/export/pyxis_standins.py). A test that passes
+test user. Their images are offline stand-ins (tests/helpers/pyxis_standins.py). A test that passes
 natively and fails in an imagekit mode fails this file; so does a native run that does not pass
 the selected tests (the harness itself would be broken), and any of imagekit's own checks
 (tests/export/imagekit_extra.bats) failing in an imagekit mode.
@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from enroot_conf import allows_http
-from pyxis_standins import build_all, push_all
-from pyxis_suite import MODES, PATH, Run, bats_argv, prepare, run_bats, unpack_tests
+from helpers.enroot_conf import allows_http
+from helpers.pyxis_standins import build_all, push_all
+from helpers.pyxis_suite import MODES, PATH, Run, bats_argv, prepare, run_bats, unpack_tests
 
 from imagekit.export import ExportRequest, export_image
 

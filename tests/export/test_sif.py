@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from imagekit.export import ExportRequest, export_image, sif
-from export_helpers import engine_tree, tree_listing, unsquash
-from sif_files import tiny_sif as _tiny_sif
+from helpers.export_helpers import engine_tree, tree_listing, unsquash
+from helpers.sif_files import tiny_sif as _tiny_sif
 
 
 # ---------------------------------------------------------------- engine

@@ -17,7 +17,7 @@ from imagekit.cli import main
 from imagekit.export import sif_sign
 from imagekit.export.verifying import keys_trust
 from imagekit.sif_reader import read_sif
-from needs import need
+from helpers.needs import need
 
 pytestmark = pytest.mark.engine
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hostile import words
+from helpers.hostile import words
 from imagekit import image_facts
 from imagekit.util import quoting
 from imagekit.image_facts import reader

@@ -17,7 +17,7 @@ import pytest
 from imagekit.util.errors import UsageError
 from imagekit.export import squash
 from imagekit.export.squash import MIB, Preset
-from export_helpers import assert_superblock, superblock, unsquash
+from helpers.export_helpers import assert_superblock, superblock, unsquash
 
 FILES = {
     "big/text": b"".join(b"line %d of a compressible file\n" % i for i in range(120_000)),  # ~3.7 MB

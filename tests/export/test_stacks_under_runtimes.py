@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from runtimes import Declared, differences, parse, probe_script
+from helpers.runtimes import Declared, differences, parse, probe_script
 
 from imagekit.components.openmpi import NO_FABRIC_ENV
 
@@ -76,7 +76,7 @@ def export_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-# The CUDA stacks' cold builds are CI's heavy tier (tests/heavy_plugin.py).
+# The CUDA stacks' cold builds are CI's heavy tier (tests/helpers/heavy_plugin.py).
 @pytest.fixture(scope="session", params=[s if s == "debian-mpi" else pytest.param(s, marks=pytest.mark.heavy)
                                          for s in STACKS])
 def shipped(request, export_dir) -> Exports:

@@ -20,11 +20,11 @@ from imagekit.util import leases
 from imagekit.util.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
 from imagekit.export import formats
 from imagekit.export.store import EntryGone, Store, find, link_or_copy
-from polling import wait_for
+from helpers.polling import wait_for
 
 IMAGE = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32
-WORKER = Path(__file__).with_name("store_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "helpers" / "store_worker.py"
 
 
 def writer(data: bytes = b"squashfs bytes", calls: list | None = None):

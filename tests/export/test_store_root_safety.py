@@ -8,7 +8,7 @@ changed through descriptors (imagekit.export.store.nofollow). The property test 
 as a real other user, at every name root creates, renames, touches or removes in a store, and
 runs every store operation as root: the link's target never changes.
 
-Other users are real processes: numeric uids under ``setpriv`` (tests/export/users.py).
+Other users are real processes: numeric uids under ``setpriv`` (tests/helpers/users.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from users import ALICE, BOB, TEAM, setpriv
+from helpers.users import ALICE, BOB, TEAM, setpriv
 
 from imagekit.util import leases
 from imagekit.cli import main

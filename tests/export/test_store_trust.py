@@ -5,7 +5,7 @@ by gc and holds), F13 (PID namespaces), F14 (malformed entry.json), F15 (full di
 F16 (umask ignored).
 
 Other users are real processes: numeric uids under ``setpriv`` running Debian's python3 with this
-checkout's code (tests/export/users.py), and the cluster's ``imagekit-user`` where the store must
+checkout's code (tests/helpers/users.py), and the cluster's ``imagekit-user`` where the store must
 look a publisher up by name.
 """
 
@@ -24,14 +24,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from users import ALICE, BOB, CAROL, TEAM, home_for, setpriv
+from helpers.users import ALICE, BOB, CAROL, TEAM, home_for, setpriv
 
 from imagekit.util import leases
 from imagekit.cli import main
 from imagekit.util.errors import IntegrityError, NoSpaceError
 from imagekit.export.store import Store, UntrustedEntry, UntrustedStore, find, locks, notices
 from imagekit.export.store.verify import Stamps
-from needs import need
+from helpers.needs import need
 
 IMAGE = "sha256:" + "6c" * 32
 OTHER = "sha256:" + "bb" * 32
@@ -347,7 +347,7 @@ def test_f13_a_live_converter_in_another_pid_namespace_keeps_its_lock_and_work(t
     inner = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", NS_CONVERTER,
                               str(store), str(started), IMAGE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
-    from polling import wait_for
+    from helpers.polling import wait_for
 
     wait_for(lambda: started.exists() and started.read_text(), "the namespaced converter to take the lock")
     st = Store.open(store)

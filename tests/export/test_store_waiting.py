@@ -22,7 +22,7 @@ from pathlib import Path
 from imagekit.export.store import Store, wake
 
 IMAGE = "sha256:" + "ef" * 32
-WORKER = Path(__file__).with_name("store_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "helpers" / "store_worker.py"
 
 
 def test_waiters_are_woken_by_the_doorbell_and_hash_nothing(tmp_path):

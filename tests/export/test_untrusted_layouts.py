@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from layered import LAYER_GZIP, layer_tar, oci_layout, sha
-from users import ALICE, setpriv
+from helpers.layered import LAYER_GZIP, layer_tar, oci_layout, sha
+from helpers.users import ALICE, setpriv
 
 from imagekit.util.errors import ImagekitError
 from imagekit.export import ExportRequest, export_image, layers

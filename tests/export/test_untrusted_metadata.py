@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from export_helpers import unsquash
-from hostile import CANARY_VAR, REPRODUCER, nul_free_lists, nul_free_words, word_lists, words
+from helpers.export_helpers import unsquash
+from helpers.hostile import CANARY_VAR, REPRODUCER, nul_free_lists, nul_free_words, word_lists, words
 from imagekit import image_facts
 from imagekit.util import quoting
 from imagekit.image_facts import reader

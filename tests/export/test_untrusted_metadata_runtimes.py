@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from hostile import REPRODUCER
+from helpers.hostile import REPRODUCER
 
 from imagekit.util import quoting
 from imagekit.image_facts import reader

@@ -29,7 +29,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hostile import CANARY_VAR, nul_free_words
+from helpers.hostile import CANARY_VAR, nul_free_words
 from imagekit import image_facts
 from imagekit.util import quoting
 from imagekit.util.errors import UsageError

@@ -16,8 +16,8 @@ import pytest
 from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.launch import inside_out, preflight
 from imagekit.launch.common import JOB_LABEL
-from polling import wait_for
-from slow_engine import SlowEngine
+from helpers.polling import wait_for
+from helpers.slow_engine import SlowEngine
 
 DOCKER = "/usr/bin/docker"
 

@@ -113,7 +113,7 @@ def test_enroot_ranks_of_a_gpu_image_start_on_this_gpu_less_host(base_image, tmp
     """Real Enroot (its 98-nvidia.sh hook included) on this host: ranks without --gpus get
     NVIDIA_VISIBLE_DEVICES=void and start; with --gpus and no GPU runtime here, preflight refuses
     with the fix, and the hook really fails the start when told to go on anyway."""
-    import gpu_image
+    from helpers import gpu_image
 
     _need("enroot", "bash scripts/setup-cluster.sh installs Enroot 4.1.2")
     _need("mpirun", "apt-get install openmpi-bin")

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from export.arch_images import make
+from helpers.arch_images import make
 
 from imagekit import image_facts
 from imagekit.engines import docker as engine
@@ -221,7 +221,7 @@ def test_probe_finds_mpi_in_a_throwaway_container_and_leaves_none(mpi_image, bas
 def test_preflight_on_this_host_says_a_gpu_image_needs_void(base_image, tmp_path):
     """`imagekit preflight` on the image, its .sqsh and its .sif (made by `imagekit export`): on a host
     without a GPU runtime (this one, and CI's) a warning with the fix; exit 0, as compute nodes may have GPUs."""
-    import gpu_image
+    from helpers import gpu_image
 
     tag = gpu_image.build(base_image)
     sqsh = gpu_image.export(tag, "enroot", tmp_path / "gpu.sqsh")

@@ -1,19 +1,16 @@
 """``launch.session``: the one launch flow. Here: what ``--validate`` holds the job's output to, and that
 the gates fail before anything is read or started."""
 
-import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validate"))
 
 from imagekit.cli import main  # noqa: E402
 from imagekit.image_facts import reader  # noqa: E402
 from imagekit.launch.session import LaunchRequest, Session, judge  # noqa: E402
 from imagekit.validate import Gates  # noqa: E402
-from validate_gen import Spec, nccl_log, nccl_tests_output  # noqa: E402
+from helpers.validate_gen import Spec, nccl_log, nccl_tests_output  # noqa: E402
 
 RUN, _ = nccl_tests_output(Spec(style="new", hosts=("node-a", "node-b"), check=False))
 

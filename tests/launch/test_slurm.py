@@ -205,7 +205,7 @@ def _dry_run(image, *args):
 def test_a_cpu_only_job_of_a_gpu_image_gets_void(runtime, base_image, shellcheck):
     """No --gpus-per-node with an image that sets NVIDIA_VISIBLE_DEVICES=all: the containers get
     `void` (Pyxis through --container-env, Enroot --env, Docker -e), so GPU-less nodes start them."""
-    import gpu_image
+    from helpers import gpu_image
 
     res = _dry_run(gpu_image.build(base_image), "--runtime", runtime)
     script = res.stdout
@@ -226,7 +226,7 @@ def test_a_cpu_only_job_of_a_gpu_image_gets_void(runtime, base_image, shellcheck
 
 @pytest.mark.engine
 def test_void_only_where_no_gpus_are_asked_for_and_the_user_did_not_say(base_image):
-    import gpu_image
+    from helpers import gpu_image
 
     tag = gpu_image.build(base_image)
     for args in (["--gpus-per-node", "2"], ["--srun-arg=--gres=gpu:1"],

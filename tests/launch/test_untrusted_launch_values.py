@@ -21,7 +21,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hostile import CANARY_VAR, nul_free_lists, nul_free_words, words
+from helpers.hostile import CANARY_VAR, nul_free_lists, nul_free_words, words
 from imagekit.util import quoting
 from imagekit.util.errors import UsageError
 from imagekit.launch import inside_out, mpijob, mpirun, runtimes, slurm

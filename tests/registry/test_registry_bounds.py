@@ -13,8 +13,8 @@ import io
 import json
 
 import pytest
-from local_registry import blob_path, running_registry
-from registry_standin import Reply, Seen, Server, drip
+from helpers.local_registry import blob_path, running_registry
+from helpers.registry_standin import Reply, Seen, Server, drip
 
 from imagekit.util.errors import IntegrityError, RegistryError
 from imagekit.registry import OCI_INDEX, OCI_MANIFEST, RegistryClient, sha256_digest

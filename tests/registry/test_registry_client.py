@@ -18,7 +18,7 @@ from imagekit.util.platforms import Platform, PlatformError
 from imagekit.util.errors import CredentialsError, IntegrityError, RegistryError
 from imagekit.registry import RegistryClient, parse
 from imagekit.registry.credentials import Credential
-from local_registry import (blob_path, htpasswd_config, push_test_image, running_registry,
+from helpers.local_registry import (blob_path, htpasswd_config, push_test_image, running_registry,
                             token_server)
 
 PASSWORD = "s3cret-Pa55word"
@@ -82,7 +82,7 @@ def test_unknown_tag_and_unreachable_registry(open_registry, tmp_path):
     client = RegistryClient(addr, env=no_credentials_env(tmp_path))
     with pytest.raises(RegistryError, match="not found"):
         client.resolve(parse(f"{addr}#t/none:1"))
-    from local_registry import free_port
+    from helpers.local_registry import free_port
 
     dead = RegistryClient(f"127.0.0.1:{free_port()}", env=no_credentials_env(tmp_path))
     with pytest.raises(RegistryError, match="cannot reach") as info:

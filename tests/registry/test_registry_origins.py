@@ -1,7 +1,7 @@
 """Credentials stay with the origin that asked for them (issue 22: F8, F11, F21).
 
 Every test runs real HTTP servers and asserts what each one received. The registry is the real
-docker-registry (tests/local_registry.py) wherever it can play the part; a recording front
+docker-registry (tests/helpers/local_registry.py) wherever it can play the part; a recording front
 (registry_standin.Server + forward) in front of it adds the one misbehaviour a test needs,
 because the real registry never redirects a manifest, points ``Location`` at another host, or
 pages referrers (it has no referrers API). ``127.0.0.2`` is "another host".
@@ -24,13 +24,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from local_registry import (
+from helpers.local_registry import (
     htpasswd_config,
     push_test_image,
     running_registry,
     token_server,
 )
-from registry_standin import Reply, Seen, Server, forward, self_signed
+from helpers.registry_standin import Reply, Seen, Server, forward, self_signed
 
 from imagekit.util.errors import CredentialsError, IntegrityError, RegistryError
 from imagekit.registry import OCI_INDEX, RegistryClient, parse, sha256_digest

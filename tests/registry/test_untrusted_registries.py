@@ -23,7 +23,7 @@ import tarfile
 import threading
 
 import pytest
-from registry_standin import Reply, Seen, Server
+from helpers.registry_standin import Reply, Seen, Server
 
 from imagekit.util.errors import IntegrityError, RegistryError
 from imagekit.registry import RegistryClient, sha256_digest

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gate_inputs import BASELINE
+from helpers.gate_inputs import BASELINE
 from imagekit.util.errors import UsageError
 from imagekit.validate import baseline_from_dict, load_baseline
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from imagekit.cli import main
-from validate_gen import Spec, nccl_log, nccl_tests_output
+from helpers.validate_gen import Spec, nccl_log, nccl_tests_output
 
 RUN, EXP = nccl_tests_output(Spec(style="new", hosts=("node-a", "node-b"), check=False))
 PEAK = max(EXP.oop_busbw + EXP.ip_busbw)

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from gate_inputs import BASELINE, PEAK, RUN
+from helpers.gate_inputs import BASELINE, PEAK, RUN
 from imagekit.validate import Gates, baseline_from_dict, evaluate, parse
-from validate_gen import Spec, nccl_log, nccl_tests_output
+from helpers.validate_gen import Spec, nccl_log, nccl_tests_output
 
 
 def test_gate_above_peak_fails_and_names_size_and_figure() -> None:

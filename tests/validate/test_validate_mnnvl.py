@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from imagekit.cli import main
 from imagekit.validate import GateOptions, Gates, evaluate, parse
-from validate_gen import Spec, nccl_log, nccl_tests_output
+from helpers.validate_gen import Spec, nccl_log, nccl_tests_output
 
 TRAYS = ("tray-01", "tray-02")
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from imagekit.validate import Gates, evaluate, parse
-from validate_gen import osu_allreduce_full, osu_bw, osu_latency
+from helpers.validate_gen import osu_allreduce_full, osu_bw, osu_latency
 
 # Captured from `mpirun -np 2 python -m mpi4py.bench pingpong -n 4096` (mpi4py 4.1.2, Open MPI 4.1.4).
 PINGPONG = """\

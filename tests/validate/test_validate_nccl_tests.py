@@ -7,7 +7,7 @@ import pytest
 
 from imagekit.validate import Gates, evaluate, parse
 from imagekit.validate.summary import saturation_size
-from validate_gen import Spec, nccl_tests_output
+from helpers.validate_gen import Spec, nccl_tests_output
 
 STYLES = ["legacy", "classic", "new"]
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from imagekit.validate import parse
-from validate_gen import Spec, nccl_log, nccl_tests_output
+from helpers.validate_gen import Spec, nccl_log, nccl_tests_output
 
 BASE, EXP = nccl_tests_output(Spec(style="classic", hosts=("node-a", "node-b"), check=False, maxb=1 << 26))
 LOG_LINES = nccl_log("IB").splitlines()

@@ -17,7 +17,7 @@ from imagekit.util.errors import StackError
 from imagekit.validate import Gates, evaluate, parse
 from imagekit.validate import system as systems
 from imagekit.validate.parse import merge
-from validate_gen import Spec, nccl_log, nccl_tests_json, nccl_tests_output
+from helpers.validate_gen import Spec, nccl_log, nccl_tests_json, nccl_tests_output
 
 H100_2N = ("gpu-01", "gpu-07")
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-EXTRA = Path(__file__).resolve().parent / "imagekit_extra.bats"
+EXTRA = Path(__file__).resolve().parents[1] / "export" / "imagekit_extra.bats"
 MODES = ("native", "sqsh", "importer")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # `--container-image=X`, `--container-image X`, `PYXIS_CONTAINER_IMAGE=X`, `docker://X`.

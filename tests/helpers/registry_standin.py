@@ -6,7 +6,7 @@ test asserts what was sent where, never how long anything took. ``127.0.0.2`` pl
 host": a different origin (scheme, host, port) that is still on this machine, as in the
 red-team reproducers.
 
-:func:`forward` passes a request unchanged to the real docker-registry (tests/local_registry.py),
+:func:`forward` passes a request unchanged to the real docker-registry (tests/helpers/local_registry.py),
 so a front can add one misbehaviour (a redirect, a rewritten ``Location``, a ``Link``) to an
 otherwise real exchange. A handler that answers everything itself is a stand-in; each test that
 uses one says why the real registry cannot be made to misbehave that way.

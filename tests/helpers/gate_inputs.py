@@ -3,7 +3,7 @@ and a baseline file's content around that peak (validate_gen makes the run)."""
 
 from __future__ import annotations
 
-from validate_gen import Spec, nccl_tests_output
+from helpers.validate_gen import Spec, nccl_tests_output
 
 RUN, EXP = nccl_tests_output(Spec(style="new", hosts=("node-a", "node-b"), check=False))
 PEAK = max(EXP.oop_busbw + EXP.ip_busbw)

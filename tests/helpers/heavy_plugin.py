@@ -17,7 +17,6 @@ import pytest
 
 from imagekit import build
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import heavy_tier  # noqa: E402
 
 # Fixtures whose cold build takes many minutes on two cores: toolchains and MPI stacks from source.

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from export.users import OtherPython
-from needs import need
+from helpers.users import OtherPython
+from helpers.needs import need
 
 
 class PodmanUser:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from needs import need
+from helpers.needs import need
 
 ROOT = Path(__file__).resolve().parents[2]
 ALICE, BOB, CAROL = 2001, 2002, 2003      # numeric users of the tests, in no group file

@@ -33,7 +33,7 @@ def make(tag: str, architecture: str, tmp: Path, note: str = "") -> str:
         architecture=architecture, diff_id=docker_archive.sha256_file(layer), created="2026-01-01T00:00:00Z",
         cmd=["/bin/sh"], env=["PATH=/bin"],
         labels={"io.imagekit.test": f"arch-{architecture}{' ' + note if note else ''}"},
-        history="tests/export/arch_images.py").document()
+        history="tests/helpers/arch_images.py").document()
     buf = io.BytesIO()
     image_id = docker_archive.write(buf, layer, config)
     docker = engine.docker_cli()
