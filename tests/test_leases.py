@@ -90,7 +90,7 @@ def test_a_live_runs_containers_are_never_swept(mpi_image):
 
 def test_of_a_process_is_what_it_calls_me_and_a_dead_one_has_none():
     assert leases.of(os.getpid()) == leases.me()
-    child = subprocess.run([sys.executable, "-c", "import os; from imagekit import leases; "
+    child = subprocess.run([sys.executable, "-c", "import os; from imagekit.util import leases; "
                             "print(os.getpid(), leases.me())"], capture_output=True, text=True, check=True)
     pid, token = child.stdout.split()
     assert leases.of(int(pid)) is None and not leases.alive(token)
