@@ -47,6 +47,19 @@ from imagekit.schema import Option
 
 _TAG = re.compile(r"cuda[^:]*:(\d+\.\d+(?:\.\d+)?)")
 HOME = "/usr/local/cuda"
+# The program a user's first build compiles: a kernel and the runtime API, linked the way nvcc links by
+# default (cudart static, cudadevrt), with no -L or -l of its own. It prints what a GPU computed, so
+# the same binary shows on a GPU host that the code runs (tests/gpu_image.py).
+_NVCC_PROGRAM = (
+    "#include <cstdio>",
+    "__global__ void twice(int *v) { v[threadIdx.x] = 2 * threadIdx.x; }",
+    "int main() { int *d, h[32], s = 0; if (cudaMalloc(&d, sizeof h) != cudaSuccess) { puts(\"no GPU\"); return 3; }",
+    "  twice<<<1, 32>>>(d); cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);",
+    "  for (int i = 0; i < 32; i++) s += h[i]; printf(\"kernel sum %d\\n\", s); return s == 992 ? 0 : 1; }",
+)
+NVCC_LINK = ("d=$(mktemp -d) && cd \"$d\" && printf '%s\\n' " + " ".join("'" + line + "'" for line in _NVCC_PROGRAM)
+             + f" > k.cu && {HOME}/bin/nvcc -gencode arch=compute_90,code=sm_90 k.cu -o k && echo linked k; "
+             "rc=$?; cd / && rm -rf \"$d\"; exit $rc")
 # cuda-toolkit metapackage versions on PyPI whose nvcc wheel is a whole compiler (13.x).
 PYPI_VERSIONS = ("13.0.0", "13.0.1", "13.0.2", "13.0.3", "13.1.0", "13.1.1", "13.1.2", "13.2.0", "13.2.1",
                  "13.2.2", "13.3.0", "13.3.1", "13.4.1", "13.4.2", "13.4.3", "13.5.0")
@@ -198,6 +211,12 @@ class Cuda(Component):
         """target_dir relative to the prefix: what the include and lib64 links point at."""
         return self.target_dir.removeprefix(self.prefix + "/")
 
+    def _lib_links(self) -> list[str]:
+        """lib64 as every CUDA build expects it, and lib beside it: nvcc.profile's link line searches
+        $(TOP)/lib (the wheels' nvcc.profile, as NVIDIA's own layout has it), so without the second
+        link a plain `nvcc k.cu -o k` cannot find libcudart_static or libcudadevrt."""
+        return [f"ln -s {self._target_rel}/lib {self.prefix}/lib64", f"ln -s {self._target_rel}/lib {self.prefix}/lib"]
+
     # -- stages (pypi) ----------------------------------------------------
     def devel(self) -> list:
         if self.source == "distro":
@@ -216,7 +235,7 @@ class Cuda(Component):
                 f"cp -a {whl}/include {tgt}/",
                 f"cp -a {whl}/lib/. {tgt}/lib/",
                 f"ln -s {self._target_rel}/include {self.prefix}/include",
-                f"ln -s {self._target_rel}/lib {self.prefix}/lib64",
+                *self._lib_links(),
                 f"cd {tgt}/lib && for f in lib*.so.*; do ln -sf $f ${{f%%.so.*}}.so; done",
                 f"echo {base64.b64encode(_STUB_SCRIPT.encode()).decode()} | base64 -d | "
                 f"python3 - {self.prefix}/include {tgt}/lib",
@@ -253,7 +272,7 @@ class Cuda(Component):
             f"for t in {' '.join(_DISTRO_TOOLS)}; do ln -s /usr/bin/$t {self.prefix}/bin/$t; done",
             f"ln -s /usr/include {tgt}/include",
             f"ln -s {self._target_rel}/include {self.prefix}/include",
-            f"ln -s {self._target_rel}/lib {self.prefix}/lib64",
+            *self._lib_links(),
             f"echo {base64.b64encode(_STUB_SCRIPT.encode()).decode()} | base64 -d | "
             f"python3 - /usr/include {tgt}/lib",
             f"ln -sfn {self.prefix} {HOME}",
@@ -297,4 +316,7 @@ class Cuda(Component):
         if self.source in ("pypi", "distro"):
             out.append(checks.run("cuda.nvcc", f"nvcc reports CUDA {self.major_minor}", f"{HOME}/bin/nvcc --version",
                                   expect=rf"release {re.escape(self.major_minor)}\b", target="devel"))
+            out.append(checks.run("cuda.nvcc_link", "a plain `nvcc -gencode arch=compute_90,code=sm_90 k.cu -o k` "
+                                  "compiles and links (libcudart_static and libcudadevrt found)", NVCC_LINK,
+                                  expect=r"linked k", target="devel"))
         return out

@@ -178,10 +178,12 @@ class Openmpi(Component):
         return f"{PREFIX}/bin/mpicc" if self.source == "upstream" else "mpicc"
 
     def devel(self) -> list:
-        return super().devel() + _blocks.mpi_probe(self.mpicc)
+        cuda_probe = _blocks.cuda_mpi_probe(self.mpicc, "/usr/local/cuda") if self.enabled("cuda") else []
+        return super().devel() + _blocks.mpi_probe(self.mpicc) + cuda_probe
 
     def runtime(self) -> list:
-        probe = _blocks.copy_from_devel(_blocks.MPI_PROBE)
+        probe = _blocks.copy_from_devel(_blocks.MPI_PROBE) + \
+            (_blocks.copy_from_devel(_blocks.CUDA_MPI_PROBE) if self.enabled("cuda") else [])
         if self.source == "distro":
             return super().runtime() + probe
         # mpirun starts remote daemons over ssh in inside-out launches.
@@ -231,6 +233,15 @@ class Openmpi(Component):
         if self.enabled("cuda"):
             out.append(checks.run("openmpi.cuda", "OpenMPI is CUDA-aware", "ompi_info --parsable --all",
                                   expect=r"mpi_built_with_cuda_support:value:true"))
+            # What the build flag cannot tell: that device memory really moves, through the UCX (or
+            # shared-memory) path this image's MPI takes at run time.
+            out.append(checks.run("openmpi.cuda_ring", "2 ranks pass 4 MiB of GPU memory round a ring and allreduce "
+                                  f"in device memory ({_blocks.CUDA_MPI_PROBE})",
+                                  f"{NO_FABRIC_ENV} mpirun --allow-run-as-root --oversubscribe -np 2 "
+                                  f"{_blocks.CUDA_MPI_PROBE}",
+                                  expect=r"2 ranks, ring of 4194304 bytes of GPU memory and allreduce passed",
+                                  needs="gpu"))
+            out.append(checks.file("openmpi.cuda_probe", _blocks.CUDA_MPI_PROBE))
         if self.enabled("slurm"):
             # 5.x hands launching to PRRTE, whose own prte_info lists its Slurm components.
             info = "ompi_info" if self.major < 5 else "prte_info"
