@@ -24,7 +24,8 @@ def _in_band(e, measured: float) -> bool:
 
 def test_catalogue_has_the_pinned_entries():
     """A new catalogue entry needs its own pinned test below."""
-    assert {p.stem for p in CATALOGUE} == {"dgx-h100", "dgx-a100", "hgx-a100-4hdr", "dgx-b200", "dgx-1v", "dgx-2"}
+    assert {p.stem for p in CATALOGUE} == {"dgx-h100", "dgx-a100", "hgx-a100-4hdr", "dgx-b200", "dgx-1v", "dgx-2",
+                                           "gb200-nvl72"}
 
 
 @pytest.mark.parametrize("path", CATALOGUE, ids=lambda p: p.stem)
@@ -146,3 +147,31 @@ def test_readme_worked_example_matches_the_model():
     assert round(_exp("dgx-h100", 2).expected, 1) == 341.1 and "= 341.1 GB/s" in readme
     assert 197.76 * 30 / 16 == pytest.approx(370.8) and "197.76 × 30/16 = 370.8" in readme
     assert _exp("dgx-h100", 2, "NVLSTree").expected == pytest.approx(480)
+
+
+def test_gb200_nvl72_pinned_to_cited_numbers():
+    """One NVLink domain of 72 GPUs on 18 trays of 4: up to 18 nodes the run stays on NVLink (no NIC bound);
+    CoreWeave's full-rack run (72 ranks, 835-847 GB/s at 4-8 GiB) is NVLS's band; two racks meet the NICs."""
+    s = systems.load("nvl72")   # its alias
+    assert (s.name, s.gpus_per_node, s.nvlink_domain) == ("gb200-nvl72", 4, 72)
+    assert s.intra_gbs == pytest.approx(18 * 40.1) and s.network_gbs == pytest.approx(4 * 48.0)
+    rack = _exp("gb200-nvl72", 18)
+    assert {c.algorithm for c in rack.candidates} == {"Ring", "NVLS"}
+    assert all(b.name != "network" for c in rack.candidates for b in c.bounds)
+    assert _in_band(_exp("gb200-nvl72", 18, "NVLS"), 835) and _in_band(_exp("gb200-nvl72", 18, "NVLS"), 846.82)
+    assert s.within_nvlink_domain(18) and not s.within_nvlink_domain(19)
+    two_racks = _exp("gb200-nvl72", 36)
+    assert two_racks.bound.name == "network"
+
+
+def test_v100_systems_name_the_stack_built_for_them():
+    """DGX-1 and DGX-2 are V100 (sm_70), which CUDA 13 cannot target: their entries name the shipped stack
+    that carries sm_70 code, and `--system dgx-1` finds the DGX-1 model by its alias."""
+    from imagekit import stack as stack_mod
+
+    for name in ("dgx-1", "dgx-2"):
+        s = systems.load(name)
+        assert s.stacks == ["nccl-tests-volta"]
+        for ref in s.stacks:
+            built = stack_mod.load(ref)
+            assert "70" in built.get("nccl-tests").archs and built.get("cuda").major == "12"

@@ -151,7 +151,9 @@ def candidates(s: System, shape: RunShape) -> list[Candidate]:
     if nodes > 1 and s.nics_per_node == 0:
         raise NotModeled(f"the run spans {nodes} nodes but system {s.name} has no network (nics_per_node: 0)")
     intra = _intra(s)
-    if nodes == 1:
+    if nodes == 1 or s.within_nvlink_domain(nodes):
+        # One node, or nodes inside one multi-node NVLink domain (NVL72): every GPU reaches every other
+        # through the NVLink switches, so the NICs bound nothing.
         if coll == "all_reduce" and s.nvls:
             return [Candidate("Ring", [intra]), Candidate("NVLS", [_nvls(s)])]
         return [Candidate("Ring", [intra])]
@@ -205,7 +207,11 @@ def expect(s: System, shape: RunShape) -> Expectation:
             and chosen.algorithm in ("Ring", "Tree"):
         assumptions.append("across nodes a ring enters and leaves each node once per channel, so the per-node "
                            "network bandwidth (not a GPU's share of it) bounds busbw")
-    if shape.nodes > 1 and s.nics_per_node:
+    if shape.nodes > 1 and s.within_nvlink_domain(shape.nodes):
+        assumptions.append(f"{shape.nodes} nodes of {s.gpus_per_node} GPUs stay inside one NVLink domain of "
+                           f"{s.nvlink_domain} GPUs: NCCL must connect them over multi-node NVLink (P2P, NVLS), "
+                           "never over the NICs (NCCL_MNNVL_ENABLE=1 and an IMEX channel in every container)")
+    elif shape.nodes > 1 and s.nics_per_node:
         if s.nic_kind == "EFA":
             assumptions.append("EFA: NCCL must use the Libfabric net plugin, never NET/Socket")
         else:
@@ -227,8 +233,18 @@ def expect(s: System, shape: RunShape) -> Expectation:
 
 def expected_transports(s: System, nodes: int) -> list[str]:
     """The transports a multi-node run on this system must show (canonical names of nccl_log)."""
+    if nodes > 1 and s.within_nvlink_domain(nodes):
+        return ["P2P"]
     if nodes < 2 or not s.nics_per_node:
         return []
     if s.nic_kind == "EFA":
         return ["NET:Libfabric"]
     return ["IB", "GDRDMA"] if s.gpudirect_rdma else ["IB"]
+
+
+def forbidden_transports(s: System, nodes: int) -> list[str]:
+    """Transports a run on this system must not show: the NICs between nodes of one NVLink domain mean
+    multi-node NVLink did not come up (no IMEX channel in the container, MNNVL off) and NCCL fell back."""
+    if nodes > 1 and s.within_nvlink_domain(nodes):
+        return ["IB", "Socket"]
+    return []

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from imagekit.sizes import format_size
 from imagekit.validate import summary
 from imagekit.validate.baseline import Limits, bench_key
-from imagekit.validate.expect import NotModeled, RunShape, expect, expected_transports
+from imagekit.validate.expect import NotModeled, RunShape, expect, expected_transports, forbidden_transports
 from imagekit.validate.gates import Gates
 from imagekit.validate.model import Failure, MpiBenchRun, NcclTestsRun, Result, Verdict
 from imagekit.validate.nccl_log import algorithm_for, canonical
@@ -36,6 +36,7 @@ class _Judge:
         self.unreadable: list[str] = []
         self.applied: set[str] = set()
         self.model_transports: list[str] = []
+        self.model_forbidden: list[str] = []
         self.result = Result()
         self.peaks: dict[tuple, list[tuple[str, float]]] = {}  # (collective, nodes, ranks/node) -> (label, busbw)
 
@@ -135,6 +136,7 @@ class _Judge:
             self.fail("data", f"{label}: no expectation from system {s.name}: {exc}", run=label)
             return
         self.model_transports += [t for t in expected_transports(s, nodes) if t not in self.model_transports]
+        self.model_forbidden += [t for t in forbidden_transports(s, nodes) if t not in self.model_forbidden]
         rows = [r for r in run.rows if r.size >= exp.bandwidth_from]
         record = {"run": label, **exp.to_dict(), "sizes": [
             {"size": r.size, "busbw": r.busbw(), "share": round(r.busbw() / exp.expected, 4)}
@@ -377,6 +379,13 @@ class _Judge:
                                           f"{', '.join(expected)} ({rerun}, or --expect-transport to require it)")
             return
         seen = ", ".join(f"{t} ({info.counts[t]})" for t in info.transports)
+        for name in self.model_forbidden:
+            if info.counts.get(name):
+                self.fail("transport", f"{info.counts[name]} channel connections went over {name} between nodes of "
+                          f"one NVLink domain ({self.gates.system.name}): multi-node NVLink did not come up; check "
+                          "the IMEX daemon and channel (`imagekit preflight`), NCCL_MNNVL_ENABLE=1 and "
+                          "NVIDIA_IMEX_CHANNELS in the containers (`imagekit launch slurm --profile nvl72`)",
+                          figure="transport", value=float(info.counts[name]))
         for want in expected:
             name = canonical(want) or want
             if name == "NET:Libfabric":  # the Libfabric net plugin: "NET/Libfabric" or "NET/AWS Libfabric"

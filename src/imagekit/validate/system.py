@@ -54,6 +54,9 @@ class System:
     nvlink_link_busbw: Optional[float] = None  # GB/s per link
     nvls: bool = False
     nvls_busbw: Optional[float] = None  # GB/s, all_reduce with NVLink SHARP
+    # GPUs that share one NVLink fabric across nodes (GB200/GB300 NVL72: 72 GPUs on 18 trays of 4); None
+    # when NVLink ends at the node. Within it, nodes talk over NVLink (multi-node NVLink), not the NICs.
+    nvlink_domain: Optional[int] = None
     pcie_generation: Optional[int] = None
     nics_per_node: int = 0
     nic_kind: Optional[str] = None
@@ -63,7 +66,13 @@ class System:
     tolerance: float = DEFAULT_TOLERANCE
     bandwidth_from: int = DEFAULT_BANDWIDTH_FROM
     sources: dict[str, str] = field(default_factory=dict)
+    aliases: list[str] = field(default_factory=list)   # other names `--system` finds it by
+    stacks: list[str] = field(default_factory=list)    # shipped stacks (variants) built for its GPUs
     lines: dict[str, int] = field(default_factory=dict)  # dotted key -> line, for messages
+
+    def within_nvlink_domain(self, nodes: int) -> bool:
+        """True when a run on ``nodes`` nodes (all their GPUs) stays inside one multi-node NVLink domain."""
+        return bool(self.nvlink_domain) and nodes * self.gpus_per_node <= (self.nvlink_domain or 0)
 
     @property
     def nic_gbs(self) -> float:
@@ -104,11 +113,29 @@ def find(ref: str) -> Path:
     known = available()
     if ref in known:
         return known[ref]
+    aliased = _aliases(known).get(ref)
+    if aliased is not None:
+        return aliased
     close = difflib.get_close_matches(ref, list(known), n=1, cutoff=0.5)
     raise StackError(f"unknown system {ref!r}", key="--system",
                      hint=(f"did you mean {close[0]!r}? " if close else "")
                      + f"known systems: {', '.join(known)} (or give a path to a .yaml file; "
                        f"site directories: --systems-dir DIR or ${PATH_ENV})")
+
+
+def _aliases(known: dict[str, Path]) -> dict[str, Path]:
+    """Alias -> file, from each model's top-level `aliases:` (read without checking the rest: a broken
+    model elsewhere on the path must not stop the lookup of a good one)."""
+    out: dict[str, Path] = {}
+    for path in known.values():
+        try:
+            data = yamlpos.load(path)
+        except StackError:
+            continue
+        names = data.get("aliases") if isinstance(data, dict) else None
+        for alias in names if isinstance(names, list) else []:
+            out.setdefault(str(alias), path)
+    return out
 
 
 def load(ref: "str | Path") -> System:
@@ -119,10 +146,11 @@ def load(ref: "str | Path") -> System:
 
 
 # -- checking ------------------------------------------------------------------------------------
-_TOP = {"name", "description", "gpus", "intra_node", "network", "tolerance", "bandwidth_from", "sources"}
+_TOP = {"name", "description", "aliases", "stacks", "gpus", "intra_node", "network", "tolerance", "bandwidth_from",
+        "sources"}
 _GPUS = {"per_node", "model"}
 _INTRA = {"fabric", "nvlink_generation", "nvlink_links", "nvlink_link_busbw", "nvls", "nvls_busbw",
-          "pcie_generation"}
+          "pcie_generation", "nvlink_domain"}
 _NETWORK = {"nics_per_node", "kind", "rate_gbps", "efficiency", "gpudirect_rdma"}
 
 
@@ -149,6 +177,7 @@ def from_dict(data: Any, file: str = "<system>", default_name: str = "") -> Syst
     s.nvls = r.get(intra, "intra_node", Key("nvls", bool, default=False))
     s.nvls_busbw = r.get(intra, "intra_node", Key("nvls_busbw", float, low=1, high=100000))
     s.pcie_generation = r.get(intra, "intra_node", Key("pcie_generation", int, low=3, high=6))
+    s.nvlink_domain = r.get(intra, "intra_node", Key("nvlink_domain", int, low=2, high=100000))
     if net:
         s.nics_per_node = r.get(net, "network", Key("nics_per_node", int, required=True, low=0, high=128))
         s.nic_kind = r.get(net, "network", Key("kind", str, required=s.nics_per_node > 0, choices=NIC_KINDS))
@@ -165,6 +194,11 @@ def from_dict(data: Any, file: str = "<system>", default_name: str = "") -> Syst
     if not isinstance(sources, dict):
         raise r.error(data, "sources", "", "expected a mapping of source key -> citation")
     s.sources = {str(k): str(v) for k, v in sources.items()}
+    for key in ("aliases", "stacks"):
+        value = data.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise r.error(data, key, "", "expected a list of names", hint=f"e.g. `{key}: [name]`")
+        setattr(s, key, list(value))
     s.lines = r.lines
     _contradictions(s, r, gpus, intra, net)
     return s
@@ -192,6 +226,14 @@ def _contradictions(s: System, r: SectionReader, gpus: dict, intra: dict, net: d
         if s.pcie_generation is not None:
             raise r.error(intra, "pcie_generation", "intra_node", f"pcie_generation with fabric: {s.fabric}",
                           hint="GPUs talk over NVLink here; drop pcie_generation or set fabric: pcie")
+    if s.nvlink_domain is not None:
+        if s.fabric != "nvswitch":
+            raise r.error(intra, "nvlink_domain", "intra_node", f"an NVLink domain across nodes needs NVLink "
+                          f"switches (fabric: {s.fabric})", hint="set fabric: nvswitch, or drop nvlink_domain")
+        if s.nvlink_domain % s.gpus_per_node:
+            raise r.error(intra, "nvlink_domain", "intra_node", f"an NVLink domain of {s.nvlink_domain} GPUs is not "
+                          f"a whole number of {s.gpus_per_node}-GPU nodes",
+                          hint="nvlink_domain: the GPUs of every node in it (NVL72: 72 = 18 trays x 4)")
     if s.nvls and s.fabric != "nvswitch":
         raise r.error(intra, "nvls", "intra_node", f"NVLS without an NVSwitch (fabric: {s.fabric})",
                       hint="NVLink SHARP is done in the NVSwitch: set fabric: nvswitch, or nvls: false")
