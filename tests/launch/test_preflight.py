@@ -23,9 +23,10 @@ LABELS = {
 }
 HOST = dict(shm_bytes=16 << 30, memlock=None, infiniband=True, driver="550.54.15",
             nvidia_container_cli="/usr/bin/nvidia-container-cli",
-            srun_mpi=["pmix", "none", "pmi2", "pmix_v4"], mpirun_version="4.1.4")
+            srun_mpi=["pmix", "none", "pmi2", "pmix_v4"], mpirun_version="4.1.4",
+            gpus=[("NVIDIA H100 80GB HBM3", "9.0")])
 # A login or CI node: no driver, no nvidia-container-cli.
-GPU_LESS = {**HOST, "driver": None, "nvidia_container_cli": None}
+GPU_LESS = {**HOST, "driver": None, "nvidia_container_cli": None, "gpus": []}
 CUDA_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 
 

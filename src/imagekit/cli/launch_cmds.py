@@ -14,6 +14,7 @@ from imagekit.launch import common
 from imagekit.launch import inside_out as inside_out_mod
 from imagekit.launch import mpijob as mpijob_mod
 from imagekit.launch import mpirun as mpirun_mod
+from imagekit.launch import profiles as profiles_mod
 from imagekit.launch import slurm as slurm_mod
 from imagekit.launch.common import JOB_LABEL
 from imagekit.launch.gpu_env import GpuLaunch
@@ -37,6 +38,9 @@ def _common(f):
     f = click.option("--mounts", "mounts", multiple=True, metavar="SRC:DST[:ro]",
                      help="Bind mounts, repeatable or comma-separated.")(f)
     f = click.option("--no-preflight", is_flag=True, help="Launch even if preflight finds a problem.")(f)
+    f = click.option("--profile", "profile", multiple=True, metavar="NAME",
+                     help="A launch profile's environment (and placement): "
+                          + ", ".join(profiles_mod.PROFILES) + " (repeatable; --env wins).")(f)
     return f
 
 
@@ -97,7 +101,7 @@ def launch() -> None:
 @_command_arg
 def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition, time_, account, job_name,
           runtime, workdir, container_name, mount_home, nccl_debug, srun_args, output, dry_run, env, mounts,
-          no_preflight, command, validate, **gates) -> None:
+          no_preflight, profile, command, validate, **gates) -> None:
     """Write (and optionally submit) an sbatch script: srun --mpi=pmix, one container per task.
 
     \b
@@ -109,11 +113,15 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
       imagekit launch slurm --runtime docker --image REF -N 1 --ntasks-per-node 2 --submit -- ./app
       imagekit launch slurm --image ./nccl.sqsh -N 2 --gpus-per-node 8 --submit --validate \
           --system dgx-h100 -- all_reduce_perf -b 8 -e 8G -f 2 -g 1
+      imagekit launch slurm --profile nvl72 --image ./nccl.sqsh -N 18 --gpus-per-node 4 \
+          -- all_reduce_perf -b 512M -e 8G -f 2 -g 1     # one rack, multi-node NVLink required
     """
     if validate and dry_run:
         raise UsageError("--validate judges the job's output, so it needs --submit", "add --submit")
     session = _session(image, command, validate, no_preflight, gates)
-    job_env = common.parse_env(env)
+    chosen = profiles_mod.get(profile)
+    job_env = profiles_mod.environment(chosen, common.parse_env(env))
+    segment = profiles_mod.segment(chosen, nodes, gpus_per_node)
     # Anything naming GPUs among srun's own arguments (--gres=gpu:N, --gpus…, a gpu partition) keeps the
     # GPU runtime: in doubt, GPUs the user may have asked for are not hidden.
     wants_gpus = bool(gpus_per_node) or any("gpu" in a.lower() for a in srun_args)
@@ -125,7 +133,7 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
                              job_name=job_name, mounts=common.parse_mounts(mounts), env=job_env,
                              workdir=workdir, nccl_debug=nccl_debug, mount_home=mount_home,
                              container_name=container_name, srun_args=list(srun_args),
-                             image_env=session.image_env)
+                             image_env=session.image_env, segment=segment)
     if not dry_run:
         common.require_tool("sbatch", "run on a Slurm login node, or write the script with --dry-run -o FILE")
     # The Slurm plugin check only applies where the script will be submitted from; the containers
@@ -168,7 +176,7 @@ def slurm(image, nodes, gpus_per_node, ntasks_per_node, cpus_per_task, partition
 @_common
 @_command_arg
 def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, dry_run, env, mounts,
-           no_preflight, command, validate, **gates) -> None:
+           no_preflight, profile, command, validate, **gates) -> None:
     """Host mpirun starts one container per rank (sites without Slurm).
 
     \b
@@ -180,7 +188,7 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
           --max-latency-us 500
     """
     session = _session(image, command, validate, no_preflight, gates)
-    job_env = common.parse_env(env)
+    job_env = profiles_mod.environment(profiles_mod.get(profile), common.parse_env(env))
     if not gpus:
         job_env = session.cpu_only_env(job_env, runtime)
     job = mpirun_mod.MpirunJob(runtime=runtime, image=image, hosts=mpirun_mod.parse_hosts(hosts),
@@ -227,8 +235,8 @@ def mpirun(runtime, image, hosts, np_, gpus, workdir, mpirun_args, output_dir, d
 @_common
 @_command_arg
 def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_size, gpus, ready_timeout,
-               cleanup_timeout, partition, time_, output, submit, as_json, env, mounts, no_preflight, command,
-               validate, **gates) -> None:
+               cleanup_timeout, partition, time_, output, submit, as_json, env, mounts, no_preflight, profile,
+               command, validate, **gates) -> None:
     """N sshd worker containers on a private network; mpirun runs in the first.
 
     \b
@@ -243,7 +251,8 @@ def inside_out(runtime, image, nodes, slots, scheduler, iface, mpirun_args, shm_
     session = _session(image, command, validate, no_preflight, gates)
     job = inside_out_mod.InsideOutJob(image=image, nodes=nodes, command=session.command, runtime=runtime,
                            image_env=session.image_env,
-                           scheduler=scheduler, slots=slots, env=common.parse_env(env),
+                           scheduler=scheduler, slots=slots,
+                           env=profiles_mod.environment(profiles_mod.get(profile), common.parse_env(env)),
                            mounts=common.parse_mounts(mounts), iface=iface, mpirun_args=list(mpirun_args),
                            shm_size=shm_size, gpus=gpus, ready_timeout=ready_timeout,
                            cleanup_timeout=cleanup_timeout, partition=partition, time=time_)

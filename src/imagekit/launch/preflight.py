@@ -38,6 +38,22 @@ CUDA_MIN_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 # (stack, its CUDA major) -- the suggestion is made only when the host's driver runs that one.
 OLDER_CUDA_STACK = {13: ("debian-cuda12", 12)}
 PROC_DRIVER_VERSION = Path("/proc/driver/nvidia/version")
+# GPU generations by compute capability major (minor for the split ones), for messages.
+GPU_GENERATIONS = {(3,): "Kepler", (5,): "Maxwell", (6,): "Pascal", (7, 0): "Volta", (7, 2): "Volta",
+                   (7, 5): "Turing", (8, 9): "Ada", (8,): "Ampere", (9,): "Hopper", (10,): "Blackwell",
+                   (11,): "Blackwell", (12,): "Blackwell"}
+# The CUDA release that stopped compiling for (and shipping libraries with code for) GPUs below a compute
+# capability: CUDA 13.0 removed Maxwell, Pascal and Volta (sm_50 .. sm_72), CUDA 12.0 removed Kepler
+# (sm_35/37) (CUDA 13.0 and 12.0 release notes, "Deprecated or Dropped Architectures").
+CUDA_DROPPED = ((13, (7, 5), "13.0", "Maxwell, Pascal and Volta"), (12, (5, 0), "12.0", "Kepler"))
+# The shipped stack to suggest for GPUs that a newer CUDA dropped: (stack, what it carries).
+OLDER_GPU_STACK = {(7, 0): ("nccl-tests-volta", "CUDA 12.9 with sm_70 code")}
+# Multi-node NVLink: the IMEX daemon (nvidia-imex) exports GPU memory between the trays of one NVLink
+# domain, and a container reaches it through an IMEX channel device, which libnvidia-container creates and
+# injects for the channels NVIDIA_IMEX_CHANNELS names (NVIDIA IMEX guide; nvidia-container-toolkit).
+IMEX_CHANNEL_DIR = Path("/dev/nvidia-caps-imex-channels")
+IMEX_DAEMON = "nvidia-imex"
+MNNVL_GPUS = ("GB200", "GB300")
 
 
 @dataclass
@@ -60,6 +76,9 @@ class HostFacts:
     srun_mpi: list[str] | None = None   # `srun --mpi=list` entries; None when srun is missing
     mpirun_version: str | None = None   # host `mpirun --version` (Open MPI), None when missing
     srun_error: str | None = None       # why `srun --mpi=list` failed, when it did
+    gpus: list[tuple[str, str]] = field(default_factory=list)   # (name, compute capability) per GPU
+    imex_channels: list[int] | None = None   # /dev/nvidia-caps-imex-channels/channelN; None: no such dir
+    imex_daemon: bool | None = None          # an nvidia-imex process runs here; None: not looked for
 
     @classmethod
     def probe(cls, *, want_srun: bool = False, want_mpirun: bool = False) -> "HostFacts":
@@ -73,6 +92,10 @@ class HostFacts:
         facts.memlock = None if soft == resource.RLIM_INFINITY else soft
         facts.infiniband = Path("/dev/infiniband").is_dir()
         facts.driver = _driver_version()
+        if facts.driver:
+            facts.gpus = _gpus()
+            facts.imex_channels = _imex_channels()
+            facts.imex_daemon = _process_running(IMEX_DAEMON)
         # Enroot's 98-nvidia.sh appends /usr/sbin:/sbin to PATH before looking for it.
         facts.nvidia_container_cli = shutil.which("nvidia-container-cli",
                                                   path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
@@ -96,6 +119,35 @@ def _driver_version(proc: Path | None = None) -> str | None:
         if out and out.strip():
             return out.strip().splitlines()[0].strip()
     return None
+
+
+def _gpus() -> list[tuple[str, str]]:
+    """(name, compute capability) of each GPU nvidia-smi lists (compute_cap: R510 and later)."""
+    out = _run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"]) if shutil.which(
+        "nvidia-smi") else None
+    gpus = []
+    for line in (out or "").splitlines():
+        name, _, cap = line.rpartition(",")
+        if name.strip() and re.fullmatch(r"\d+\.\d+", cap.strip()):
+            gpus.append((name.strip(), cap.strip()))
+    return gpus
+
+
+def _imex_channels(root: Path | None = None) -> list[int] | None:
+    root = root or IMEX_CHANNEL_DIR
+    if not root.is_dir():
+        return None
+    return sorted(int(m.group(1)) for p in root.iterdir() if (m := re.fullmatch(r"channel(\d+)", p.name)))
+
+
+def _process_running(name: str, proc: Path = Path("/proc")) -> bool:
+    for comm in proc.glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == name:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _run(cmd: list[str]) -> str | None:
@@ -310,6 +362,101 @@ def check_driver(img: ImageFacts, host: HostFacts) -> Check:
     return Check("GPU driver", OK, f"driver {host.driver} runs CUDA {cuda} (needs >= {need})")
 
 
+def _cc(cap: str) -> tuple[int, int]:
+    major, _, minor = cap.partition(".")
+    return int(major), int(minor or 0)
+
+
+def gpu_generation(cap: tuple[int, int]) -> str:
+    return GPU_GENERATIONS.get(cap) or GPU_GENERATIONS.get(cap[:1]) or f"compute capability {cap[0]}.{cap[1]}"
+
+
+def runs_on(archs: list[str], cap: tuple[int, int]) -> bool:
+    """Can code built for ``archs`` (SASS for each, PTX of the newest) run on a GPU of compute capability
+    ``cap``? SASS runs on the same major at an equal or later minor; PTX is JIT-compiled for later GPUs only."""
+    codes = [_cc(f"{a[:-1]}.{a[-1]}") for a in archs if a.isdigit() and len(a) >= 2]
+    if not codes:
+        return True
+    return any(c[0] == cap[0] and c[1] <= cap[1] for c in codes) or cap >= max(codes)
+
+
+def check_gpu_arch(img: ImageFacts, host: HostFacts) -> Check:
+    """The host's GPUs against the image's CUDA release and the GPU code it carries: a CUDA 13 image on a
+    V100 fails at its first kernel ('no kernel image is available'), so say so before the job starts."""
+    name = "GPU architecture"
+    if not host.gpus:
+        return Check(name, SKIP, "no GPU listed by nvidia-smi on this host")
+    cuda = img.role_version("cuda") if img.known else None
+    if not cuda:
+        return Check(name, SKIP, "image CUDA unknown" if not img.known else "the image has no CUDA")
+    major = _major(cuda) or 0
+    for gpu, cap in host.gpus:
+        cc = _cc(cap)
+        for dropped_in, first_kept, release, generations in CUDA_DROPPED:
+            if major >= dropped_in and cc < first_kept:
+                older = OLDER_GPU_STACK.get(cc)
+                fix = (f"use a CUDA {dropped_in - 1} image with sm_{cc[0]}{cc[1]} code"
+                       + (f": the {older[0]} stack ({older[1]}; `imagekit build {older[0]}`)" if older else ""))
+                return Check(name, FAIL, f"the image's CUDA {cuda} cannot run on {gpu} (sm_{cc[0]}{cc[1]}, "
+                             f"{gpu_generation(cc)}): CUDA {release} dropped {generations} GPUs, so neither the "
+                             "image's code nor its CUDA libraries have kernels for it", fix)
+    provider = img.provider("cuda")
+    archs = [a for a in ((provider.fact("archs") if provider else None) or "").split(",") if a]
+    if archs:
+        for gpu, cap in host.gpus:
+            cc = _cc(cap)
+            if not runs_on(archs, cc):
+                return Check(name, FAIL, f"the image carries GPU code for sm_{', sm_'.join(archs)} and this host's "
+                             f"{gpu} is sm_{cc[0]}{cc[1]} ({gpu_generation(cc)}): no kernel image for it",
+                             f"rebuild with \"{cc[0]}{cc[1]}\" in the stack's GPU architectures (cuda arch_list or "
+                             "nccl-tests gencode)")
+    gpus = sorted({f"{g} (sm_{_cc(c)[0]}{_cc(c)[1]})" for g, c in host.gpus})
+    return Check(name, OK, f"CUDA {cuda}" + (f", code for sm_{', sm_'.join(archs)}" if archs else "")
+                 + f" runs on {', '.join(gpus)}")
+
+
+def check_imex(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None = None) -> Check:
+    """Multi-node NVLink (GB200/GB300 NVL72): the IMEX daemon on the host and a channel for the container.
+
+    Judged when the host has NVL72 GPUs or the job asks for multi-node NVLink (NCCL_MNNVL_ENABLE=1, or
+    NVIDIA_IMEX_CHANNELS set by the launch or the image)."""
+    name = "IMEX (multi-node NVLink)"
+    launch = launch or GpuLaunch()
+    env = {**(img.env or {}), **launch.env}
+    channels = env.get("NVIDIA_IMEX_CHANNELS")
+    mnnvl = env.get("NCCL_MNNVL_ENABLE") == "1"
+    nvl = sorted({g for g, _ in host.gpus if any(k in g for k in MNNVL_GPUS)})
+    if not nvl and not mnnvl and not channels:
+        return Check(name, OK, "not needed: no GB200/GB300 GPUs here and the job asks for no multi-node NVLink")
+    bad = FAIL if (launch.here or mnnvl) else WARN
+    elsewhere = "" if launch.here else " (checked on this host; the job's nodes must have them too)"
+    where = f"{', '.join(nvl)} here" if nvl else "the job asks for multi-node NVLink"
+    if host.imex_daemon is False:
+        return Check(name, bad, f"{where}, and no {IMEX_DAEMON} daemon runs: GPUs in other trays cannot import "
+                     f"this tray's memory{elsewhere}",
+                     f"start the IMEX service on every node of the NVLink domain (`systemctl start {IMEX_DAEMON}`; "
+                     "/etc/nvidia-imex/nodes_config.cfg lists the domain's node addresses)")
+    if host.imex_channels is not None and not host.imex_channels:
+        return Check(name, bad, f"{where}, and {IMEX_CHANNEL_DIR} has no channel device{elsewhere}",
+                     "create channel 0 (driver parameter NVreg_CreateImexChannel0=1, or `mknod` with the major of "
+                     "nvidia-caps-imex-channels in /proc/devices)")
+    if not channels:
+        return Check(name, WARN if nvl else OK, f"{where}, but the containers get no IMEX channel "
+                     "(NVIDIA_IMEX_CHANNELS unset): NCCL falls back to InfiniBand between trays",
+                     "launch with `--profile nvl72` (NVIDIA_IMEX_CHANNELS=0, NCCL_MNNVL_ENABLE=1)")
+    wanted = [c for c in re.split(r"[,\s]+", channels) if c.isdigit()]
+    have = host.imex_channels or []
+    missing = [c for c in wanted if host.imex_channels is not None and int(c) not in have]
+    if missing:
+        return Check(name, bad, f"NVIDIA_IMEX_CHANNELS={channels}, and this host has no channel "
+                     f"{', '.join(missing)} (it has: {', '.join(map(str, have)) or 'none'}){elsewhere}",
+                     f"ask for a channel the host has (NVIDIA_IMEX_CHANNELS={have[0] if have else 0})")
+    daemon = f", {IMEX_DAEMON} running" if host.imex_daemon else ""
+    return Check(name, OK, f"NVIDIA_IMEX_CHANNELS={channels}"
+                 + (f", channel device(s) {', '.join(map(str, have))}" if have else "")
+                 + (", MNNVL required (NCCL_MNNVL_ENABLE=1)" if mnnvl else "") + daemon)
+
+
 def check_gpu_runtime(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None = None) -> Check:
     """Will the containers start here? An image asking for GPUs (``NVIDIA_VISIBLE_DEVICES``) makes
     Enroot/Pyxis run nvidia-container-cli before the container starts, and that fails on a host
@@ -449,7 +596,7 @@ def run(image: str, *, scheduler: str | None = None, launcher: str | None = None
     if launcher == "mpirun":
         checks.append(check_host_mpirun(img, host))
     checks += [check_shm(host), check_memlock(img, host), check_infiniband(img, host), check_driver(img, host),
-               check_gpu_runtime(img, host, gpu)]
+               check_gpu_arch(img, host), check_imex(img, host, gpu), check_gpu_runtime(img, host, gpu)]
     if launcher == "inside-out":
         checks.append(check_sshd(img))
         if ssh_key_dir is not None:

@@ -59,6 +59,8 @@ class SlurmJob:
     # The image's own variables (its benchmark label): the containers' only, see common.check_image_env.
     image_env: dict[str, str] = field(default_factory=dict)
     image_env_label: str = BENCHMARK
+    # Slurm's topology/block placement (launch profile nvl72): nodes per segment, each segment in one block.
+    segment: int | None = None
 
     def __post_init__(self) -> None:
         check_choice("runtime", self.runtime, RUNTIMES)
@@ -87,6 +89,10 @@ class SlurmJob:
             opts["gpus-per-node"] = str(self.gpus_per_node)
         if self.cpus_per_task:
             opts["cpus-per-task"] = str(self.cpus_per_task)
+        if self.segment:
+            # topology/block: every `segment` nodes from one block (the site's block is one NVLink domain),
+            # and the job's one srun step spans them. An sbatch that predates the option refuses it.
+            opts["segment"] = str(self.segment)
         for opt, val in (("partition", self.partition), ("time", self.time), ("account", self.account)):
             if val:
                 opts[opt] = val
