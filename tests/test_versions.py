@@ -80,8 +80,8 @@ components:
   ucx: {version: "1.13.1", ofed: false}
 """)
     rows = {r.component: r for r in versions.report(stack_mod.load_all(path), str(site_mirror))}
-    assert (rows["pmix"].newest, rows["pmix"].behind, rows["pmix"].where) == ("5.0.7", "yes", "site mirror")
-    assert (rows["ucx"].newest, rows["ucx"].behind) == ("1.18.1", "yes")
+    assert (rows["pmix"].newest, rows["pmix"].behind, rows["pmix"].where) == ("5.0.10", "yes", "site mirror")
+    assert (rows["ucx"].newest, rows["ucx"].behind) == ("1.20.1", "yes")
     without = {r.component: r for r in versions.report(stack_mod.load_all(path))}
     assert without["pmix"].where == "imagekit pins" and without["pmix"].newest == "5.0.10"
 

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagekit import engine, engines, podman, procs, render, sources
+from imagekit import base_pins, engine, engines, podman, procs, render, sources
 from imagekit.errors import ImagekitError, UsageError
 from imagekit.image_facts import writer
 
@@ -152,6 +152,10 @@ def build(stack, request: BuildRequest | None = None, *,
     else:
         engine.client()
     check_bases(stack, engine_name)
+    # A digest-pinned base whose tag names another image stops here (the Docker engine's copy, else the
+    # registry; Podman's store is not asked).
+    for note in base_pins.verify(stack, **({} if engine_name == "docker" else {"engine_digests": lambda _r: None})):
+        progress(note)
     bundle = resolve_ca_bundle(request.ca_bundle)
     text = render.render(stack, "docker", single_stage=request.single_stage)
     digest = render.recipe_hash(text)

@@ -22,7 +22,7 @@ def test_stacks_json():
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
     assert [r["stack"] for r in rows] == ["debian-cuda", "debian-cuda12", "debian-mpi", "debian-pytorch",
-                                          "nccl-tests", "pytorch"]
+                                          "nccl-tests", "nccl-tests-volta", "pytorch"]
     for row in rows:
         assert set(row) == {"stack", "file", "from", "description", "variants"}
         assert Path(row["file"]).is_file() and row["description"]
@@ -44,7 +44,7 @@ def test_matrix_json():
     result = invoke("matrix", "--json")
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
-    assert len(rows) == 7
+    assert len(rows) == 8
     arm = next(r for r in rows if r["variant"] == "nccl-tests-cu129-sbsa")
     assert arm["platform"] == "linux/arm64" and arm["arch"] == "aarch64" and arm["offline"] is False
     # The platform CI builds for is the one `imagekit build` passes to docker.

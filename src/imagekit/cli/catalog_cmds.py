@@ -16,7 +16,7 @@ from imagekit import stack as stack_mod
 from imagekit import versions
 from imagekit.build import PLATFORMS
 from imagekit.cli.options import MIRROR
-from imagekit.errors import UsageError
+from imagekit.errors import StackError, UsageError
 
 
 @click.command()
@@ -43,8 +43,14 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
         return
     rows = []
     for path, directory in stack_mod.available():
-        variants = stack_mod.load_all(path)
         origin = "shipped" if directory.resolve() == stack_mod.SHIPPED_DIR else str(directory)
+        try:
+            variants = stack_mod.load_all(path)
+        except StackError as exc:
+            # One broken stack in a site directory is listed with its error; the others stay usable.
+            rows.append({"stack": path.stem, "file": str(path), "from": origin, "description": "",
+                         "variants": [], "error": exc.message + (f" (fix: {exc.hint})" if exc.hint else "")})
+            continue
         rows.append({"stack": variants[0].stack_name, "file": str(path), "from": origin,
                      "description": variants[0].description,
                      "variants": [v.name for v in variants] if variants[0].variant else []})
@@ -52,6 +58,9 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
+        if row.get("error"):
+            click.echo(f"{row['stack']:<14} BROKEN: {row['error']}  [{row['from']}]")
+            continue
         click.echo(f"{row['stack']:<14} {row['description']}  [{row['from']}]")
         for name in row["variants"]:
             click.echo(f"  {name}")

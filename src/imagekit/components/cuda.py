@@ -92,6 +92,11 @@ GPU_ARCHS = {
     "12.9": (*_ARCHS_12, "100", "101", "103", "120", "121"),
     "13": ("75", "80", "86", "87", "88", "89", "90", "100", "103", "110", "120", "121"),
 }
+# Architectures a CUDA release dropped, with the release and the GPUs they are (for the error a stack gets).
+DROPPED = {**{a: ("13.0", "Volta (V100, Titan V)") for a in ("70", "72")},
+           **{a: ("13.0", "Pascal (P100, P40)") for a in ("60", "61", "62")},
+           **{a: ("13.0", "Maxwell") for a in ("50", "52", "53")},
+           **{a: ("12.0", "Kepler (K80)") for a in ("35", "37")}}
 # Writes link-only stubs of the driver libraries from the toolkit's own headers: every function
 # the (preprocessed and raw) header declares becomes an empty exported symbol.
 _STUB_SCRIPT = r"""import re, subprocess, sys
@@ -171,8 +176,14 @@ class Cuda(Component):
         """Refuse a GPU architecture this CUDA cannot compile, naming the ones it can."""
         archs = self.gpu_archs
         if arch not in archs:
-            (owner or self).error(key, f"CUDA {self.version} cannot compile for sm_{arch}",
-                                  f"CUDA {self.major_minor} compiles for: " + ", ".join(archs))
+            dropped = DROPPED.get(arch)
+            why = (f": CUDA {dropped[0]} dropped {dropped[1]} GPUs" if dropped and
+                   tuple(map(int, self.major_minor.split("."))) >= tuple(map(int, dropped[0].split("."))) else "")
+            fix = f"CUDA {self.major_minor} compiles for: " + ", ".join(archs)
+            if dropped and why:
+                fix += (f"; for sm_{arch} use a CUDA release before {dropped[0]} (the nccl-tests-volta stack is "
+                        "CUDA 12.9 with sm_70)")
+            (owner or self).error(key, f"CUDA {self.version} cannot compile for sm_{arch}{why}", fix)
 
     @property
     def gpu_archs(self) -> tuple[str, ...]:
@@ -301,8 +312,20 @@ class Cuda(Component):
         return {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
                 "NVIDIA_REQUIRE_CUDA": f"cuda>={self.major}.0"}
 
+    @property
+    def stack_archs(self) -> list[str]:
+        """Every GPU architecture the stack compiles code for: arch_list and each component's own (nccl-tests'
+        gencode), in order; preflight compares them with the host's GPUs."""
+        archs = list(self.opts.get("arch_list") or [])
+        for component in self.stack.components.values():
+            if component is not self and isinstance(getattr(type(component), "archs", None), property):
+                archs += [a for a in component.archs if a not in archs]
+        return sorted(set(archs), key=lambda a: int(a) if a.isdigit() else 0)
+
     def labels(self) -> dict[str, str]:
         out = {"major": self.major, "prefix": self.prefix if self.source in ("pypi", "distro") else HOME}
+        if self.stack_archs:
+            out["archs"] = ",".join(self.stack_archs)
         if self.min_driver:
             out["min_driver"] = self.min_driver
         return out

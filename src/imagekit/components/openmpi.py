@@ -163,8 +163,10 @@ class Openmpi(Component):
         (artifact,) = self.artifacts()
         src = sources.block_source(self.stack, artifact)
         # openssh-client: Open MPI 4's mpirun will not start, even for local ranks, without an rsh agent.
+        # flex: upstream's release tarballs carry the flex-generated *_lex.c files, a tarball a site made
+        # from the git tag (as the stand-in mirror's 5.0.10) does not, and its configure stops without flex.
         pmi2 = [PMI2_PACKAGES[self.stack.base.distro][0]] if self.enabled("pmi2") else []
-        return _blocks.build_tools(self.stack, [*DEVEL_PACKAGES, "openssh-client", "perl", *pmi2],
+        return _blocks.build_tools(self.stack, [*DEVEL_PACKAGES, "openssh-client", "perl", "flex", *pmi2],
                                    "Open MPI build tools") + [
             generic_autotools(**src, directory=f"openmpi-{self.version}", prefix=PREFIX, ldconfig=True,
                               configure_opts=self.configure_opts(),
