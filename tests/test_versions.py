@@ -96,3 +96,25 @@ def test_outdated_against_the_real_package_index(write_stack, monkeypatch):
     from packaging.version import Version
 
     assert nccl["behind"] == "yes" and Version(nccl["newest"]) >= Version("2.32.3")
+
+
+def test_imagekit_outdated_is_a_report_unless_strict(stub_index, write_stack):
+    """CI prints `imagekit outdated` (exit 0 even when a pin lags or is not served); --strict is the gate."""
+    path = write_stack(STACK % "9.9.9" + "  openmpi: {source: distro}\n  ucx: {source: distro, ofed: false}\n"
+                       "  pmix: {source: distro}\n")
+    report = CliRunner().invoke(main, ["outdated", str(path)])
+    assert report.exit_code == 0, report.output
+    assert "pins behind what is served; 1 not served" in report.stdout
+    # Debian 12's Open MPI against the newest upstream release imagekit pins.
+    assert "openmpi       4.1.4" in report.stdout and "debian12 package" in report.stdout
+    strict = CliRunner().invoke(main, ["outdated", "--strict", str(path)])
+    assert strict.exit_code == 2 and "does not serve mpi4py 9.9.9" in strict.stderr
+
+
+def test_base_images_are_listed_with_their_digest_state(stub_index, write_stack):
+    digest = "sha256:" + "a" * 64
+    path = write_stack(f"name: b\nbase:\n  image: nvidia/cuda:12.9.1-devel-ubuntu22.04@{digest}\n"
+                       "  runtime: nvidia/cuda:12.9.1-base-ubuntu22.04\n  distro: ubuntu22\ncomponents:\n  cuda: {}\n")
+    rows = {r["component"]: r for r in json.loads(CliRunner().invoke(main, ["outdated", "--json", str(path)]).stdout)}
+    assert rows["base.image"]["where"] == "digest-pinned"
+    assert rows["base.runtime"]["where"] == "tag only, not pinned by digest"

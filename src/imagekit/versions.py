@@ -8,7 +8,11 @@ answers, and no host is named here). NCCL from NVIDIA's apt repo is compared wit
 the NCCL wheel of the same CUDA major (the same releases; the apt repo itself is
 the registry's, out of reach here). Upstream release files are compared with the
 site mirror's listing when a mirror directory is given, and with the versions
-imagekit (and the site pins file) pin otherwise.
+imagekit (and the site pins file) pin otherwise. A component taken from the
+distro (Debian's or Ubuntu's package of the base release) is compared with the
+newest upstream release imagekit pins, which is how far the distro lags. Base
+images are listed with whether they are pinned by digest (the registry is not
+asked here: ``imagekit build`` verifies a pinned digest against its tag).
 """
 
 from __future__ import annotations
@@ -151,11 +155,43 @@ def rows(stack, mirror: str | None = None) -> list[Row]:
     return out
 
 
+def distro_rows(stack) -> list[Row]:
+    """Components from the base distro's packages against the newest upstream release imagekit pins."""
+    out = []
+    pins = {**sources.PINS, **sources.site_pins(components.pinnable())}
+    for component in stack.components.values():
+        if component.source != "distro" or component.version in ("distro", "unknown"):
+            continue
+        upstream = [v for (c, v) in pins if c == component.name]
+        newest = _newest(upstream)
+        try:
+            behind = "unknown" if newest is None else "yes" if Version(component.version) < Version(newest) else "no"
+        except InvalidVersion:
+            behind = "unknown"
+        file, line = _pos(component, "source")
+        out.append(Row(stack.stack_name, component.name, f"{stack.base.distro} package", component.version, newest,
+                       behind, "upstream (imagekit pins)", file, line, f"components.{component.name}.source"))
+    return out
+
+
+def base_rows(stack) -> list[Row]:
+    """The stack's base images: the tag, and whether a digest pins it (locally made bases cannot be)."""
+    out = []
+    for key, ref in (("image", stack.base.image), ("runtime", stack.base.runtime)):
+        if ref.startswith("imagekit/") or (key == "runtime" and ref == stack.base.image):
+            continue
+        name, _, digest = ref.partition("@")
+        out.append(Row(stack.stack_name, f"base.{key}", name, name.rpartition(":")[2],
+                       None, "unknown", "digest-pinned" if digest else "tag only, not pinned by digest",
+                       stack.file, None, f"base.{key}"))
+    return out
+
+
 def report(stacks: list, mirror: str | None = None) -> list[Row]:
     """Rows for every variant of every stack, one per distinct pin of each stack file."""
     seen, out = set(), []
     for stack in stacks:
-        for row in rows(stack, mirror):
+        for row in rows(stack, mirror) + distro_rows(stack) + base_rows(stack):
             key = (row.stack, row.component, row.package, row.pinned)
             if key not in seen:
                 seen.add(key)

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "show": "imagekit.cli.stack_cmds:show",
     "render": "imagekit.cli.stack_cmds:render",
     "matrix": "imagekit.cli.catalog_cmds:matrix",
+    "outdated": "imagekit.cli.catalog_cmds:outdated",
     "base": "imagekit.cli.build_cmds:base",
     "build": "imagekit.cli.build_cmds:build",
     "check": "imagekit.cli.build_cmds:check",
@@ -48,6 +49,9 @@ SUMMARIES: dict[str, str] = {
     "show": "Show the resolved stack: base, every component with version and source.",
     "render": "Render a stack to a Dockerfile or a Singularity definition (HPCCM).",
     "matrix": "List every stack x variant x arch to build, for CI to consume.",
+    "outdated": "Show how far each pin lags what is served: PyPI (pip's configured index) for wheels and NCCL, the "
+                "site mirror or imagekit's pins for upstream releases, the newest upstream release for distro "
+                "packages, and whether each base image is pinned by digest. A report (exit 0) unless --strict.",
     "base": "Bootstrap an offline base image (mmdebstrap or debootstrap) and import it into the engine.",
     "build": "Render a stack and build its image with BuildKit (or rootless Podman).",
     "check": "Run the image's checks (pytest-testinfra) in a container of it.",

@@ -66,7 +66,26 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
             click.echo(f"  {name}")
 
 
-def _outdated(refs: tuple[str, ...], as_json: bool, mirror: str | None) -> None:
+@click.command()
+@click.argument("refs", nargs=-1, metavar="[STACK]...")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.option("--strict", is_flag=True, help="exit 2 when a pin is not served (a gate; without it, a report)")
+@MIRROR
+def outdated(refs: tuple[str, ...], as_json: bool, strict: bool, mirror: str | None) -> None:
+    """Show how far each pin lags what is served: PyPI (pip's configured index) for wheels and NCCL, the
+    site mirror or imagekit's pins for upstream releases, the newest upstream release for distro packages,
+    and whether each base image is pinned by digest. A report (exit 0) unless --strict.
+
+    \b
+    Example:
+      imagekit outdated                                   # every stack, as CI prints it
+      imagekit outdated debian-cuda --mirror /site/mirror --json
+      imagekit outdated --strict ./site-stack.yaml       # exit 2 if a pin is not served
+    """
+    _outdated(refs, as_json, mirror, strict=strict)
+
+
+def _outdated(refs: tuple[str, ...], as_json: bool, mirror: str | None, strict: bool = True) -> None:
     paths = [stack_mod.find(ref)[0] for ref in refs] if refs else [p for p, _ in stack_mod.available()]
     if mirror:
         mirror = sources.resolve_mirror(None, None, mirror)
@@ -74,19 +93,23 @@ def _outdated(refs: tuple[str, ...], as_json: bool, mirror: str | None) -> None:
     for path in paths:
         variants = stack_mod.load_all(path)
         rows += versions.report(variants, mirror or variants[0].mirror)
+    missing = [r for r in rows if r.behind == "not served"]
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
     else:
         current = None
+        width = max([10] + [len(r.pinned) for r in rows])
         for row in rows:
             if row.stack != current:
                 current = row.stack
                 click.echo(f"{row.stack}")
-                click.echo(f"  {'component':<13} {'pinned':<10} {'newest':<10} {'behind':<11} from")
-            click.echo(f"  {row.component:<13} {row.pinned:<10} {row.newest or '-':<10} {row.behind:<11} "
+                click.echo(f"  {'component':<13} {'pinned':<{width}} {'newest':<10} {'behind':<11} from")
+            click.echo(f"  {row.component:<13} {row.pinned:<{width}} {row.newest or '-':<10} {row.behind:<11} "
                        f"{row.where} ({row.package})")
-    missing = [r for r in rows if r.behind == "not served"]
-    if missing:
+        lagging = [r for r in rows if r.behind == "yes"]
+        click.echo(f"{len(lagging)} of {len(rows)} pins behind what is served"
+                   + (f"; {len(missing)} not served" if missing else ""))
+    if missing and strict:
         lines = [f"{r.file}:{r.line}: {r.key}: the {r.where} does not serve {r.package} {r.pinned}"
                  + (f" (newest: {r.newest})" if r.newest else " (nor any version of it)") for r in missing]
         raise UsageError("\n".join(lines), "pin a version that is served (the newest is listed above)")
