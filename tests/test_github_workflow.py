@@ -120,7 +120,8 @@ def test_validate_runs_on_the_images_arch_across_nodes_and_gates_on_ib_and_the_m
     validate_calls = [c for c in _imagekit_calls(script) if c[0] == "validate" and "--system" in c]
     assert len(validate_calls) == 1
     call = validate_calls[0]
-    assert call[call.index("--expect-transport") + 1] == "IB"
+    # IB unless the site says otherwise (vars.VALIDATE_TRANSPORT: P2P inside one NVL72 rack).
+    assert call[call.index("--expect-transport") + 1] == "$TRANSPORT" and env["TRANSPORT"].endswith("|| 'IB' }}")
     assert call[call.index("--system") + 1] == "$SYSTEM"
     assert int(call[call.index("--min-runs") + 1]) >= 2  # a repeatable result, not one lucky run
     assert "--min-busbw" not in call
@@ -156,3 +157,25 @@ def test_build_job_takes_the_site_mirror():
     build_env = yaml.safe_load(WORKFLOW.read_text())["jobs"]["build"]["env"]
     assert build_env[sources.MIRROR_ENV] == "${{ vars.IMAGEKIT_MIRROR }}"
     assert build_env[sources.SITE_ENV] == "${{ vars.IMAGEKIT_SITE }}"  # the mirror's own pins, when not upstream's
+
+
+def test_validate_runs_every_variant_and_a_failed_leg_skips_no_other():
+    """Review 3 H8: the GPU job ran for nccl-tests only, and `needs` without always() let one failed build
+    leg skip every validation. Each leg now runs what its image carries, chosen from its own report."""
+    import sys
+
+    validate = yaml.safe_load(WORKFLOW.read_text())["jobs"]["validate"]
+    assert validate["if"].startswith("always()") and "needs.matrix.result == 'success'" in validate["if"]
+    text = yaml.dump(validate)
+    assert "matrix.stack ==" not in text
+    conditions = {s.get("name"): s.get("if", "") for s in validate["steps"] if s.get("name")}
+    assert any("outputs.nccl_tests" in c for c in conditions.values())
+    assert any("outputs.cuda_mpi" in c for c in conditions.values())
+    assert any("outputs.pytorch" in c for c in conditions.values())
+    sys.path.insert(0, str(WORKFLOW.parents[2] / "scripts"))
+    from image_carries import carries
+
+    report = {"components": [{"name": "openmpi", "facts": {"cuda": "true"}}, {"name": "nccl-tests", "facts": {}}]}
+    assert carries(report) == {"nccl_tests": True, "cuda_mpi": True, "pytorch": False}
+    assert carries({"components": [{"name": "pytorch", "facts": {}}]}) == {"nccl_tests": False, "cuda_mpi": False,
+                                                                          "pytorch": True}
