@@ -328,6 +328,11 @@ class Cuda(Component):
             out["archs"] = ",".join(self.stack_archs)
         if self.min_driver:
             out["min_driver"] = self.min_driver
+            # One driver policy per image, the one preflight enforces (review 3 H13): the CUDA major's
+            # minimum under minor-version compatibility. A base image's cuda-compat libraries may let a
+            # data-center GPU on an older branch start it (forward compatibility); imagekit does not count
+            # on that, and the wheel-based images carry none.
+            out["driver_policy"] = "minor-version"
         return out
 
     def checks(self) -> list:

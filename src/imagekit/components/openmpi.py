@@ -243,7 +243,10 @@ class Openmpi(Component):
                                   f"{_blocks.CUDA_MPI_PROBE}",
                                   expect=r"2 ranks, ring of 4194304 bytes of GPU memory and allreduce passed",
                                   needs="gpu"))
-            out.append(checks.file("openmpi.cuda_probe", _blocks.CUDA_MPI_PROBE))
+            # Without a GPU: the probe was compiled against this MPI's headers, which say it is CUDA-aware.
+            out.append(checks.run("openmpi.cuda_probe", "the CUDA-aware MPI probe was built against a CUDA-aware MPI "
+                                  f"({_blocks.CUDA_MPI_PROBE} --built)", f"{_blocks.CUDA_MPI_PROBE} --built",
+                                  expect=r"built against a CUDA-aware MPI \(MPIX_CUDA_AWARE_SUPPORT 1\)"))
         if self.enabled("slurm"):
             # 5.x hands launching to PRRTE, whose own prte_info lists its Slurm components.
             info = "ompi_info" if self.major < 5 else "prte_info"
