@@ -57,8 +57,11 @@ _NVCC_PROGRAM = (
     "  twice<<<1, 32>>>(d); cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);",
     "  for (int i = 0; i < 32; i++) s += h[i]; printf(\"kernel sum %d\\n\", s); return s == 992 ? 0 : 1; }",
 )
+# The program must come out as an executable carrying sm_90 code (cuobjdump reads its fatbin): a compiler
+# that exits 0 without writing one fails too.
 NVCC_LINK = ("d=$(mktemp -d) && cd \"$d\" && printf '%s\\n' " + " ".join("'" + line + "'" for line in _NVCC_PROGRAM)
-             + f" > k.cu && {HOME}/bin/nvcc -gencode arch=compute_90,code=sm_90 k.cu -o k && echo linked k; "
+             + f" > k.cu && {HOME}/bin/nvcc -gencode arch=compute_90,code=sm_90 k.cu -o k && test -x k && "
+             f"{HOME}/bin/cuobjdump --list-elf k | grep -q sm_90 && echo linked k; "
              "rc=$?; cd / && rm -rf \"$d\"; exit $rc")
 # cuda-toolkit metapackage versions on PyPI whose nvcc wheel is a whole compiler (13.x).
 PYPI_VERSIONS = ("13.0.0", "13.0.1", "13.0.2", "13.0.3", "13.1.0", "13.1.1", "13.1.2", "13.2.0", "13.2.1",

@@ -5,7 +5,8 @@
  * Every rank takes a GPU (local rank modulo the GPUs it sees), sends BYTES (default 4 MiB) of device
  * memory to the next rank round the ring, checks on the host what arrived from the previous one,
  * then allreduces its rank number in device memory. Exit 0 only if all of it held.
- * Usage: mpirun|srun --mpi=pmix ... imagekit-cuda-mpi-ring [BYTES] */
+ * Usage: mpirun|srun --mpi=pmix ... imagekit-cuda-mpi-ring [BYTES]
+ *        imagekit-cuda-mpi-ring --built   (no GPU, no launcher: was it compiled against a CUDA-aware MPI?) */
 #include <mpi.h>
 #if defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h>
@@ -27,6 +28,21 @@ static int check(cudaError_t err, const char *what, int rank)
 int main(int argc, char **argv)
 {
     int rank, size, local = 0, ngpu = 0, bad = 0, len;
+    if (argc > 1 && strcmp(argv[1], "--built") == 0) {
+        /* What a host without a GPU can still tell: the MPI headers this was compiled against say the
+         * library was configured with CUDA support (Open MPI's mpi-ext.h), and the CUDA runtime it links. */
+        int runtime = 0;
+        cudaRuntimeGetVersion(&runtime);
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+        printf("imagekit-cuda-mpi-ring: built against a CUDA-aware MPI (MPIX_CUDA_AWARE_SUPPORT 1), CUDA runtime %d\n",
+               runtime);
+        return 0;
+#else
+        printf("imagekit-cuda-mpi-ring: built against an MPI without CUDA support (no MPIX_CUDA_AWARE_SUPPORT), "
+               "CUDA runtime %d\n", runtime);
+        return 1;
+#endif
+    }
     long bytes = argc > 1 ? atol(argv[1]) : 4L << 20;
     char host[MPI_MAX_PROCESSOR_NAME];
     MPI_Comm node;
