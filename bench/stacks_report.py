@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from imagekit import engine  # noqa: E402
 
-STACKS = ("debian-mpi", "debian-cuda", "debian-cuda12", "debian-pytorch", "debian-cuda-efa")
+STACKS = ("debian-mpi", "debian-cuda", "debian-cuda12", "debian-pytorch", "debian-efa")
 _DONE = re.compile(r"^#(\d+) DONE (\d+(?:\.\d+)?)s$")
 _CACHED = re.compile(r"^#(\d+) CACHED$")
 _STEP = re.compile(r"^#(\d+) \[(devel|runtime) +\d+/\d+\] (.*)$")

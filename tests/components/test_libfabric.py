@@ -20,7 +20,7 @@ def _site_pins(monkeypatch):
 
 
 def test_efa_stack_has_gpudirect_rdma_and_fails_rather_than_falling_back():
-    s = stack.load(str(FABRIC / "debian-cuda-efa.yaml"))
+    s = stack.load(str(FABRIC / "debian-efa.yaml"))
     plugin, fabric = s.get("aws-ofi-nccl"), s.get("libfabric")
     assert s.provider("libfabric") is fabric and fabric.enabled("cuda") and fabric.enabled("gdrcopy")
     assert plugin.labels()["gdr"] == "true" and plugin.labels()["libfabric"] == "2.6.0"
@@ -34,7 +34,7 @@ def test_efa_stack_has_gpudirect_rdma_and_fails_rather_than_falling_back():
 
 
 def test_slingshot_stack_keeps_to_cxi_and_builds_against_libfabric():
-    s = stack.load(str(FABRIC / "debian-cuda-slingshot.yaml"))
+    s = stack.load(str(FABRIC / "debian-slingshot.yaml"))
     assert s.get("aws-ofi-nccl").environment()["FI_PROVIDER"] == "cxi"
     assert "cxi" not in s.get("libfabric").opts["providers"]      # the host's libfabric brings CXI
     assert "--with-libfabric=/opt/libfabric" in render.render(s, "docker")
@@ -43,7 +43,7 @@ def test_slingshot_stack_keeps_to_cxi_and_builds_against_libfabric():
 def test_a_libfabric_without_cuda_needs_the_no_gdr_acceptance(tmp_path):
     from imagekit.errors import StackError
 
-    text = (FABRIC / "debian-cuda-efa.yaml").read_text().replace("extends: ../debian-cuda",
+    text = (FABRIC / "debian-efa.yaml").read_text().replace("extends: ../debian-cuda",
                                                                  f"extends: {stack.SHIPPED_DIR}/debian-cuda")
     path = tmp_path / "nogdr.yaml"
     path.write_text(text.replace("cuda: true, gdrcopy: true", "cuda: false"))
