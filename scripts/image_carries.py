@@ -3,7 +3,8 @@
 
     python scripts/image_carries.py out/VARIANT.report.json >> "$GITHUB_OUTPUT"
 
-Prints ``nccl_tests=true|false`` and ``pytorch=true|false``, one a line.
+Prints ``nccl_tests=true|false``, ``cuda_mpi=true|false`` (a CUDA-aware Open MPI, which builds the
+imagekit-cuda-mpi-ring probe) and ``pytorch=true|false``, one a line.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import sys
 
 def carries(report: dict) -> dict[str, bool]:
     components = {c["name"]: c for c in report.get("components", [])}
+    mpi = components.get("openmpi", {})
     return {
         "nccl_tests": "nccl-tests" in components,
+        "cuda_mpi": (mpi.get("facts") or {}).get("cuda") == "true",
         "pytorch": "pytorch" in components,
     }
 

@@ -207,9 +207,11 @@ def test_validate_runs_every_variant_and_a_failed_leg_skips_no_other():
     assert "matrix.stack ==" not in text
     conditions = {s.get("name"): s.get("if", "") for s in validate["steps"] if s.get("name")}
     assert any("outputs.nccl_tests" in c for c in conditions.values())
+    assert any("outputs.cuda_mpi" in c for c in conditions.values())
     assert any("outputs.pytorch" in c for c in conditions.values())
     carries = runpy.run_path(str(WORKFLOW.parents[2] / "scripts" / "image_carries.py"))["carries"]
 
     report = {"components": [{"name": "openmpi", "facts": {"cuda": "true"}}, {"name": "nccl-tests", "facts": {}}]}
-    assert carries(report) == {"nccl_tests": True, "pytorch": False}
-    assert carries({"components": [{"name": "pytorch", "facts": {}}]}) == {"nccl_tests": False, "pytorch": True}
+    assert carries(report) == {"nccl_tests": True, "cuda_mpi": True, "pytorch": False}
+    assert carries({"components": [{"name": "pytorch", "facts": {}}]}) == {"nccl_tests": False, "cuda_mpi": False,
+                                                                          "pytorch": True}

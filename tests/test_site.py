@@ -156,7 +156,10 @@ def test_two_launch_requests_preflight_against_their_own_site(tmp_path, monkeypa
     (site / "nccl-tests-volta.yaml").write_text("name: nccl-tests-volta\n")
     facts = image_facts.from_labels(CUDA13, ref="img")
     fixes = {}
-    for name, chosen in (("with", Site(stack_dirs=[site])), ("without", Site())):
+    # "without": a site whose shipped directory has no Volta stack (a site may ship its own set).
+    bare = tmp_path / "shipped"
+    bare.mkdir()
+    for name, chosen in (("with", Site(stack_dirs=[site])), ("without", Site(shipped_stacks=bare))):
         logs: list[str] = []
         session = Session(LaunchRequest("img", ("true",), site=chosen), log=logs.append, echo=logs.append,
                           facts=facts)

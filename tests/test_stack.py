@@ -387,6 +387,7 @@ def test_shipped_stacks_all_load():
         "debian-pytorch": ["debian-pytorch"],
         "grace-pytorch": ["grace-pytorch"],
         "nccl-tests": ["nccl-tests-cu129-x86_64", "nccl-tests-cu129-sbsa"],
+        "nccl-tests-volta": ["nccl-tests-volta"],
         "pytorch": ["pytorch"],
     }
 
@@ -406,7 +407,7 @@ def test_shipped_debian_cuda12_is_offline_cuda12_and_pins_every_upstream_file():
     cuda = s.get("cuda")
     assert (cuda.source, cuda.version, cuda.min_driver) == ("distro", "12.4.1", "525.60.13")
     assert (s.get("nccl").source, s.get("nccl").wheel) == ("pypi", "nvidia-nccl-cu12==2.32.3")
-    assert (s.get("openmpi").version, s.get("pmix").version) == ("5.0.7", "5.0.7")
+    assert (s.get("openmpi").version, s.get("pmix").version) == ("5.0.10", "5.0.10")
     assert s.get("nccl-tests").archs == ["80", "90"]
     artifacts = sources.artifacts(s)
     assert {a.component for a in artifacts} == {"gdrcopy", "ucx", "pmix", "openmpi", "nccl-tests"}

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagekit import engines, render, sources
+from imagekit import base_pins, engines, render, sources
 from imagekit.engines.image import BuildCommand
 from imagekit.util import emulation, platforms, procs
 from imagekit.util.errors import ImagekitError, UsageError
@@ -161,6 +161,10 @@ def build(stack, request: BuildRequest | None = None, *,
     # now, not "exec format error" at the first RUN.
     emulation.require(stack.base.arch, f"building {stack.name} for {stack.platform}")
     check_bases(stack, images.name)
+    # A digest-pinned base whose tag names another image stops here (the engine's copy of the tag, else
+    # the registry).
+    for note in base_pins.verify(stack, images):
+        progress(note)
     bundle = resolve_ca_bundle(request.ca_bundle)
     text = render.render(stack, "docker", single_stage=request.single_stage)
     digest = render.recipe_hash(text)

@@ -74,6 +74,15 @@ PINS: dict[tuple[str, str], str] = {
     ("nccl", "2.28.9-1"): "f349860336c6b7fb97b22bed9c729142f3531a0e82826c1204d01e44af8b9cb9",
     ("nccl", "2.29.7-1"): "e67239212c395bfdb398a7519491840d06fdf6b599c299f97c7ed0109777bba1",
     ("nccl-tests", "2.17.6"): "38974e70342150ede0e3fb8fd24bfe60ccbde90fa20241716ba8bb338e6b61a0",
+    # GitHub's tag archive of NVIDIA/nvbandwidth v0.8, as Spack pins it.
+    ("nvbandwidth", "0.8"): "b3622945eb7fce2b4e1aea7d13de04f415f4d998db602893201a904320cf2d39",
+    # libfabric's release files (releases/download/vX/libfabric-X.tar.bz2), as Spack pins them.
+    ("libfabric", "1.22.0"): "485e6cafa66c9e4f6aa688d2c9526e274c47fda3a783cf1dd8f7c69a07e2d5fe",
+    ("libfabric", "2.1.0"): "97df312779e2d937246d2f46385b700e0958ed796d6fed7aae77e2d18923e19f",
+    ("libfabric", "2.2.0"): "ff6d05240b4a9753bb3d1eaf962f5a06205038df5142374a6ef40f931bb55ecc",
+    ("libfabric", "2.3.1"): "2e939f17ce4d30a999d0445f741d3055b19dfd894eff70450e23470fe774f35a",
+    ("libfabric", "2.4.0"): "13f508e1d770c44f872c4117d9bcbfc102dc9d7532d3292455e0e0e5ef7b3bba",
+    ("libfabric", "2.5.0"): "276019edca708dc0569cf3064a412e395ba7b1883299781caed120594f850995",
     # Not in Spack: GitHub's tag archives (archive/vX.tar.gz) are `git archive --prefix=nccl-tests-X/ vX
     # | gzip -n`, which reproduces Spack's pins for 2.13.6, 2.16.3 and 2.17.6 byte for byte; these two
     # were made the same way from NVIDIA/nccl-tests's tags (v2.19.6 a0b82b2, v2.13.11 8dfeab9).

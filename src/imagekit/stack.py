@@ -15,6 +15,7 @@ x86_64 keeps ``imagekit/NAME:latest``), so that the builds of one stack never re
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -242,15 +243,24 @@ def find(ref: str, site: Site | None = None) -> tuple[Path, str | None]:
     for candidate in shipped(site):
         if candidate.stem == ref:
             return candidate, None
+    broken: list[StackError] = []
     for candidate in shipped(site):
-        for variant in load_all(candidate, site=site):
+        try:
+            variants = load_all(candidate, site=site)
+        except StackError as exc:
+            # A sibling that fails its own rules must not stop the lookup of the stack asked for (review 3
+            # H11); it is named only if nothing matches, in case it was the one meant.
+            broken.append(exc)
+            continue
+        for variant in variants:
             if variant.name == ref and variant.variant:
                 return candidate, ref
     names = [p.stem for p in shipped(site)]
-    import difflib
     close = difflib.get_close_matches(ref, names, n=1)
+    unreadable = ("; stack files that could not be read (one may hold it): "
+                  + "; ".join(e.message for e in broken)) if broken else ""
     raise StackError(f"unknown stack {ref!r}", hint=(f"did you mean {close[0]!r}? " if close else "")
-                     + f"shipped stacks: {', '.join(names)} (or give a path to a .yaml file)")
+                     + f"shipped stacks: {', '.join(names)} (or give a path to a .yaml file){unreadable}")
 
 
 def load(ref: str | Path, variant: str | None = None, *, mirror: str | None = None,
@@ -530,6 +540,13 @@ def _resolve_parent(path: Path, ref: str, file: str | None, line: int | None, si
 def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str], site: Site) -> Stack:
     base_raw = raw["base"]
     base = schema.validate(base_raw, BASE, context="base")
+    for key in ("image", "runtime"):
+        # name[:tag]@sha256:<64 hex>: a digest pin (the tag kept for reading); anything else after '@' is a typo.
+        if "@" in (base[key] or "") and not re.fullmatch(r"[^@\s]+@sha256:[0-9a-f]{64}", base[key]):
+            file, line = base_raw.pos(key)
+            raise StackError(f"{base[key]!r} has an '@' but no sha256 digest", file=file, line=line,
+                             key=f"base.{key}", hint="pin as name:tag@sha256:<64 lowercase hex digits> (`docker "
+                             "buildx imagetools inspect name:tag` prints the digest), or drop the '@…' part")
     name = top["name"] + "".join(f"-{v}" for v in variant.values())
     if variant and not re.fullmatch(NAME, name):
         file, line = raw.pos("matrix") if "matrix" in raw else (str(path), None)

@@ -37,10 +37,10 @@ def test_cyclonedx_validates_and_carries_the_stacks_tarballs():
     by_ref = {c["bom-ref"]: c for c in doc["components"]}
     ompi = by_ref["stack:openmpi"]
     sha = stack.load("debian-cuda").components["openmpi"].pin
-    assert ompi["version"] == "5.0.7" and ompi["hashes"] == [{"alg": "SHA-256", "content": sha}]
-    assert ompi["purl"].startswith("pkg:generic/openmpi@5.0.7?checksum=sha256:" + sha)
+    assert ompi["version"] == "5.0.10" and ompi["hashes"] == [{"alg": "SHA-256", "content": sha}]
+    assert ompi["purl"].startswith("pkg:generic/openmpi@5.0.10?checksum=sha256:" + sha)
     assert "download_url=https" in ompi["purl"]
-    assert ompi["externalReferences"][0]["url"].endswith("openmpi-5.0.7.tar.bz2")
+    assert ompi["externalReferences"][0]["url"].endswith("openmpi-5.0.10.tar.bz2")
     assert ompi["evidence"]["occurrences"] == [{"location": "/usr/local/openmpi"}]
     for name in ("ucx", "pmix", "nccl-tests", "gdrcopy"):
         assert by_ref[f"stack:{name}"]["hashes"], name

@@ -12,6 +12,8 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -99,17 +101,15 @@ def test_the_factories_return_the_kinds_and_write_todays_json():
     assert checks.file("x.f", "/etc").describe == "/etc exists"
 
 
-def test_a_label_from_before_the_ldd_closure_kind_still_reads_and_runs_the_same_script():
+def test_a_label_from_before_the_ldd_closure_kind_still_reads_as_the_run_check_it_was():
     spec = json.loads(OLD_LDD_CLOSURE)
     old = checks.from_dict(spec)
     assert type(old) is checks.Run and old.as_dict() == spec
-    # The kind that replaces it issues the same script, its arguments quoted by testinfra's rule.
+    # The kind that replaced it says the same sentence; its script has since grown `ldd -r`.
     new = checks.ldd_closure("image.ldd_closure", OLD_LDD_PREFIXES)
     assert new.describe == spec["describe"]
-    script, arguments = new.command()
-    grep_pattern = arguments[-1]
-    assert script % tuple(shlex.quote(a) for a in arguments) == spec["run"].replace(
-        f'"{grep_pattern}"', shlex.quote(grep_pattern))
+    script, _ = new.command()
+    assert "ldd -r" in script and "ldd -r" not in spec["run"]
 
 
 def test_a_label_from_before_the_ldd_closure_kind_is_checked_like_then():
@@ -191,8 +191,8 @@ def test_ldd_closure_prefixes_are_arguments(tmp_path, local):
     host = RecordingHost(stdout="checked 3 ELF files\n")
     checks.ldd_closure("a.l", ["/opt/a", "/opt/b"]).verify(host)
     ((template, *arguments),) = host.calls
-    assert "/opt/a" not in template and arguments[:2] == ["/opt/a", "/opt/b"]
-    assert template.count("%s") == len(arguments)
+    assert "/opt/a" not in template and arguments[2:] == ["/opt/a", "/opt/b"]
+    assert template.replace("%%", "").count("%s") == len(arguments)
 
 
 def test_ldd_closure_fails_when_it_checks_no_elf_file_and_passes_on_a_real_one(tmp_path, local):
@@ -213,7 +213,43 @@ def test_ldd_closure_names_the_missing_library_and_excepts_the_drivers(tmp_path)
     with pytest.raises(AssertionError, match="(?s)ELF files under /opt/x miss libraries:.*libucp.so.0 => not found"):
         checks.ldd_closure("a.l", ["/opt/x"]).verify(RecordingHost(rc=1, stdout=missing))
     script, arguments = checks.ldd_closure("a.l", ["/opt/x"]).command()
-    assert arguments[-1] == "^[[:space:]]*(libcuda[.]so[.]1|libnvidia-ml[.]so[.]1) "
+    assert arguments[0] == "^[[:space:]]*(libcuda[.]so[.]1|libnvidia-ml[.]so[.]1) "
+
+
+def _cc(tmp_path, name: str, source: str, *args: str) -> Path:
+    src = tmp_path / f"{name}.c"
+    src.write_text(source)
+    out = tmp_path / name
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(src), *args], check=True)
+    return out
+
+
+def test_ldd_closure_catches_an_undefined_symbol_and_lets_a_plugin_take_its_hosts(tmp_path, local):
+    """`ldd -r`: a library that names a symbol no loaded library defines (built against a newer
+    sibling than the image has) fails; a plugin whose symbols come from a library the prefix's own
+    programs load (as Open MPI's mca_*.so take libmpi's) passes."""
+    if not shutil.which("gcc"):
+        if os.environ.get("CI"):
+            pytest.fail("CI needs gcc (scripts/setup.sh installs it)", pytrace=False)
+        pytest.skip("needs gcc")
+    lib = tmp_path / "prefix" / "lib"
+    (lib / "plugins").mkdir(parents=True)
+    host_lib = _cc(tmp_path, "libhost.so.1", "int host_api(void) { return 1; }\n", "-Wl,-soname,libhost.so.1")
+    shutil.copy(host_lib, lib / "libhost.so.1")
+    # A program in the prefix that links the host library, as ompi_info links libmpi.
+    main = tmp_path / "main.c"
+    main.write_text("int host_api(void); int main(void) { return host_api() - 1; }\n")
+    (tmp_path / "prefix" / "bin").mkdir()
+    subprocess.run(["gcc", "-o", str(tmp_path / "prefix" / "bin" / "tool"), str(main), f"-L{lib}", "-l:libhost.so.1",
+                    f"-Wl,-rpath,{lib}"], check=True)
+    plugin = _cc(tmp_path, "mca_plugin.so", "int host_api(void); int plugin(void) { return host_api(); }\n")
+    shutil.copy(plugin, lib / "plugins" / "mca_plugin.so")
+    check = checks.ldd_closure("a.l", [str(tmp_path / "prefix")])
+    check.verify(local)
+    broken = _cc(tmp_path, "libnewer.so.2", "int only_in_newer(void); int f(void) { return only_in_newer(); }\n")
+    shutil.copy(broken, lib / "libnewer.so.2")
+    with pytest.raises(AssertionError, match="(?s)libnewer.so.2:.*undefined symbol: only_in_newer"):
+        check.verify(local)
 
 
 def test_absent_globs_glob_and_find_what_is_there(tmp_path, local):
@@ -265,5 +301,6 @@ def test_hostile_ldd_closure_prefixes_are_refused_or_passed_as_arguments(value):
     host = RecordingHost(stdout="checked 1 ELF files")
     check.verify(host)
     ((template, *arguments),) = host.calls
-    assert arguments[:-1] == value.split(" ")
-    assert template == checks.ldd_closure("h.y", ["/a"] * len(arguments[:-1])).command()[0]
+    # The two regexes (driver libraries, host-provided symbols) come first, then the prefixes.
+    assert arguments[2:] == value.split(" ")
+    assert template == checks.ldd_closure("h.y", ["/a"] * len(arguments[2:])).command()[0]

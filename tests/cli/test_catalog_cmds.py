@@ -22,7 +22,7 @@ def test_stacks_json():
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
     assert [r["stack"] for r in rows] == ["debian-cuda", "debian-cuda12", "debian-grace", "debian-mpi",
-                                          "debian-pytorch", "grace-pytorch", "nccl-tests", "pytorch"]
+                                          "debian-pytorch", "grace-pytorch", "nccl-tests", "nccl-tests-volta", "pytorch"]
     for row in rows:
         assert set(row) == {"stack", "file", "from", "description", "variants"}
         assert Path(row["file"]).is_file() and row["description"]
@@ -48,7 +48,8 @@ def test_matrix_json():
     assert [r["id"] for r in rows] == [
         "debian-cuda", "debian-cuda-arm64", "debian-cuda12", "debian-grace", "debian-mpi", "debian-mpi-arm64",
         "debian-pytorch",
-        "debian-pytorch-arm64", "grace-pytorch", "nccl-tests-cu129-x86_64", "nccl-tests-cu129-sbsa", "pytorch"]
+        "debian-pytorch-arm64", "grace-pytorch", "nccl-tests-cu129-x86_64", "nccl-tests-cu129-sbsa", "nccl-tests-volta",
+        "pytorch"]
     arm = next(r for r in rows if r["variant"] == "nccl-tests-cu129-sbsa")
     assert arm["platform"] == "linux/arm64" and arm["arch"] == "aarch64" and arm["offline"] is False
     mpi = next(r for r in rows if r["id"] == "debian-mpi-arm64")
@@ -62,3 +63,23 @@ def test_matrix_json():
     here = json.loads(invoke("matrix", "--json", "--buildable-here").stdout)
     assert [r["variant"] for r in here] == ["debian-cuda", "debian-cuda12", "debian-mpi", "debian-pytorch"]
     assert {r["platform"] for r in here} == {"linux/amd64"}
+
+
+def test_one_broken_site_stack_does_not_stop_the_others(tmp_path, monkeypatch):
+    """Review 3 H11: a site directory with a stack that fails its own rules still lists, renders and finds
+    every other stack; the broken one is named with its error where it is listed."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "broken.yaml").write_text("name: broken\nbase: {image: imagekit/debian:bookworm, distro: debian12}\n"
+                                      "components:\n  cuda: {source: pypi, version: '13.2.2', arch_list: ['70']}\n")
+    (site / "good.yaml").write_text("name: good\nbase: {image: imagekit/debian:bookworm, distro: debian12}\n"
+                                    "components:\n  sshd: {}\n")
+    monkeypatch.setenv("IMAGEKIT_STACKS_PATH", str(site))
+    listed = invoke("stacks", "--json")
+    assert listed.exit_code == 0, listed.output
+    rows = {r["stack"]: r for r in json.loads(listed.stdout)}
+    assert "CUDA 13.0 dropped Volta" in rows["broken"]["error"] and "good" in rows and "debian-mpi" in rows
+    assert invoke("render", "good").exit_code == 0
+    assert invoke("render", "debian-mpi").exit_code == 0
+    missing = invoke("render", "no-such-stack")
+    assert missing.exit_code == 2 and "broken.yaml" in missing.output

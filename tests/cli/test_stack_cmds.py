@@ -210,7 +210,7 @@ def test_show_json():
     assert info["tags"] == ["registry.example.org/hpc/nccl-tests:2.19.6-cu129-sbsa"]
     assert info["image"] == "imagekit/nccl-tests-cu129-sbsa:latest"
     comps = {c["name"]: c for c in info["components"]}
-    assert list(comps) == ["cuda", "ofed", "gdrcopy", "ucx", "pmix", "openmpi", "nccl", "nccl-tests"]
+    assert list(comps) == ["cuda", "ofed", "gdrcopy", "ucx", "pmix", "openmpi", "nccl", "nccl-tests", "nvbandwidth"]
     assert comps["cuda"] == {"name": "cuda", "version": "12.9.1", "source": "base", "arch_list": None}
     assert comps["openmpi"]["pmix"] is True and comps["openmpi"]["version"] == "5.0.10"
     assert comps["nccl"]["source"] == "repo"

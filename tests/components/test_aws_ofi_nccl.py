@@ -46,10 +46,13 @@ def test_added_as_one_module():
 
 def test_it_fills_the_net_plugin_role_and_sets_what_nccl_reads(tmp_path, site_mirror):
     s = _stack(tmp_path, site_mirror)
-    assert s.provider("nccl-net-plugin").name == "aws-ofi-nccl" and s.roles()["libfabric"] == "aws-ofi-nccl"
+    # libfabric is the distro's here: the role is the libfabric component's, which this stack does not have.
+    assert s.provider("nccl-net-plugin").name == "aws-ofi-nccl" and "libfabric" not in s.roles()
     comp = s.get("aws-ofi-nccl")
     # Open MPI off pml ucx: no mlx device on EFA (review finding 13); AWS's recipe sets the same.
-    assert comp.environment() == {"NCCL_NET_PLUGIN": "ofi", "FI_PROVIDER": "efa", "OMPI_MCA_pml": "^ucx"}
+    # NCCL_NET: NCCL fails at init rather than falling back to its IB or sockets when the plugin does not load.
+    assert comp.environment() == {"NCCL_NET_PLUGIN": "ofi", "FI_PROVIDER": "efa", "NCCL_NET": "Libfabric",
+                                  "OMPI_MCA_pml": "^ucx"}
     assert writer.recipe_labels(s)["io.imagekit.component.aws-ofi-nccl.accepted"] == "no-gdr"
     assert {c.id for c in comp.checks()} == CHECKS
     from imagekit.components import forwarded_env_prefixes

@@ -114,7 +114,7 @@ def stub_images(mpi_image, tmp_path_factory):
     try:
         (work / "good").mkdir()
         stub_image.build(mpi_image, good, stub_image.GOOD, stub_image.SETUP_SCRIPT, work / "good", libs,
-                         env={"PATH": "/usr/local/nccl-tests/bin:$PATH"})
+                         env={"PATH": "/usr/local/nccl-tests/bin:/usr/local/nvbandwidth/bin:$PATH"})
         (work / "broken").mkdir()
         stub_image.build(good, broken, stub_image.BROKEN, stub_image.BREAK_SCRIPT, work / "broken")
         yield good, broken

@@ -26,7 +26,8 @@ def test_version_from_the_base_image(tmp_path, image, version, major_minor):
     assert (cuda.version, cuda.major_minor, cuda.major, cuda.source) == (version, major_minor,
                                                                          version.split(".")[0], "base")
     assert cuda.labels() == {"major": version.split(".")[0], "prefix": "/usr/local/cuda",
-                             "min_driver": {"11": "450.80.02", "12": "525.60.13"}[version.split(".")[0]]}
+                             "min_driver": {"11": "450.80.02", "12": "525.60.13"}[version.split(".")[0]],
+                             "driver_policy": "minor-version"}
 
 
 def test_cuda_adds_no_layers(tmp_path):
@@ -46,7 +47,8 @@ def test_checks_use_the_major_and_mark_gpu_checks(tmp_path):
 def test_pypi_lays_the_wheels_out_as_a_toolkit(tmp_path):
     cuda = load_text(tmp_path, PYPI).get("cuda")
     assert (cuda.major, cuda.prefix) == ("13", "/usr/local/cuda-13.0")
-    assert cuda.labels() == {"major": "13", "prefix": "/usr/local/cuda-13.0", "min_driver": "580.65.06"}
+    assert cuda.labels() == {"major": "13", "prefix": "/usr/local/cuda-13.0", "min_driver": "580.65.06",
+                             "driver_policy": "minor-version"}
     text = render_text(tmp_path, PYPI)
     devel, runtime = stage(text, "devel"), stage(text, "runtime")
     assert "'cuda-toolkit[nvcc,crt,nvvm,cudart,cccl,nvml,cuobjdump]==13.0.2.*'" in devel
@@ -71,7 +73,8 @@ DISTRO = TRIXIE + "components:\n  cuda: {source: distro}\n"
 def test_distro_is_debians_toolkit_in_devel_and_the_wheels_cudart_in_runtime(tmp_path):
     cuda = load_text(tmp_path, DISTRO).get("cuda")
     assert (cuda.version, cuda.major, cuda.prefix) == ("12.4.1", "12", "/usr/local/cuda-12.4")
-    assert cuda.labels() == {"major": "12", "prefix": "/usr/local/cuda-12.4", "min_driver": "525.60.13"}
+    assert cuda.labels() == {"major": "12", "prefix": "/usr/local/cuda-12.4", "min_driver": "525.60.13",
+                             "driver_policy": "minor-version"}
     text = render_text(tmp_path, DISTRO)
     devel, runtime = stage(text, "devel"), stage(text, "runtime")
     assert "nvidia-cuda-toolkit" in devel and "nvidia-cuda-runtime-cu12==12.4.127" in devel

@@ -28,8 +28,11 @@ printf '#!/bin/sh\\necho "# Library version: 1.18.1"\\necho "#define ENABLE_MT 0
 mkdir -p /opt/other && cp /usr/local/nccl/lib/libnccl.so.2 /opt/other/
 echo /opt/other > /etc/ld.so.conf.d/00-other.conf
 ldconfig
+rm -f /usr/local/ucx/lib/ucx/libuct_cuda.so.0*
+printf '#!/bin/sh\necho "imagekit-cuda-mpi-ring: built against an MPI without CUDA support"\nexit 1\n' > /usr/local/bin/imagekit-cuda-mpi-ring
 """
-BROKEN_RUNTIME_FAILS = {"cuda.runtime", "image.ldd_closure", "ucx.mt", "ucx.cuda_build", "nccl-tests.loads_nccl"}
+BROKEN_RUNTIME_FAILS = {"cuda.runtime", "image.ldd_closure", "ucx.mt", "ucx.cuda_build", "nccl-tests.loads_nccl",
+                        "ucx.cuda_module", "openmpi.cuda_probe"}
 BREAK_DEVEL = """set -e
 rm /usr/local/cuda-12.4/bin/nvcc
 printf '#!/bin/sh\\necho "Cuda compilation tools, release 11.8, V11.8.89"\\n' > /usr/local/cuda-12.4/bin/nvcc
@@ -113,6 +116,9 @@ def test_each_check_catches_a_broken_copy(cuda12_images, tmp_path):
         assert BROKEN_RUNTIME_FAILS <= failed, BROKEN_RUNTIME_FAILS - failed
         assert "libcudart.so.12 => not found" in outcomes["image.ldd_closure"].detail
         assert "/opt/other/libnccl.so.2" in outcomes["nccl-tests.loads_nccl"].detail
-        assert check_outcomes(broken_dv, runner.checks_from_image(devel))["cuda.nvcc"].status == "failed"
+        devel_outcomes = check_outcomes(broken_dv, runner.checks_from_image(devel))
+        assert devel_outcomes["cuda.nvcc"].status == "failed"
+        # A compiler that exits 0 without writing a program does not pass the link check either.
+        assert devel_outcomes["cuda.nvcc_link"].status == "failed"
     finally:
         subprocess.run([engine.docker_cli(), "rmi", "-f", broken_rt, broken_dv], capture_output=True)

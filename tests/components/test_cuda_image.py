@@ -33,10 +33,14 @@ mkdir -p /opt/other && cp /usr/local/nccl/lib/libnccl.so.2 /opt/other/
 echo /opt/other > /etc/ld.so.conf.d/00-other.conf
 ldconfig
 rm -f /etc/profile.d/00-imagekit-environment.sh /usr/local/bin/imagekit-mpi-ring
+rm -f /usr/local/ucx/lib/ucx/libuct_cuda.so.0*
+printf '#!/bin/sh\necho "imagekit-cuda-mpi-ring: built against an MPI without CUDA support"\nexit 1\n' > /usr/local/bin/imagekit-cuda-mpi-ring
 """
 BROKEN_RUNTIME_FAILS = {"cuda.runtime", "image.ldd_closure", "ucx.mt", "ucx.cuda_build", "openmpi.pml_ucx",
                         "openmpi.cuda", "openmpi.pmix_external", "openmpi.slurm", "openmpi.ring",
-                        "nccl-tests.loads_nccl", "image.login_env"}
+                        "nccl-tests.loads_nccl", "image.login_env", "ucx.cuda_module", "openmpi.cuda_probe"}
+# The CUDA tree as it was before lib beside lib64: nvcc.profile links with -L$(TOP)/lib (issue 38).
+BREAK_NVCC_LINK = "rm /usr/local/cuda-13.2/lib"
 # nccl-tests' binaries replaced by device code for sm_80 and sm_90 only (what the stack built before
 # Blackwell), compiled with the image's own nvcc; then nvcc itself replaced by an older one.
 BREAK_DEVEL = """set -e
@@ -99,6 +103,27 @@ def test_each_check_catches_a_broken_copy(cuda_images, tmp_path):
         assert "sm_100.cubin" not in devel_outcomes["nccl-tests.sm_code"].detail
     finally:
         subprocess.run([engine.docker_cli(), "rmi", "-f", broken_rt, broken_dv], capture_output=True)
+
+
+def test_plain_nvcc_compiles_and_links_and_a_missing_lib_link_breaks_it(cuda_images, tmp_path):
+    """Issue 38: the wheels' nvcc.profile links with -L$(TOP)/lib (read in the image: `LIBRARIES =+ ...
+    "-L$(TOP)/lib/stubs" "-L$(TOP)/lib"`), and the cudart wheel carries libcudart_static.a and
+    libcudadevrt.a; with lib64 alone, plain `nvcc k.cu -o k` failed to link. The check passes on the real
+    devel image and fails on a copy without the lib link, naming the missing libraries."""
+    _, devel = cuda_images
+    profile = subprocess.run([engine.docker_cli(), "run", "--rm", "--entrypoint", "sh", devel, "-c",
+                              "cat /usr/local/cuda/bin/nvcc.profile; ls /usr/local/cuda/lib/"],
+                             capture_output=True, text=True, check=True).stdout
+    assert '"-L$(TOP)/lib"' in profile and "libcudart_static.a" in profile and "libcudadevrt.a" in profile
+    assert check_outcomes(devel, check.checks_from_image(devel))["cuda.nvcc_link"].status == "passed"
+    broken = broken_copy(devel, BREAK_NVCC_LINK, "imagekit-test/cuda-broken:nvcc-link", tmp_path)
+    try:
+        outcomes = check_outcomes(broken, check.checks_from_image(devel))
+        assert outcomes["cuda.nvcc"].status == "passed"
+        assert outcomes["cuda.nvcc_link"].status == "failed"
+        assert "cannot find -lcudart_static" in outcomes["cuda.nvcc_link"].detail
+    finally:
+        subprocess.run([engine.docker_cli(), "rmi", "-f", broken], capture_output=True)
 
 
 def test_the_binaries_were_built_for_hopper_and_blackwell(cuda_images):

@@ -97,7 +97,9 @@ def test_distro_openmpi_packages_and_home(tmp_path):
 def test_checks_follow_the_options(tmp_path):
     ids = {c.id: c for c in load_text(tmp_path, UPSTREAM).get("openmpi").checks()}
     assert set(ids) == {"openmpi.version", "openmpi.runs", "openmpi.ring", "openmpi.pml_ucx",
-                        "openmpi.pmix_external", "openmpi.cuda", "openmpi.slurm", "openmpi.srun_direct_launch"}
+                        "openmpi.pmix_external", "openmpi.cuda", "openmpi.cuda_ring", "openmpi.cuda_probe",
+                        "openmpi.slurm", "openmpi.srun_direct_launch"}
+    assert ids["openmpi.cuda_ring"].needs == "gpu" and ids["openmpi.cuda_probe"].needs is None
     assert re.search(ids["openmpi.version"].expect, "mpirun (Open MPI) 4.1.7")
     assert re.search(ids["openmpi.pmix_external"].expect, "MCA pmix: ext3x (MCA v2.1.0)")
     plain = load_text(tmp_path, CUDA + "components:\n  openmpi: {version: '4.1.7', ucx: false, slurm: false}\n")

@@ -60,7 +60,7 @@ class Facts:
     torch_nccl: bool = True
     torch_cuda: bool = True
     hcas: tuple[str, ...] = ("mlx5_0", "mlx5_1")
-    nccl_code: int = 22809              # NCCL 2.28.9: major*10000 + minor*100 + patch
+    nccl_code: int = 23004              # NCCL 2.30.4: major*10000 + minor*100 + patch
     ucx_mt: bool = True                 # ucx_info -b: ENABLE_MT (built with --enable-mt)
     ucx_cuda_build: bool = True         # ucx_info -b: HAVE_CUDA
     torch_nccl_version: tuple = (2, 21, 5)  # torch.cuda.nccl.version(): the nvidia-nccl-cu12 torch 2.5.1 pins
@@ -89,6 +89,7 @@ rm -f {LIBDIR}/libibverbs/libmlx5-rdmav*.so
 rm -f /usr/bin/pmix_info /usr/bin/mpirun /usr/bin/mpiexec /usr/bin/orterun /usr/bin/mpirun.openmpi
 rm -rf /usr/lib/python3/dist-packages/mpi4py {SITE}/numpy
 rm -f /usr/local/nccl-tests/bin/*_perf
+rm -f /usr/local/ucx/lib/ucx/libuct_cuda.so.0 /usr/local/nvbandwidth/bin/nvbandwidth
 rm -f /usr/sbin/sshd /usr/bin/ssh
 rm -f /usr/sbin/ibstat /usr/bin/ib_write_bw
 rm -f /etc/profile.d/00-imagekit-environment.sh
@@ -250,6 +251,29 @@ esac
 """)
 
 
+def _cuda_mpi_ring(f: Facts) -> str:
+    """imagekit-cuda-mpi-ring (data/cuda-mpi-ring.c): `--built` answers from the MPI it was compiled against;
+    under mpirun each rank reports and rank 0 prints the verdict, as the real probe does on a GPU."""
+    ok = "passed" if f.ompi_cuda else "FAILED"
+    built = ("built against a CUDA-aware MPI (MPIX_CUDA_AWARE_SUPPORT 1), CUDA runtime 12040" if f.ompi_cuda
+             else "built against an MPI without CUDA support (no MPIX_CUDA_AWARE_SUPPORT), CUDA runtime 12040")
+    return _sh(f"""if [ "$1" = --built ]; then
+  echo "imagekit-cuda-mpi-ring: {built}"; {"exit 0" if f.ompi_cuda else "exit 1"}
+fi
+rank=${{OMPI_COMM_WORLD_RANK:-0}}; size=${{OMPI_COMM_WORLD_SIZE:-1}}
+echo "imagekit-cuda-mpi-ring: rank $rank of $size on stubhost, GPU 0 (NVIDIA H100 80GB HBM3): {"ok" if f.ompi_cuda else "FAILED"}"
+[ "$rank" = 0 ] && echo "imagekit-cuda-mpi-ring: $size ranks, ring of 4194304 bytes of GPU memory and allreduce {ok}"
+{"exit 0" if f.ompi_cuda else "exit 1"}
+""")
+
+
+def _nvbandwidth() -> str:
+    # nvbandwidth's per-testcase summary line ("SUM <testcase> <GB/s>").
+    return _sh("""echo "Running device_to_device_memcpy_read_ce."
+echo "SUM device_to_device_memcpy_read_ce 6004.93"
+""")
+
+
 def _nccl_test(name: str) -> str:
     # nccl-tests' header, two result rows and the footer (writeResultFooter: "# %-20s : %g %s").
     return _sh(f"""cat <<'EOF'
@@ -290,6 +314,9 @@ def rootfs_files(f: Facts) -> dict[str, str]:
         f"{SITE}/torch/distributed.py": f"def is_nccl_available():\n    return {f.torch_nccl}\n",
         f"{SITE}/numpy/__init__.py": '"""Stub of numpy (imagekit tests)."""\n__version__ = "1.21.5"\n',
         "/etc/ld.so.conf.d/gdrcopy.conf": "/usr/local/gdrcopy/lib\n",
+        "/usr/local/bin/imagekit-cuda-mpi-ring": _cuda_mpi_ring(f),
+        "/usr/local/ucx/lib/ucx/libuct_cuda.so.0": "stand-in for UCX's CUDA transports module\n",
+        "/usr/local/nvbandwidth/bin/nvbandwidth": _nvbandwidth(),
     }
     files.update({f"/usr/local/nccl-tests/bin/{b}": _nccl_test(b) for b in NCCL_TESTS})
     return files

@@ -164,16 +164,14 @@ def test_gb200_nvl72_pinned_to_cited_numbers():
     assert two_racks.bound.name == "network"
 
 
-def test_catalogue_stacks_are_shipped_and_dgx_1_found_by_alias():
-    """A model's `stacks:` names shipped stacks only. No shipped stack carries sm_70 code yet (CUDA 13
-    cannot target V100, nccl-tests is sm_80+), so DGX-1 and DGX-2 name none; `--system dgx-1` finds
-    the DGX-1 model by its alias."""
+def test_v100_systems_name_the_stack_built_for_them():
+    """DGX-1 and DGX-2 are V100 (sm_70), which CUDA 13 cannot target: their entries name the shipped stack
+    that carries sm_70 code, and `--system dgx-1` finds the DGX-1 model by its alias."""
     from imagekit import stack as stack_mod
 
-    assert systems.load("dgx-1").name == "dgx-1v"
-    for path in CATALOGUE:
-        s = systems.load(path)
-        for ref in s.stacks:
-            stack_mod.load(ref)
     for name in ("dgx-1", "dgx-2"):
-        assert systems.load(name).stacks == []
+        s = systems.load(name)
+        assert s.stacks == ["nccl-tests-volta"]
+        for ref in s.stacks:
+            built = stack_mod.load(ref)
+            assert "70" in built.get("nccl-tests").archs and built.get("cuda").major == "12"

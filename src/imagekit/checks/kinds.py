@@ -359,16 +359,34 @@ class PythonImport(Check, kind="python_import"):
         _fail_unless(cmd.rc == 0, f"python3 cannot import {self.module}:\n{_show(cmd)}")
 
 
-# Each ELF file (by its magic number) under the prefixes, through ldd; a missing library that is not
-# a driver library makes it fail. Counting the files makes an empty or missing prefix fail instead
-# of passing vacuously. %s: the prefixes, then the driver libraries' regex (testinfra quotes them).
+# Each ELF file (by its magic number) under the prefixes, through `ldd -r`: a missing library, or a
+# symbol no loaded library defines (a library built against a newer sibling than the image carries),
+# makes it fail. Counting the files makes an empty or missing prefix fail instead of passing vacuously.
+# A plugin (Open MPI's mca_*.so, PMIx's and UCX's modules) takes some symbols from the library that
+# dlopens it, which it does not name itself: a file whose only problem is undefined symbols is tried
+# again with every library the prefix's own files load preloaded, as its host process would have them.
+# What the host provides is let through: the driver libraries, the driver's symbols (cu*, nvml*), and
+# the Python C API (extension modules and libraries such as libtorch_python take it from the
+# interpreter that loads them).
+# %s: the prefixes, then the driver libraries' regex and the host symbols' regex (testinfra quotes them).
 _LDD_SCRIPT = (
-    " -type f 2>/dev/null | { n=0; bad=0; "
+    " -type f 2>/dev/null | { n=0; bad=0; t=$(mktemp -d); "
     "while IFS= read -r f; do "
     '[ "$(od -An -N4 -tx1 "$f" | tr -d \' \')" = 7f454c46 ] || continue; n=$((n+1)); '
-    'm=$(ldd "$f" 2>/dev/null | grep "=> not found" | grep -v -E %s); '
-    '[ -z "$m" ] || { bad=1; echo "$f:"; echo "$m"; }; done; '
+    'o=$(ldd -r "$f" 2>&1); '
+    'printf "%%s\\n" "$o" | grep -q "=> not found" || '
+    '{ printf "%%s\\n" "$o" | awk \'$2 == "=>" && $3 ~ /^\\// {print $3}\' >> "$t/libs"; '
+    'case "$f" in */lib*.so*) echo "$f" >> "$t/libs";; esac; }; '
+    'm=$(printf "%%s\\n" "$o" | grep -E "=> not found|undefined symbol" | grep -v -E "$1" | grep -v -E "$2"); '
+    '[ -z "$m" ] && continue; '
+    'if printf "%%s\\n" "$m" | grep -q "not found"; then bad=1; echo "$f:"; echo "$m"; '
+    'else echo "$f" >> "$t/retry"; fi; done; '
+    'if [ -s "$t/retry" ]; then pre=$(grep -v -E "/ld-linux|/libc[.]so" "$t/libs" | sort -u | tr "\\n" " "); '
+    'while IFS= read -r f; do '
+    'm=$(LD_PRELOAD="$pre" ldd -r "$f" 2>&1 | grep -E "undefined symbol" | grep -v -E "$2"); '
+    '[ -z "$m" ] || { bad=1; echo "$f:"; echo "$m"; }; done < "$t/retry"; fi; rm -rf "$t"; '
     'echo "checked $n ELF files"; [ "$bad" -eq 0 ]; }')
+_HOST_SYMBOLS = r"undefined symbol: (cu[A-Z][A-Za-z0-9_]*|nvml[A-Z][A-Za-z0-9_]*|_?Py[A-Za-z0-9_]+)[[:space:]]"
 _LDD_COUNTED = re.compile(r"checked [1-9]\d* ELF files")
 
 
@@ -401,8 +419,9 @@ class LddClosure(Check, kind="ldd_closure"):
     def command(self) -> tuple[str, list[str]]:
         """The script and its arguments, for ``host.run(script, *arguments)``."""
         allowed = "|".join(lib.replace(".", "[.]") for lib in DRIVER_LIBS)
-        script = "find " + " ".join("%s" for _ in self.prefixes) + _LDD_SCRIPT
-        return script, [*self.prefixes, f"^[[:space:]]*({allowed}) "]
+        # The two regexes reach the pipeline as the positional parameters of `set --`.
+        script = "set -- %s %s; find " + " ".join("%s" for _ in self.prefixes) + _LDD_SCRIPT
+        return script, [f"^[[:space:]]*({allowed}) ", _HOST_SYMBOLS, *self.prefixes]
 
     def verify(self, host: Host) -> None:
         script, arguments = self.command()

@@ -17,7 +17,7 @@ from imagekit import stack as stack_mod
 from imagekit import versions
 from imagekit.build import PLATFORMS
 from imagekit.cli.options import MIRROR, current_site
-from imagekit.util.errors import UsageError
+from imagekit.util.errors import StackError, UsageError
 
 
 @click.command()
@@ -44,8 +44,14 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
         return
     rows, site = [], current_site()
     for path, directory in stack_mod.available(site):
-        variants = stack_mod.load_all(path, site=site)
         origin = "shipped" if directory.resolve() == stack_mod.SHIPPED_DIR else str(directory)
+        try:
+            variants = stack_mod.load_all(path, site=site)
+        except StackError as exc:
+            # One broken stack in a site directory is listed with its error; the others stay usable.
+            rows.append({"stack": path.stem, "file": str(path), "from": origin, "description": "",
+                         "variants": [], "error": exc.message + (f" (fix: {exc.hint})" if exc.hint else "")})
+            continue
         rows.append({"stack": variants[0].stack_name, "file": str(path), "from": origin,
                      "description": variants[0].description,
                      "variants": [v.name for v in variants] if variants[0].variant else []})
@@ -53,6 +59,9 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
+        if row.get("error"):
+            click.echo(f"{row['stack']:<14} BROKEN: {row['error']}  [{row['from']}]")
+            continue
         click.echo(f"{row['stack']:<14} {row['description']}  [{row['from']}]")
         for name in row["variants"]:
             click.echo(f"  {name}")

@@ -143,6 +143,20 @@ def mpi_probe(mpicc: str) -> list:
                             f"{mpicc} -O2 -o {MPI_PROBE} {src}", f"rm -f {src}"])]
 
 
+CUDA_MPI_PROBE = "/usr/local/bin/imagekit-cuda-mpi-ring"
+CUDA_MPI_PROBE_SOURCE = Path(__file__).resolve().parents[1] / "data" / "cuda-mpi-ring.c"
+
+
+def cuda_mpi_probe(mpicc: str, cuda_home: str) -> list:
+    """Build ``imagekit-cuda-mpi-ring`` (data/cuda-mpi-ring.c): MPI moving device memory, against the
+    stack's MPI and the CUDA runtime (libcudart, which the runtime stage keeps)."""
+    src = "/var/tmp/imagekit-cuda-mpi-ring.c"
+    return [comment(f"{CUDA_MPI_PROBE}: checks that MPI moves GPU memory (CUDA-aware MPI)", reformat=False),
+            shell(commands=[*write_file(src, CUDA_MPI_PROBE_SOURCE.read_text())[1:2],
+                            f"{mpicc} -O2 -I{cuda_home}/include -o {CUDA_MPI_PROBE} {src} "
+                            f"-L{cuda_home}/lib64 -lcudart", f"rm -f {src}"])]
+
+
 def pip_run(commands: list[str], note: str | None = None, env: dict[str, str] | None = None) -> list:
     """A RUN whose pip calls use the pip cache mount and the CA-bundle secret."""
     blocks = [comment(note)] if note else []

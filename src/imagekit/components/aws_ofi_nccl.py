@@ -1,7 +1,8 @@
 """aws-ofi-nccl: the NCCL network plugin over libfabric (EFA, and any other libfabric provider).
 
-libfabric comes from the distro (``libfabric-dev`` to build, ``libfabric1`` and
-``fi_info`` at run time). The plugin carries its own copy of NCCL's net plugin
+libfabric is the stack's ``libfabric`` component when it has one (built from upstream with CUDA:
+GPUDirect RDMA), else the distro's (``libfabric-dev`` to build, ``libfabric1`` and ``fi_info`` at
+run time; no CUDA, refused unless ``accept: [no-gdr]``). The plugin carries its own copy of NCCL's net plugin
 headers and links CUDA's runtime statically (the driver is dlopened), so it
 builds against the stack's CUDA without NCCL's headers. NCCL loads
 ``libnccl-net-${NCCL_NET_PLUGIN}.so`` through the dynamic loader, so the image
@@ -15,6 +16,10 @@ release files (``make dist``, with ``configure`` and ``3rd-party/``) built here,
 
 ``platform_aws`` (upstream's EFA tuning and the tuner plugin) needs libfabric
 1.22 or newer, which Debian 12's 1.17 is not.
+
+``require`` (default on) sets ``NCCL_NET=Libfabric`` (the plugin's network name): NCCL then uses that
+network or fails at init, instead of falling back to its own IB or to TCP sockets when the plugin
+does not load or finds no provider (NCCL docs: NCCL_NET "forces NCCL to use a specific network").
 """
 
 from __future__ import annotations
@@ -34,13 +39,14 @@ LIBRARY = f"libnccl-net-{PLUGIN}.so"
 # (m4/ax_platform_aws.m4). A distro not listed is refused: Ubuntu 20.04's 1.6 would fail configure.
 LIBFABRIC = {"debian12": "1.17.0", "debian13": "2.1.0", "ubuntu22": "1.11.0", "ubuntu24": "1.17.0"}
 PLATFORM_AWS_LIBFABRIC = (1, 22)
+NET_NAME = "Libfabric"  # the plugin's ncclNet_t name (src/nccl_ofi_interface_nvidia.cpp), what NCCL_NET matches
 
 
 class AwsOfiNccl(Component):
     name = "aws-ofi-nccl"
     summary = "aws-ofi-nccl NCCL net plugin over the distro's libfabric (EFA and other OFI providers)"
     order = 75  # after nccl-tests: a plugin bump rebuilds no benchmark layer
-    provides = ("nccl-net-plugin", "libfabric")
+    provides = ("nccl-net-plugin",)
     requires = (Requires("nccl", why="it is an NCCL network plugin"),
                 Requires("cuda", why="the plugin registers GPU memory through CUDA"))
     forward_env = ("FI_", "OFI_NCCL_")
@@ -60,6 +66,8 @@ class AwsOfiNccl(Component):
         # NCCL falls back to its own IB (second CUDA review, finding 2).
         "provider": Option(str, "efa", "the libfabric provider the image keeps to (FI_PROVIDER)",
                            pattern=r"[a-z0-9_;]+", pattern_help="libfabric provider names, e.g. efa or tcp;ofi_rxm"),
+        "require": Option(bool, True, f"NCCL_NET={NET_NAME}: NCCL fails at init when the plugin does not load, "
+                                      "instead of falling back to IB or TCP sockets"),
     }
 
     def configure(self) -> None:
@@ -68,7 +76,26 @@ class AwsOfiNccl(Component):
             self.error(None, "aws-ofi-nccl takes libfabric from Debian/Ubuntu packages here",
                        "use a Debian or Ubuntu base")
 
+    @property
+    def libfabric(self):
+        """The stack's libfabric component (built with CUDA), or None for the distro's."""
+        return self.stack.provider("libfabric")
+
     def check_stack(self) -> None:
+        own = self.libfabric
+        if own is not None:
+            if not own.enabled("cuda"):
+                self.refuse_unless_accepted(
+                    "no-gdr", None, "the stack's libfabric is built with `cuda: false`: no GPUDirect RDMA, NCCL "
+                    "stages every network transfer through host memory", "set `cuda: true` on libfabric")
+            if self.enabled("platform_aws") and own.version_tuple[:2] < PLATFORM_AWS_LIBFABRIC:
+                self.error("platform_aws", f"`platform_aws: true` needs libfabric 1.22 or newer, not {own.version}",
+                           'use libfabric "2.6.0"')
+            if self.opts["provider"] not in own.opts["providers"] and self.opts["provider"] != "cxi":
+                own.error("providers", f"aws-ofi-nccl keeps to provider {self.opts['provider']!r} (FI_PROVIDER), "
+                          "which this libfabric is not built with",
+                          f"add {self.opts['provider']} to libfabric's providers")
+            return
         have = LIBFABRIC.get(self.stack.base.distro)
         if have is None:
             self.error(None, f"imagekit does not know which libfabric {self.stack.base.distro} ships, so it cannot "
@@ -97,7 +124,14 @@ class AwsOfiNccl(Component):
         configure = ["./configure", f"--prefix={PREFIX}", "--with-cuda=/usr/local/cuda", "--disable-tests",
                      "--disable-werror", "--without-lttng", "--without-valgrind",
                      "--enable-platform-aws" if self.enabled("platform_aws") else "--disable-platform-aws"]
-        return _blocks.build_tools(self.stack, ["libfabric-dev", "libhwloc-dev"], "aws-ofi-nccl build tools") + [
+        own = self.libfabric
+        if own is not None:
+            configure.append(f"--with-libfabric={own.prefix}")
+            gdrcopy = self.stack.provider("gdrcopy")
+            if gdrcopy is not None:
+                configure.append(f"--with-gdrcopy={gdrcopy.prefix}")
+        tools = ["libhwloc-dev"] + ([] if own is not None else ["libfabric-dev"])
+        return _blocks.build_tools(self.stack, tools, "aws-ofi-nccl build tools") + [
             generic_build(
                 **{k: v for k, v in src.items() if k != "preconfigure"}, directory=f"aws-ofi-nccl-{self.version}",
                 prefix=PREFIX, ldconfig=True, libdir=f"{PREFIX}/lib", runtime=[f"{PREFIX}/lib"],
@@ -105,11 +139,14 @@ class AwsOfiNccl(Component):
                        f"rm -f {PREFIX}/lib/*.la {PREFIX}/lib/libnccl-net.so"])]
 
     def runtime(self) -> list:
-        return _blocks.apt_install(self.stack, ["libfabric1", "libhwloc15", "libfabric-bin"], "libfabric for aws-ofi-nccl") \
+        distro = [] if self.libfabric is not None else ["libfabric1", "libfabric-bin"]
+        return _blocks.apt_install(self.stack, [*distro, "libhwloc15"], "libfabric/hwloc for aws-ofi-nccl") \
             + super().runtime()
 
     def environment(self) -> dict[str, str]:
         env = {"NCCL_NET_PLUGIN": PLUGIN, "FI_PROVIDER": self.opts["provider"]}
+        if self.enabled("require"):
+            env["NCCL_NET"] = NET_NAME
         if getattr(self.stack.provider("mpi"), "name", None) == "openmpi":
             # On EFA there is no mlx device: pml ucx would run MPI over UCX's TCP, and a rank that sees no GPU
             # aborts in MPI_Init. ob1 then takes MPI's bootstrap-sized traffic. The btls stay Open MPI's
@@ -119,7 +156,10 @@ class AwsOfiNccl(Component):
         return env
 
     def labels(self) -> dict[str, str]:
-        return {"prefix": PREFIX, "plugin": PLUGIN, "libfabric": LIBFABRIC.get(self.stack.base.distro, "distro"),
+        own = self.libfabric
+        return {"prefix": PREFIX, "plugin": PLUGIN,
+                "libfabric": own.version if own is not None else LIBFABRIC.get(self.stack.base.distro, "distro"),
+                "gdr": str(own is not None and own.enabled("cuda")).lower(),
                 "platform_aws": str(self.enabled("platform_aws")).lower()}
 
     def checks(self) -> list:

@@ -48,6 +48,22 @@ from imagekit.util.schema import Option
 
 _TAG = re.compile(r"cuda[^:]*:(\d+\.\d+(?:\.\d+)?)")
 HOME = "/usr/local/cuda"
+# The program a user's first build compiles: a kernel and the runtime API, linked the way nvcc links by
+# default (cudart static, cudadevrt), with no -L or -l of its own. It prints what a GPU computed, so
+# the same binary shows on a GPU host that the code runs (tests/gpu_image.py).
+_NVCC_PROGRAM = (
+    "#include <cstdio>",
+    "__global__ void twice(int *v) { v[threadIdx.x] = 2 * threadIdx.x; }",
+    "int main() { int *d, h[32], s = 0; if (cudaMalloc(&d, sizeof h) != cudaSuccess) { puts(\"no GPU\"); return 3; }",
+    "  twice<<<1, 32>>>(d); cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);",
+    "  for (int i = 0; i < 32; i++) s += h[i]; printf(\"kernel sum %d\\n\", s); return s == 992 ? 0 : 1; }",
+)
+# The program must come out as an executable carrying sm_90 code (cuobjdump reads its fatbin): a compiler
+# that exits 0 without writing one fails too.
+NVCC_LINK = ("d=$(mktemp -d) && cd \"$d\" && printf '%s\\n' " + " ".join("'" + line + "'" for line in _NVCC_PROGRAM)
+             + f" > k.cu && {HOME}/bin/nvcc -gencode arch=compute_90,code=sm_90 k.cu -o k && test -x k && "
+             f"{HOME}/bin/cuobjdump --list-elf k | grep -q sm_90 && echo linked k; "
+             "rc=$?; cd / && rm -rf \"$d\"; exit $rc")
 # cuda-toolkit metapackage versions on PyPI whose nvcc wheel is a whole compiler (13.x).
 PYPI_VERSIONS = ("13.0.0", "13.0.1", "13.0.2", "13.0.3", "13.1.0", "13.1.1", "13.1.2", "13.2.0", "13.2.1",
                  "13.2.2", "13.3.0", "13.3.1", "13.4.1", "13.4.2", "13.4.3", "13.5.0")
@@ -80,6 +96,11 @@ GPU_ARCHS = {
     "12.9": (*_ARCHS_12, "100", "101", "103", "120", "121"),
     "13": ("75", "80", "86", "87", "88", "89", "90", "100", "103", "110", "120", "121"),
 }
+# Architectures a CUDA release dropped, with the release and the GPUs they are (for the error a stack gets).
+DROPPED = {**{a: ("13.0", "Volta (V100, Titan V)") for a in ("70", "72")},
+           **{a: ("13.0", "Pascal (P100, P40)") for a in ("60", "61", "62")},
+           **{a: ("13.0", "Maxwell") for a in ("50", "52", "53")},
+           **{a: ("12.0", "Kepler (K80)") for a in ("35", "37")}}
 # Writes link-only stubs of the driver libraries from the toolkit's own headers: every function
 # the (preprocessed and raw) header declares becomes an empty exported symbol.
 _STUB_SCRIPT = r"""import re, subprocess, sys
@@ -159,8 +180,14 @@ class Cuda(Component):
         """Refuse a GPU architecture this CUDA cannot compile, naming the ones it can."""
         archs = self.gpu_archs
         if arch not in archs:
-            (owner or self).error(key, f"CUDA {self.version} cannot compile for sm_{arch}",
-                                  f"CUDA {self.major_minor} compiles for: " + ", ".join(archs))
+            dropped = DROPPED.get(arch)
+            why = (f": CUDA {dropped[0]} dropped {dropped[1]} GPUs" if dropped and
+                   tuple(map(int, self.major_minor.split("."))) >= tuple(map(int, dropped[0].split("."))) else "")
+            fix = f"CUDA {self.major_minor} compiles for: " + ", ".join(archs)
+            if dropped and why:
+                fix += (f"; for sm_{arch} use a CUDA release before {dropped[0]} (the nccl-tests-volta stack is "
+                        "CUDA 12.9 with sm_70)")
+            (owner or self).error(key, f"CUDA {self.version} cannot compile for sm_{arch}{why}", fix)
 
     @property
     def gpu_archs(self) -> tuple[str, ...]:
@@ -199,6 +226,12 @@ class Cuda(Component):
         """target_dir relative to the prefix: what the include and lib64 links point at."""
         return self.target_dir.removeprefix(self.prefix + "/")
 
+    def _lib_links(self) -> list[str]:
+        """lib64 as every CUDA build expects it, and lib beside it: nvcc.profile's link line searches
+        $(TOP)/lib (the wheels' nvcc.profile, as NVIDIA's own layout has it), so without the second
+        link a plain `nvcc k.cu -o k` cannot find libcudart_static or libcudadevrt."""
+        return [f"ln -s {self._target_rel}/lib {self.prefix}/lib64", f"ln -s {self._target_rel}/lib {self.prefix}/lib"]
+
     # -- stages (pypi) ----------------------------------------------------
     def devel(self) -> list:
         if self.source == "distro":
@@ -217,7 +250,7 @@ class Cuda(Component):
                 f"cp -a {whl}/include {tgt}/",
                 f"cp -a {whl}/lib/. {tgt}/lib/",
                 f"ln -s {self._target_rel}/include {self.prefix}/include",
-                f"ln -s {self._target_rel}/lib {self.prefix}/lib64",
+                *self._lib_links(),
                 f"cd {tgt}/lib && for f in lib*.so.*; do ln -sf $f ${{f%%.so.*}}.so; done",
                 f"echo {base64.b64encode(_STUB_SCRIPT.encode()).decode()} | base64 -d | "
                 f"python3 - {self.prefix}/include {tgt}/lib",
@@ -254,7 +287,7 @@ class Cuda(Component):
             f"for t in {' '.join(_DISTRO_TOOLS)}; do ln -s /usr/bin/$t {self.prefix}/bin/$t; done",
             f"ln -s /usr/include {tgt}/include",
             f"ln -s {self._target_rel}/include {self.prefix}/include",
-            f"ln -s {self._target_rel}/lib {self.prefix}/lib64",
+            *self._lib_links(),
             f"echo {base64.b64encode(_STUB_SCRIPT.encode()).decode()} | base64 -d | "
             f"python3 - /usr/include {tgt}/lib",
             f"ln -sfn {self.prefix} {HOME}",
@@ -283,10 +316,27 @@ class Cuda(Component):
         return {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
                 "NVIDIA_REQUIRE_CUDA": f"cuda>={self.major}.0"}
 
+    @property
+    def stack_archs(self) -> list[str]:
+        """Every GPU architecture the stack compiles code for: arch_list and each component's own (nccl-tests'
+        gencode), in order; preflight compares them with the host's GPUs."""
+        archs = list(self.opts.get("arch_list") or [])
+        for component in self.stack.components.values():
+            if component is not self and isinstance(getattr(type(component), "archs", None), property):
+                archs += [a for a in component.archs if a not in archs]
+        return sorted(set(archs), key=lambda a: int(a) if a.isdigit() else 0)
+
     def labels(self) -> dict[str, str]:
         out = {"major": self.major, "prefix": self.prefix if self.source in ("pypi", "distro") else HOME}
+        if self.stack_archs:
+            out["archs"] = ",".join(self.stack_archs)
         if self.min_driver:
             out["min_driver"] = self.min_driver
+            # One driver policy per image, the one preflight enforces (review 3 H13): the CUDA major's
+            # minimum under minor-version compatibility. A base image's cuda-compat libraries may let a
+            # data-center GPU on an older branch start it (forward compatibility); imagekit does not count
+            # on that, and the wheel-based images carry none.
+            out["driver_policy"] = "minor-version"
         return out
 
     def checks(self) -> list:
@@ -298,4 +348,7 @@ class Cuda(Component):
         if self.source in ("pypi", "distro"):
             out.append(checks.run("cuda.nvcc", f"nvcc reports CUDA {self.major_minor}", f"{HOME}/bin/nvcc --version",
                                   expect=rf"release {re.escape(self.major_minor)}\b", target="devel"))
+            out.append(checks.run("cuda.nvcc_link", "a plain `nvcc -gencode arch=compute_90,code=sm_90 k.cu -o k` "
+                                  "compiles and links (libcudart_static and libcudadevrt found)", NVCC_LINK,
+                                  expect=r"linked k", target="devel"))
         return out

@@ -30,9 +30,15 @@ from imagekit.components._base import Component, Requires
 from imagekit.util.schema import Option
 
 PREFIX = "/opt/hpcx"
-# HPC-X release -> the Open MPI series it carries ("HPC-X includes Open MPI v4.1.x": the
-# installation pages of HPC-X 2.19 to 2.22); other releases are refused, not guessed.
-OMPI_SERIES = {"2.19": "4.1", "2.20": "4.1", "2.21": "4.1", "2.21.3": "4.1", "2.22": "4.1", "2.22.1": "4.1"}
+# HPC-X release -> the Open MPI series it loads by default ("HPC-X includes Open MPI v4.1.x": the
+# installation pages of HPC-X 2.19 to 2.22; HPC SDK 26.5 release notes: "Open MPI v5.0.x is now the default
+# MPI implementation in HPC-X 2.50 ... UCC is the default collective framework ... HCOLL ... disabled by
+# default"); other releases are refused, not guessed.
+OMPI_SERIES = {"2.19": "4.1", "2.20": "4.1", "2.21": "4.1", "2.21.3": "4.1", "2.22": "4.1", "2.22.1": "4.1",
+               "2.26": "4.1", "2.50": "5.0"}
+# Releases that ship both Open MPIs side by side, in ompi4/ and ompi5/ (with ompi/ the default's link):
+# CoreWeave's image on hpcx-v2.26-...-cuda13 removes /opt/hpcx/ompi4 and /opt/hpcx/ompi5 after rebuilding.
+BOTH_OMPI = ("2.26", "2.50")
 OS_LABELS = {"ubuntu20": "ubuntu20.04", "ubuntu22": "ubuntu22.04", "ubuntu24": "ubuntu24.04",
              "rhel8": "redhat8", "rhel9": "redhat9", "rockylinux8": "redhat8", "rockylinux9": "redhat9"}
 LIB_DIRS = ("ompi/lib", "{ucx}/lib", "{ucx}/lib/ucx", "ucc/lib", "ucc/lib/ucc", "hcoll/lib", "sharp/lib",
@@ -60,6 +66,9 @@ class Hpcx(Component):
         "keep_sources": Option(bool, False, "keep HPC-X's sources/ directory (rebuilds of its Open MPI)"),
         "hcoll": Option(bool, False, "leave HCOLL on in Open MPI's collectives (off by default: opt in where "
                                      "HCOLL is tuned for the fabric; OMPI_MCA_coll_hcoll_enable=1 per job also works)"),
+        "ompi": Option(str, None, 'which of the release\'s Open MPIs is the stack\'s MPI, "4" or "5" (HPC-X 2.26 and '
+                                  '2.50 ship both; default: the release\'s own default, 4 in 2.26, 5 in 2.50)',
+                       choices=("4", "5")),
         "sharp": Option(bool, False, "let NCCL load the SHARP plugin (libnccl-net.so) by default; off, the image "
                                      "sets NCCL_NET_PLUGIN=none so NCCL uses its own IB; a SHARP job then sets "
                                      "NCCL_NET_PLUGIN= and NCCL_COLLNET_ENABLE=1"),
@@ -73,6 +82,9 @@ class Hpcx(Component):
         if self.opts.get("version") and self.version not in OMPI_SERIES:
             self.error("version", f"imagekit does not know which Open MPI HPC-X {self.version} carries",
                        "use one of: " + ", ".join(OMPI_SERIES))
+        if self.opts.get("ompi") and self.version not in BOTH_OMPI:
+            self.error("ompi", f"HPC-X {self.version} ships one Open MPI ({OMPI_SERIES.get(self.version)})",
+                       "drop `ompi:`, or use HPC-X " + " or ".join(BOTH_OMPI) + " (Open MPI 4.1 and 5.0 side by side)")
 
     def check_stack(self) -> None:
         cuda = self.stack.provider("cuda")
@@ -99,8 +111,17 @@ class Hpcx(Component):
         return major, minor
 
     @property
+    def ompi_series(self) -> str:
+        """The Open MPI series the stack uses: the chosen one of a two-MPI release, else the release's."""
+        chosen = self.opts.get("ompi")
+        return {"4": "4.1", "5": "5.0"}[chosen] if chosen else OMPI_SERIES.get(self.version, "unknown")
+
+    @property
     def home(self) -> str:
-        """MPI_HOME: HPC-X's Open MPI (bin/mpicc, include, lib)."""
+        """MPI_HOME: HPC-X's Open MPI (bin/mpicc, include, lib); the chosen one's own directory when the
+        release ships two, so a later change of the default link cannot switch it."""
+        if self.version in BOTH_OMPI:
+            return f"{PREFIX}/ompi{self.ompi_series[0]}"
         return f"{PREFIX}/ompi"
 
     @property
@@ -116,13 +137,14 @@ class Hpcx(Component):
         return {"version": self.version, "label": label, "directory": directory}
 
     def role_versions(self) -> dict[str, str]:
-        return {"mpi": OMPI_SERIES.get(self.version, "unknown"), "ucx": f"hpcx-{self.version}",
+        return {"mpi": self.ompi_series, "ucx": f"hpcx-{self.version}",
                 "ucc": f"hpcx-{self.version}", "sharp": f"hpcx-{self.version}",
                 "nccl-net-plugin": f"hpcx-{self.version}"}
 
     def _lib_dirs(self) -> list[str]:
         ucx = "ucx/mt" if self.enabled("multi_thread") else "ucx"
-        return [f"{PREFIX}/{d.format(ucx=ucx)}" for d in LIB_DIRS]
+        ompi = self.home.removeprefix(PREFIX + "/")
+        return [f"{PREFIX}/{d.format(ucx=ucx).replace('ompi/', ompi + '/', 1)}" for d in LIB_DIRS]
 
     def _ldconfig(self) -> list:
         return _blocks.shell_step([f"printf '%s\\n' {' '.join(self._lib_dirs())} > /etc/ld.so.conf.d/hpcx.conf",
@@ -175,15 +197,15 @@ class Hpcx(Component):
         return env
 
     def labels(self) -> dict[str, str]:
-        return {"prefix": PREFIX, "ompi": OMPI_SERIES.get(self.version, "unknown"), "ofed": self.opts["ofed"],
+        return {"prefix": PREFIX, "ompi": self.ompi_series, "ofed": self.opts["ofed"],
                 "multi_thread": str(self.enabled("multi_thread")).lower(), "pmix": "internal"}
 
     def checks(self) -> list:
         ucx = self.ucx_dir
         return [
             checks.file("hpcx.mpirun", f"{self.home}/bin/mpirun"),
-            checks.run("hpcx.ompi", f"HPC-X's Open MPI is {OMPI_SERIES.get(self.version)}.x", "ompi_info --version",
-                       expect=rf"Open MPI\)? v?{OMPI_SERIES.get(self.version, '')}"),
+            checks.run("hpcx.ompi", f"HPC-X's Open MPI is {self.ompi_series}.x", "ompi_info --version",
+                       expect=rf"Open MPI\)? v?{re.escape(self.ompi_series)}"),
             checks.file("hpcx.ucx", f"{ucx}/lib/libucp.so"),
             checks.run("hpcx.ucx_mt" if self.enabled("multi_thread") else "hpcx.ucx_info",
                        "HPC-X's UCX is thread-safe (ucx/mt)" if self.enabled("multi_thread") else "ucx_info runs",

@@ -44,6 +44,13 @@ NO_AARCH64_WHEEL = {"12": ("2.16.2", "2.16.5", "2.17.1", "2.18.1", "2.18.3", "2.
 # is listed, so the rule never refuses a package that exists.
 FIRST_FOR_CUDA = {"12.0": "2.16.2", "12.1": "2.17.1", "12.2": "2.18.3", "12.3": "2.19.3", "12.4": "2.20.5",
                   "12.5": "2.21.5", "12.6": "2.22.3", "12.8": "2.25.1", "12.9": "2.26.5", "13.0": "2.27.7"}
+# The newest CUDA minor of each major NVIDIA still packages new NCCL releases for: from NCCL 2.28 on, the
+# repository has `+cuda12.9` and `+cuda13.x` packages only (public package lists show libnccl2 2.28.9 for
+# +cuda12.9 and +cuda13.0, none for 12.4 .. 12.8), so an older 12.x minor cannot get one.
+REPO_ONLY_FOR = ((2, 28, 0), {"12": "12.9"})
+# Releases NVIDIA published (the wheels follow every release): a repo or source version outside them names
+# no package or tag. Newer releases are added here; `imagekit outdated` shows when one is out.
+RELEASES = tuple(sorted({v for vs in WHEELS.values() for v in vs}, key=lambda v: tuple(map(int, v.split(".")))))
 # NCCL 2.25.1 ("Add Blackwell/SM100 support": kernels, graph search speeds, NVLink domain limits).
 BLACKWELL = (2, 25, 1)
 
@@ -109,11 +116,32 @@ class Nccl(Component):
                            f"{self.version.split('-')[0]} predates CUDA {cuda.major_minor}, whose first NCCL is "
                            f"{first}", f'use NCCL "{first}-1" or newer for CUDA {cuda.major_minor}, or a base image '
                            f"of the CUDA minor NCCL {self.version.split('-')[0]} was released for")
+            self._check_published(cuda)
             self._check_blackwell(cuda)
         elif self.source != "pypi" or not wanted:
             self.error("source", "NCCL needs a CUDA version and this stack has no cuda component",
                        "add `cuda: {}` (version read from the base image), or use "
                        '`source: pypi` with `cuda: "12"` for the CUDA-major wheel')
+
+    def _check_published(self, cuda) -> None:
+        """A repo package or source tag that does not exist fails deep in the build (apt: "Version ... not
+        found"); refuse it here, naming what exists."""
+        if self.source not in ("repo", "upstream"):
+            return
+        release = self.version.split("-")[0]
+        if _vtuple(release) > _vtuple(RELEASES[-1]):
+            # Older releases without a wheel exist (2.18.5), so only a version past the newest known is refused.
+            self.error("version", f"NCCL {release} is newer than any release imagekit knows ({RELEASES[-1]})",
+                       "releases known to imagekit: " + ", ".join(RELEASES[-8:]) + " (and older); if NVIDIA has "
+                       "published it since, `imagekit outdated` shows it and nccl.py's WHEELS table needs it")
+        since, only = REPO_ONLY_FOR
+        newest = only.get(cuda.major)
+        if self.source == "repo" and newest and _vtuple(release) >= since and cuda.major_minor != newest:
+            self.error("version", f"NVIDIA's repo has no libnccl2={self.tag}+cuda{cuda.major_minor}: from NCCL "
+                       f"{'.'.join(map(str, since))} on, CUDA {cuda.major} packages are built for CUDA {newest} only",
+                       f"use an nvidia/cuda:{newest}.x base image (minor-version compatibility keeps the driver "
+                       f"needs of CUDA {cuda.major}.0), or an NCCL before {'.'.join(map(str, since))} for CUDA "
+                       f"{cuda.major_minor}")
 
     def _check_blackwell(self, cuda) -> None:
         """Code for Blackwell (sm_100 and later) in the stack needs an NCCL that knows Blackwell."""
@@ -126,7 +154,7 @@ class Nccl(Component):
             self.error("version", f"NCCL {self.version} cannot drive Blackwell (sm_{', sm_'.join(blackwell)} in this "
                        "stack): Blackwell support came in NCCL 2.25.1 (\"Add Blackwell/SM100 support\"), and "
                        "older releases have no sm_100 kernels or graph search speeds for it",
-                       'use NCCL "2.25.1" or newer (current: 2.28.9), or drop sm_100 and later from the GPU '
+                       'use NCCL "2.25.1" or newer (current: 2.32.3), or drop sm_100 and later from the GPU '
                        "architectures")
 
     @property

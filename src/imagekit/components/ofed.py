@@ -25,6 +25,12 @@ DIAGS_TOOLS = ["infiniband-diags"]
 # The first DOCA release with a repository tree for each distro that came out after DOCA 2.0: DOCA 2.7.0
 # (mid 2024) added Ubuntu 24.04, which DOCA 2.5/2.6 predate. Distros not listed are not judged.
 DOCA_FIRST = {"ubuntu24": (2, 7, 0)}
+# The first NVIDIA RDMA user space that supports each ConnectX generation, by flavor: DOCA 2.9 (LTS) says
+# it "does not support ConnectX-8", which DOCA 2.10 added (DOCA release notes); MLNX OFED ended with the
+# 24.10 LTS, before ConnectX-8. Inbox rdma-core's mlx5 provider matches devices by driver, not generation.
+NIC_GENERATIONS = ("cx4", "cx5", "cx6", "cx7", "cx8")
+DOCA_FOR_NIC = {"cx8": (2, 10, 0)}
+MLNX_FOR_NIC: dict[str, tuple[int, ...] | None] = {"cx8": None}
 RUNTIME_PACKAGES = ("ibverbs-providers", "ibverbs-utils", "libibumad3", "libibverbs1", "librdmacm1")
 # HPCCM's doca_ofed set for apt-based distros.
 DEVEL_PACKAGES = ("ibverbs-providers", "ibverbs-utils", "libibmad-dev", "libibmad5", "libibumad-dev", "libibumad3",
@@ -75,6 +81,9 @@ class Ofed(Component):
         "tools": Option(bool, True, "add perftest and rdmacm-utils (ib_write_bw, ib_read_lat, rping)"),
         "diags": Option(bool, False, "add infiniband-diags (ibstat, ibnetdiscover, perfquery); Debian's "
                                      "depends on the full perl (+47 MB)"),
+        "nics": Option(list, [], "ConnectX generations the image must drive (" + ", ".join(NIC_GENERATIONS)
+                       + "): DOCA before 2.10 and MLNX OFED have no ConnectX-8", item_type=str,
+                       pattern="|".join(NIC_GENERATIONS), pattern_help="one of " + ", ".join(NIC_GENERATIONS)),
     }
     distro_packages = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1")
     distro_devel_packages = ("libibverbs-dev", "librdmacm-dev")
@@ -105,6 +114,20 @@ class Ofed(Component):
                 self.error("version", f"DOCA {self.version} predates {self.stack.base.distro}: NVIDIA's DOCA "
                            f"repository has no {self.stack.base.distro} tree before DOCA {wanted}",
                            f'use DOCA "{wanted}" or newer ("2.9.1" LTS; "2.10.0" or later for ConnectX-8)')
+
+        self._check_nics()
+
+    def _check_nics(self) -> None:
+        flavor, have = self.opts.get("flavor"), tuple(int(x) for x in re.findall(r"\d+", self.version)[:3])
+        for nic in self.opts.get("nics") or []:
+            if flavor == "doca" and nic in DOCA_FOR_NIC and have < DOCA_FOR_NIC[nic]:
+                wanted = ".".join(map(str, DOCA_FOR_NIC[nic]))
+                self.error("version", f"DOCA {self.version} does not support ConnectX-{nic[2:]} (`nics: [{nic}]`): "
+                           f"DOCA added it in {wanted} (DOCA 2.9 LTS: \"does not support ConnectX-8\")",
+                           f'use DOCA "{wanted}" or newer ("3.2.0"), or drop {nic} from nics')
+            if flavor == "mlnx" and nic in MLNX_FOR_NIC:
+                self.error("flavor", f"MLNX OFED has no ConnectX-{nic[2:]} support (it ended with 24.10 LTS)",
+                           'use `flavor: doca` with version "3.2.0"')
 
     def _tools(self) -> list[str]:
         return (INBOX_TOOLS if self.opts["tools"] else []) + (DIAGS_TOOLS if self.opts["diags"] else [])
@@ -139,7 +162,7 @@ class Ofed(Component):
         return super().packages(devel) + self._tools()
 
     def labels(self) -> dict[str, str]:
-        return {"flavor": self.opts["flavor"]}
+        return {"flavor": self.opts["flavor"], **({"nics": ",".join(self.opts["nics"])} if self.opts.get("nics") else {})}
 
     def checks(self) -> list:
         return [

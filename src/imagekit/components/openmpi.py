@@ -163,8 +163,10 @@ class Openmpi(Component):
         (artifact,) = self.artifacts()
         src = sources.block_source(self.stack, artifact)
         # openssh-client: Open MPI 4's mpirun will not start, even for local ranks, without an rsh agent.
+        # flex: upstream's release tarballs carry the flex-generated *_lex.c files, a tarball a site made
+        # from the git tag (as the stand-in mirror's 5.0.10) does not, and its configure stops without flex.
         pmi2 = [PMI2_PACKAGES[self.stack.base.distro][0]] if self.enabled("pmi2") else []
-        return _blocks.build_tools(self.stack, [*DEVEL_PACKAGES, "openssh-client", "perl", *pmi2],
+        return _blocks.build_tools(self.stack, [*DEVEL_PACKAGES, "openssh-client", "perl", "flex", *pmi2],
                                    "Open MPI build tools") + [
             generic_autotools(**src, directory=f"openmpi-{self.version}", prefix=PREFIX, ldconfig=True,
                               configure_opts=self.configure_opts(),
@@ -178,10 +180,12 @@ class Openmpi(Component):
         return f"{PREFIX}/bin/mpicc" if self.source == "upstream" else "mpicc"
 
     def devel(self) -> list:
-        return super().devel() + _blocks.mpi_probe(self.mpicc)
+        cuda_probe = _blocks.cuda_mpi_probe(self.mpicc, "/usr/local/cuda") if self.enabled("cuda") else []
+        return super().devel() + _blocks.mpi_probe(self.mpicc) + cuda_probe
 
     def runtime(self) -> list:
-        probe = _blocks.copy_from_devel(_blocks.MPI_PROBE)
+        probe = _blocks.copy_from_devel(_blocks.MPI_PROBE) + \
+            (_blocks.copy_from_devel(_blocks.CUDA_MPI_PROBE) if self.enabled("cuda") else [])
         if self.source == "distro":
             return super().runtime() + probe
         # mpirun starts remote daemons over ssh in inside-out launches.
@@ -231,6 +235,18 @@ class Openmpi(Component):
         if self.enabled("cuda"):
             out.append(checks.run("openmpi.cuda", "OpenMPI is CUDA-aware", "ompi_info --parsable --all",
                                   expect=r"mpi_built_with_cuda_support:value:true"))
+            # What the build flag cannot tell: that device memory really moves, through the UCX (or
+            # shared-memory) path this image's MPI takes at run time.
+            out.append(checks.run("openmpi.cuda_ring", "2 ranks pass 4 MiB of GPU memory round a ring and allreduce "
+                                  f"in device memory ({_blocks.CUDA_MPI_PROBE})",
+                                  f"{NO_FABRIC_ENV} mpirun --allow-run-as-root --oversubscribe -np 2 "
+                                  f"{_blocks.CUDA_MPI_PROBE}",
+                                  expect=r"2 ranks, ring of 4194304 bytes of GPU memory and allreduce passed",
+                                  needs="gpu"))
+            # Without a GPU: the probe was compiled against this MPI's headers, which say it is CUDA-aware.
+            out.append(checks.run("openmpi.cuda_probe", "the CUDA-aware MPI probe was built against a CUDA-aware MPI "
+                                  f"({_blocks.CUDA_MPI_PROBE} --built)", f"{_blocks.CUDA_MPI_PROBE} --built",
+                                  expect=r"built against a CUDA-aware MPI \(MPIX_CUDA_AWARE_SUPPORT 1\)"))
         if self.enabled("slurm"):
             # 5.x hands launching to PRRTE, whose own prte_info lists its Slurm components.
             info = "ompi_info" if self.major < 5 else "prte_info"

@@ -157,6 +157,9 @@ class Ucx(Component):
         if self.enabled("cuda"):
             out.append(checks.run("ucx.cuda_build", "UCX is built with CUDA (ucx_info -b)", "ucx_info -b",
                                   expect=r"#define HAVE_CUDA\s+1"))
+            # Without a GPU: the module that carries the CUDA transports is installed (the closure check
+            # resolves its libraries; libcuda is the driver's, mounted at run time).
+            out.append(checks.file("ucx.cuda_module", f"{PREFIX}/lib/ucx/libuct_cuda.so.0"))
             out.append(checks.run("ucx.cuda", "UCX offers the cuda_copy transport", "ucx_info -d",
                                   expect="cuda_copy", needs="gpu"))
         if self.enabled("ofed"):

@@ -50,7 +50,7 @@ GPU_GENERATIONS = {(3,): "Kepler", (5,): "Maxwell", (6,): "Pascal", (7, 0): "Vol
 # (sm_35/37) (CUDA 13.0 and 12.0 release notes, "Deprecated or Dropped Architectures").
 CUDA_DROPPED = ((13, (7, 5), "13.0", "Maxwell, Pascal and Volta"), (12, (5, 0), "12.0", "Kepler"))
 # The stack to suggest for GPUs that a newer CUDA dropped: (stack, what it carries). Named only when a
-# stack of that name is on the stack search path (none shipped carries sm_70 yet; a site's may).
+# stack of that name is on the stack search path (shipped: nccl-tests-volta; a site may hide or replace it).
 OLDER_GPU_STACK = {(7, 0): ("nccl-tests-volta", "CUDA 12.9 with sm_70 code")}
 # Multi-node NVLink: the IMEX daemon (nvidia-imex) exports GPU memory between the trays of one NVLink
 # domain, and a container reaches it through an IMEX channel device, which libnvidia-container creates and
@@ -268,8 +268,18 @@ def check_slurm_pmix(img: ImageFacts, host: HostFacts) -> Finding:
         return Finding(name, FAIL, f"`srun --mpi=list` failed: {host.srun_error}",
                      "check SLURM_CONF / the cluster's slurm.conf and that slurmctld answers (`sinfo`)")
     if "pmix" not in host.srun_mpi and not any(p.startswith("pmix") for p in host.srun_mpi):
+        mpi = img.provider("mpi") if img.known else None
+        if "pmi2" in host.srun_mpi and mpi is not None and mpi.fact("pmi2") == "true":
+            return Finding(name, OK, "Slurm has no pmix plugin, and the image's MPI speaks Slurm's PMI-2: launch with "
+                         "`srun --mpi=pmi2`")
+        fix = "install Slurm's pmix plugin (Debian: libpmix-dev + libpmix2 before slurmd starts) or ask the admins"
+        if "pmi2" in host.srun_mpi:
+            # Review 3 H14: Open MPI 5 has no PMI-2; the way out is an Open MPI 4.1 image built against libpmi2.
+            fix += ("; or use an image whose Open MPI 4.1 is built against Slurm's PMI-2 and launch with "
+                    "`srun --mpi=pmi2`: the debian-cuda12-pmi2 stack (src/imagekit/stacks/pmi2/, "
+                    "`openmpi: {version: \"4.1.8\", pmi2: true}`)")
         return Finding(name, FAIL, f"Slurm has no pmix MPI plugin (srun --mpi=list: {', '.join(host.srun_mpi) or 'nothing'})",
-                     "install Slurm's pmix plugin (Debian: libpmix-dev + libpmix2 before slurmd starts) or ask the admins")
+                     fix)
     host_majors = sorted({int(m) for p in host.srun_mpi for m in re.findall(r"pmix_v(\d+)", p)})
     if not img.known:
         return Finding(name, SKIP, f"Slurm offers {', '.join(p for p in host.srun_mpi if p.startswith('pmix'))}; "
