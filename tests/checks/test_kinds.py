@@ -252,6 +252,37 @@ def test_ldd_closure_catches_an_undefined_symbol_and_lets_a_plugin_take_its_host
         check.verify(local)
 
 
+def test_ldd_closure_lets_ucx_perftest_modules_take_the_perftest_drivers_symbols(tmp_path, local):
+    """UCX 1.20's perftest modules (lib/ucx/libucx_perftest_cuda.so) take ucx_perf_* from the ucx_perftest
+    executable that dlopens them, which no preloaded library can supply; the same symbol missing from
+    any other file still fails."""
+    if not shutil.which("gcc"):
+        if os.environ.get("CI"):
+            pytest.fail("CI needs gcc (scripts/setup.sh installs it)", pytrace=False)
+        pytest.skip("needs gcc")
+    lib = tmp_path / "ucx" / "lib"
+    modules = lib / "ucx"
+    modules.mkdir(parents=True)
+    source = "extern int ucx_perf_mem_type_allocators[]; int f(void) { return ucx_perf_mem_type_allocators[0]; }\n"
+    shutil.copy(_cc(tmp_path, "libucx_perftest_cuda.so.0", source), modules / "libucx_perftest_cuda.so.0")
+    # Beside it, a transport module that takes its symbols from libucs (which ucx_info links), as
+    # libuct_cuda does: it passes only if the retry preloads libucs and not the perftest module, which
+    # would stop the retry's own shell.
+    shutil.copy(_cc(tmp_path, "libucs.so.0", "int ucs_api(void) { return 0; }\n", "-Wl,-soname,libucs.so.0"),
+                lib / "libucs.so.0")
+    (tmp_path / "main.c").write_text("int ucs_api(void); int main(void) { return ucs_api(); }\n")
+    (tmp_path / "ucx" / "bin").mkdir()
+    subprocess.run(["gcc", "-o", str(tmp_path / "ucx" / "bin" / "ucx_info"), str(tmp_path / "main.c"), f"-L{lib}",
+                    "-l:libucs.so.0", f"-Wl,-rpath,{lib}"], check=True)
+    shutil.copy(_cc(tmp_path, "libuct_cuda.so.0", "int ucs_api(void); int g(void) { return ucs_api(); }\n"),
+                modules / "libuct_cuda.so.0")
+    check = checks.ldd_closure("u.l", [str(tmp_path / "ucx")])
+    check.verify(local)
+    shutil.copy(_cc(tmp_path, "libuct_other.so.0", source), modules / "libuct_other.so.0")
+    with pytest.raises(AssertionError, match="(?s)libuct_other.so.0:.*undefined symbol: ucx_perf_mem_type_allocators"):
+        check.verify(local)
+
+
 def test_absent_globs_glob_and_find_what_is_there(tmp_path, local):
     check = checks.absent("a.n", f"{tmp_path}/*.key {tmp_path}/id_[a-z]*", "no keys")
     check.verify(local)

@@ -364,10 +364,12 @@ class PythonImport(Check, kind="python_import"):
 # makes it fail. Counting the files makes an empty or missing prefix fail instead of passing vacuously.
 # A plugin (Open MPI's mca_*.so, PMIx's and UCX's modules) takes some symbols from the library that
 # dlopens it, which it does not name itself: a file whose only problem is undefined symbols is tried
-# again with every library the prefix's own files load preloaded, as its host process would have them.
+# again with every library the prefix's own files load preloaded, as its host process would have them
+# (libraries that resolve completely: a plugin preloaded into `ldd`'s own shell would stop it).
 # What the host provides is let through: the driver libraries, the driver's symbols (cu*, nvml*), and
 # the Python C API (extension modules and libraries such as libtorch_python take it from the
-# interpreter that loads them).
+# interpreter that loads them), and the perftest driver's symbols in UCX's perftest modules
+# (lib/ucx/libucx_perftest_*.so, dlopened by the ucx_perftest executable, which defines them).
 # %s: the prefixes, then the driver libraries' regex and the host symbols' regex (testinfra quotes them).
 _LDD_SCRIPT = (
     " -type f 2>/dev/null | { n=0; bad=0; t=$(mktemp -d); "
@@ -376,7 +378,7 @@ _LDD_SCRIPT = (
     'o=$(ldd -r "$f" 2>&1); '
     'printf "%%s\\n" "$o" | grep -q "=> not found" || '
     '{ printf "%%s\\n" "$o" | awk \'$2 == "=>" && $3 ~ /^\\// {print $3}\' >> "$t/libs"; '
-    'case "$f" in */lib*.so*) echo "$f" >> "$t/libs";; esac; }; '
+    'case "$f" in */lib*.so*) printf "%%s\\n" "$o" | grep -q "undefined symbol" || echo "$f" >> "$t/libs";; esac; }; '
     'm=$(printf "%%s\\n" "$o" | grep -E "=> not found|undefined symbol" | grep -v -E "$1" | grep -v -E "$2"); '
     '[ -z "$m" ] && continue; '
     'if printf "%%s\\n" "$m" | grep -q "not found"; then bad=1; echo "$f:"; echo "$m"; '
@@ -386,7 +388,8 @@ _LDD_SCRIPT = (
     'm=$(LD_PRELOAD="$pre" ldd -r "$f" 2>&1 | grep -E "undefined symbol" | grep -v -E "$2"); '
     '[ -z "$m" ] || { bad=1; echo "$f:"; echo "$m"; }; done < "$t/retry"; fi; rm -rf "$t"; '
     'echo "checked $n ELF files"; [ "$bad" -eq 0 ]; }')
-_HOST_SYMBOLS = r"undefined symbol: (cu[A-Z][A-Za-z0-9_]*|nvml[A-Z][A-Za-z0-9_]*|_?Py[A-Za-z0-9_]+)[[:space:]]"
+_HOST_SYMBOLS = (r"undefined symbol: ((cu[A-Z][A-Za-z0-9_]*|nvml[A-Z][A-Za-z0-9_]*|_?Py[A-Za-z0-9_]+)[[:space:]]"
+                 r"|ucx_perf_[A-Za-z0-9_]+[[:space:]]+\(.*/libucx_perftest_[^/]*\))")
 _LDD_COUNTED = re.compile(r"checked [1-9]\d* ELF files")
 
 
