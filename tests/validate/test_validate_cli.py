@@ -100,15 +100,19 @@ def test_expect_transport_takes_a_net_plugin_like_a_baseline_does(tmp_path) -> N
 
 @pytest.mark.engine
 def test_image_names_the_nccl_the_run_must_have_loaded(tmp_path, mpi_image) -> None:
-    """--image reads the image's facts (debian-mpi records the NCCL 2.21.5 wheel): a run that loaded
+    """--image reads the image's facts (debian-mpi records its NCCL wheel's version): a run that loaded
     another NCCL fails, and a log without the 'NCCL version' line cannot pass."""
+    from imagekit.image_facts import reader
+
+    nccl = reader.read(mpi_image).role_version("nccl")
+    assert nccl, "debian-mpi records its NCCL"
     log = tmp_path / "nccl.log"
-    log.write_text(RUN + nccl_log("IB"))  # NCCL version 2.21.5+cuda12.4
+    log.write_text(RUN + nccl_log("IB").replace("NCCL version 2.21.5", f"NCCL version {nccl}"))
     code, out, _ = _invoke([str(log), "--image", mpi_image])
-    assert code == 0 and "the run used the image's NCCL 2.21.5" in out
+    assert code == 0 and f"the run used the image's NCCL {nccl}" in out
     log.write_text(RUN + nccl_log("IB").replace("NCCL version 2.21.5", "NCCL version 2.23.4"))
     code, out, _ = _invoke([str(log), "--image", mpi_image])
-    assert code == 9 and f"the run loaded NCCL 2.23.4+cuda12.4, and {mpi_image} records NCCL 2.21.5" in out
+    assert code == 9 and f"the run loaded NCCL 2.23.4+cuda12.4, and {mpi_image} records NCCL {nccl}" in out
     log.write_text(RUN)
     code, out, _ = _invoke([str(log), "--image", mpi_image])
     assert code == 9 and "no 'NCCL version' line" in out
