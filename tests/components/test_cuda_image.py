@@ -115,10 +115,10 @@ def test_plain_nvcc_compiles_and_links_and_a_missing_lib_link_breaks_it(cuda_ima
                               "cat /usr/local/cuda/bin/nvcc.profile; ls /usr/local/cuda/lib/"],
                              capture_output=True, text=True, check=True).stdout
     assert '"-L$(TOP)/lib"' in profile and "libcudart_static.a" in profile and "libcudadevrt.a" in profile
-    assert check_outcomes(devel, check.checks_from_image(devel))["cuda.nvcc_link"].status == "passed"
+    assert check_outcomes(devel, runner.checks_from_image(devel))["cuda.nvcc_link"].status == "passed"
     broken = broken_copy(devel, BREAK_NVCC_LINK, "imagekit-test/cuda-broken:nvcc-link", tmp_path)
     try:
-        outcomes = check_outcomes(broken, check.checks_from_image(devel))
+        outcomes = check_outcomes(broken, runner.checks_from_image(devel))
         assert outcomes["cuda.nvcc"].status == "passed"
         assert outcomes["cuda.nvcc_link"].status == "failed"
         assert "cannot find -lcudart_static" in outcomes["cuda.nvcc_link"].detail

@@ -9,7 +9,7 @@ from imagekit.checks import runner
 from imagekit.engines import docker as engine
 
 # Checks that need a GPU or an RDMA fabric: "not run" here, run where `--with gpu,fabric` is offered.
-HARDWARE_CHECKS = {"cuda.driver", "ucx.cuda", "nccl-tests.all_reduce", "gdrcopy.device", "ofed.devices",
+HARDWARE_CHECKS = {"cuda.driver", "ucx.cuda", "nccl-tests.all_reduce", "gdrcopy.device", "ofed.devices", "openmpi.cuda_ring",
                    "ucx.verbs"}
 
 

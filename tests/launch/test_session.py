@@ -44,16 +44,20 @@ def test_a_run_that_does_not_say_its_nccl_is_noted_not_failed():
 
 @pytest.mark.engine
 def test_validate_reads_the_nccl_from_the_images_labels(mpi_image, capsys):
-    """debian-mpi records the NCCL 2.21.5 wheel: a job whose output shows another NCCL exits 9."""
+    """debian-mpi records its NCCL wheel (the stack's pin): a job whose output shows another NCCL exits 9."""
+    from imagekit import stack
+
+    pinned = stack.load("debian-mpi").get("nccl").version
+    assert pinned != "2.23.4"
     def run(stdout) -> int:
         stdout.write(RUN + nccl_log("IB").replace("NCCL version 2.21.5", "NCCL version 2.23.4"))
         return 0
 
     request = LaunchRequest(mpi_image, command=("all_reduce_perf",), gates=Gates(), preflight=False)
     session = Session(request, log=print, echo=lambda text: print(text, end=""))
-    assert session.image_nccl() == "2.21.5"
+    assert session.image_nccl() == pinned
     assert session.run(_Job(run)) == 9
-    assert f"and {mpi_image} records NCCL 2.21.5" in capsys.readouterr().out
+    assert f"and {mpi_image} records NCCL {pinned}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("launcher", [

@@ -430,7 +430,11 @@ class LddClosure(Check, kind="ldd_closure"):
         script, arguments = self.command()
         cmd = host.run(script, *arguments)
         under = ", ".join(self.prefixes)
-        _fail_unless(cmd.rc == 0, f"ELF files under {under} miss libraries:\n{_show(cmd)}")
+        # A missing library makes every file above it fail too: name the missing ones first, so that
+        # the cause is not lost below the symbols that follow from it.
+        missing = sorted({line.strip() for line in (cmd.stdout + cmd.stderr).splitlines() if "=> not found" in line})
+        first = "".join(f"{m}\n" for m in missing)
+        _fail_unless(cmd.rc == 0, f"ELF files under {under} miss libraries:\n{first}{_show(cmd)}")
         _fail_unless(bool(_LDD_COUNTED.search(cmd.stdout + cmd.stderr)),
                      f"no ELF file under {under}, so nothing was checked:\n{_show(cmd)}")
 
