@@ -51,3 +51,17 @@ def test_a_libfabric_without_cuda_needs_the_no_gdr_acceptance(tmp_path):
     path.write_text(text.replace("cuda: true, gdrcopy: true", "cuda: false")
                     .replace("provider: efa}", "provider: efa, accept: [no-gdr]}"))
     assert stack.load(str(path)).get("aws-ofi-nccl").labels()["gdr"] == "false"
+
+
+def test_the_providers_check_reads_fi_info_line_by_line():
+    """`fi_info -l` prints one provider a line, after the others (as libfabric 2.6 printed it here): each
+    device-free provider asked for must start a line, and a missing one fails the check."""
+    import re
+
+    from imagekit import stack
+
+    check = next(c for c in stack.load(str(FABRIC / "debian-efa.yaml")).get("libfabric").checks()
+                 if c.id == "libfabric.providers")
+    listed = "efa:\nversion: 206.0\nofi_rxm:\nversion: 206.0\nshm:\nversion: 206.0\ntcp:\nversion: 206.0\n"
+    assert re.search(check.expect, listed)
+    assert not re.search(check.expect, listed.replace("tcp:", "psm3:"))

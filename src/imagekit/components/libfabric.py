@@ -129,7 +129,7 @@ class Libfabric(Component):
             # verbs show up only with a device, so the check keeps to those that need none).
             checks.run("libfabric.providers", "fi_info lists the device-free providers it was built with",
                        "env -u FI_PROVIDER fi_info -l",
-                       expect="".join(rf"(?=[\s\S]*^{p}:)" for p in self.opts["providers"]
+                       expect="(?m)" + "".join(rf"(?=[\s\S]*^{p}:)" for p in self.opts["providers"]
                                       if p in ("tcp", "shm", "udp", "sm2")) + r"[\s\S]*"),
         ]
         if self.enabled("cuda"):
