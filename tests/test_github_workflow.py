@@ -215,3 +215,25 @@ def test_validate_runs_every_variant_and_a_failed_leg_skips_no_other():
     assert carries(report) == {"nccl_tests": True, "cuda_mpi": True, "pytorch": False}
     assert carries({"components": [{"name": "pytorch", "facts": {}}]}) == {"nccl_tests": False, "cuda_mpi": False,
                                                                           "pytorch": True}
+
+
+def test_every_variable_a_run_step_reads_is_set_for_its_job():
+    """A `$NAME` in a step's script that neither the workflow, its job, the step nor the script itself
+    sets is empty when it runs (the validate job once read `$VARIANT`, which only the build job sets)."""
+    doc = yaml.safe_load(WORKFLOW.read_text())
+    workflow_env = set(doc.get("env") or {})
+    unset = []
+    for job_name, job in doc["jobs"].items():
+        job_env = workflow_env | set(job.get("env") or {})
+        for step in job.get("steps", []):
+            script = step.get("run", "")
+            if not script:
+                continue
+            code = "\n".join(line.split(" #")[0] for line in script.splitlines() if not line.lstrip().startswith("#"))
+            assigned = set(re.findall(r"(?:^|[\s;(])(?:export\s+|local\s+)?([A-Za-z_][A-Za-z0-9_]*)=", code))
+            assigned |= set(re.findall(r"\b(?:for|read(?:\s+-\w+)*)\s+([A-Za-z_][A-Za-z0-9_]*)", code))
+            known = job_env | set(step.get("env") or {}) | assigned
+            for name in re.findall(r"\$\{?([A-Z][A-Z0-9_]*)", code):
+                if name not in known and not name.startswith(("GITHUB_", "RUNNER_")) and name not in {"PATH", "HOME", "PWD"}:
+                    unset.append(f"{job_name}/{step.get('name', '?')}: ${name}")
+    assert not unset, unset
