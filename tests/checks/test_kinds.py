@@ -335,3 +335,24 @@ def test_hostile_ldd_closure_prefixes_are_refused_or_passed_as_arguments(value):
     # The two regexes (driver libraries, host-provided symbols) come first, then the prefixes.
     assert arguments[2:] == value.split(" ")
     assert template == checks.ldd_closure("h.y", ["/a"] * len(arguments[2:])).command()[0]
+
+
+def test_ldd_closure_never_preloads_a_library_that_leaves_symbols_to_its_host(tmp_path, local):
+    """torch's libtorch_python.so takes the Python C API from the interpreter, and other torch libraries
+    link it: preloaded into the retry's own shell it stops the shell (debian-pytorch's check failed so,
+    naming a plugin that was fine). It is checked, and let through for its Py* symbols, but never preloaded."""
+    if not shutil.which("gcc"):
+        if os.environ.get("CI"):
+            pytest.fail("CI needs gcc (scripts/setup.sh installs it)", pytrace=False)
+        pytest.skip("needs gcc")
+    lib = tmp_path / "torch" / "lib"
+    lib.mkdir(parents=True)
+    shutil.copy(_cc(tmp_path, "libpy.so", "extern int PyInstanceMethod_Type; int py(void) { return PyInstanceMethod_Type; }\n",
+                    "-Wl,-soname,libpy.so"), lib / "libpy.so")
+    shutil.copy(_cc(tmp_path, "libcore.so", "int core(void) { return 0; }\n", "-Wl,-soname,libcore.so"), lib / "libcore.so")
+    # A library that links both, as libtorch_cuda links libtorch_python's neighbours.
+    shutil.copy(_cc(tmp_path, "libuser.so", "int py(void); int core(void); int u(void) { return py() + core(); }\n",
+                    f"-L{lib}", "-l:libpy.so", "-l:libcore.so", f"-Wl,-rpath,{lib}"), lib / "libuser.so")
+    # A plugin that needs libcore's symbol without naming it: retried with the libraries preloaded.
+    shutil.copy(_cc(tmp_path, "plugin.so", "int core(void); int p(void) { return core(); }\n"), lib / "plugin.so")
+    checks.ldd_closure("t.l", [str(tmp_path / "torch")]).verify(local)

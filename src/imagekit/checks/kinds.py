@@ -365,7 +365,8 @@ class PythonImport(Check, kind="python_import"):
 # A plugin (Open MPI's mca_*.so, PMIx's and UCX's modules) takes some symbols from the library that
 # dlopens it, which it does not name itself: a file whose only problem is undefined symbols is tried
 # again with every library the prefix's own files load preloaded, as its host process would have them
-# (libraries that resolve completely: a plugin preloaded into `ldd`'s own shell would stop it).
+# (those that resolve completely: a library that leaves any symbol to its host, a plugin or one
+# that takes the Python C API, would stop `ldd`'s own shell once preloaded).
 # What the host provides is let through: the driver libraries, the driver's symbols (cu*, nvml*), and
 # the Python C API (extension modules and libraries such as libtorch_python take it from the
 # interpreter that loads them), and the perftest driver's symbols in UCX's perftest modules
@@ -378,12 +379,15 @@ _LDD_SCRIPT = (
     'o=$(ldd -r "$f" 2>&1); '
     'printf "%%s\\n" "$o" | grep -q "=> not found" || '
     '{ printf "%%s\\n" "$o" | awk \'$2 == "=>" && $3 ~ /^\\// {print $3}\' >> "$t/libs"; '
-    'case "$f" in */lib*.so*) printf "%%s\\n" "$o" | grep -q "undefined symbol" || echo "$f" >> "$t/libs";; esac; }; '
+    'case "$f" in */lib*.so*) echo "$f" >> "$t/libs";; esac; }; '
+    'printf "%%s\\n" "$o" | grep -q "undefined symbol" && readlink -f "$f" >> "$t/partial"; '
     'm=$(printf "%%s\\n" "$o" | grep -E "=> not found|undefined symbol" | grep -v -E "$1" | grep -v -E "$2"); '
     '[ -z "$m" ] && continue; '
     'if printf "%%s\\n" "$m" | grep -q "not found"; then bad=1; echo "$f:"; echo "$m"; '
     'else echo "$f" >> "$t/retry"; fi; done; '
-    'if [ -s "$t/retry" ]; then pre=$(grep -v -E "/ld-linux|/libc[.]so" "$t/libs" | sort -u | tr "\\n" " "); '
+    'if [ -s "$t/retry" ]; then touch "$t/partial"; '
+    'pre=$(grep -v -E "/ld-linux|/libc[.]so" "$t/libs" | sort -u | while IFS= read -r l; do '
+    'grep -q -x -F "$(readlink -f "$l")" "$t/partial" || printf "%%s " "$l"; done); '
     'while IFS= read -r f; do '
     'm=$(LD_PRELOAD="$pre" ldd -r "$f" 2>&1 | grep -E "undefined symbol" | grep -v -E "$2"); '
     '[ -z "$m" ] || { bad=1; echo "$f:"; echo "$m"; }; done < "$t/retry"; fi; rm -rf "$t"; '
