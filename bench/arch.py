@@ -13,11 +13,13 @@ Measured side by side in one run (issue 37):
   manifest as before this change (the manifest only), a plain manifest now (manifest + config,
   whose architecture is checked against the node) and an OCI index of both platforms (index +
   the node's manifest; the entry names the platform). Target: the index adds < 20 ms.
-- ``--cuda STACK`` (off by default: hours on 2 cores): STACK (debian-cuda or debian-pytorch) built
-  for linux/arm64 under emulation with its checks, from the site mirror (``--mirror``, default
-  ../shared/mirror); its wall time and the checks' counts.
+- ``--cuda STACK`` (off by default: an hour or more on 2 cores): STACK built for linux/arm64 under
+  emulation with its runtime checks, from the site mirror (``--mirror``, default ../shared/mirror);
+  its wall time, size and the checks' counts. debian-grace is the one meant for it: every piece is a
+  Debian package or a wheel, so no compiler runs under QEMU (debian-cuda's UCX, PMIx and Open MPI
+  would compile through QEMU for days).
 
-    python bench/arch.py [-r 50] [--no-build] [--cuda debian-cuda --mirror ../shared/mirror]
+    python bench/arch.py [-r 50] [--no-build] [--cuda debian-grace --mirror ../shared/mirror]
 """
 
 from __future__ import annotations
