@@ -33,7 +33,8 @@ def test_debian_mpi_for_arm64_is_an_arm64_image_beside_the_amd64_one(mpi_image_a
     arm, amd = engine.inspect(mpi_image_arm64), engine.inspect(mpi_image)
     assert (arm.attrs["Architecture"], amd.attrs["Architecture"]) == ("arm64", "amd64")
     assert arm.labels["io.imagekit.arch"] == "aarch64"
-    assert arm.labels["io.imagekit.component.nccl.version"] == "2.23.4", "the aarch64 pin (per_arch)"
+    pinned = stack_mod.load("debian-mpi", platform="linux/arm64").get("nccl").version
+    assert arm.labels["io.imagekit.component.nccl.version"] == pinned, "the stack's pin, as loaded for aarch64"
     # The runtime image has no file(1): mpirun's ELF header says its machine (183 is EM_AARCH64).
     out = subprocess.run([engine.docker_cli(), "run", "--rm", mpi_image_arm64, "sh", "-c",
                           "uname -m; python3 -c \"h = open('/usr/bin/mpirun', 'rb').read(20); "
