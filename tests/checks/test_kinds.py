@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers.hostile import CANARY_VAR, words
+from helpers.needs import need
 from imagekit import checks
 from imagekit.util.errors import UsageError
 
@@ -196,10 +196,7 @@ def test_ldd_closure_prefixes_are_arguments(tmp_path, local):
 
 
 def test_ldd_closure_fails_when_it_checks_no_elf_file_and_passes_on_a_real_one(tmp_path, local):
-    if not shutil.which("ldd") or not shutil.which("od"):
-        if os.environ.get("CI"):
-            pytest.fail("CI needs ldd and od (libc-bin, coreutils)", pytrace=False)
-        pytest.skip("needs ldd and od on the test machine")
+    need(None if shutil.which("ldd") and shutil.which("od") else "ldd and od (libc-bin, coreutils)")
     (tmp_path / "empty").mkdir()
     with pytest.raises(AssertionError, match="no ELF file under"):
         checks.ldd_closure("a.l", [str(tmp_path / "empty")]).verify(local)
@@ -216,6 +213,12 @@ def test_ldd_closure_names_the_missing_library_and_excepts_the_drivers(tmp_path)
     assert arguments[0] == "^[[:space:]]*(libcuda[.]so[.]1|libnvidia-ml[.]so[.]1) "
 
 
+@pytest.fixture
+def gcc() -> None:
+    """These tests compile small libraries: CI has gcc (scripts/setup.sh installs it)."""
+    need(None if shutil.which("gcc") else "gcc (scripts/setup.sh installs it)")
+
+
 def _cc(tmp_path, name: str, source: str, *args: str) -> Path:
     src = tmp_path / f"{name}.c"
     src.write_text(source)
@@ -224,14 +227,10 @@ def _cc(tmp_path, name: str, source: str, *args: str) -> Path:
     return out
 
 
-def test_ldd_closure_catches_an_undefined_symbol_and_lets_a_plugin_take_its_hosts(tmp_path, local):
+def test_ldd_closure_catches_an_undefined_symbol_and_lets_a_plugin_take_its_hosts(tmp_path, local, gcc):
     """`ldd -r`: a library that names a symbol no loaded library defines (built against a newer
     sibling than the image has) fails; a plugin whose symbols come from a library the prefix's own
     programs load (as Open MPI's mca_*.so take libmpi's) passes."""
-    if not shutil.which("gcc"):
-        if os.environ.get("CI"):
-            pytest.fail("CI needs gcc (scripts/setup.sh installs it)", pytrace=False)
-        pytest.skip("needs gcc")
     lib = tmp_path / "prefix" / "lib"
     (lib / "plugins").mkdir(parents=True)
     host_lib = _cc(tmp_path, "libhost.so.1", "int host_api(void) { return 1; }\n", "-Wl,-soname,libhost.so.1")
@@ -252,14 +251,10 @@ def test_ldd_closure_catches_an_undefined_symbol_and_lets_a_plugin_take_its_host
         check.verify(local)
 
 
-def test_ldd_closure_lets_ucx_perftest_modules_take_the_perftest_drivers_symbols(tmp_path, local):
+def test_ldd_closure_lets_ucx_perftest_modules_take_the_perftest_drivers_symbols(tmp_path, local, gcc):
     """UCX 1.20's perftest modules (lib/ucx/libucx_perftest_cuda.so) take ucx_perf_* from the ucx_perftest
     executable that dlopens them, which no preloaded library can supply; the same symbol missing from
     any other file still fails."""
-    if not shutil.which("gcc"):
-        if os.environ.get("CI"):
-            pytest.fail("CI needs gcc (scripts/setup.sh installs it)", pytrace=False)
-        pytest.skip("needs gcc")
     lib = tmp_path / "ucx" / "lib"
     modules = lib / "ucx"
     modules.mkdir(parents=True)
@@ -337,14 +332,10 @@ def test_hostile_ldd_closure_prefixes_are_refused_or_passed_as_arguments(value):
     assert template == checks.ldd_closure("h.y", ["/a"] * len(arguments[2:])).command()[0]
 
 
-def test_ldd_closure_never_preloads_a_library_that_leaves_symbols_to_its_host(tmp_path, local):
+def test_ldd_closure_never_preloads_a_library_that_leaves_symbols_to_its_host(tmp_path, local, gcc):
     """torch's libtorch_python.so takes the Python C API from the interpreter, and other torch libraries
     link it: preloaded into the retry's own shell it stops the shell (debian-pytorch's check failed so,
     naming a plugin that was fine). It is checked, and let through for its Py* symbols, but never preloaded."""
-    if not shutil.which("gcc"):
-        if os.environ.get("CI"):
-            pytest.fail("CI needs gcc (scripts/setup.sh installs it)", pytrace=False)
-        pytest.skip("needs gcc")
     lib = tmp_path / "torch" / "lib"
     lib.mkdir(parents=True)
     shutil.copy(_cc(tmp_path, "libpy.so", "extern int PyInstanceMethod_Type; int py(void) { return PyInstanceMethod_Type; }\n",
