@@ -4,10 +4,11 @@
 set -u
 # Usage (on the GPU machine, as root, from the checkout): bash scripts/gpu/run.sh [BUNDLE_DIR]
 B=${1:-build/gpu-bundle}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+OUT=${OUT:-$(mktemp -d /tmp/ikgpu-out-XXXXXX)}; mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 echo "== host"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; uname -r
-R=/tmp/ikroot-$$; mkdir -p $R
+# As root, in world-writable /tmp: fresh directories of our own, never a name another user could plant.
+R=$(mktemp -d /tmp/ikroot-XXXXXX); aside=$(mktemp -d /tmp/ikaside-XXXXXX)
 t0=$(date +%s); python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)" "$B/rootfs.tar.xz" | tar -x -C $R; echo "unpacked in $(( $(date +%s)-t0 )) s"
 L=$R/usr/lib/x86_64-linux-gnu
 for l in libcuda.so.1 libnvidia-ml.so.1 libnvidia-ptxjitcompiler.so.1 libnvidia-nvvm.so.4; do
@@ -46,9 +47,9 @@ run "plain-nvcc kernel program" 'imagekit-nvcc-kernel'
 run "CUDA-aware MPI ring, 2 ranks, 4 MiB GPU memory" "$M -np 2 imagekit-cuda-mpi-ring"
 run "CUDA-aware MPI ring, 2 ranks, 256 MiB GPU memory" "$M -np 2 imagekit-cuda-mpi-ring 268435456"
 run "UCX transports seen" 'ucx_info -d | grep -E "Transport|Device" | sort | uniq -c | head -30'
-for f in $R/usr/local/ucx/lib/ucx/libuct_cuda.so*; do mv "$f" /tmp/; done
+for f in $R/usr/local/ucx/lib/ucx/libuct_cuda.so*; do mv "$f" "$aside/"; done
 run "BROKEN: UCX's CUDA module removed (must fail)" "$M -np 2 imagekit-cuda-mpi-ring"
-mv /tmp/libuct_cuda.so* $R/usr/local/ucx/lib/ucx/
+mv "$aside"/libuct_cuda.so* $R/usr/local/ucx/lib/ucx/
 run "NCCL all_reduce_perf, 1 GPU, 8 B - 1 GiB" 'NCCL_DEBUG=VERSION all_reduce_perf -b 8 -e 1G -f 4 -g 1'
 run "NCCL all_gather/sendrecv/alltoall under mpirun -np 1" "for t in all_gather sendrecv alltoall; do $M -np 1 \${t}_perf -b 1M -e 256M -f 4 -g 1 | grep -E '^ +[0-9]|wrong|Avg|Out of'; done"
 umount -R $R/dev $R/sys $R/proc 2>/dev/null; umount $R/dev/shm 2>/dev/null
