@@ -2,6 +2,7 @@
 test in the kernel's format), and this machine's own registration (CI installs it)."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +53,27 @@ def test_this_machine_runs_arm64_programs():
     if os.uname().machine != "x86_64":
         pytest.skip("an x86_64 machine's check")
     assert emulation.problem("aarch64") is None, "run scripts/setup-emulation.sh"
+
+
+# An arm64 /proc/cpuinfo, in the format of Linux's arch/arm64/kernel/cpuinfo.c (one block per CPU;
+# the values are a Neoverse V2's, Grace's core).
+ARM64_CPUINFO = ("processor\t: 0\nBogoMIPS\t: 2000.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 "
+                 "atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve\n"
+                 "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\n"
+                 "CPU revision\t: 0\n\n")
+
+
+def test_an_arm64_program_that_sees_an_arm64_cpu_needs_no_note():
+    assert emulation.hidden_cpu("arm64", ARM64_CPUINFO) is None
+    assert emulation.hidden_cpu("x86_64", "anything") is None     # only arm64's is known to matter
+
+
+def test_an_arm64_program_that_sees_the_x86_host_cpu_is_named_with_the_fix():
+    """What QEMU before 8.2 hands an arm64 program is the host's own file: this machine's, when it is
+    x86 (measured under Debian 12's QEMU 7.2; QEMU 10 emulates an arm64 one)."""
+    host = Path("/proc/cpuinfo").read_text()
+    if "vendor_id" not in host:
+        pytest.skip("an x86 machine's /proc/cpuinfo is the case")
+    said = emulation.hidden_cpu("aarch64", host)
+    assert said is not None and "/proc/cpuinfo" in said and "import torch" in said
+    assert "8.2" in emulation.OLD_QEMU_FIX and "setup-emulation.sh" in emulation.OLD_QEMU_FIX

@@ -6,14 +6,18 @@ commit`` keeps its labels, so the checks travel with it); every check kind
 """
 
 import json
+import os
 import shlex
+import shutil
 import subprocess
 
 import pytest
 from click.testing import CliRunner
 
+from helpers.arch_images import make
 from helpers.broken_images import committed_copy
-from imagekit import checks, stack
+from helpers.needs import need
+from imagekit import checks, engines, stack
 from imagekit.engines import docker as engine
 from imagekit.checks import runner
 from imagekit.cli import main
@@ -158,3 +162,56 @@ def test_a_label_check_no_kind_reads_is_refused_naming_image_and_check(base_imag
         assert "Traceback" not in result.output
     finally:
         subprocess.run([engine.docker_cli(), "rmi", "-f", tag], capture_output=True)
+
+
+CAT_C = r"""#include <stdio.h>
+int main(int argc, char **argv) {
+    FILE *f = argc > 1 ? fopen(argv[1], "r") : NULL;
+    int c;
+    if (!f) return 1;
+    while ((c = fgetc(f)) != EOF) putchar(c);
+    return 0;
+}
+"""
+
+
+def test_an_emulated_image_whose_programs_see_the_host_cpu_gets_a_note_with_the_fix(tmp_path):
+    """QEMU before 8.2 hands arm64 programs the x86 host's /proc/cpuinfo, and `import torch` dies
+    there with SIGSEGV; the check run says so once, before the checks' bare signals.
+
+    How the old QEMU is simulated (this machine registers QEMU 8.2+): an arm64 image (its config
+    says arm64; tests/helpers/arch_images.py) whose ``cat`` is a static x86 program, which the kernel
+    runs natively, so it reads this machine's own /proc/cpuinfo: what QEMU 7.2 shows an arm64
+    program. An amd64 image is not emulated and gets no note."""
+    need(None if shutil.which("gcc") else "gcc (scripts/setup.sh installs it)")
+    if os.uname().machine != "x86_64":
+        pytest.skip("an x86_64 machine's case")
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (tmp_path / "cat.c").write_text(CAT_C)
+    built = subprocess.run(["gcc", "-static", "-O2", "-o", str(ctx / "cat"), str(tmp_path / "cat.c")],
+                           capture_output=True, text=True)
+    need(None if built.returncode == 0 else f"a static libc (libc6-dev): {built.stderr[-300:]}")
+    base, tag = "ik-emulation-test/bare:arm64", "ik-emulation-test/old-qemu-view:arm64"
+    make(base, "arm64", tmp_path, "emulation")
+    (ctx / "Dockerfile").write_text(f"FROM {base}\nCOPY cat /bin/cat\n")
+    docker = engine.docker_cli()
+    try:
+        subprocess.run([docker, "build", "-q", "--platform", "linux/arm64", "-t", tag, str(ctx)],
+                       check=True, capture_output=True)
+        notes = runner._emulation_notes(engines.of("docker"), tag, "arm64")
+        assert len(notes) == 1, notes
+        assert notes[0].startswith(f"{tag} runs here under emulation, but its programs read this x86_64 "
+                                   "machine's /proc/cpuinfo, not an arm64 CPU's")
+        assert "qemu-user-static 8.2 or later" in notes[0] and "setup-emulation.sh" in notes[0]
+        assert runner._emulation_notes(engines.of("docker"), tag, "amd64") == []
+    finally:
+        subprocess.run([docker, "rmi", "-f", tag, base], capture_output=True)
+
+
+def test_a_report_carries_its_notes_to_json_and_to_the_terminal(capsys):
+    report = runner.Report("img", [runner.Outcome("a.b", "a thing", "passed")], notes=["img runs here under emulation"])
+    assert report.as_dict()["notes"] == ["img runs here under emulation"]
+    from imagekit.cli.build_cmds import _print_report
+    _print_report(report)
+    assert "note: img runs here under emulation" in capsys.readouterr().err

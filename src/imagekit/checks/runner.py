@@ -23,7 +23,7 @@ from imagekit.util import emulation, ledger
 from imagekit import checks as checks_mod
 from imagekit.util.atomic import target
 from imagekit.checks import runtimes
-from imagekit.util.errors import ImagekitError, NotFoundError, UsageError
+from imagekit.util.errors import EngineError, ImagekitError, NotFoundError, UsageError
 from imagekit.image_facts import is_file_image, layered, reader
 
 MODULE = Path(__file__).parents[1] / "data" / "testinfra_checks.py"
@@ -44,6 +44,7 @@ class Report:
     image: str
     outcomes: list[Outcome] = field(default_factory=list)
     junit: str | None = None
+    notes: list[str] = field(default_factory=list)   # what may explain a failure, said once
 
     @property
     def failed(self) -> list[Outcome]:
@@ -61,7 +62,7 @@ class Report:
 
     def as_dict(self) -> dict:
         return {"image": self.image, "ok": self.ok, "counts": self.counts(), "junit": self.junit,
-                "checks": [asdict(o) for o in self.outcomes]}
+                "notes": self.notes, "checks": [asdict(o) for o in self.outcomes]}
 
 
 def checks_from_image(image: str, engine_name: str = "docker") -> list[dict]:
@@ -110,12 +111,30 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
     arch = found.attrs.get("Architecture")
     if arch:
         emulation.require(arch, f"checking {image}")
+    notes = _emulation_notes(images, image, arch)
     image_id = found.id
     cli = images.cli()
     hardware = [a for hw in with_ for a in images.devices[hw]]
     with images.throwaway(image, options=["--network", "none", *hardware], idle=True, purpose="check") as container:
-        return _run_in(container, image, specs, cli, junit=junit, with_=with_, assume=assume, image_id=image_id,
-                       backend=images.testinfra_backend)
+        report = _run_in(container, image, specs, cli, junit=junit, with_=with_, assume=assume, image_id=image_id,
+                         backend=images.testinfra_backend)
+    report.notes.extend(notes)
+    return report
+
+
+def _emulation_notes(images: engines.Engine, image: str, arch: str | None) -> list[str]:
+    """For an image that runs here through QEMU: whether its programs see their own CPU. Said before
+    the checks, since a check that crashes on the host's /proc/cpuinfo only shows a signal."""
+    if not arch or not emulation.emulated(arch):
+        return []
+    try:
+        done = images.run_once(image, ["cat", "/proc/cpuinfo"], timeout=300)
+    except EngineError:
+        return []        # the checks themselves will say what is wrong with starting it
+    if done.returncode != 0 or not done.stdout.strip():
+        return []        # no cat in the image: nothing is known
+    wrong = emulation.hidden_cpu(arch, done.stdout)
+    return [f"{image} runs here under emulation, but {wrong}; fix: {emulation.OLD_QEMU_FIX}"] if wrong else []
 
 
 @dataclass(frozen=True)

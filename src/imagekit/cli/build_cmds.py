@@ -216,6 +216,8 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
 
 def _print_report(report) -> None:
     marks = {"passed": "PASS", "failed": "FAIL", "not-run": "NOT RUN"}
+    for note in report.notes:
+        click.echo(f"note: {note}", err=True)
     for o in report.outcomes:
         click.echo(f"{marks[o.status]:<8} {o.id:<28} {o.describe}")
         if o.status == "failed" and o.detail:

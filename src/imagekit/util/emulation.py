@@ -35,7 +35,7 @@ def problem(arch: str, root: Path = BINFMT) -> str | None:
     """None when programs of ``arch`` run here (natively, or through a registered, enabled QEMU
     interpreter with the fix-binary flag); else what is missing."""
     arch = platforms.stack_name(arch)
-    if arch == platforms.stack_name(platforms.host_machine()):
+    if not emulated(arch):
         return None
     name = ENTRIES.get(arch)
     if name is None:
@@ -58,9 +58,34 @@ def problem(arch: str, root: Path = BINFMT) -> str | None:
     return None
 
 
+def emulated(arch: str) -> bool:
+    """Whether programs of ``arch`` run here through an emulator rather than natively."""
+    return platforms.stack_name(arch) != platforms.stack_name(platforms.host_machine())
+
+
 def require(arch: str, what: str, root: Path = BINFMT) -> None:
     """Raise :class:`NoEmulation` naming ``what`` needs it and the fix, unless ``arch`` runs here."""
     found = problem(arch, root)
     if found is not None:
         raise NoEmulation(f"{what} runs {platforms.oci_name(arch)} programs on this "
                           f"{platforms.host_machine()} machine, but {found}", FIX)
+
+
+# What an arm64 /proc/cpuinfo always has, one per CPU (Linux's arch/arm64/kernel/cpuinfo.c).
+_ARM64_CPUINFO_KEY = "CPU implementer"
+OLD_QEMU_FIX = ("install qemu-user-static 8.2 or later (Debian 12: from bookworm-backports; scripts/setup.sh "
+                "does it), then register it again: scripts/setup-emulation.sh")
+
+
+def hidden_cpu(arch: str, cpuinfo: str) -> str | None:
+    """None when an emulated ``arch`` program's ``/proc/cpuinfo`` (``cpuinfo``, as read inside its
+    container) describes that architecture's CPU; else what is wrong with it.
+
+    QEMU user mode before 8.2 does not emulate that file for arm64 programs: they read the host's
+    x86 one. Programs that pick their code paths from it can crash there: PyTorch's aarch64 wheel
+    dies with SIGSEGV in ``import torch`` under Debian 12's QEMU 7.2, and imports under QEMU 10."""
+    if platforms.stack_name(arch) != "aarch64" or _ARM64_CPUINFO_KEY in cpuinfo:
+        return None
+    return (f"its programs read this {platforms.host_machine()} machine's /proc/cpuinfo, not an arm64 CPU's "
+            f"(QEMU before 8.2 does not emulate that file), and programs that read it can crash: "
+            f"`import torch` dies with SIGSEGV there")
