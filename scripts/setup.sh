@@ -18,7 +18,6 @@ cd "$(dirname "$0")/.."
 #   gcc                       the check tests compile stub libraries (libnccl.so.2, ...) for stub images
 #   openssl                   the registry tests sign the tokens of a Bearer-auth registry
 #   qemu-user-static binfmt-support arch-test  arm64 base images, builds and containers on x86
-#                             (8.2 or later for arm64 PyTorch: on Debian 12, from bookworm-backports)
 #                             (setup-emulation.sh registers the interpreters; arch-test: mmdebstrap's check)
 PACKAGES=(docker.io debootstrap squashfs-tools squashfs-tools-ng isal pigz docker-registry openmpi-bin
           python3-mpi4py slurm-wlm munge libpmix2 libpmix-dev shellcheck openssh-client gcc openssl
@@ -36,20 +35,6 @@ if [ "${#missing[@]}" -gt 0 ]; then
     # Debian's docker-registry starts a service on install where it can; it is not needed running.
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         "${missing[@]}" >/dev/null
-fi
-
-# QEMU 8.2 and later give an arm64 program an arm64 /proc/cpuinfo; Debian 12's QEMU 7.2 hands it the
-# x86 host's, and PyTorch's aarch64 wheel dies with SIGSEGV in `import torch` there (debian-grace's
-# checks, docs/multi-arch.md). Debian 12 takes QEMU 10 from its backports suite where apt has it.
-qemu_version() { dpkg-query -W -f='${Version}' qemu-user-static 2>/dev/null || true; }
-if dpkg --compare-versions "$(qemu_version)" lt 1:8.2 && \
-        apt-cache policy qemu-user-static 2>/dev/null | grep -q ' bookworm-backports/'; then
-    echo "setup: installing qemu-user-static from bookworm-backports (have $(qemu_version); arm64 PyTorch needs 8.2+)"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        -t bookworm-backports qemu-user-static >/dev/null
-elif dpkg --compare-versions "$(qemu_version)" lt 1:8.2; then
-    echo "setup: warning: qemu-user-static $(qemu_version) is older than 8.2: arm64 builds work, but" \
-         "\`import torch\` crashes in arm64 containers (install 8.2+ for debian-grace's checks)" >&2
 fi
 
 bash scripts/setup-engine.sh

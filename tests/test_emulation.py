@@ -77,3 +77,10 @@ def test_an_arm64_program_that_sees_the_x86_host_cpu_is_named_with_the_fix():
     said = emulation.hidden_cpu("aarch64", host)
     assert said is not None and "/proc/cpuinfo" in said and "import torch" in said
     assert "8.2" in emulation.OLD_QEMU_FIX and "setup-emulation.sh" in emulation.OLD_QEMU_FIX
+
+
+def test_the_arm64_cpuinfo_given_in_its_place_is_one_the_check_accepts_with_a_block_per_cpu():
+    text = emulation.arm64_cpuinfo(3)
+    assert emulation.hidden_cpu("aarch64", text) is None
+    assert text.count("CPU implementer\t: 0x41") == 3 and "processor\t: 2\n" in text
+    assert emulation.arm64_cpuinfo(0).count("processor") == 1

@@ -20,6 +20,7 @@ from helpers.needs import need
 from imagekit import checks, engines, stack
 from imagekit.engines import docker as engine
 from imagekit.checks import runner
+from imagekit.util import emulation
 from imagekit.cli import main
 
 pytestmark = pytest.mark.engine
@@ -175,14 +176,17 @@ int main(int argc, char **argv) {
 """
 
 
-def test_an_emulated_image_whose_programs_see_the_host_cpu_gets_a_note_with_the_fix(tmp_path):
+def test_an_emulated_image_whose_programs_see_the_host_cpu_is_checked_with_an_arm64_one(tmp_path, monkeypatch):
     """QEMU before 8.2 hands arm64 programs the x86 host's /proc/cpuinfo, and `import torch` dies
-    there with SIGSEGV; the check run says so once, before the checks' bare signals.
+    there with SIGSEGV. The check container of such an image gets an arm64 /proc/cpuinfo instead,
+    and the report says so once.
 
-    How the old QEMU is simulated (this machine registers QEMU 8.2+): an arm64 image (its config
+    How the old QEMU is simulated, whichever QEMU this machine registers: an arm64 image (its config
     says arm64; tests/helpers/arch_images.py) whose ``cat`` is a static x86 program, which the kernel
-    runs natively, so it reads this machine's own /proc/cpuinfo: what QEMU 7.2 shows an arm64
-    program. An amd64 image is not emulated and gets no note."""
+    runs natively, so it reads this machine's own /proc/cpuinfo, as QEMU 7.2 shows it to an arm64
+    program (its ``sh`` is a static one that only waits, for the idle container). testinfra needs a
+    real shell, so the testinfra run is replaced by reading the file in the real check container
+    with that ``cat``. An amd64 image is not emulated: no file, no note."""
     need(None if shutil.which("gcc") else "gcc (scripts/setup.sh installs it)")
     if os.uname().machine != "x86_64":
         pytest.skip("an x86_64 machine's case")
@@ -194,17 +198,31 @@ def test_an_emulated_image_whose_programs_see_the_host_cpu_gets_a_note_with_the_
     need(None if built.returncode == 0 else f"a static libc (libc6-dev): {built.stderr[-300:]}")
     base, tag = "ik-emulation-test/bare:arm64", "ik-emulation-test/old-qemu-view:arm64"
     make(base, "arm64", tmp_path, "emulation")
-    (ctx / "Dockerfile").write_text(f"FROM {base}\nCOPY cat /bin/cat\n")
+    # The idle check container's shell: one that waits, as the engine's idle command does.
+    (tmp_path / "sh.c").write_text("#include <unistd.h>\nint main(void) { for (;;) pause(); }\n")
+    subprocess.run(["gcc", "-static", "-O2", "-o", str(ctx / "sh"), str(tmp_path / "sh.c")], check=True)
+    (ctx / "Dockerfile").write_text(f"FROM {base}\nCOPY cat sh /bin/\n")
     docker = engine.docker_cli()
+    seen = []
+
+    def read_cpuinfo(container, image, specs, cli, **_kw):
+        done = subprocess.run([docker, "exec", container, "/bin/cat", "/proc/cpuinfo"], capture_output=True, text=True)
+        seen.append(done.stdout)
+        return runner.Report(image, [runner.Outcome("a.cpu", "reads /proc/cpuinfo", "passed")])
+
     try:
         subprocess.run([docker, "build", "-q", "--platform", "linux/arm64", "-t", tag, str(ctx)],
                        check=True, capture_output=True)
-        notes = runner._emulation_notes(engines.of("docker"), tag, "arm64")
-        assert len(notes) == 1, notes
-        assert notes[0].startswith(f"{tag} runs here under emulation, but its programs read this x86_64 "
-                                   "machine's /proc/cpuinfo, not an arm64 CPU's")
-        assert "qemu-user-static 8.2 or later" in notes[0] and "setup-emulation.sh" in notes[0]
-        assert runner._emulation_notes(engines.of("docker"), tag, "amd64") == []
+        monkeypatch.setattr(runner, "_run_in", read_cpuinfo)
+        report = runner.run(tag, [{"kind": "run", "id": "a.cpu", "describe": "reads /proc/cpuinfo", "run": "true"}])
+        assert seen == [emulation.arm64_cpuinfo(os.cpu_count() or 1)]
+        assert "CPU implementer\t: 0x41" in seen[0] and "vendor_id" not in seen[0]
+        assert len(report.notes) == 1, report.notes
+        assert report.notes[0].startswith(f"{tag} runs here under emulation, but its programs read this x86_64 "
+                                          "machine's /proc/cpuinfo, not an arm64 CPU's")
+        assert "reads an Arm Neoverse N1's /proc/cpuinfo instead" in report.notes[0]
+        assert "QEMU 8.2 or later" in report.notes[0]
+        assert runner._emulated_cpu(engines.of("docker"), tag, "amd64") == (None, [])
     finally:
         subprocess.run([docker, "rmi", "-f", tag, base], capture_output=True)
 

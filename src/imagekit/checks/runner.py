@@ -111,30 +111,41 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
     arch = found.attrs.get("Architecture")
     if arch:
         emulation.require(arch, f"checking {image}")
-    notes = _emulation_notes(images, image, arch)
+    cpuinfo, notes = _emulated_cpu(images, image, arch)
     image_id = found.id
     cli = images.cli()
-    hardware = [a for hw in with_ for a in images.devices[hw]]
-    with images.throwaway(image, options=["--network", "none", *hardware], idle=True, purpose="check") as container:
-        report = _run_in(container, image, specs, cli, junit=junit, with_=with_, assume=assume, image_id=image_id,
-                         backend=images.testinfra_backend)
+    options = ["--network", "none", *(a for hw in with_ for a in images.devices[hw])]
+    with tempfile.TemporaryDirectory(prefix="imagekit-cpuinfo-") as tmp:
+        if cpuinfo is not None:
+            given = Path(tmp) / "cpuinfo"
+            given.write_text(cpuinfo)
+            options += ["-v", f"{given}:/proc/cpuinfo:ro"]
+        with images.throwaway(image, options=options, idle=True, purpose="check") as container:
+            report = _run_in(container, image, specs, cli, junit=junit, with_=with_, assume=assume,
+                             image_id=image_id, backend=images.testinfra_backend)
     report.notes.extend(notes)
     return report
 
 
-def _emulation_notes(images: engines.Engine, image: str, arch: str | None) -> list[str]:
-    """For an image that runs here through QEMU: whether its programs see their own CPU. Said before
-    the checks, since a check that crashes on the host's /proc/cpuinfo only shows a signal."""
+def _emulated_cpu(images: engines.Engine, image: str, arch: str | None) -> tuple[str | None, list[str]]:
+    """For an image that runs here through QEMU, whose programs would read the host's /proc/cpuinfo
+    (QEMU before 8.2): the arm64 one its check container gets instead, and the note that says so.
+    A program that picks its code from that file can crash on the host's (`import torch` does), and
+    a check that crashes shows only a signal."""
     if not arch or not emulation.emulated(arch):
-        return []
+        return None, []
     try:
         done = images.run_once(image, ["cat", "/proc/cpuinfo"], timeout=300)
     except EngineError:
-        return []        # the checks themselves will say what is wrong with starting it
+        return None, []      # the checks themselves will say what is wrong with starting it
     if done.returncode != 0 or not done.stdout.strip():
-        return []        # no cat in the image: nothing is known
+        return None, []      # no cat in the image: nothing is known
     wrong = emulation.hidden_cpu(arch, done.stdout)
-    return [f"{image} runs here under emulation, but {wrong}; fix: {emulation.OLD_QEMU_FIX}"] if wrong else []
+    if wrong is None:
+        return None, []
+    return emulation.arm64_cpuinfo(os.cpu_count() or 1), [
+        f"{image} runs here under emulation, but {wrong}; its check container reads an Arm Neoverse N1's "
+        f"/proc/cpuinfo instead (bind-mounted); {emulation.OLD_QEMU_FIX}"]
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,23 @@ def require(arch: str, what: str, root: Path = BINFMT) -> None:
 
 # What an arm64 /proc/cpuinfo always has, one per CPU (Linux's arch/arm64/kernel/cpuinfo.c).
 _ARM64_CPUINFO_KEY = "CPU implementer"
-OLD_QEMU_FIX = ("install qemu-user-static 8.2 or later (Debian 12: from bookworm-backports; scripts/setup.sh "
-                "does it), then register it again: scripts/setup-emulation.sh")
+OLD_QEMU_FIX = ("QEMU 8.2 or later makes up an arm64 /proc/cpuinfo itself (then register it again: "
+                "scripts/setup-emulation.sh); see docs/multi-arch.md for the QEMU 10.0 that breaks Open MPI's TCP")
+
+
+# The CPU a check container is told it runs on where the emulator hides it: an Arm Neoverse N1
+# (implementer 0x41, part 0xd0c), whose features QEMU's default ``max`` CPU all runs, so a program
+# that picks its code paths from this file picks ones the emulator has.
+_N1_FEATURES = "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp ssbs"
+
+
+def arm64_cpuinfo(cpus: int) -> str:
+    """An arm64 ``/proc/cpuinfo`` of ``cpus`` Neoverse N1 cores, in the format of Linux's
+    arch/arm64/kernel/cpuinfo.c: what QEMU 8.2+ makes up for its arm64 programs itself."""
+    block = ("processor\t: {n}\nBogoMIPS\t: 50.00\nFeatures\t: " + _N1_FEATURES + "\n"
+             "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x3\nCPU part\t: 0xd0c\n"
+             "CPU revision\t: 1\n\n")
+    return "".join(block.format(n=n) for n in range(max(cpus, 1)))
 
 
 def hidden_cpu(arch: str, cpuinfo: str) -> str | None:
