@@ -25,8 +25,8 @@ if [ ! -e "$BINFMT/$want" ]; then
     as_root update-binfmts --enable "$want" >/dev/null 2>&1 || as_root update-binfmts --import "$want"
 fi
 # With the F flag the kernel keeps the interpreter it opened when the entry was registered: a QEMU
-# upgraded since then (setup.sh takes 8.2+ from backports) is not used until the entry is made
-# again. The stamp names the file registered last; a different one (or none) re-registers.
+# upgraded or downgraded since then is not used until the entry is made again. The stamp names the
+# file registered last; a different one (or none) re-registers.
 STAMP=/var/lib/imagekit/binfmt-$want
 interp=$(sed -n 's/^interpreter //p' "$BINFMT/$want")
 now=$(stat -L -c '%d:%i:%Y' "$interp" 2>/dev/null || echo missing)
