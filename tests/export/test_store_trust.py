@@ -307,9 +307,9 @@ def test_f7_a_planted_hold_never_redirects_or_blocks_another_users_hold(other_py
     os.chown(victim, BOB, BOB)
     slug = st.slug(entry)
     plant = run_as(other_python, ALICE,
-                   "import os,sys; os.symlink(sys.argv[2], sys.argv[1] + '/holds/' + sys.argv[3] + '@2002@job-1');"
-                   "open(sys.argv[1] + '/holds/' + sys.argv[3] + '@2002@job-2', 'w').close();"
-                   "os.chmod(sys.argv[1] + '/holds/' + sys.argv[3] + '@2002@job-2', 0o666)",
+                   f"import os,sys; os.symlink(sys.argv[2], sys.argv[1] + '/holds/' + sys.argv[3] + '@{BOB}@job-1');"
+                   f"open(sys.argv[1] + '/holds/' + sys.argv[3] + '@{BOB}@job-2', 'w').close();"
+                   f"os.chmod(sys.argv[1] + '/holds/' + sys.argv[3] + '@{BOB}@job-2', 0o666)",
                    str(store), str(victim / "CREATED"), slug, base=shared_dir)
     assert plant.returncode == 0, plant.stderr
     hold = run_as(other_python, BOB, "import sys; from imagekit.export.store import Store; st = Store.open(sys.argv[1]);"

@@ -13,8 +13,10 @@ The fixtures ``other_python`` and ``shared_dir`` reach the export tests through 
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import os
+import pwd
 import shutil
 import subprocess
 import tempfile
@@ -26,8 +28,28 @@ import pytest
 from helpers.needs import need
 
 ROOT = Path(__file__).resolve().parents[2]
-ALICE, BOB, CAROL = 2001, 2002, 2003      # numeric users of the tests, in no group file
-TEAM = 3000                               # a numeric group with no listed members
+
+
+def _free_ids(count: int, start: int) -> list[int]:
+    """``count`` ids from ``start`` up that neither the user nor the group database knows: a user of
+    the tests runs with the same number as its group, and a site's first local accounts (often
+    1000, 1001, 2001...) must not be mistaken for them (messages would name the account)."""
+    found: list[int] = []
+    candidate = start
+    while len(found) < count:
+        try:
+            pwd.getpwuid(candidate)
+        except KeyError:
+            try:
+                grp.getgrgid(candidate)
+            except KeyError:
+                found.append(candidate)
+        candidate += 1
+    return found
+
+
+# Numeric users of the tests and a numeric group with no listed members, free on this machine.
+ALICE, BOB, CAROL, TEAM = _free_ids(4, 2001)
 
 
 @dataclass

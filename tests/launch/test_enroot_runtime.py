@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.users import ALICE, setpriv
 from imagekit.components.openmpi import NO_FABRIC_ENV
 
 pytestmark = [pytest.mark.engine, pytest.mark.slurm]
@@ -81,9 +82,9 @@ def test_mpirun_runs_every_rank_of_a_node_in_one_container(mpi_sqsh, tmp_path):
 
 
 def _as_other_user(script: str, *args: str) -> None:
-    """``sh -c script`` as uid 2001, a real unprivileged user with no passwd entry (the attacker)."""
-    proc = subprocess.run(["setpriv", "--reuid=2001", "--regid=2001", "--clear-groups", "--inh-caps=-all", "--",
-                           "sh", "-c", script, "sh", *args], capture_output=True, text=True, timeout=60)
+    """``sh -c script`` as a real unprivileged user with no passwd entry (the attacker)."""
+    proc = subprocess.run(setpriv(ALICE, ["sh", "-c", script, "sh", *args]), capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0, proc.stderr
 
 

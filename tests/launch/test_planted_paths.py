@@ -8,7 +8,7 @@ follows a link planted there and chmods its target, then wrote the private key t
 
 The script runs for real under bash as root, as sbatch would start it, with stubs for srun, docker
 and scontrol (nothing past the key directory is under test); the attacker is a real other user
-(uid 2001, under setpriv).
+(a numeric uid no account has, under setpriv).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.users import ALICE, setpriv
 from imagekit.launch import inside_out
 
 STUBS = {"srun": "exit 0", "docker": "exit 0", "scontrol": "echo localhost"}
@@ -60,8 +61,7 @@ def test_inside_out_keys_never_go_through_a_planted_link(shared_tmp):
     victim.mkdir(mode=0o755)
     (victim / "data").write_text("root's\n")
     link = submit / ".imagekit-4242"
-    proc = subprocess.run(["setpriv", "--reuid=2001", "--regid=2001", "--clear-groups", "--", "ln", "-s",
-                           str(victim), str(link)], capture_output=True, text=True)
+    proc = subprocess.run(setpriv(ALICE, ["ln", "-s", str(victim), str(link)]), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     before = _tree(victim)
     script = tmp_path / "io.sbatch"
