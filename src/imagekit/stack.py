@@ -480,6 +480,23 @@ def diff_parent(ref: str | Path, site: Site | None = None) -> dict[str, Any]:
     return {"stack": str(path), "parent": str(parent), "changes": merge.diff(before, after)}
 
 
+def files_read(path: str | Path, site: Site | None = None) -> list[Path]:
+    """The stack file at ``path`` and every parent its ``extends:`` chain reads, child first: what a
+    record of a build must hash to know the stack is unchanged (scripts/heavy_tier.py)."""
+    site = site_or_env(site)
+    chain = [Path(path)]
+    while True:
+        data = yamlpos.load(chain[-1], max_bytes=MAX_STACK_BYTES, max_nodes=MAX_STACK_NODES)
+        ref = data.get("extends") if isinstance(data, dict) else None
+        if not isinstance(ref, str):
+            return chain
+        file, line = data.pos("extends")
+        parent = _resolve_parent(chain[-1], ref, file, line, site)
+        if parent.resolve() in {p.resolve() for p in chain}:
+            raise StackError(f"`extends` cycle through {parent}", file=file, line=line, key="extends")
+        chain.append(parent)
+
+
 def _load_with_extends(path: Path, seen: tuple[Path, ...], site: Site) -> PosDict:
     data = yamlpos.load(path, max_bytes=MAX_STACK_BYTES, max_nodes=MAX_STACK_NODES)
     if not isinstance(data, dict):

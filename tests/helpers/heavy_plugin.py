@@ -19,8 +19,7 @@ from imagekit import build
 
 import heavy_tier  # noqa: E402
 
-# Fixtures whose cold build takes many minutes on two cores: toolchains and MPI stacks from source.
-HEAVY_FIXTURES = frozenset({"cuda_images", "cuda12_images", "pytorch_images"})
+HEAVY_FIXTURES = heavy_tier.HEAVY_FIXTURES
 RECORD_ENV = "IMAGEKIT_HEAVY_RECORD"
 
 
@@ -32,17 +31,29 @@ class HeavyRecorder:
     def __init__(self) -> None:
         self.builds: list[heavy_tier.Build] = []
         self.tests: set[str] = set()
+        self.items: list[pytest.Item] = []
         self.expected = 0
         self.passed = 0
         self.failed = 0
         self.started = time.monotonic()
+        self.load_at_start = os.getloadavg()[0]
+        self.item: pytest.Item | None = None   # the test being set up, run or torn down
+        self.fixtures: list[str] = []          # the fixtures being set up, innermost last
         self._build = build.build
+
+    def fed(self) -> list[str]:
+        """The heavy test files a build made now feeds: those using the fixture that is building it
+        (its image is shared by every test that asks for it), else the test that is running."""
+        if self.fixtures:
+            name = self.fixtures[-1]
+            return [heavy_tier.Tree().rel(Path(str(i.path))) for i in self.items
+                    if name in getattr(i, "fixturenames", ())]
+        return [heavy_tier.Tree().rel(Path(str(self.item.path)))] if self.item is not None else []
 
     def recording_build(self, stack, request=None, **kw):
         result = self._build(stack, request, **kw)
-        self.builds.append(heavy_tier.Build(name=Path(stack.file).name, text=Path(stack.file).read_text(),
-                                            variant=stack.name if stack.variant else None,
-                                            mirror=stack.mirror is not None, recipe=result.recipe_sha256))
+        self.builds.append(heavy_tier.Build.of(heavy_tier.Tree(), stack, result.target, result.recipe_sha256,
+                                               tests=self.fed()))
         return result
 
     def report(self, report: pytest.TestReport, heavy: bool) -> None:
@@ -72,7 +83,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if recorder is not None:
         heavy = [item for item in items if is_heavy(item)]
         recorder.expected = len(heavy)
-        recorder.tests = {heavy_tier.relative(Path(str(item.path))) for item in heavy}
+        recorder.items = heavy
+        recorder.tests = {heavy_tier.Tree().rel(Path(str(item.path))) for item in heavy}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    recorder = item.config.stash.get(_KEY, None)
+    if recorder is not None:
+        recorder.item = item
+    yield
+    if recorder is not None:
+        recorder.item = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    recorder = request.config.stash.get(_KEY, None)
+    if recorder is not None:
+        recorder.fixtures.append(fixturedef.argname)
+    try:
+        yield
+    finally:
+        if recorder is not None:
+            recorder.fixtures.pop()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -93,7 +127,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
               f"{recorder.failed} failed or skipped, exit status {exitstatus})", file=sys.stderr)
         return
     record = heavy_tier.new_record(sorted(recorder.tests), recorder.builds, time.monotonic() - recorder.started,
-                                   recorder.passed)
+                                   recorder.passed, load_at_start=recorder.load_at_start)
     heavy_tier.write_record(record)
     print(f"\nheavy tier: recorded {record.passed} passing tests and {len(record.builds)} recipes in "
-          f"{heavy_tier.relative(heavy_tier.RECORD)} (commit {record.commit})", file=sys.stderr)
+          f"{heavy_tier.Tree().rel(heavy_tier.RECORD)} (commit {record.commit})", file=sys.stderr)
