@@ -34,7 +34,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit.util import registry_names, yamlpos
+from imagekit.util import registry_names, trusted_files, yamlpos
 from imagekit.attest import POLICY_ENV
 from imagekit.attest import keys as keys_mod
 from imagekit.attest.verifier import TrustedKey, Trust
@@ -153,6 +153,7 @@ def _load_keys(doc: yamlpos.PosDict, base: Path) -> dict[str, TrustedKey]:
 def load(path: str | os.PathLike) -> Policy:
     """Read and check the whole policy file at ``path`` (every key file is read now)."""
     path = Path(path)
+    trusted_files.check(path, "signature policy")       # before a byte of it counts (H14)
     try:
         doc = yamlpos.load(path)
     except StackError as exc:
