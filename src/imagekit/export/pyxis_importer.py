@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Callable, Mapping, NoReturn
 
 from imagekit import registry
-from imagekit.util import own_python, platforms
+from imagekit.util import own_python, platforms, terminal
 from imagekit.engines import docker as engine
 from imagekit.attest import POLICY_ENV
 from imagekit.util.errors import ImagekitError, UsageError
@@ -119,8 +119,8 @@ _NUMBER = re.compile(r"[0-9]+")
 
 def log(message: str) -> None:
     """Progress for Pyxis's log (stderr), naming this node (a job's nodes share one log); stdout
-    carries only the path."""
-    print(f"{PROG} on {stage.host()}: {message}", file=sys.stderr, flush=True)
+    carries only the path. Control characters (a registry's or an image's text) are escaped."""
+    print(f"{PROG} on {stage.host()}: {terminal.printable(message)}", file=sys.stderr, flush=True)
 
 
 def hold_name(env: Mapping[str, str]) -> str:
