@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from helpers.arch_images import make
 from helpers.pyxis_calls import EXE, is_squashfs, run
-from helpers.users import ALICE, BOB, home_for, setpriv
+from helpers.users import ALICE, BOB, TEAM, home_for, setpriv
 
 MARKER = "import os; open(os.path.join({marks!r}, {name!r} + '-' + str(os.getuid())), 'w').close()\n"
 UNREACHABLE = "docker://127.0.0.1:9#h1/planted:1"      # nothing listens: the child's own error, exit 4
@@ -152,3 +152,69 @@ def test_h1_the_fill_program_on_a_store_miss_runs_only_imagekit_and_serves_the_c
     assert ran(marks) == [], call.log
     assert call.rc == 0, call.log
     assert "converted and stored" in call.log and is_squashfs(call.path), call.log
+
+
+@pytest.mark.engine
+@pytest.mark.slurm
+@pytest.mark.parametrize("form", FORMS)
+def test_h1_under_the_real_pyxis_jobs_started_from_another_users_directory_run_only_imagekit(
+        form, job, cluster, registry, base_image, other_python, test_user, shared_dir):
+    """The untried surface of security-4: ``srun --container-image`` of the session's Slurm and Pyxis
+    0.24.0, started in BOB's directory of plants with the PYTHON* variables in the job's environment
+    (slurmstepd gives Pyxis's importer that directory and that environment). Root's job misses the
+    store (the fill program converts into the site's store); the test user's job sets IMAGEKIT_POLICY
+    (the plain importer hands over to the signed one, which serves root's entry under an
+    ``accept: unsigned`` policy). Both containers run; no plant runs, as root or as the user."""
+    from imagekit.export.push import push_image
+    from imagekit.cli import main
+    from click.testing import CliRunner
+
+    job_dir, marks, python_vars = job
+    push_image(base_image, f"{registry}/imagekit-test/h1-pyxis:1")
+    image = f"{registry}#imagekit-test/h1-pyxis:1"
+    site = shared_dir / "site"
+    site.mkdir(mode=0o755)
+    shared = site / "shared"
+    assert CliRunner().invoke(main, ["store", "--store", str(shared), "init", "--shared", "--group",
+                                     str(TEAM)]).exit_code == 0
+    policy = site / "policy.yaml"
+    policy.write_text('version: 1\nkeys:\n  ci: {path: ci.pub}\nrepositories:\n  - match: "*"\n    accept: unsigned\n')
+    from imagekit.attest import keys
+
+    keys.write_pair(keys.generate(), site / "ci")
+    (site / "ci.key").unlink()
+    log = site / "importer.log"
+    log.touch()
+    log.chmod(0o666)
+    if form == "console script":
+        wrapper = site / "imagekit-importer"
+        wrapper.write_text(f"#!/bin/bash\nexport IMAGEKIT_SHARED_STORE={shared}\nexec 2> >(tee -a {log} >&2)\n"
+                           f'exec {other_python.script("imagekit-pyxis-importer")} "$@"\n')
+        wrapper.chmod(0o755)
+    else:
+        wrapper = other_python.importer(site, {"IMAGEKIT_SHARED_STORE": str(shared)}, log)
+    homes = {None: home_for(0, shared_dir), test_user: Path(test_user.home)}
+    cluster.pyxis(importer=str(wrapper))
+    try:
+        for user, extra in ((None, {}), (test_user, {"IMAGEKIT_POLICY": str(policy)})):
+            env = job_env(python_vars, form, homes[user], user.uid if user else 0, **extra)
+            env = {k: v for k, v in env.items() if not k.startswith(("SLURM_JOB", "SLURM_STEP", "PYXIS_"))}
+            own = home_for(user.uid if user else 0, shared_dir) / "store"
+            env.update(SLURM_CONF=str(cluster.conf), IMAGEKIT_STORE=str(own))
+            argv = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), "srun", f"--container-image={image}",
+                    "cat", "/etc/debian_version"]
+            before = len(log.read_text())
+            if user is None:
+                proc = subprocess.run(argv, cwd=job_dir, capture_output=True, text=True, timeout=600)
+            else:
+                proc = user.run(argv, cwd=job_dir, timeout=600, stderr=subprocess.PIPE)
+            said = log.read_text()[before:]
+            assert proc.returncode == 0 and proc.stdout.strip().startswith("12"), proc.stdout + proc.stderr + said
+            assert ran(marks) == [], said
+            if user is None:
+                assert "converted and stored" in said, said
+            else:
+                assert "handing over to imagekit-pyxis-importer-signed" in said and "store hit" in said, said
+                assert "may start unsigned" in said, said
+    finally:
+        cluster.pyxis()
