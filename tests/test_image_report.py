@@ -58,3 +58,39 @@ def test_report_shows_exports_still_on_disk_and_counts_the_gone(mpi_image, tmp_p
     assert "2 earlier exports no longer on disk or replaced" in text
     listed = json.loads(CliRunner().invoke(main, ["report", mpi_image, "--json"]).stdout)["exports"]
     assert {e["path"]: e["exists"] for e in listed} == {str(kept): True, str(gone): False, str(replaced): False}
+
+
+E, BEL = "\x1b", "\x07"
+HOSTILE_LABELS = {   # security-4 H9: the red team's labels (window title, clear screen, erase line, a link)
+    "io.imagekit.stack": f"evil{E}]0;TITLE-SET-BY-IMAGE{BEL}{E}[2J{E}[1;31mRED",
+    "io.imagekit.component.openmpi.version": f"5.0.7{E}[2K{E}[1Gverified: signed by ci (fake line)",
+    "io.imagekit.schema": "2",
+    "org.opencontainers.image.title": f"t{E}]8;;http://127.0.0.1/x{E}\\link{E}]8;;{E}\\",
+    "io.imagekit.platform": f"linux/amd64{E}[8m\r\u202e\x9b",
+}
+
+
+def test_h9_label_escape_sequences_never_reach_the_terminal(tmp_path, monkeypatch):
+    """`imagekit report` of an image whose labels hold OSC and CSI sequences, a carriage return, a
+    bidi override and a C1 CSI, with click told the output is a terminal (color=True: it strips nothing
+    itself). What comes out holds no control character but the newline; the sequences show as text."""
+    from helpers.arch_images import make
+
+    monkeypatch.setenv("IMAGEKIT_STATE", str(tmp_path))
+    tag = f"imagekit-test/h9-esc:{tmp_path.name[-8:].lower()}"
+    make(tag, "amd64", tmp_path, "h9", labels=HOSTILE_LABELS)
+    try:
+        result = CliRunner().invoke(main, ["report", tag], color=True)
+    finally:
+        engine.client().images.remove(tag, force=True)
+    assert result.exit_code == 0, result.output
+    assert [c for c in result.output if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f
+            or c == "\u202e"] == []
+    assert "evil\\x1b]0;TITLE-SET-BY-IMAGE\\x07\\x1b[2J" in result.output, result.output
+    assert "5.0.7\\x1b[2K\\x1b[1Gverified: signed by ci (fake line)" in result.output, result.output
+
+
+def test_h9_an_error_quoting_someone_elses_text_is_escaped_too():
+    result = CliRunner().invoke(main, ["report", f"no-such{E}[2J{E}]0;T{BEL}:1"], color=True)
+    assert result.exit_code != 0
+    assert E not in result.output and BEL not in result.output and "imagekit: error:" in result.output

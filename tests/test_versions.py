@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -118,3 +119,25 @@ def test_base_images_are_listed_with_their_digest_state(stub_index, write_stack)
     rows = {r["component"]: r for r in json.loads(CliRunner().invoke(main, ["outdated", "--json", str(path)]).stdout)}
     assert rows["base.image"]["where"] == "digest-pinned"
     assert rows["base.runtime"]["where"] == "tag only, not pinned by digest"
+
+
+def test_h1_pip_runs_isolated_from_the_callers_directory_and_python_variables(stub_index, tmp_path, monkeypatch):
+    """Security-4 H1 (attack 99): `imagekit outdated` run from a directory holding another user's
+    ``pip/`` package, with PYTHONPATH (an empty entry: that directory), PYTHONSTARTUP, PYTHONINSPECT,
+    PYTHONWARNINGS and PYTHONUSERBASE pointing into it. pip is imagekit's installed one: the stub
+    index's versions come back and nothing planted runs (on ``python -m pip`` it did)."""
+    planted, marks = tmp_path / "cwd", tmp_path / "marks"
+    marks.mkdir()
+    code = f"import os; open(os.path.join({str(marks)!r}, __name__), 'w').close()\n"
+    for rel in ("pip/__init__.py", "runpy.py", "sitecustomize.py", "evilwarn.py", "startup.py",
+                f"userbase/lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages/zz.pth"):
+        (planted / rel).parent.mkdir(parents=True, exist_ok=True)
+        (planted / rel).write_text(code + ("class W(Warning):\n    pass\n" if rel == "evilwarn.py" else ""))
+    monkeypatch.chdir(planted)
+    for name, value in {"PYTHONPATH": f"{planted}:", "PYTHONSTARTUP": str(planted / "startup.py"),
+                        "PYTHONINSPECT": "1", "PYTHONWARNINGS": "ignore::evilwarn.W",
+                        "PYTHONUSERBASE": str(planted / "userbase")}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
+    assert versions.served("nvidia-nccl-cu12") == ["2.28.9", "2.21.5"]
+    assert sorted(p.name for p in marks.iterdir()) == []

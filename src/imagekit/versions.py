@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from imagekit import components, sources
 from imagekit.util.errors import ImagekitError
+from imagekit.util import own_python
 
 
 @dataclass
@@ -60,8 +60,9 @@ def served(package: str) -> list[str]:
     """The versions pip's configured index serves for ``package``, newest first ([] when none)."""
     if package not in _INDEX_CACHE:
         try:
-            proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package,
-                                   "--disable-pip-version-check"], capture_output=True, text=True, timeout=180)
+            # Isolated: `python -m pip` would import a pip/ package from the caller's directory.
+            proc = subprocess.run(own_python.argv("pip", "index", "versions", package, "--disable-pip-version-check"),
+                                  env=own_python.environ(), capture_output=True, text=True, timeout=180)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise PackageIndexError(f"cannot ask the package index about {package}: {exc}",
                                     "check pip's index settings (pip config list)") from None

@@ -87,3 +87,15 @@ def test_garbage_and_missing_key_files(tmp_path):
     with pytest.raises(UsageError, match="no such public key"):
         keys.load_public(tmp_path / "missing.pub")
     assert os.path.exists(bad)
+
+
+def test_h14_a_public_key_others_can_change_is_not_trusted(tmp_path):
+    """What `imagekit verify --key` and the policy's keys trust: refused when anyone else could have
+    swapped it (the file, or its directory, open to others), naming the file and the fix."""
+    keys.write_pair(keys.generate(), tmp_path / "ci")
+    keys.load_public(tmp_path / "ci.pub")
+    for opened, said in ((tmp_path / "ci.pub", "is writable by everyone"), (tmp_path, "is writable by everyone")):
+        opened.chmod(0o777 if opened.is_dir() else 0o666)
+        with pytest.raises(UsageError, match=f"(?s)public key {tmp_path / 'ci.pub'}.* {said} .*chmod go-w"):
+            keys.load_public(tmp_path / "ci.pub")
+        opened.chmod(0o700 if opened.is_dir() else 0o644)

@@ -106,3 +106,47 @@ def test_json_policy_files_read_too(site):
     path.write_text('{"version": 1, "keys": {"ci": {"path": "ci.pub"}},\n'
                     ' "repositories": [{"match": "reg/*", "signers": ["ci"]}]}\n')
     assert policy.load(path).rule_for("reg/x").trust.keys[0].name == "ci"
+
+
+SPELLINGS = """\
+    version: 1
+    keys:
+      ci: {path: ci.pub}
+    repositories:
+      - match: registry.example.org:5000/hpc/*
+        signers: [ci]
+      - match: Docker.IO/acme/*
+        signers: [ci]
+      - match: registry.example.org/secure/*
+        signers: [ci]
+      - match: dockerd://ci/*
+        signers: [ci]
+      - match: "*"
+        accept: unsigned
+      - match: "dockerd://*"
+        accept: unsigned
+"""
+
+
+@pytest.mark.parametrize("uri", [
+    "docker://registry.example.org:5000#hpc/mpi:1", "docker://Registry.Example.org:5000#hpc/mpi:1",
+    "docker://REGISTRY.EXAMPLE.ORG:5000#hpc/mpi:1", "docker://registry.example.org.:5000#hpc/mpi:1",
+    "docker://registry.example.org:05000#hpc/mpi:1", "Registry.Example.Org.:005000/hpc/mpi:1",
+    "docker://docker.io#acme/tool:1", "docker://index.docker.io:443#acme/tool:1", "docker://acme/tool:1",
+    "docker://registry.example.org:443#secure/x:1", "docker://Registry.Example.org.#secure/x:1",
+    "dockerd://ci/img:1", "dockerd://docker.io/ci/img:1", "dockerd://index.docker.io/ci/img:1"])
+def test_h11_every_spelling_of_a_registry_meets_the_rule_written_for_it(site, uri):
+    """Security-4 H11: host case, a trailing dot, a port's leading zeros, the default port and Docker Hub's
+    aliases all reach the same repository, so the strict rule holds for each, never the later `*`
+    (imagekit's own name_of, as the importer and `imagekit verify` call it)."""
+    from imagekit.export import pyxis_policy
+
+    rule = policy.load(site(SPELLINGS)).rule_for(pyxis_policy.name_of(uri)[0])
+    assert not rule.unsigned and [k.name for k in rule.trust.keys] == ["ci"], rule.line
+
+
+@pytest.mark.parametrize("name", ["registry.example.org:5001/hpc/mpi", "registry.example.org/hpc/mpi",
+                                  "other.example.org:5000/hpc/mpi", "quay.io/acme/tool", "dockerd://cix/img:1",
+                                  "dockerd://registry.example.org/ci/img:1"])
+def test_h11_other_registries_stay_other(site, name):
+    assert policy.load(site(SPELLINGS)).rule_for(name).unsigned

@@ -12,11 +12,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from helpers.added_alone import assert_site_component_alone
+from helpers.users import BOB
 from imagekit import cli, image_facts, render
 from imagekit.engines import docker as engine
 from imagekit import stack as stack_mod
@@ -116,21 +118,26 @@ def test_the_contract_check_catches_what_the_shipped_ones_keep():
         assert contract_problems(cls) == [], name
 
 
-def test_an_entry_point_names_a_site_module(tmp_path):
-    """An installed distribution whose entry_points.txt names the module under imagekit.components."""
-    site_packages = tmp_path / "site-packages"
+def installed(site_packages: Path, module: str) -> dict[str, str]:
+    """A distribution as pip lays one out in ``site_packages``, whose entry_points.txt names ``module``'s
+    text as acme_imagekit.tools under imagekit.components: the environment that puts it on the path."""
     (site_packages / "acme_imagekit").mkdir(parents=True)
     (site_packages / "acme_imagekit" / "__init__.py").write_text("")
-    (site_packages / "acme_imagekit" / "tools.py").write_text(TOOLS.replace("site-tools", "acme-tools"))
+    (site_packages / "acme_imagekit" / "tools.py").write_text(module)
     info = site_packages / "acme_imagekit-1.2.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-imagekit\nVersion: 1.2.0\n")
     (info / "entry_points.txt").write_text("[imagekit.components]\nacme-tools = acme_imagekit.tools\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site_packages), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_an_entry_point_names_a_site_module(tmp_path):
+    """An installed distribution whose entry_points.txt names the module under imagekit.components."""
+    env = installed(tmp_path / "site-packages", TOOLS.replace("site-tools", "acme-tools"))
     stack = tmp_path / "s.yaml"
     stack.write_text(STACK.replace("site-tools", "acme-tools"))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site_packages), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-m", "imagekit", "show", str(stack), "--json"], capture_output=True,
-                          text=True, env=env)
+                          text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     comp = json.loads(proc.stdout)["components"][0]
     assert comp["name"] == "acme-tools"
@@ -149,3 +156,58 @@ def test_an_image_built_with_a_site_component_carries_and_passes_its_checks(site
     report = runner.run(result.tags[0], runner.checks_from_image(result.tags[0]))
     outcome = {o.id: o.status for o in report.outcomes}
     assert outcome["site-tools.htop"] == "passed" and report.ok, report.as_dict()
+
+
+# Security-4 H10: a site component is code imagekit runs (as root in CI); another user's, or one in a
+# directory others can write, is refused before it is imported. The module writes a marker when it runs.
+
+
+def marked(marks: Path) -> str:
+    return f"import os\nopen(os.path.join({str(marks)!r}, 'imported-' + str(os.getuid())), 'w').close()\n" + TOOLS
+
+OPENINGS = {
+    "components/ writable by everyone": lambda d: (d / "components").chmod(0o777),
+    "the module another user's": lambda d: os.chown(d / "components" / "site_tools.py", BOB, BOB),
+    "the stack directory writable by its group": lambda d: d.chmod(0o775) or os.chown(d, 0, BOB),
+}
+
+
+@pytest.mark.parametrize("how", ["--stacks-dir", "IMAGEKIT_STACKS_PATH"])
+@pytest.mark.parametrize("opening", OPENINGS)
+def test_h10_a_site_component_someone_else_can_change_is_refused_unimported(opening, how, tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("changing owners needs root")
+    site, marks = tmp_path / "site", tmp_path / "marks"
+    (site / "components").mkdir(parents=True)
+    marks.mkdir()
+    site.chmod(0o755)
+    (site / "components" / "site_tools.py").write_text(marked(marks))
+    OPENINGS[opening](site)
+    monkeypatch.delenv("IMAGEKIT_STACKS_PATH", raising=False)
+    args = ["--stacks-dir", str(site), "show", "debian-mpi"] if how == "--stacks-dir" else ["stacks"]
+    if how == "IMAGEKIT_STACKS_PATH":
+        monkeypatch.setenv("IMAGEKIT_STACKS_PATH", str(site))
+    try:
+        result = CliRunner().invoke(cli.main, args, prog_name="imagekit")
+    finally:
+        monkeypatch.delenv("IMAGEKIT_STACKS_PATH", raising=False)
+        registry()
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("imagekit: error: site component ") and "is not used" in result.output
+    assert len(result.output.strip().splitlines()) <= 2, result.output
+    assert list(marks.iterdir()) == []
+
+
+def test_h10_an_entry_point_module_in_a_directory_others_can_write_is_refused_unimported(tmp_path):
+    """The imagekit.components entry point (an untried surface of security-4): a distribution on the path
+    in a directory everyone can write (a shared --target install, a job's directory under python -m)."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = installed(tmp_path / "site-packages", marked(marks).replace("site-tools", "acme-tools"))
+    (tmp_path / "site-packages").chmod(0o777)
+    proc = subprocess.run([sys.executable, "-m", "imagekit", "stacks"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "site component entry point acme_imagekit.tools (acme-imagekit 1.2.0)" in proc.stderr, proc.stderr
+    assert "site-packages is writable by everyone" in proc.stderr, proc.stderr
+    assert list(marks.iterdir()) == []

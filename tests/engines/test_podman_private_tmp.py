@@ -22,11 +22,17 @@ from helpers.users import ALICE, home_for, other_python, setpriv, shared_dir  # 
 VICTIM = 2077          # a uid with no Podman state on this machine: its names in /var/tmp are free
 
 
+def _remove_names(base: Path) -> None:
+    for path in base.parent.glob(base.name + "*"):
+        if path.is_symlink():
+            path.unlink()
+        elif path.exists():
+            shutil.rmtree(path)
+
+
 def test_a_planted_name_never_becomes_a_users_build_cache(other_python, shared_dir):
     base = Path(f"/var/tmp/imagekit-podman-{VICTIM}")
-    for path in (base, base.with_name(base.name + ".2")):
-        if os.path.lexists(path):
-            (path.unlink if path.is_symlink() else lambda: shutil.rmtree(path))()
+    _remove_names(base)
     # The victim's own directory that others may write (a group project directory, say).
     shared = shared_dir / "project"
     shared.mkdir()
@@ -46,8 +52,30 @@ def test_a_planted_name_never_becomes_a_users_build_cache(other_python, shared_d
         assert stat.S_ISDIR(st.st_mode) and st.st_uid == VICTIM and stat.S_IMODE(st.st_mode) == 0o700
         assert base.is_symlink() and stat.S_IMODE(shared.stat().st_mode) == 0o777, "the planted link is left alone"
     finally:
-        for path in (base, base.with_name(base.name + ".2")):
-            if path.is_symlink():
-                path.unlink()
-            elif path.exists():
-                shutil.rmtree(path)
+        _remove_names(base)
+
+
+def test_h8_all_the_guessable_names_taken_the_user_still_gets_a_build_cache_of_their_own(other_python, shared_dir):
+    """Security-4 H8's class here: another user takes the plain name and ``.2`` to ``.8`` (0777 directories
+    of theirs) before the victim's first build; the victim, who cannot remove them from the sticky
+    /var/tmp, gets ``…-UID-TOKEN`` (the token in the victim's home), and the taken names are left alone."""
+    base = Path(f"/var/tmp/imagekit-podman-{VICTIM}")
+    _remove_names(base)
+    taken = [base] + [base.with_name(f"{base.name}.{n}") for n in range(2, 9)]
+    try:
+        for path in taken:
+            plant = subprocess.run(setpriv(ALICE, ["mkdir", "-m", "777", str(path)]), capture_output=True, text=True)
+            assert plant.returncode == 0, plant.stderr
+        home = home_for(VICTIM, shared_dir)
+        proc = subprocess.run(setpriv(VICTIM, [str(other_python.python), "-c",
+                                               "from imagekit.engines import podman; print(podman.build_env()['TMPDIR'])"]),
+                              env=other_python.env(HOME=str(home)), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        got = Path(proc.stdout.strip())
+        token = (home / ".config" / "imagekit" / "private-name").read_text().strip()
+        assert got == base.with_name(f"{base.name}-{token}"), got
+        st = os.lstat(got)
+        assert stat.S_ISDIR(st.st_mode) and st.st_uid == VICTIM and stat.S_IMODE(st.st_mode) == 0o700
+        assert all(p.stat().st_uid == ALICE for p in taken)
+    finally:
+        _remove_names(base)

@@ -9,13 +9,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import time
 from pathlib import Path
 
 import pytest
+from helpers.users import BOB
 
 from imagekit.util.errors import IntegrityError, NoSpaceError
 from imagekit.export import stage
+from imagekit.util import private_names
 
 DATA = os.urandom(256 << 10)
 SHA = hashlib.sha256(DATA).hexdigest()
@@ -90,8 +93,12 @@ def test_parts_of_dead_transfers_are_swept_but_not_this_jobs(tmp_path):
     assert mine.exists() and not old.exists()
 
 
-@pytest.mark.parametrize("bad", ["link", "mode", "file"])
-def test_a_stage_directory_that_is_not_the_users_own_is_refused(tmp_path, bad):
+@pytest.mark.parametrize("bad", ["link", "mode", "file", "another user's"])
+def test_h8_a_stage_name_someone_else_took_is_passed_over_for_one_nobody_can_guess(tmp_path, bad, monkeypatch):
+    """Security-4 H8: another user made ``imagekit-stage-UID`` first (a 0777 directory of theirs, a link,
+    a file): the user cannot remove it from a sticky directory, so the stage step passes it over for
+    ``…-UID-TOKEN`` (the token in the user's home), leaves it as it is, and the copy is served from
+    there. Without a home to keep a token in, one line says whose names they are and what to do."""
     target = tmp_path / f"imagekit-stage-{os.geteuid()}"
     if bad == "link":
         (tmp_path / "elsewhere").mkdir(mode=0o700)
@@ -99,10 +106,24 @@ def test_a_stage_directory_that_is_not_the_users_own_is_refused(tmp_path, bad):
     elif bad == "mode":
         target.mkdir(mode=0o700)
         os.chmod(target, 0o777)
-    else:
+    elif bad == "file":
         target.write_text("x")
-    with pytest.raises(stage.StageError, match="is not a directory of uid .* closed to others"):
+    else:
+        target.mkdir(mode=0o777)
+        os.chown(target, BOB, BOB)
+    before = os.lstat(target)
+    monkeypatch.delenv("HOME")
+    with pytest.raises(stage.StageError, match="(?s)no stage directory of uid .* closed to others: .*an admin removes"):
         stage.prepare(tmp_path, SHA, 10, "1")
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("HOME", str(home))
+    assert stage.prepare(tmp_path, SHA, 10, "1") == "need"
+    (chosen,) = [p for p in tmp_path.iterdir() if p.name.startswith(f"{target.name}-")]
+    assert chosen.name == f"{target.name}-{private_names.token()}" and stat.S_IMODE(chosen.stat().st_mode) == 0o700
+    assert stage.user_dir(tmp_path, create=False) == chosen
+    after = os.lstat(target)
+    assert (after.st_ino, after.st_mode, after.st_uid) == (before.st_ino, before.st_mode, before.st_uid)
 
 
 def test_shas_are_checked(tmp_path):

@@ -18,9 +18,9 @@ from imagekit.util import docker_archive
 from imagekit.engines import docker as engine
 
 
-def make(tag: str, architecture: str, tmp: Path, note: str = "") -> str:
+def make(tag: str, architecture: str, tmp: Path, note: str = "", labels: dict[str, str] | None = None) -> str:
     """Load a one-layer ``architecture`` image tagged ``tag`` (``/etc/imagekit-test-arch`` says
-    which); returns its image ID."""
+    which; ``labels`` added to its own); returns its image ID."""
     layer = tmp / f"{architecture}-layer.tar"
     with tarfile.open(layer, "w") as tar:
         for name, text in (("etc/imagekit-test-arch", f"{architecture} {note}\n"),
@@ -32,7 +32,7 @@ def make(tag: str, architecture: str, tmp: Path, note: str = "") -> str:
     config = docker_archive.ImageConfig(
         architecture=architecture, diff_id=docker_archive.sha256_file(layer), created="2026-01-01T00:00:00Z",
         cmd=["/bin/sh"], env=["PATH=/bin"],
-        labels={"io.imagekit.test": f"arch-{architecture}{' ' + note if note else ''}"},
+        labels={"io.imagekit.test": f"arch-{architecture}{' ' + note if note else ''}", **(labels or {})},
         history="tests/helpers/arch_images.py").document()
     buf = io.BytesIO()
     image_id = docker_archive.write(buf, layer, config)

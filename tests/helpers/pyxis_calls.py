@@ -38,14 +38,15 @@ def job_env(store: Path, runtime: Path, step: int, **extra: str) -> dict[str, st
     return env
 
 
-def run(args: list[str], env: dict[str, str], argv: list[str] | None = None) -> Call:
-    """``importer ARGS`` (``argv``: another way to start it, e.g. as another user)."""
+def run(args: list[str], env: dict[str, str], argv: list[str] | None = None, cwd: Path | None = None) -> Call:
+    """``importer ARGS`` (``argv``: another way to start it, e.g. as another user) in ``cwd`` (Pyxis's:
+    the job's working directory)."""
     if argv is None:
         if not EXE.is_file():
             pytest.fail(f"{EXE} is missing: reinstall imagekit (pip install -e .) so its console scripts exist")
         argv = [str(EXE)]
     proc = subprocess.run([*argv, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          env=env, close_fds=True, timeout=600)
+                          env=env, close_fds=True, timeout=600, cwd=cwd)
     first = proc.stdout.split("\n", 1)[0]
     return Call(proc.returncode, first, proc.stderr)
 

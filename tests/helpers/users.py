@@ -5,8 +5,11 @@ changes), plus the cluster's ``imagekit-user`` where a test needs a user the sys
 (group membership is looked up by name). The venv's interpreter lives under /root, which
 other users cannot enter, so they run Debian's ``/usr/bin/python3`` in a venv with imagekit's
 dependencies (``pip install`` of this checkout, as a site installs it; built once per machine
-under /var/tmp, keyed by pyproject.toml) and this checkout's ``src/`` copied for the session
-(PYTHONPATH), so they run exactly the code under test.
+under /var/tmp, keyed by pyproject.toml) and this checkout's ``src/`` copied for the session, so
+they run exactly the code under test. The session's copy is installed as a site installs it: a venv
+of its own whose ``.pth`` names the copy and the shared venv's site-packages, with the console
+scripts pip writes, so ``python -I`` (the importer's isolated form, security-4 H1) finds it with no
+``PYTHONPATH``.
 
 The fixtures ``other_python`` and ``shared_dir`` reach the export tests through conftest.py.
 """
@@ -54,25 +57,28 @@ ALICE, BOB, CAROL, TEAM = _free_ids(4, 2001)
 
 @dataclass
 class OtherPython:
-    """An interpreter any user can run, importing this checkout's imagekit."""
+    """An interpreter any user can run, importing this checkout's imagekit (``src``) with or without ``-I``."""
 
     python: Path
     src: Path
 
+    def script(self, name: str) -> Path:
+        """A console script of the session's install (``imagekit-pyxis-importer``, ...)."""
+        return self.python.parent / name
+
     def env(self, **extra: str) -> dict[str, str]:
-        return {"PATH": f"{self.python.parent}:/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": str(self.src),
-                "LANG": "C.UTF-8", **extra}
+        return {"PATH": f"{self.python.parent}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **extra}
 
     def importer(self, directory: Path, settings: dict[str, str], log: Path | None = None,
                  module: str = "imagekit.export.pyxis_importer") -> Path:
         """A site's importer wrapper (README "The Pyxis importer"): exports ``settings``, runs the
         importer (``module``: pyxis_signed for a site with a signature policy); with ``log``, stderr
         also goes there (Pyxis shows it only on failure)."""
-        lines = ["#!/bin/bash", f"export PYTHONPATH={self.src}"]
+        lines = ["#!/bin/bash"]
         lines += [f"export {k}='{v}'" for k, v in settings.items()]
         if log is not None:
             lines.append(f'exec 2> >(tee -a {log} >&2)')
-        lines.append(f'exec {self.python} -m {module} "$@"')
+        lines.append(f'exec {self.python} -I -m {module} "$@"')     # isolated, as docs/security.md says
         path = directory / "imagekit-importer"
         path.write_text("\n".join(lines) + "\n")
         path.chmod(0o755)
@@ -107,6 +113,36 @@ def _venv() -> Path:
     return final
 
 
+# What pip writes for a console script (distlib's template), with the interpreter on its first line.
+CONSOLE_SCRIPT = """#!{python}
+# -*- coding: utf-8 -*-
+import re
+import sys
+from {module} import main
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(main())
+"""
+SCRIPTS = {"imagekit": "imagekit.cli", "imagekit-pyxis-importer": "imagekit.export.pyxis_importer",
+           "imagekit-pyxis-importer-signed": "imagekit.export.pyxis_signed"}
+
+
+def _install(shared: Path, src: Path) -> Path:
+    """A venv in ``src`` (``.venv``, so no package name) whose imagekit is ``src``'s and whose other
+    packages are the shared venv's: its python."""
+    venv = src / ".venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+    (site_packages,) = venv.glob("lib/python3*/site-packages")
+    (shared_packages,) = shared.glob("lib/python3*/site-packages")
+    # The copy first, then the shared packages as a site directory (their own .pth files run too).
+    (site_packages / "imagekit-test-src.pth").write_text(f"{src}\nimport site; site.addsitedir({str(shared_packages)!r})\n")
+    for name, module in SCRIPTS.items():
+        script = venv / "bin" / name
+        script.write_text(CONSOLE_SCRIPT.format(python=venv / "bin" / "python", module=module))
+        script.chmod(0o755)
+    return venv / "bin" / "python"
+
+
 @pytest.fixture(scope="session")
 def other_python() -> OtherPython:
     venv = _venv()
@@ -114,8 +150,9 @@ def other_python() -> OtherPython:
     os.chmod(src, 0o755)
     shutil.copytree(ROOT / "src" / "imagekit", src / "imagekit",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    python = _install(venv, src)
     subprocess.run(["chmod", "-R", "a+rX", str(src)], check=True)
-    yield OtherPython(venv / "bin" / "python", src)
+    yield OtherPython(python, src)
     shutil.rmtree(src, ignore_errors=True)
 
 

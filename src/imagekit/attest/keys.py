@@ -24,7 +24,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from imagekit.util import atomic
+from imagekit.util import atomic, trusted_files
 from imagekit.util.errors import UsageError
 
 PASSWORD_ENV = "IMAGEKIT_KEY_PASSWORD"
@@ -90,8 +90,9 @@ def _read(path: Path, what: str) -> bytes:
 
 def load_public(path: str | os.PathLike) -> Key:
     """A public key from a PEM (``PUBLIC KEY``), an OpenSSH public key line, or a private key file
-    (its public half)."""
+    (its public half). What it trusts: refused when someone other than root or this user can change it (H14)."""
     path = Path(path)
+    trusted_files.check(path, "public key")
     data = _read(path, "public key")
     public: object
     try:

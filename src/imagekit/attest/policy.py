@@ -34,7 +34,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit.util import yamlpos
+from imagekit.util import registry_names, trusted_files, yamlpos
 from imagekit.attest import POLICY_ENV
 from imagekit.attest import keys as keys_mod
 from imagekit.attest.verifier import TrustedKey, Trust
@@ -45,6 +45,7 @@ VERSION = 1
 TOP = ("version", "keys", "revoked", "repositories")
 KEY_FIELDS = ("path", "not-after")
 RULE_FIELDS = ("match", "signers", "accept", "convert")
+DOCKERD = "dockerd://"
 
 
 class PolicyError(StackError):
@@ -77,12 +78,25 @@ class Policy:
     rules: list[Rule] = field(default_factory=list)
 
     def rule_for(self, name: str) -> Rule:
-        """The first rule whose pattern matches ``name``; VerificationError when none does."""
+        """The first rule whose pattern matches ``name``, both canonical (:func:`canonical`: the registry a
+        spelling reaches, not the spelling); VerificationError when none does."""
+        wanted = canonical(name)
         for rule in self.rules:
-            if fnmatch.fnmatchcase(name, rule.match):
+            if fnmatch.fnmatchcase(wanted, canonical(rule.match)):
                 return rule
-        raise VerificationError(f"{name}: no rule of the signature policy {self.path} covers it (fail closed)",
-                                f"add a `repositories:` rule that matches {name} to {self.path}")
+        shown = name if wanted == name else f"{name} ({wanted})"
+        raise VerificationError(f"{shown}: no rule of the signature policy {self.path} covers it (fail closed)",
+                                f"add a `repositories:` rule that matches {wanted} to {self.path}")
+
+
+def canonical(name: str) -> str:
+    """What a rule matches for ``name`` (``REGISTRY/REPOSITORY``, ``dockerd://IMAGE`` or ``file:PATH``),
+    and what a rule's pattern means: one spelling per registry (:mod:`imagekit.util.registry_names`)."""
+    if name.startswith(DOCKERD):
+        return DOCKERD + registry_names.engine_image(name[len(DOCKERD):])
+    if name.startswith("file:"):
+        return name
+    return registry_names.repository(name)
 
 
 def _err(where: object, key: str, message: str, hint: str | None = None, prefix: str = "") -> PolicyError:
@@ -139,6 +153,7 @@ def _load_keys(doc: yamlpos.PosDict, base: Path) -> dict[str, TrustedKey]:
 def load(path: str | os.PathLike) -> Policy:
     """Read and check the whole policy file at ``path`` (every key file is read now)."""
     path = Path(path)
+    trusted_files.check(path, "signature policy")       # before a byte of it counts (H14)
     try:
         doc = yamlpos.load(path)
     except StackError as exc:

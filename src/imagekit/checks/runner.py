@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from imagekit import engines, export, image_facts
-from imagekit.util import emulation, ledger
+from imagekit.util import emulation, ledger, own_python
 from imagekit import checks as checks_mod
 from imagekit.util.atomic import target
 from imagekit.checks import runtimes
@@ -214,17 +213,14 @@ def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: s
                "IMAGEKIT_WITH": ",".join((*with_, *assume)),
                **({"IMAGEKIT_EXEC": container} if backend == "exec" else
                   {"IMAGEKIT_CONTAINER": container, "PATH": f"{Path(cli).parent}:{os.environ.get('PATH', '')}"})}
-        if os.environ.get("PYTHONPATH"):
-            # The module imports imagekit's check kinds from the temporary directory: a relative
-            # entry must still name the directory this imagekit came from.
-            env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p)
-                                                for p in os.environ["PYTHONPATH"].split(os.pathsep))
         module = workdir / "test_imagekit_checks.py"
         shutil.copy(MODULE, module)
-        subprocess.run([sys.executable, "-m", "pytest", str(module), "-q", "-p", "no:cacheprovider", "--assert=plain",
-                        "-o", "junit_family=xunit2", f"--junitxml={xml_path}", "--rootdir", str(workdir),
-                        "-o", "addopts=", "-o", "testpaths="],
-                       cwd=workdir, env=env, capture_output=True, text=True)
+        # Isolated (imagekit.util.own_python): the module imports imagekit's check kinds from where
+        # this imagekit came from, never from a PYTHONPATH or directory someone else can write.
+        subprocess.run(own_python.argv("pytest", str(module), "-q", "-p", "no:cacheprovider", "--assert=plain",
+                                       "-o", "junit_family=xunit2", f"--junitxml={xml_path}", "--rootdir",
+                                       str(workdir), "-o", "addopts=", "-o", "testpaths="),
+                       cwd=workdir, env=own_python.environ(env), capture_output=True, text=True)
         if not xml_path.exists():
             raise ImagekitError("the testinfra run produced no results", "run with a working pytest-testinfra")
         report = Report(image=image, outcomes=_outcomes(xml_path, specs))

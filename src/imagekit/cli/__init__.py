@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from imagekit.util import settings, signals, version_info
+from imagekit.util import settings, signals, terminal, version_info
 from imagekit.util.errors import EXIT_CODES, ImagekitError
 
 # name -> "module:attribute"; each command module owns its commands.
@@ -100,9 +100,12 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            # Labels, registry answers and container output are someone else's text: no control
+            # character of theirs reaches the terminal (imagekit.util.terminal).
+            with terminal.escaped_output():
+                return super().invoke(ctx)
         except ImagekitError as exc:
-            click.echo(f"imagekit: error: {exc}", err=True)
+            click.echo(terminal.printable(f"imagekit: error: {exc}"), err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM/SIGHUP where a command takes them
             # The command's own cleanup ran on the way here (temporary files, containers).

@@ -11,6 +11,7 @@ import click
 
 from imagekit.engines import ENGINES
 from imagekit.util.settings import Site
+from imagekit.util import terminal
 from imagekit.util.sizes import human
 
 MIRROR = click.option("--mirror", metavar="DIR|URL",
@@ -60,7 +61,8 @@ class ProgressLine:
         if self.tty:
             # \x1b[K clears what a longer earlier line left at the end; color=True keeps click from
             # stripping it (it strips escapes unless it sees the terminal itself).
-            click.echo(f"\r\x1b[K{line}" + ("\n" if done else ""), err=True, nl=False, color=True)
+            click.echo(f"\r\x1b[K{line}" + ("\n" if done else ""), file=terminal.unescaped(sys.stderr), nl=False,
+                       color=True)
         else:
             click.echo(line, err=True)
 

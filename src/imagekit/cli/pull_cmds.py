@@ -8,6 +8,7 @@ import click
 
 from imagekit.export import formats
 from imagekit.export.artifacts import ArtifactPull, pull_artifact
+from imagekit.util import terminal
 
 
 def _progress(quiet: bool):
@@ -24,7 +25,7 @@ def _progress(quiet: bool):
         state["last"] = now
         line = f"pulled {done / (1 << 20):,.1f} / {total / (1 << 20):,.1f} MiB"
         if sys.stderr.isatty():
-            click.echo("\r" + line + ("\n" if done >= total else ""), err=True, nl=False)
+            click.echo("\r" + line + ("\n" if done >= total else ""), file=terminal.unescaped(sys.stderr), nl=False)
         else:
             click.echo(line, err=True)
 

@@ -26,6 +26,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 import pkgutil
 import sys
 import traceback
@@ -35,6 +36,7 @@ from types import ModuleType
 from imagekit.components import _blocks as blocks  # noqa: F401 - for site components: apt_install, env, ...
 from imagekit.components._base import (EXCLUSIVE_ROLES, RETIRED, ROLES, SOURCES, Component, Requires,  # noqa: F401
                                        Stack, contract_problems, defined)
+from imagekit.util import trusted_files
 from imagekit.util.errors import UsageError
 from imagekit.util.settings import Site, site_or_env
 
@@ -95,10 +97,13 @@ def _site_modules(dirs: list[Path]) -> list[tuple[str, ModuleType]]:
         for path in sorted(directory.glob("*.py")):
             if path.name.startswith("_"):
                 continue
+            trusted_files.check(path, "site component")    # code imagekit runs: only root's or the caller's
             out.append((_file_origin(path), _import_file(path)))
     for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
         dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else "unknown distribution"
         origin = f"entry point {ep.value} ({dist})"
+        for path in _module_files(ep.module):
+            trusted_files.check(path, f"site component {origin}:")
         try:
             loaded = ep.load()
         except Exception as exc:  # noqa: BLE001 - a site package's import error, said in one line
@@ -107,6 +112,25 @@ def _site_modules(dirs: list[Path]) -> list[tuple[str, ModuleType]]:
         module = loaded if isinstance(loaded, ModuleType) else sys.modules[loaded.__module__]
         out.append((origin, module))
     return out
+
+
+def _module_files(name: str) -> list[Path]:
+    """The files ``import name`` would run (each package's ``__init__.py``, then the module), found
+    without running any of them; [] when the top package is not found (its import error says so)."""
+    parts = name.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.origin or not os.path.isabs(spec.origin):
+        return []
+    files, here = [Path(spec.origin)], Path(spec.origin).parent
+    for part in parts[1:]:
+        package, module = here / part / "__init__.py", here / f"{part}.py"
+        found = package if package.exists() else module
+        files.append(found)
+        here = here / part
+    return [f for f in files if f.exists()]
 
 
 def _file_origin(path: Path) -> str:

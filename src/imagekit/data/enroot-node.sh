@@ -27,11 +27,27 @@ nlocal=$(local_size)
 # there), inside /tmp/imagekit-enroot-UID: made 0700 and used only once it is checked to be a real
 # directory (not a link) that this user owns. Nobody else can then create, swap or plant a name in
 # it, so nothing the sweep or the cleanup below removes can be another user's. A name someone else
-# took is skipped for the next (.2 … .8); every rank of the node arrives at the same one.
+# took is skipped for one nobody can guess, -TOKEN (the user's token in ~/.config/imagekit/private-name,
+# as imagekit.util.private_names keeps it), then .2 … .8; every rank of the node arrives at the same one.
+private_token() {
+  local file=${HOME:-}/.config/imagekit/private-name token
+  [[ ${HOME:-} == /* ]] || return 1
+  if [ ! -e "$file" ] && [ ! -L "$file" ]; then
+    (umask 077 && mkdir -p "${file%/*}") 2>/dev/null || return 1
+    (umask 077 && od -An -N8 -tx1 /dev/urandom | tr -d ' \n' > "$file.$$" && echo >> "$file.$$" &&
+      ln "$file.$$" "$file" 2>/dev/null)
+    rm -f -- "$file.$$"
+  fi
+  # Only the user's own regular file, closed to others (find prints nothing otherwise).
+  [ -n "$(find "$file" -maxdepth 0 -type f -user "$(id -u)" ! -perm /077 2>/dev/null)" ] || return 1
+  token=$(head -c 16 "$file" 2>/dev/null)
+  [[ $token =~ ^[0-9a-f]{16}$ ]] && echo "$token"
+}
 private_dir() {
-  local base candidate n
+  local base candidate n token
   base=/tmp/imagekit-enroot-$(id -u)
-  for n in '' .2 .3 .4 .5 .6 .7 .8; do
+  for n in '' -TOKEN .2 .3 .4 .5 .6 .7 .8; do
+    if [ "$n" = -TOKEN ]; then token=$(private_token) || continue; n=-$token; fi
     candidate=$base$n
     mkdir -m 700 "$candidate" 2>/dev/null || true
     if [ -d "$candidate" ] && [ ! -L "$candidate" ] && [ -O "$candidate" ]; then
@@ -39,7 +55,8 @@ private_dir() {
     fi
   done
   echo "imagekit: no private directory for $(id -un)'s Enroot state: $base and $base.2 to $base.8 are" \
-    "not directories of $(id -un)'s (ls -ld $base*)" >&2
+    "not directories of $(id -un)'s (ls -ld $base*), and there is no home (\$HOME) to keep a name nobody" \
+    "can guess in: an admin removes those names, or the job sets HOME" >&2
   return 1
 }
 statedir=$(private_dir) || exit 1

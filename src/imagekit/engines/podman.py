@@ -25,6 +25,7 @@ What differs from BuildKit is in docs/build.md ("Rootless Podman").
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import pwd
@@ -34,7 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from imagekit.util import leases
+from imagekit.util import leases, private_names
 from imagekit.engines.image import BuildCommand, Image, ImageMissing
 from imagekit.util.errors import EngineError, UsageError
 
@@ -180,11 +181,12 @@ def private_tmp(parent: Path = Path("/var/tmp")) -> Path:
     with O_NOFOLLOW) that this user owns; its mode is set back to 0700 through the descriptor. In a
     sticky /var/tmp anyone can take that name first (a link to a directory of theirs would put the
     user's build cache where they can poison it), so a name that is not the user's own directory is
-    skipped for the next, ``.2`` to ``.8``."""
+    skipped for one nobody else can guess (``…-UID-TOKEN``, :mod:`imagekit.util.private_names`), then
+    (a user without a home) ``.2`` to ``.8``."""
     uid = os.geteuid()
     base = parent / f"imagekit-podman-{uid}"
-    for suffix in ("", *(f".{n}" for n in range(2, 9))):
-        path = base.with_name(base.name + suffix)
+    later = (base.with_name(base.name + f".{n}") for n in range(2, 9))
+    for path in itertools.chain(private_names.names(parent, base.name), later):
         with contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o700)
         try:
@@ -201,7 +203,8 @@ def private_tmp(parent: Path = Path("/var/tmp")) -> Path:
         finally:
             os.close(fd)
     raise EngineError(f"no private directory for the build cache: {base} and {base}.2 to .8 are not "
-                      "directories of this user's", "set TMPDIR to a directory of your own")
+                      "directories of this user's (and there is no home to keep a name nobody can guess)",
+                      "set TMPDIR to a directory of your own")
 
 
 def build_argv(build: BuildCommand) -> list[str]:

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Callable, Mapping, NoReturn
 
 from imagekit import registry
-from imagekit.util import platforms
+from imagekit.util import own_python, platforms, terminal
 from imagekit.engines import docker as engine
 from imagekit.attest import POLICY_ENV
 from imagekit.util.errors import ImagekitError, UsageError
@@ -101,8 +101,10 @@ Environment:
 Set-up (a wrapper that sets the environment, named in Pyxis's plugstack.conf line):
   #!/bin/sh
   export IMAGEKIT_SHARED_STORE=/lustre/containers/imagekit-store
-  exec /opt/imagekit/.venv/bin/{PROG} "$@"
+  exec /opt/imagekit/.venv/bin/python -I -m imagekit.export.pyxis_importer "$@"
   required /usr/lib/slurm/spank/pyxis.so importer=/usr/local/libexec/imagekit-importer
+(-I: Pyxis runs the importer in the job's directory with the job's PYTHON* variables; isolated,
+Python reads neither. docs/security.md, "The importer runs only imagekit's code".)
 
 Example (as Pyxis calls it):
   SLURM_JOB_ID=1 SLURM_STEP_ID=0 {PROG} get 'docker://registry.example.org#hpc/mpi:1'
@@ -117,8 +119,8 @@ _NUMBER = re.compile(r"[0-9]+")
 
 def log(message: str) -> None:
     """Progress for Pyxis's log (stderr), naming this node (a job's nodes share one log); stdout
-    carries only the path."""
-    print(f"{PROG} on {stage.host()}: {message}", file=sys.stderr, flush=True)
+    carries only the path. Control characters (a registry's or an image's text) are escaped."""
+    print(f"{PROG} on {stage.host()}: {terminal.printable(message)}", file=sys.stderr, flush=True)
 
 
 def hold_name(env: Mapping[str, str]) -> str:
@@ -359,10 +361,9 @@ def release(env: Mapping[str, str] | None = None) -> None:
 
 def hand_over(argv: list[str], module: str = "imagekit.export.pyxis_fill") -> NoReturn:
     """A miss: this process becomes the fill program (exec, same pid, stdout, stderr and exit status
-    for Pyxis), which loads the registry artifacts and the converters that a store hit never needs."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", module, *argv])
+    for Pyxis), which loads the registry artifacts and the converters that a store hit never needs.
+    Isolated (:mod:`imagekit.util.own_python`): it runs in the job's directory, which others may write."""
+    own_python.become(module, argv)
 
 
 def guarded(call: Callable[[], int]) -> int:
@@ -445,8 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["stage"]:
         # Resolving, filling the store and sbcast: the fill program's code, exec'd as on a miss.
-        sys.stdout.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "imagekit.export.pyxis_stage", *argv[1:]])
+        own_python.become("imagekit.export.pyxis_stage", argv[1:])
     if argv[:1] == ["stage-prepare"]:
         return guarded(lambda: stage_prepare(argv[1:]))
     if os.environ.get(POLICY_ENV):

@@ -10,7 +10,7 @@ one whenever ``IMAGEKIT_POLICY`` is set, so a wrapper that names the plain one i
 Site wrapper (docs/signing.md)::
 
     export IMAGEKIT_POLICY=/etc/imagekit/policy.yaml
-    exec /opt/imagekit/.venv/bin/imagekit-pyxis-importer-signed "$@"
+    exec /opt/imagekit/.venv/bin/python -I -m imagekit.export.pyxis_signed "$@"
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from imagekit.util import digests
+from imagekit.util import digests, private_names
 from imagekit.util.errors import ImagekitError, IntegrityError, NoSpaceError, UsageError
 
 PART = ".part-"
@@ -65,25 +65,33 @@ def check_sha(sha256: str) -> str:
 
 
 def user_dir(base: Path, *, create: bool) -> Path:
-    """``base/imagekit-stage-<uid>``: a real directory, this user's, that nobody else may write or enter.
-    ``base`` is the node-local directory the site chose (IMAGEKIT_STAGE_DIR)."""
+    """``base/imagekit-stage-<uid>``, else ``…-<uid>-<token>`` (:mod:`imagekit.util.private_names`: a name
+    another user cannot take first): the first that is a real directory, this user's, that nobody else
+    may write or enter. ``base`` is the node-local directory the site chose (IMAGEKIT_STAGE_DIR)."""
     uid = os.geteuid()
-    path = Path(base) / f"imagekit-stage-{uid}"
-    if create:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        raise StageError(f"{host()}: no stage directory {path} (the job's stage step did not run here)",
-                         "run the job's first step, imagekit-pyxis-importer stage, on all its nodes") from None
-    except OSError as exc:
-        raise StageError(f"{host()}: cannot use the stage directory {path}: {exc.strerror}") from None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
-        raise StageError(f"{host()}: {path} is not a directory of uid {uid} closed to others "
-                         f"(mode {stat.S_IMODE(st.st_mode):04o}, owner {st.st_uid})",
-                         "remove it; the stage step makes it again (mode 0700)")
-    return path
+    candidates: list[Path] = []
+    taken = []
+    for path in private_names.names(Path(base), f"imagekit-stage-{uid}"):
+        candidates.append(path)
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path, 0o700)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise StageError(f"{host()}: cannot use the stage directory {path}: {exc.strerror}") from None
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == uid and not st.st_mode & 0o077:
+            return path
+        taken.append(f"{path} (mode {stat.S_IMODE(st.st_mode):04o}, owner {st.st_uid})")
+    if not taken:
+        raise StageError(f"{host()}: no stage directory {candidates[0]} (the job's stage step did not run here)",
+                         "run the job's first step, imagekit-pyxis-importer stage, on all its nodes")
+    raise StageError(f"{host()}: no stage directory of uid {uid} closed to others: {', '.join(taken)}",
+                     "the names are another user's: an admin removes them, or give --stage-dir a directory of "
+                     "your own" + ("" if len(candidates) > 1 else "; with a home of your own ($HOME), "
+                                   "imagekit also tries a name nobody else can guess"))
 
 
 def _seal_of(st: os.stat_result) -> dict[str, int]:
@@ -269,7 +277,9 @@ def broadcast(source: Path, sha256: str, size: int, job: StageJob,
     if states and all(s == "have" for s in states.values()):
         log(f"every node ({len(states)}) has a verified copy of sha256:{sha[:12]}: nothing sent")
         return result
-    dest = Path(base) / f"imagekit-stage-{os.geteuid()}" / f"{sha}{PART}{job.job}"
+    # This node's choice, which every node makes alike unless another user took a name on some of
+    # them only (then sbcast fails, naming the node).
+    dest = user_dir(Path(base), create=False) / f"{sha}{PART}{job.job}"
     log(f"sbcast {source} ({size} bytes) to {dest} on {nodes} node(s)")
     started = time.monotonic()
     proc = subprocess.run(["sbcast", "--force", str(source), str(dest)], stdout=subprocess.PIPE,

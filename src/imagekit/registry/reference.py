@@ -23,9 +23,7 @@ import re
 from dataclasses import dataclass
 
 from imagekit.util.errors import UsageError
-
-DOCKER_HUB = "registry-1.docker.io"
-HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
+from imagekit.util.registry_names import DOCKER_HUB, HUB_ALIASES  # noqa: F401 - also this module's names
 
 # Enroot's character classes (reg_image, reg_tag), with the digest made exact.
 REPO_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.util.errors import ImagekitError, UsageError
+from imagekit.util.owners import describe, private_group
+from imagekit.util.owners import group_name as _group, user_name as _user
 
 
 class UntrustedStore(UsageError):
@@ -42,20 +44,6 @@ class UntrustedStore(UsageError):
 
 class UntrustedEntry(ImagekitError):
     """An entry that someone outside the store's publishers could have written."""
-
-
-def _user(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
-def _group(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
 
 
 @functools.lru_cache(maxsize=256)
@@ -71,21 +59,6 @@ def member(uid: int, gid: int) -> bool:
         return user.pw_name in grp.getgrgid(gid).gr_mem
     except KeyError:
         return False
-
-
-@functools.lru_cache(maxsize=256)
-def private_group(gid: int, uid: int) -> bool:
-    """Is ``gid`` the user private group of ``uid`` (named after it, its primary group, no listed
-    members)? Group-write by such a group is the owner's own: RHEL gives users umask 002 with one."""
-    try:
-        user, group = pwd.getpwuid(uid), grp.getgrgid(gid)
-    except KeyError:
-        return False
-    return user.pw_gid == gid and group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
-
-
-def describe(st: os.stat_result) -> str:
-    return f"owner {_user(st.st_uid)}, group {_group(st.st_gid)}, mode {stat.S_IMODE(st.st_mode):04o}"
 
 
 @dataclass(frozen=True)
