@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.users import ALICE, setpriv
+from helpers.users import ALICE, BOB, setpriv
 from imagekit.launch import inside_out
 
 STUBS = {"srun": "exit 0", "docker": "exit 0", "scontrol": "echo localhost"}
@@ -87,24 +87,22 @@ def _private_dir_part() -> str:
 
 
 def test_h8_all_eight_guessable_enroot_state_names_taken_the_user_still_gets_a_private_one(shared_tmp):
-    """Security-4 H8: another user (uid 2001) takes ``/tmp/imagekit-enroot-UID`` and ``.2`` to ``.8`` (0777
-    directories of theirs) for a victim (uid 2079) who cannot remove them from the sticky /tmp. The rank
+    """Security-4 H8: another user (ALICE) takes ``/tmp/imagekit-enroot-UID`` and ``.2`` to ``.8`` (0777
+    directories of theirs) for a victim (BOB) who cannot remove them from the sticky /tmp. The rank
     wrapper's ``private_dir`` (its own text, run by bash as the victim) gives ``…-UID-TOKEN``, the token
     the victim's home keeps, the same on every call (so every rank of a node meets there), 0700; the taken
     names are left alone. Without a home it stops with one line saying what can be done."""
-    victim = 2079
+    victim = BOB
     base = Path(f"/tmp/imagekit-enroot-{victim}")
     names = [base] + [base.with_name(f"{base.name}.{n}") for n in range(2, 9)]
     home = shared_tmp / "home"
     home.mkdir(mode=0o700)
     os.chown(home, victim, victim)
     script = _private_dir_part() + "private_dir\n"
-    run = ["setpriv", f"--reuid={victim}", f"--regid={victim}", "--clear-groups", "--inh-caps=-all", "--", "bash", "-c",
-           script]
+    run = setpriv(victim, ["bash", "-c", script])
     try:
         for path in names:
-            subprocess.run(["setpriv", "--reuid=2001", "--regid=2001", "--clear-groups", "--", "mkdir", "-m", "777",
-                            str(path)], check=True)
+            subprocess.run(setpriv(ALICE, ["mkdir", "-m", "777", str(path)]), check=True)
         got = [subprocess.run(run, env={"PATH": "/usr/bin:/bin", "HOME": str(home)}, capture_output=True, text=True)
                for _ in range(2)]
         assert [g.returncode for g in got] == [0, 0], got[0].stderr
@@ -112,10 +110,10 @@ def test_h8_all_eight_guessable_enroot_state_names_taken_the_user_still_gets_a_p
         assert [g.stdout.strip() for g in got] == [f"{base}-{token}"] * 2
         st = os.lstat(f"{base}-{token}")
         assert st.st_uid == victim and stat.S_IMODE(st.st_mode) == 0o700
-        assert all(p.lstat().st_uid == 2001 and stat.S_IMODE(p.lstat().st_mode) == 0o777 for p in names)
+        assert all(p.lstat().st_uid == ALICE and stat.S_IMODE(p.lstat().st_mode) == 0o777 for p in names)
 
         homeless = subprocess.run(run, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
-        # (`id -un` also says that uid 2079 has no name: a numeric test user)
+        # (`id -un` also says that the victim's uid has no name: a numeric test user)
         said = [line for line in homeless.stderr.splitlines() if line.startswith("imagekit:")]
         assert homeless.returncode == 1 and len(said) == 1, homeless.stderr
         assert "an admin removes those names, or the job sets HOME" in homeless.stderr
