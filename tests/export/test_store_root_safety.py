@@ -123,10 +123,15 @@ def test_g1_root_publishes_only_where_nobody_else_can_redirect_a_tools_path(shar
 # --- the class: a planted link is never followed, whatever root does -------------------------------------
 
 def _setup(base: Path) -> tuple[Path, Store, Path]:
-    """A shared store (publishers: group TEAM) with one entry root published."""
+    """A shared store (publishers: group TEAM) with one entry root published, in directories Alice owns
+    (as if she had published that image first): the entry tree is sticky, so only there may she
+    rename root's names (test_store_trust.py shows she cannot where root made the directories)."""
     root = init_store(base / "store", str(TEAM))
     store = Store.open(root)
     entry, _ = store.get_or_create(store.key(IMAGE, "enroot", "fast"), lambda p: p.write_bytes(b"root's image"))
+    rel = entry.dir.relative_to(root / "entries").parts
+    for depth in range(1, len(rel) + 1):
+        os.chown(root / "entries" / Path(*rel[:depth]), ALICE, -1)
     return root, store, entry.dir
 
 

@@ -7,7 +7,6 @@ sweeping, holds and eviction in :mod:`housekeeping`; what they share is in :mod:
 from __future__ import annotations
 
 import os
-import stat
 import time
 from pathlib import Path
 
@@ -174,17 +173,15 @@ def _make_private(path: Path) -> None:
 
 def _make_top(root: Path, modes: Modes) -> None:
     """The store's missing top-level directories, through descriptors (:mod:`.nofollow`); a shared
-    store's ``tmp/`` made by an older imagekit gets its sticky bit (:meth:`Modes.top`)."""
+    store's ``tmp/`` and ``entries/`` made by an older imagekit get their sticky bit (:meth:`Modes.top`)."""
     with nofollow.opened(root) as fd:
         for sub in (*SUBDIRS, *PUBLIC):
             made = modes.make_at(fd, sub, root / sub, modes.top(sub))
             if made is not None:
                 os.close(made)
-            elif sub == "tmp" and modes.shared:
-                with nofollow.opened(root, sub) as tmp:
-                    st = os.fstat(tmp)
-                    if st.st_uid == os.geteuid() and not st.st_mode & stat.S_ISVTX:
-                        os.fchmod(tmp, stat.S_IMODE(st.st_mode) | stat.S_ISVTX)
+            elif sub in ("tmp", "entries") and modes.shared:
+                with nofollow.opened(root, sub) as top:
+                    nofollow.add_sticky(top)
 
 
 def _modes_of(root: Path, trust: Trust) -> Modes:

@@ -129,13 +129,22 @@ def set_mode(fd: int, mode: int, group: int | None) -> None:
     os.fchmod(fd, mode)
 
 
+def add_sticky(fd: int) -> None:
+    """The sticky bit on the directory open at ``fd`` when this process owns it and it lacks one."""
+    st = os.fstat(fd)
+    if st.st_uid == os.geteuid() and not st.st_mode & stat.S_ISVTX:
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) | stat.S_ISVTX)
+
+
 def owner_mode(st: os.stat_result) -> str:
     return f"uid {st.st_uid}, gid {st.st_gid}, mode {stat.S_IMODE(st.st_mode):04o}"
 
 
-def ensure_dirs(top_fd: int, parts: Sequence[str], mode: int, group: int | None, shown: Path) -> int:
+def ensure_dirs(top_fd: int, parts: Sequence[str], mode: int, group: int | None, shown: Path, *,
+                sticky: bool = False) -> int:
     """A descriptor of ``parts`` below ``top_fd``, creating what is missing with :func:`make_dir`;
-    an existing name must be a real directory (NotADirectory otherwise). The caller closes it."""
+    an existing name must be a real directory (NotADirectory otherwise). ``sticky``: an existing one
+    this process owns gets the sticky bit (through its descriptor). The caller closes it."""
     fd = os.dup(top_fd)
     try:
         for name in parts:
@@ -143,12 +152,39 @@ def ensure_dirs(top_fd: int, parts: Sequence[str], mode: int, group: int | None,
             nxt = make_dir(fd, name, mode, group, shown)
             if nxt is None:
                 nxt = open_dir(name, fd, shown)
+                if sticky:
+                    add_sticky(nxt)
             os.close(fd)
             fd = nxt
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def write_file(path: Path, data: bytes, mode: int) -> None:
+    """Put ``data`` at ``path`` (atomically: a temporary name, then a rename), in the directory reached
+    from ``/`` without following a link (:func:`walk`), the file made with ``O_EXCL|O_NOFOLLOW`` and
+    given ``mode`` through its descriptor: root writing beside a store entry never writes where a
+    publisher's link points. NotADirectory names a link on the way."""
+    path = Path(path)
+    with opened(path.parent) as dir_fd:
+        tmp = f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.part"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fchmod(fd, mode)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
 
 
 def lstat_at(dir_fd: int, name: str) -> os.stat_result:
