@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from imagekit.util import atomic
+from imagekit.util import atomic, digests
 from imagekit.attest import dsse
 from imagekit.attest.verifier import Trust
-from imagekit.util.errors import UsageError, VerificationError
+from imagekit.util.errors import IntegrityError, UsageError, VerificationError
 from imagekit.sif_reader import (DATA_GENERIC_JSON, DATA_SBOM, DATA_SIGNATURE, DEFAULT_GROUP, DESCRIPTOR, GROUP_MASK, HEADER,
                                  Descriptor, SifInfo, aligned, read_sif)
 
@@ -156,10 +156,11 @@ def signatures(info: SifInfo, group_id: int = DEFAULT_GROUP) -> list[Descriptor]
 
 def sign_file(src: Path, dst: Path, envelope_for: Callable[[bytes], dict], *,
               sbom: bytes | None = None, provenance: bytes | None = None,
-              when: int | None = None) -> Path:
+              when: int | None = None, expect: str | None = None) -> Path:
     """Write ``dst``: ``src`` plus the SBOM (and provenance) objects, then the signature object over its
     object group. ``envelope_for(payload)`` signs the metadata (a DSSE envelope dict, from the site key).
-    ``dst`` appears only when complete; ``src`` is never changed (it may be a store entry)."""
+    ``dst`` appears only when complete; ``src`` is never changed (it may be a store entry). ``expect``:
+    the sha256 ``src`` must have, checked on the copy about to be signed (IntegrityError otherwise)."""
     info = read_sif(src)
     if signatures(info) and (sbom is not None or provenance is not None):
         raise UsageError(f"{src} is signed already: an SBOM added now would break its signature",
@@ -169,6 +170,9 @@ def sign_file(src: Path, dst: Path, envelope_for: Callable[[bytes], dict], *,
     when = int(time.time()) if when is None else when
     with atomic.target(dst, 0o755 if src.stat().st_mode & 0o111 else 0o644, sync=True) as tmp:
         shutil.copyfile(src, tmp)     # copy_file_range where the file system has it
+        if expect is not None and (got := digests.sha256_file(tmp)) != expect:
+            raise IntegrityError(f"{src} has sha256:{got} by now, not the sha256:{expect} this export made: "
+                                 "not signing it", "export it again (and keep others from writing its directory)")
         work = read_sif(tmp)
         added = []
         if sbom is not None:
