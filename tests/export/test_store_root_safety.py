@@ -13,6 +13,7 @@ Other users are real processes: numeric uids under ``setpriv`` (tests/helpers/us
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -25,8 +26,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from helpers.users import ALICE, BOB, TEAM, setpriv
 
+from imagekit.attest import keys
+from imagekit.attest.sbom import ImageRecord
 from imagekit.util import leases
 from imagekit.cli import main
+from imagekit.export import signing
+from imagekit.export.output import ExportResult
 from imagekit.util.errors import ImagekitError
 from imagekit.export.store import Store
 from imagekit.export.store.setup import init_store
@@ -173,6 +178,22 @@ def _plant(point: Path, uid: int, victims: Path) -> Path:
     return victim
 
 
+def _sign_beside_the_entry(root: Path, store: Store) -> None:
+    """What root's `export --store --sign` does after the inventories were read (seconds, during which a
+    publisher may swap the entry's directory): the statements go beside the entry (H6)."""
+    entry = store.entry_dir(store.key(IMAGE, "enroot", "fast"))
+    out = root.parent / "out.sqsh"
+    out.write_bytes(b"root's image")
+    sha = hashlib.sha256(b"root's image").hexdigest()
+    key = root.parent / "ci"
+    if not key.with_suffix(".key").exists():
+        keys.write_pair(keys.generate(), key)
+    exported = ExportResult(path=str(out), format="enroot", image="x", bytes=12, sha256=sha, seconds=0.0,
+                            store_hit=True, store_entry=str(entry / "image.sqsh"))
+    described = signing.Described(ImageRecord("x", IMAGE, "linux/amd64"), b"{}", {})
+    signing.sign_export(exported, keys.load_private(key.with_suffix(".key")), described)
+
+
 OPERATIONS = {
     "init": lambda root, store: init_store(root, str(TEAM)),
     "open": lambda root, store: Store.open(root),
@@ -187,6 +208,7 @@ OPERATIONS = {
     "sweep": lambda root, store: store.sweep(),
     "gc": lambda root, store: store.gc(0),
     "ls": lambda root, store: store.entries(),
+    "sign beside the entry": _sign_beside_the_entry,
 }
 
 
@@ -195,8 +217,9 @@ OPERATIONS = {
        operation=st.sampled_from(sorted(OPERATIONS)))
 def test_a_link_another_user_plants_is_never_followed_by_root(shared_dir, point, operation):
     """For every name root creates, renames, touches or removes in a store, and every store operation
-    root runs: a link another user planted at that name leaves its target exactly as it was (owner,
-    mode, contents, times). Refusing (an ImagekitError) is fine; following is not."""
+    root runs (writing the signatures beside an entry too: H6 of ../shared/reviews/security-4.md): a link
+    another user planted at that name leaves its target exactly as it was (owner, mode, contents, times).
+    Refusing (an ImagekitError) is fine; following is not."""
     base = Path(shared_dir) / f"case-{os.urandom(4).hex()}"
     base.mkdir()
     victims = base / "victims"
@@ -216,6 +239,24 @@ def test_a_link_another_user_plants_is_never_followed_by_root(shared_dir, point,
         assert snapshot(victims) == before, f"{operation} followed a link planted at {point}"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("point", ["entries/sha256", "entries/sha256/IMAGE", "entries/sha256/IMAGE/enroot",
+                                   "entry directory"])
+def test_h6_root_never_writes_the_signatures_through_a_publishers_link(shared_dir, point):
+    """H6: the publisher swaps the entry's directory (or one above it) for a link to a directory of
+    theirs while root's `export --sign` reads the inventories: root writes nothing there (it refuses
+    with a warning; the statements beside the output still travel)."""
+    base = Path(shared_dir) / "h6"
+    base.mkdir()
+    victims = base / "victims"
+    victims.mkdir(mode=0o700)
+    root, store, entry = _setup(base)
+    _plant(_points(root, entry, store.slug(entry))[point][0], ALICE, victims)
+    before = snapshot(victims)
+    _sign_beside_the_entry(root, Store.open(root, create=False))
+    assert snapshot(victims) == before
+    assert (root.parent / "out.sqsh.intoto.jsonl").is_file()
 
 
 def test_the_dead_owner_token_is_not_alive_here():
