@@ -112,6 +112,46 @@ def test_g1_init_moves_aside_a_subdirectory_another_user_owns(shared_dir, capsys
     assert stat.S_IMODE(os.lstat(root).st_mode) == 0o755, "the root is no longer group-writable"
 
 
+@pytest.mark.parametrize("command", [["init", "--shared", "--group", str(TEAM)], ["gc", "--max-size", "0"],
+                                     ["ls"]])
+@pytest.mark.parametrize("where", ["the store path", "a directory above it"])
+def test_h3_a_link_another_user_made_at_the_store_path_is_never_followed(shared_dir, command, where):
+    """H3 (a G1 variant): Alice makes the store's path, or a directory on it, a link to a directory only
+    root may enter (standing in for /root or /etc/munge). Root's init, gc and ls refuse it in one line
+    naming the link; the target keeps its owner, mode and contents. (Before: init gave it to the group,
+    0755, and made holds/ and used/ 1777 inside.)"""
+    victim = victim_dir(shared_dir)
+    sticky = shared_dir / "sticky"
+    sticky.mkdir(mode=0o1777)
+    os.chmod(sticky, 0o1777)
+    if where == "the store path":
+        as_user(ALICE, 'ln -s "$1" "$2"', str(victim), str(sticky / "store"))
+        store = sticky / "store"
+    else:
+        as_user(ALICE, 'mkdir -m 755 "$1"', str(sticky / "evilparent"))
+        res = CliRunner().invoke(main, ["store", "--store", str(sticky / "evilparent" / "store"), *command])
+        assert res.exit_code != 0 and "belongs to 2001, who is not a publisher" in res.output, res.output
+        as_user(ALICE, '{ ! [ -e "$1/store" ] || mv "$1/store" "$1/old"; } && ln -s "$2" "$1/store"',
+                str(sticky / "evilparent"), str(shared_dir))
+        victim = shared_dir
+        store = sticky / "evilparent" / "store" / "victim"
+    before = snapshot(victim)
+    res = CliRunner().invoke(main, ["store", "--store", str(store), *command])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert "is a symbolic link" in res.output and "belongs to uid 2001" in res.output, res.output
+    assert len(res.output.strip().splitlines()) <= 2, res.output      # the error and its fix
+    assert snapshot(victim) == before
+
+
+def test_h3_links_root_made_where_only_root_writes_are_followed(shared_dir):
+    """A site's own link (``/scratch -> /lustre/scratch``: root's, in a directory only root writes) is fine."""
+    real = shared_dir / "real"
+    real.mkdir()
+    (shared_dir / "link").symlink_to(real)
+    assert init_store(shared_dir / "link" / "store", str(TEAM)) == real / "store"
+    assert Store.open(shared_dir / "link" / "store").root == real / "store"
+
+
 def test_g1_root_publishes_only_where_nobody_else_can_redirect_a_tools_path(shared_dir):
     """Export tools write their file by path, below the store's tmp/: root does not publish into a store
     another account owns (it could rename tmp/ while the tool writes); it is told why and how to fix it."""

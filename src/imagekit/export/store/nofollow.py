@@ -52,6 +52,66 @@ def describe(path: Path | str, dir_fd: int | None = None, name: str | None = Non
     return "a regular file" if stat.S_ISREG(st.st_mode) else "not a directory"
 
 
+MAX_LINKS = 40                   # as the kernel's own path walk (ELOOP)
+
+
+def resolve(path: Path | str) -> Path:
+    """``path``, absolute, with the symbolic links on it resolved, following only a link owned by root or
+    this process's user in a directory nobody else can change (owned by one of them, and writable by no
+    one else unless sticky): the store's own path is never another user's to redirect (H3 of
+    ../shared/reviews/security-4.md). Walked name by name through descriptors, so what was checked is
+    what is followed. What does not exist yet is kept as written. NotADirectory names a link refused."""
+    me = os.geteuid()
+    text = os.path.expanduser(str(path))
+    todo = list(Path(os.getcwd(), text).parts[1:])     # ".." is taken as the kernel takes it: after links
+    done = Path("/")
+    fd = os.open("/", DIR_FLAGS)
+    links = 0
+    try:
+        while todo:
+            name = todo.pop(0)
+            if name in ("", "."):
+                continue
+            if name == "..":
+                done = done.parent
+                os.close(fd)
+                fd = walk(done)
+                continue
+            try:
+                st = lstat_at(fd, name)
+            except FileNotFoundError:
+                return Path(os.path.normpath(Path(done, name, *todo)))
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+                parent = os.fstat(fd)
+                who = st.st_uid not in (0, me) and f"it belongs to uid {st.st_uid}"
+                where = (parent.st_uid not in (0, me) and f"{done} belongs to uid {parent.st_uid}") or (
+                    parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX
+                    and f"{done} is writable by others ({owner_mode(parent)})")
+                if who or where or links > MAX_LINKS:
+                    why = who or where or f"more than {MAX_LINKS} links"
+                    raise NotADirectory(f"{done / name} is a symbolic link to {os.readlink(name, dir_fd=fd)} and "
+                                        f"{why}: refused, never followed (someone other than root could "
+                                        "redirect it)", "give the path it leads to, or make the link root's "
+                                        "in a directory only root can write")
+                target = os.readlink(name, dir_fd=fd)
+                todo = [*Path(target).parts, *todo]
+                if target.startswith("/"):
+                    todo = todo[1:]
+                    done = Path("/")
+                    os.close(fd)
+                    fd = os.open("/", DIR_FLAGS)
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                return Path(os.path.normpath(Path(done, name, *todo)))
+            nxt = open_dir(name, fd, done / name)
+            os.close(fd)
+            fd, done = nxt, done / name
+    finally:
+        os.close(fd)
+    return done
+
+
 def open_dir(name: str, dir_fd: int | None, shown: Path | str) -> int:
     """A descriptor of the directory ``name`` (relative to ``dir_fd``), never through a link.
 

@@ -29,10 +29,9 @@ from pathlib import Path
 
 from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.export.store import nofollow, notices
-from imagekit.export.store.core import PUBLIC, SUBDIRS, Store
-from imagekit.export.store.keys import default_root
+from imagekit.export.store.core import PUBLIC, SUBDIRS, Store, make_private, resolved
 from imagekit.export.store.modes import Modes
-from imagekit.export.store.trust import UntrustedStore
+from imagekit.export.store.trust import Trust, UntrustedStore
 
 
 READERS = ("all", "group")   # who may read a shared store: everyone, or its group only
@@ -41,7 +40,7 @@ ENTRY_DEPTH = 4              # entries/sha256/<hex>/<format>/<entry>
 
 def init_store(root: str | Path | None, group: str | None, *, readers_all: bool = True) -> Path:
     """Create or fix the store at ``root`` (default: the user's own); ``group`` makes it shared."""
-    path = Path(os.path.realpath(Path(root).expanduser() if root is not None else default_root()))
+    path = resolved(root)
     if group is None:
         return Store.open(path).root
     try:
@@ -55,8 +54,12 @@ def init_store(root: str | Path | None, group: str | None, *, readers_all: bool 
             raise UsageError(f"no group named {group!r}", "give the publishers' group name or number "
                              "(getent group)") from None
     modes = Modes.shared_by(gid, readers_all)
+    # Before anything is made: a directory above the store that a non-publisher could change is refused
+    # (root would otherwise make the store inside another user's directory, then refuse to use it).
+    Trust(path, os.geteuid(), gid, os.geteuid()).check_ancestors()
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if not os.path.lexists(path):
+            make_private(path)
         with nofollow.opened(path) as fd:
             st = os.fstat(fd)
             if st.st_uid != os.geteuid():
