@@ -221,3 +221,25 @@ def test_without_a_policy_nothing_changes(base_image, registry, tmp_path):
     env.pop("IMAGEKIT_POLICY", None)
     call = pyxis_get(f"docker://{registry}#ik-signed/open:1", env)
     assert call.rc == 0 and "policy:" not in call.log and "refused" not in call.log, call.log
+
+
+@pytest.mark.parametrize("plant", ["fifo", "deep envelope"])
+def test_h7_what_a_publisher_leaves_beside_an_entry_never_hangs_or_breaks_the_importer(base_image, registry, site,
+                                                                                      tmp_path, plant):
+    """H7: the statements beside the entry replaced by a FIFO (it used to hang the job until killed), or by
+    an envelope nested 200,000 deep (it used to end the importer as "a bug", exit 1): a warning names the
+    file, and the statements come from the registry instead. The subprocess timeout is a hang guard."""
+    push_signed(base_image, f"{registry}/ik-signed/h7:1", site.dir / "ci.key", tmp_path)
+    policy = site.policy(POLICY)
+    first = get(f"docker://{registry}#ik-signed/h7:1", tmp_path, policy)
+    assert first.rc == 0, first.log
+    side = Path(first.path).parent / bundle.ENTRY_NAME
+    side.unlink()
+    if plant == "fifo":
+        os.mkfifo(side)
+    else:
+        side.write_bytes(b'{"payloadType":"x","payload":"","signatures":' + b"[" * 200_000 + b"]" * 200_000 + b"}\n")
+    again = get(f"docker://{registry}#ik-signed/h7:1", tmp_path, policy, step=1)
+    assert again.rc == 0 and again.path == first.path, again.log
+    assert f"the signatures beside {first.path} are unreadable" in again.log, again.log
+    assert "Traceback" not in again.log and "a bug" not in again.log

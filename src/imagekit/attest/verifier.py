@@ -78,7 +78,10 @@ def verify(envelopes: list[Envelope], trust: Trust, what: str, *, when: dt.datet
             ids = sorted({kid for kid, _ in env.signatures if kid}) or ["a key with no key ID"]
             problems.append(f"signed by {', '.join(ids)}, not by a key the site accepts")
         if usable:
-            good.append(Signed(statement.parse(env.payload, where), usable, where))
+            try:
+                good.append(Signed(statement.parse(env.payload, where), usable, where))
+            except statement.StatementError as exc:    # signed, but not a statement imagekit can use
+                problems.append(exc.message.split(": ", 1)[-1])
     if not good:
         unique = list(dict.fromkeys(problems))
         raise VerificationError(f"{what}: no statement signed by an accepted key: {'; '.join(unique)}",

@@ -26,7 +26,6 @@ import contextlib
 import errno
 import hashlib
 import io
-import json
 import os
 import stat
 import subprocess
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping
 
 from imagekit import registry
-from imagekit.util import platforms
+from imagekit.util import platforms, untrusted_json
 from imagekit.engines import docker as engine
 from imagekit.engines import podman
 from imagekit.util.errors import EngineError, ImagekitError, NotFoundError, UsageError
@@ -224,7 +223,7 @@ class LayeredSource(Source):
 
 def _json(data: bytes, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(data)
+        value = untrusted_json.loads(data)
     except ValueError:
         raise SourceError(f"{what} is not JSON") from None
     if not isinstance(value, dict):
@@ -515,7 +514,7 @@ class DockerArchiveSource(LayeredSource):
         blobs = _Blobs(archive=self.path)
         where = blobs.describe()
         try:
-            listed = json.loads(blobs.read("manifest.json", "manifest.json"))
+            listed = untrusted_json.loads(blobs.read("manifest.json", "manifest.json"))
         except ValueError:
             raise SourceError(f"{where}: manifest.json is not JSON") from None
         if not isinstance(listed, list) or not listed:

@@ -115,7 +115,7 @@ def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mappi
     local = []
     if entry is not None:
         try:
-            local = bundle.read(entry.dir / bundle.ENTRY_NAME)
+            local = bundle.read(entry.dir / bundle.ENTRY_NAME, (lambda m: log(f"warning: {m}")) if log else None)
         except VerificationError as exc:
             if log:
                 log(f"warning: the signatures beside {entry.path} are unreadable: {exc.message}")

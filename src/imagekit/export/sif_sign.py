@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from imagekit.util import atomic, digests
+from imagekit.util import atomic, digests, untrusted_json
 from imagekit.attest import dsse
 from imagekit.attest.verifier import Trust
 from imagekit.util.errors import IntegrityError, UsageError, VerificationError
@@ -229,7 +229,7 @@ def verify(path: str | os.PathLike, trust: Trust) -> SifVerdict:
                             + (" (revoked)" if keys else ", not by an accepted key"))
             continue
         try:
-            md = json.loads(env.payload)
+            md = untrusted_json.loads(env.payload)
             listed = {o["relativeId"] + low: o for o in md["objects"]}
             signed_head = md["header"]["digest"]
         except (ValueError, KeyError, TypeError):

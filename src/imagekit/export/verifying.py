@@ -31,6 +31,7 @@ from imagekit.export import attestations, signing, sif_sign
 from imagekit.export.output import sha256_file
 from imagekit.image_facts import is_file_image
 from imagekit.registry import client as reg
+from imagekit.util import untrusted_json
 
 
 @dataclass
@@ -137,7 +138,7 @@ def verify_engine_image(image: str, trust: Trust) -> Verdict:
 def platform_of_config(client: reg.RegistryClient, repo: str, config_digest: str) -> str:
     buf = io.BytesIO()
     client.download_blob(repo, config_digest, buf, size=None)
-    doc = json.loads(buf.getvalue())
+    doc = untrusted_json.loads(buf.getvalue())
     return signing.platform_of({"Os": doc.get("os"), "Architecture": doc.get("architecture"),
                                 "Variant": doc.get("variant")})
 
