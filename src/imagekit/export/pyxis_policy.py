@@ -128,18 +128,19 @@ def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mappi
             return Decision(uri, digest, rule, signed, local)
         except VerificationError as exc:
             problem = exc   # stale (a key rotated since): the registry may list newer statements
-    envelopes: list[Envelope] = []
+    fetched = attestations.Fetched()
     if manifest_digest:
         ref = registry.parse(uri)
         client = reg.RegistryClient.for_reference(ref, env=dict(env))
         subject = reg.Resolved(reference=ref.with_digest(manifest_digest), digest=manifest_digest,
                                media_type=reg.OCI_MANIFEST, size=0, config_digest=image_id)
-        envelopes = attestations.fetch(client, ref.repository, subject,
-                                       warn=(lambda m: log(f"warning: {m}")) if log else None)
+        fetched = attestations.fetch(client, ref.repository, subject,
+                                     warn=(lambda m: log(f"warning: {m}")) if log else None, trust=rule.trust)
+    envelopes = fetched.envelopes
     if not envelopes:
         if problem is not None:
             raise Refused(shown, digest, _why(problem), rule.trust)
-        raise Refused(shown, digest, "unsigned: no signed statement is listed for it", rule.trust)
+        raise Refused(shown, digest, fetched.why_none(), rule.trust)
     try:
         signed = _first_naming(envelopes, rule.trust, kind, digest, shown)
     except VerificationError as exc:

@@ -153,12 +153,14 @@ def verify_reference(target: str, trust: Trust, platform: str | None = None) -> 
         want = {"os": os_, "architecture": arch, **({"variant": variant} if variant else {})}
     resolved = client.resolve(ref, want)
     plat = platform_of_config(client, ref.repository, resolved.config_digest)
-    envelopes = attestations.fetch(client, ref.repository, resolved)
+    fetched = attestations.fetch(client, ref.repository, resolved, trust=trust)
     what = f"{ref.registry}/{ref.repository}@{resolved.digest}"
-    if not envelopes:
+    if fetched.others and not fetched.envelopes:
+        raise VerificationError(f"{what} ({plat}): {fetched.why_none()}", f"accepted signers: {trust.describe()}")
+    if not fetched.envelopes:
         raise VerificationError(f"{what} ({plat}): no signed statement is listed for this manifest (unsigned image)",
                                 "sign it: imagekit push IMAGE --to REF --sign KEY, or imagekit sign docker://REF")
-    signed = verifier.verify(envelopes, trust, what)
+    signed = verifier.verify(fetched.envelopes, trust, what)
     hit = verifier.require(signed, "oci-manifest", resolved.digest, what, platform=plat)
     bom, prov = _sections(signed)
     verdict = Verdict(target, "reference", verifier.signers(signed), hit.statement.subjects, plat, resolved.digest,
