@@ -83,7 +83,7 @@ def scan_source(source: Source, *, files: bool = False) -> Inventory:
     """The inventory of the source's root filesystem (one pass over its stream)."""
     with source.rootfs() as rootfs:
         try:
-            found = inventory.scan(rootfs.file, files=files)
+            found = inventory.scan(rootfs.file, files=files, what=source.text)
         except (tarfile.TarError, OSError) as exc:
             raise rootfs.failed(exc) from None
         rootfs.finish()
@@ -113,10 +113,14 @@ def scan_squashfs(path: Path, offset: int = 0, size: int = 0, *, files: bool = F
         with open(Path(tmp) / "err", "w+b") as err:
             proc = subprocess.Popen([tool, "--no-skip", str(target)], stdout=subprocess.PIPE, stderr=err)
             try:
-                found = inventory.scan(proc.stdout, files=files)  # type: ignore[arg-type]
+                found = inventory.scan(proc.stdout, files=files, what=str(path))  # type: ignore[arg-type]
             except (tarfile.TarError, OSError) as exc:
                 proc.kill()
                 raise ImagekitError(f"{path}: cannot read its file system: {exc}") from None
+            except BaseException:       # a bound of the scan, an interrupt: sqfs2tar stops with it
+                proc.kill()
+                proc.wait()
+                raise
             finally:
                 proc.stdout.close()  # type: ignore[union-attr]
             if proc.wait() != 0:
