@@ -43,7 +43,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import IO, BinaryIO, Callable, Iterator, Mapping, Sequence
 
-from imagekit.util.errors import ImagekitError
+from imagekit.util.errors import ImagekitError, IntegrityError
 from imagekit.util.sizes import parse_size
 from imagekit.export import tarstream
 from imagekit.export.tarstream import DIRECTORY, HARDLINK, ZERO_BLOCK, RawMember
@@ -79,6 +79,14 @@ MIN_EXPANSION_BYTES = 1 << 30
 
 class LayerError(ImagekitError):
     """A layer that cannot be applied: damaged, not a layer, or not a tar this merge can read."""
+
+
+class DamagedLayer(LayerError, IntegrityError):
+    """Stored bytes the decompressor refuses: damaged, or not the bytes the layer's digest names (a
+    registry that lies). The decompressor stops before the digest can be checked at the end, so it
+    is the digest-mismatch exit status either way."""
+
+    exit_code = IntegrityError.exit_code
 
 
 class Cancelled(BrokenPipeError):
@@ -253,8 +261,9 @@ def layer_tar(layer: Layer, cancel: threading.Event | None = None) -> Iterator[B
         if failure:
             raise failure[0]
         if rc != 0 and (ok or gave_up):
-            raise LayerError(f"{layer.where} ({layer.digest}) does not decompress: {detail[-300:]}",
-                             "the layer is damaged; push or save the image again")
+            raise DamagedLayer(f"{layer.where} ({layer.digest}) does not decompress ({detail[-300:]}): its bytes "
+                               "are damaged, or not the ones its digest names", "nothing was written; push or "
+                               "save the image again, or ask why the registry serves other bytes")
 
 
 def _parts(path: str) -> list[str]:
