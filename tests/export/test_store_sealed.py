@@ -188,6 +188,33 @@ def test_h2_export_sign_never_signs_a_planted_entry(site, tmp_path):
     assert not (site.entry.parent / bundle.ENTRY_NAME).exists()
 
 
+def test_root_publishing_takes_over_the_directories_a_publisher_made_first(shared_dir, base_image, other_python,
+                                                                           tmp_path):
+    """A publisher converted the image first (another preset), so the image's directories were theirs: root
+    publishing into them takes them over (through descriptors), so the entry root signs is servable under
+    a policy; the publisher's own entry stays theirs."""
+    uid, group = publisher()
+    store = shared_dir / "store"
+    assert CliRunner().invoke(main, ["store", "--store", str(store), "init", "--shared", "--group",
+                                     str(group)]).exit_code == 0
+    image_id = json.loads(subprocess.run(["/usr/bin/docker", "image", "inspect", base_image], capture_output=True,
+                                         text=True, check=True).stdout)[0]["Id"]
+    plant = ("import sys; from imagekit.export.store import Store; st = Store.open(sys.argv[1]); "
+             "print(st.get_or_create(st.key(sys.argv[2], 'enroot', 'shared-fs'), "
+             "lambda p: p.write_bytes(b'theirs'))[0].path)")
+    theirs = subprocess.run(setpriv(uid, [str(other_python.python), "-c", plant, str(store), image_id], gid=group),
+                            env=other_python.env(HOME=str(tmp_path)), capture_output=True, text=True, timeout=120)
+    assert theirs.returncode == 0, theirs.stderr
+    image_dir = Path(theirs.stdout.strip()).parents[1]
+    assert image_dir.stat().st_uid == uid
+    res = CliRunner().invoke(main, ["export", base_image, "--to", "enroot", "--store", str(store), "-o",
+                                    str(tmp_path / "out.sqsh"), "--json", "-q"])
+    assert res.exit_code == 0, res.output
+    entry = Path(json.loads(res.stdout.splitlines()[-1])["store_entry"])
+    assert sealed.problem(entry) is None
+    assert image_dir.stat().st_uid == 0 and Path(theirs.stdout.strip()).parent.stat().st_uid == uid
+
+
 def test_a_stamp_is_of_one_inode_as_it_was_hashed_ctime_included(tmp_path):
     """Setting the mtime back (what a file's owner may do) changes the ctime: the file is hashed again."""
     path = tmp_path / "image.sqsh"

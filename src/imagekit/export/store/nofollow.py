@@ -189,9 +189,16 @@ def set_mode(fd: int, mode: int, group: int | None) -> None:
     os.fchmod(fd, mode)
 
 
-def add_sticky(fd: int) -> None:
-    """The sticky bit on the directory open at ``fd`` when this process owns it and it lacks one."""
+def add_sticky(fd: int, *, claim: bool = False) -> None:
+    """The sticky bit on the directory open at ``fd`` when this process owns it and it lacks one. With
+    ``claim``, root also takes the directory over (``fchown``, through the descriptor: a directory of
+    the store's entry tree, never a link): a shared store's entry tree is root's wherever root publishes,
+    so no publisher who made a directory first can rename root's entry out of it (their own names in it
+    stay theirs)."""
     st = os.fstat(fd)
+    if claim and os.geteuid() == 0 and st.st_uid != 0:
+        os.fchown(fd, 0, -1)
+        st = os.fstat(fd)
     if st.st_uid == os.geteuid() and not st.st_mode & stat.S_ISVTX:
         os.fchmod(fd, stat.S_IMODE(st.st_mode) | stat.S_ISVTX)
 
@@ -204,7 +211,7 @@ def ensure_dirs(top_fd: int, parts: Sequence[str], mode: int, group: int | None,
                 sticky: bool = False) -> int:
     """A descriptor of ``parts`` below ``top_fd``, creating what is missing with :func:`make_dir`;
     an existing name must be a real directory (NotADirectory otherwise). ``sticky``: an existing one
-    this process owns gets the sticky bit (through its descriptor). The caller closes it."""
+    gets the sticky bit, and root takes it over (:func:`add_sticky`). The caller closes it."""
     fd = os.dup(top_fd)
     try:
         for name in parts:
@@ -213,7 +220,7 @@ def ensure_dirs(top_fd: int, parts: Sequence[str], mode: int, group: int | None,
             if nxt is None:
                 nxt = open_dir(name, fd, shown)
                 if sticky:
-                    add_sticky(nxt)
+                    add_sticky(nxt, claim=True)
             os.close(fd)
             fd = nxt
     except BaseException:

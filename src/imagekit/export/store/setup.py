@@ -79,10 +79,10 @@ def init_store(root: str | Path | None, group: str | None, *, readers_all: bool 
 
 
 def _sticky_below(dir_fd: int, depth: int) -> None:
-    """The sticky bit on every directory this account owns below ``dir_fd``, ``depth`` levels down (a
-    store made before the entry tree was sticky): from then on no publisher renames what root (or the
-    owner) published. Each name is opened without following a link; others' directories are left
-    as they are (their entries are served under a signature policy only to their owner)."""
+    """The sticky bit on every directory below ``dir_fd``, ``depth`` levels down, that this account owns
+    (root: every one, taken over; :func:`.nofollow.add_sticky`), for a store made before the entry tree
+    was sticky: from then on no publisher renames what root (or the owner) published. Each name is
+    opened without following a link."""
     if depth == 0:
         return
     with os.scandir(dir_fd) as listing:
@@ -93,7 +93,7 @@ def _sticky_below(dir_fd: int, depth: int) -> None:
         except OSError:
             continue        # removed meanwhile, or replaced by a link: nothing to do through it
         try:
-            nofollow.add_sticky(fd)
+            nofollow.add_sticky(fd, claim=depth > 1)   # an entry itself stays its publisher's to evict
             _sticky_below(fd, depth - 1)
         finally:
             os.close(fd)
