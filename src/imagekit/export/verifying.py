@@ -95,8 +95,8 @@ def verify_sif(path: Path, trust: Trust) -> Verdict:
         verdict.provenance = inner[0].statement.predicate
         verdict.subjects = inner[0].statement.subjects
     side = bundle.beside(path)
-    if side.exists():
-        signed = verifier.verify(bundle.read(side), trust, str(side))
+    if os.path.lexists(side):
+        signed = verifier.verify(bundle.read(side, verdict.notes.append), trust, str(side))
         hit = verifier.require(signed, "sif", verdict.digest, str(path))
         verdict.subjects = hit.statement.subjects
         verdict.platform = next((s.platform for s in hit.statement.subjects if s.kind == "sif"), "")
@@ -110,7 +110,8 @@ def verify_sif(path: Path, trust: Trust) -> Verdict:
 def verify_sqsh(path: Path, trust: Trust) -> Verdict:
     side = bundle.beside(path)
     digest = "sha256:" + sha256_file(path)
-    envelopes = bundle.read(side)
+    skipped: list[str] = []
+    envelopes = bundle.read(side, skipped.append)
     if not envelopes:
         raise VerificationError(f"{path} ({digest}): no signed statement beside it ({side.name} is missing): "
                                 "unsigned image", f"sign it: imagekit sign {path} --key KEY")
@@ -118,7 +119,8 @@ def verify_sqsh(path: Path, trust: Trust) -> Verdict:
     hit = verifier.require(signed, "enroot", digest, str(path))
     bom, prov = _sections(signed)
     plat = next((s.platform for s in hit.statement.subjects if s.kind == "enroot"), "")
-    return Verdict(str(path), "enroot", verifier.signers(signed), hit.statement.subjects, plat, digest, bom, prov)
+    return Verdict(str(path), "enroot", verifier.signers(signed), hit.statement.subjects, plat, digest, bom, prov,
+                   notes=skipped)
 
 
 def verify_engine_image(image: str, trust: Trust) -> Verdict:
