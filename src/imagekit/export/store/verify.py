@@ -27,6 +27,7 @@ would otherwise read the whole file 1,000 times, even where the container reads 
 touches). Any other file (an older entry without a seal, one copied or restored, touched, or on a
 file system that does not keep the mtime's nanoseconds) is hashed in full as before, then stamped.
 ``imagekit store verify`` hashes every entry in full, for a site that wants media damage found.
+Under a signature policy the seal is never used: a publisher who cannot sign writes it (:mod:`.sealed`).
 """
 
 from __future__ import annotations
