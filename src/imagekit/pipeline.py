@@ -140,7 +140,8 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
                     f"{formats.get(export.format).suffix}"
                 log(f"exporting {image} -> {out}")
                 exported = export_image(source, export, out, store=request.store,
-                                        progress=export_progress() if export_progress else None)
+                                        progress=export_progress() if export_progress else None,
+                                        for_signing=key is not None)
                 made = exported.as_dict()
                 if key is not None and described is not None:
                     signed = signing.sign_export(exported, key, described, log=log)

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from helpers.pyxis_calls import EXE, is_squashfs, job_env, pyxis_get
+from helpers.registry_standin import Server, forward
 
-from imagekit.attest import bundle, keys
+from imagekit.attest import PAYLOAD_TYPE, SLSA_PROVENANCE, bundle, keys, signer
+from imagekit.attest.statement import Statement, Subject
 from imagekit.cli import main
 from imagekit.export import attestation_push, attestations
 from imagekit.export.artifacts import RegistrySubject
@@ -148,12 +150,13 @@ def test_statements_of_another_manifest_are_refused(base_image, odd_image, regis
     push_signed(base_image, ref, site.dir / "ci.key", tmp_path)
     client = RegistryClient.for_reference(parse(ref))
     old = client.resolve(parse(ref))
-    envelopes = attestations.fetch(client, "ik-signed/moved", old)
+    envelopes = attestations.fetch(client, "ik-signed/moved", old).envelopes
     moved = push_image(odd_image, ref)
     new = client.resolve(parse(ref))
     assert new.digest == moved.digest != old.digest
-    for env in envelopes:
-        attestation_push.push(RegistrySubject(client, "ik-signed/moved", new), json.loads(env.raw), "x", "y")
+    for env in envelopes:      # listed again as they were: same predicate type, same signer
+        attestation_push.push(RegistrySubject(client, "ik-signed/moved", new), json.loads(env.raw),
+                              json.loads(env.payload)["predicateType"], site.ci_id)
     line = refusal(get(f"docker://{registry}#ik-signed/moved:1", tmp_path, site.policy(POLICY)))
     assert new.digest in line and "no signed statement names this oci-manifest" in line, line
     assert old.digest[:23] in line      # what the statements are about instead
@@ -221,3 +224,69 @@ def test_without_a_policy_nothing_changes(base_image, registry, tmp_path):
     env.pop("IMAGEKIT_POLICY", None)
     call = pyxis_get(f"docker://{registry}#ik-signed/open:1", env)
     assert call.rc == 0 and "policy:" not in call.log and "refused" not in call.log, call.log
+
+
+@pytest.mark.parametrize("plant", ["fifo", "deep envelope"])
+def test_h7_what_a_publisher_leaves_beside_an_entry_never_hangs_or_breaks_the_importer(base_image, registry, site,
+                                                                                      tmp_path, plant):
+    """H7: the statements beside the entry replaced by a FIFO (it used to hang the job until killed), or by
+    an envelope nested 200,000 deep (it used to end the importer as "a bug", exit 1): a warning names the
+    file, and the statements come from the registry instead. The subprocess timeout is a hang guard."""
+    push_signed(base_image, f"{registry}/ik-signed/h7:1", site.dir / "ci.key", tmp_path)
+    policy = site.policy(POLICY)
+    first = get(f"docker://{registry}#ik-signed/h7:1", tmp_path, policy)
+    assert first.rc == 0, first.log
+    side = Path(first.path).parent / bundle.ENTRY_NAME
+    side.unlink()
+    if plant == "fifo":
+        os.mkfifo(side)
+    else:
+        side.write_bytes(b'{"payloadType":"x","payload":"","signatures":' + b"[" * 200_000 + b"]" * 200_000 + b"}\n")
+    again = get(f"docker://{registry}#ik-signed/h7:1", tmp_path, policy, step=1)
+    assert again.rc == 0 and again.path == first.path, again.log
+    assert f"the signatures beside {first.path} are unreadable" in again.log, again.log
+    assert "Traceback" not in again.log and "a bug" not in again.log
+
+
+def flood(registry_addr: str, repo: str, key_path: Path, n: int) -> list[str]:
+    """What anyone who may push to ``repo`` can do (the red team's flood.py): ``n`` well-formed provenance
+    statements about the image, signed by their own key, listed after the genuine ones. Their digests."""
+    ref = parse(f"{registry_addr}#{repo}:1")
+    client = RegistryClient.for_reference(ref)
+    subject = client.resolve(ref)
+    key = keys.load_private(key_path)
+    pushed = []
+    for i in range(n):
+        st = Statement([Subject("oci-manifest", subject.digest.split(":")[1], f"junk-{i}")], SLSA_PROVENANCE, {"i": i})
+        pushed.append(attestation_push.push(RegistrySubject(client, repo, subject),
+                                            signer.sign(st.payload(), PAYLOAD_TYPE, key), SLSA_PROVENANCE,
+                                            key.key.keyid))
+    return pushed
+
+
+@pytest.mark.parametrize("n", [32, 100])
+def test_h5_junk_statements_pushed_after_the_genuine_ones_never_evict_them(base_image, registry, site, tmp_path, n):
+    """H5: 32 (and 100) statements signed by a pusher's own key used to push the genuine ones out of the
+    window of the last 32 read, so the image was refused everywhere. The genuine statements still verify
+    (importer and `imagekit verify`), and the junk is skipped unread: the front of the real registry
+    sees none of its manifests fetched."""
+    repo = f"ik-signed/flood{n}"
+    push_signed(base_image, f"{registry}/{repo}:1", site.dir / "ci.key", tmp_path)
+    junk = flood(registry, repo, site.dir / "rogue.key", n)
+    with Server(lambda seen, server: forward(registry, seen)) as front:
+        call = get(f"docker://{front.addr}#{repo}:1", tmp_path, site.policy(POLICY))
+        assert call.rc == 0 and f"signed by ci ({site.ci_id})" in call.log, call.log
+        assert f"skipping {n} listed statements unread" in call.log
+        res = CliRunner().invoke(main, ["verify", f"docker://{front.addr}/{repo}:1", "--key",
+                                        str(site.dir / "ci.pub")])
+        assert res.exit_code == 0, res.output
+        read = {s.path.rsplit("/", 1)[-1] for s in front.requests("GET", "/manifests/sha256:")}
+    assert not read & set(junk), "a junk statement was downloaded"
+
+
+def test_h5_only_junk_is_a_refusal_that_names_its_signer(base_image, registry, site, tmp_path):
+    """The image signed only by keys the site does not accept: refused, naming them, reading none."""
+    push_image(base_image, f"{registry}/ik-signed/onlyjunk:1")
+    flood(registry, "ik-signed/onlyjunk", site.dir / "rogue.key", 3)
+    line = refusal(get(f"docker://{registry}#ik-signed/onlyjunk:1", tmp_path, site.policy(POLICY)))
+    assert f"3 listed, signed by {site.rogue_id}, not by a key the site accepts" in line, line

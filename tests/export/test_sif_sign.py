@@ -16,7 +16,7 @@ from imagekit.attest import bundle, keys
 from imagekit.cli import main
 from imagekit.export import sif_sign
 from imagekit.export.verifying import keys_trust
-from imagekit.sif_reader import read_sif
+from imagekit.sif_reader import DATA_PARTITION, FS_SQUASHFS, GROUP_MASK, PART_DATA, PARTITION_EXTRA, read_sif
 from helpers.needs import need
 
 pytestmark = pytest.mark.engine
@@ -114,3 +114,50 @@ def test_the_sbom_and_provenance_inside_are_the_signed_ones(unsigned_sif, tmp_pa
     res = CliRunner().invoke(main, ["inspect", str(signed), "--key", str(pub_path), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["sbom"]["deb"] > 50
+
+
+def signed_alone(unsigned_sif: Path, tmp_path: Path, name: str = "old") -> tuple[Path, Path]:
+    """``imagekit sign FILE.sif`` of a file alone (no provenance inside), its side file moved away, as
+    on a cluster that got only the SIF: (the SIF, the key's .pub)."""
+    key_path, pub_path = keys.write_pair(keys.generate(), tmp_path / name)
+    signed = tmp_path / "a.sif"
+    shutil.copyfile(unsigned_sif, signed)
+    assert CliRunner().invoke(main, ["sign", str(signed), "--key", str(key_path), "-q"]).exit_code == 0
+    bundle.beside(signed).unlink()
+    return signed, pub_path
+
+
+@pytest.mark.parametrize("policy,said", [
+    ("keys:\n  old: {{path: {pub}, not-after: 2020-01-31}}\n", "which expired on 2020-01-31"),
+    ("keys:\n  old: {{path: {pub}}}\nrevoked: [old]\n", "which is revoked"),
+], ids=["expired", "revoked by name"])
+def test_h4_expiry_and_revocation_by_name_apply_to_the_sif_signature_alone(unsigned_sif, tmp_path, policy, said):
+    """H4: with no statements file beside it, only the SIF's own signature is checked; a key past its
+    not-after, or revoked by name (the form docs/signing.md shows), used to pass there."""
+    signed, pub = signed_alone(unsigned_sif, tmp_path)
+    path = tmp_path / "policy.yaml"
+    path.write_text("version: 1\n" + policy.format(pub=pub) + 'repositories:\n  - match: "*"\n    signers: [old]\n')
+    res = CliRunner().invoke(main, ["verify", str(signed), "--policy", str(path)])
+    assert res.exit_code == 12 and said in res.output, res.output
+
+
+def test_h4_an_object_group_no_signature_covers_is_refused_as_apptainer_refuses_it(unsigned_sif, tmp_path):
+    """H4: a data partition added in object group 2 after signing: `apptainer verify` refuses the file
+    ("signature not found for object group 2"), and so does imagekit now (it used to accept it, saying it
+    checked what apptainer verify checks). The unchanged file passes both."""
+    binary = apptainer()
+    signed, pub = signed_alone(unsigned_sif, tmp_path)
+    assert subprocess.run([binary, "verify", "--key", str(pub), str(signed)], capture_output=True).returncode == 0
+    assert CliRunner().invoke(main, ["verify", str(signed), "--key", str(pub)]).exit_code == 0
+    (tmp_path / "evil").mkdir()
+    (tmp_path / "evil" / "marker").write_text("not signed\n")
+    subprocess.run(["mksquashfs", str(tmp_path / "evil"), str(tmp_path / "evil.sqsh"), "-quiet", "-noappend"],
+                   check=True)
+    info = read_sif(signed)
+    sif_sign._append(signed, info, [sif_sign.NewObject(
+        DATA_PARTITION, (tmp_path / "evil.sqsh").read_bytes(), name="evil",
+        extra=PARTITION_EXTRA.pack(FS_SQUASHFS, PART_DATA, b"02\0"), group_id=GROUP_MASK | 2)], 1700000000)
+    theirs = subprocess.run([binary, "verify", "--key", str(pub), str(signed)], capture_output=True, text=True)
+    assert theirs.returncode != 0 and "signature not found for object group 2" in theirs.stdout + theirs.stderr
+    res = CliRunner().invoke(main, ["verify", str(signed), "--key", str(pub)])
+    assert res.exit_code == 12 and "does not hold for object group 2" in res.output, res.output

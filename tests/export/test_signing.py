@@ -119,10 +119,15 @@ def test_bad_input_each_gets_a_clear_error_and_a_non_zero_exit(base_image, ci, t
     res = invoke("verify", str(changed), "--key", str(pub))
     assert res.exit_code == 12 and "no signed statement names this enroot" in res.output
 
-    # A truncated envelope, then an oversized one.
-    side.write_bytes(good[: len(good) // 2])
+    # A truncated envelope: alone, refused; beside an intact one, skipped with a note (H7: one malformed
+    # envelope is one envelope, never the whole file). Then an oversized one.
+    first, second = good.split(b"\n")[:2]
+    side.write_bytes(first[: len(first) // 2])
     res = invoke("verify", str(sqsh), "--key", str(pub))
-    assert res.exit_code == 12 and "not complete JSON" in res.output and f"{side}:2" in res.output
+    assert res.exit_code == 12 and "not complete JSON" in res.output and f"{side}:1" in res.output
+    side.write_bytes(first + b"\n" + second[: len(second) // 2])
+    res = invoke("verify", str(sqsh), "--key", str(pub))
+    assert res.exit_code == 0 and "skipping an envelope" in res.output and f"{side}:2" in res.output
     side.write_bytes(good)
     monkeypatch.setattr(dsse, "MAX_ENVELOPE", 1000)
     res = invoke("verify", str(sqsh), "--key", str(pub))
@@ -180,6 +185,7 @@ def test_push_sign_lists_statements_and_a_statement_for_another_platform_is_refu
     subject = client.resolve(parse(other))
     statement = Statement([Subject("oci-manifest", hex_of(subject.digest), other, "linux/arm64")], SLSA_PROVENANCE, {})
     envelope = signer.sign(statement.payload(), PAYLOAD_TYPE, keys.load_private(key))
-    attestation_push.push(RegistrySubject(client, "ik-sign/elsewhere", subject), envelope, SLSA_PROVENANCE, "x")
+    attestation_push.push(RegistrySubject(client, "ik-sign/elsewhere", subject), envelope, SLSA_PROVENANCE,
+                          keys.load_private(key).key.keyid)
     res = invoke("verify", f"docker://{other}", "--key", str(pub))
     assert res.exit_code == 12 and "is for linux/arm64, not linux/amd64" in res.output

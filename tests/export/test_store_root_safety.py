@@ -13,6 +13,7 @@ Other users are real processes: numeric uids under ``setpriv`` (tests/helpers/us
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -25,8 +26,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from helpers.users import ALICE, BOB, TEAM, setpriv
 
+from imagekit.attest import keys
+from imagekit.attest.sbom import ImageRecord
 from imagekit.util import leases
 from imagekit.cli import main
+from imagekit.export import signing
+from imagekit.export.output import ExportResult
 from imagekit.util.errors import ImagekitError
 from imagekit.export.store import Store
 from imagekit.export.store.setup import init_store
@@ -107,6 +112,46 @@ def test_g1_init_moves_aside_a_subdirectory_another_user_owns(shared_dir, capsys
     assert stat.S_IMODE(os.lstat(root).st_mode) == 0o755, "the root is no longer group-writable"
 
 
+@pytest.mark.parametrize("command", [["init", "--shared", "--group", str(TEAM)], ["gc", "--max-size", "0"],
+                                     ["ls"]])
+@pytest.mark.parametrize("where", ["the store path", "a directory above it"])
+def test_h3_a_link_another_user_made_at_the_store_path_is_never_followed(shared_dir, command, where):
+    """H3 (a G1 variant): Alice makes the store's path, or a directory on it, a link to a directory only
+    root may enter (standing in for /root or /etc/munge). Root's init, gc and ls refuse it in one line
+    naming the link; the target keeps its owner, mode and contents. (Before: init gave it to the group,
+    0755, and made holds/ and used/ 1777 inside.)"""
+    victim = victim_dir(shared_dir)
+    sticky = shared_dir / "sticky"
+    sticky.mkdir(mode=0o1777)
+    os.chmod(sticky, 0o1777)
+    if where == "the store path":
+        as_user(ALICE, 'ln -s "$1" "$2"', str(victim), str(sticky / "store"))
+        store = sticky / "store"
+    else:
+        as_user(ALICE, 'mkdir -m 755 "$1"', str(sticky / "evilparent"))
+        res = CliRunner().invoke(main, ["store", "--store", str(sticky / "evilparent" / "store"), *command])
+        assert res.exit_code != 0 and "belongs to 2001, who is not a publisher" in res.output, res.output
+        as_user(ALICE, '{ ! [ -e "$1/store" ] || mv "$1/store" "$1/old"; } && ln -s "$2" "$1/store"',
+                str(sticky / "evilparent"), str(shared_dir))
+        victim = shared_dir
+        store = sticky / "evilparent" / "store" / "victim"
+    before = snapshot(victim)
+    res = CliRunner().invoke(main, ["store", "--store", str(store), *command])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert "is a symbolic link" in res.output and "belongs to uid 2001" in res.output, res.output
+    assert len(res.output.strip().splitlines()) <= 2, res.output      # the error and its fix
+    assert snapshot(victim) == before
+
+
+def test_h3_links_root_made_where_only_root_writes_are_followed(shared_dir):
+    """A site's own link (``/scratch -> /lustre/scratch``: root's, in a directory only root writes) is fine."""
+    real = shared_dir / "real"
+    real.mkdir()
+    (shared_dir / "link").symlink_to(real)
+    assert init_store(shared_dir / "link" / "store", str(TEAM)) == real / "store"
+    assert Store.open(shared_dir / "link" / "store").root == real / "store"
+
+
 def test_g1_root_publishes_only_where_nobody_else_can_redirect_a_tools_path(shared_dir):
     """Export tools write their file by path, below the store's tmp/: root does not publish into a store
     another account owns (it could rename tmp/ while the tool writes); it is told why and how to fix it."""
@@ -123,10 +168,15 @@ def test_g1_root_publishes_only_where_nobody_else_can_redirect_a_tools_path(shar
 # --- the class: a planted link is never followed, whatever root does -------------------------------------
 
 def _setup(base: Path) -> tuple[Path, Store, Path]:
-    """A shared store (publishers: group TEAM) with one entry root published."""
+    """A shared store (publishers: group TEAM) with one entry root published, in directories Alice owns
+    (as if she had published that image first): the entry tree is sticky, so only there may she
+    rename root's names (test_store_trust.py shows she cannot where root made the directories)."""
     root = init_store(base / "store", str(TEAM))
     store = Store.open(root)
     entry, _ = store.get_or_create(store.key(IMAGE, "enroot", "fast"), lambda p: p.write_bytes(b"root's image"))
+    rel = entry.dir.relative_to(root / "entries").parts
+    for depth in range(1, len(rel) + 1):
+        os.chown(root / "entries" / Path(*rel[:depth]), ALICE, -1)
     return root, store, entry.dir
 
 
@@ -168,6 +218,22 @@ def _plant(point: Path, uid: int, victims: Path) -> Path:
     return victim
 
 
+def _sign_beside_the_entry(root: Path, store: Store) -> None:
+    """What root's `export --store --sign` does after the inventories were read (seconds, during which a
+    publisher may swap the entry's directory): the statements go beside the entry (H6)."""
+    entry = store.entry_dir(store.key(IMAGE, "enroot", "fast"))
+    out = root.parent / "out.sqsh"
+    out.write_bytes(b"root's image")
+    sha = hashlib.sha256(b"root's image").hexdigest()
+    key = root.parent / "ci"
+    if not key.with_suffix(".key").exists():
+        keys.write_pair(keys.generate(), key)
+    exported = ExportResult(path=str(out), format="enroot", image="x", bytes=12, sha256=sha, seconds=0.0,
+                            store_hit=True, store_entry=str(entry / "image.sqsh"))
+    described = signing.Described(ImageRecord("x", IMAGE, "linux/amd64"), b"{}", {})
+    signing.sign_export(exported, keys.load_private(key.with_suffix(".key")), described)
+
+
 OPERATIONS = {
     "init": lambda root, store: init_store(root, str(TEAM)),
     "open": lambda root, store: Store.open(root),
@@ -182,6 +248,7 @@ OPERATIONS = {
     "sweep": lambda root, store: store.sweep(),
     "gc": lambda root, store: store.gc(0),
     "ls": lambda root, store: store.entries(),
+    "sign beside the entry": _sign_beside_the_entry,
 }
 
 
@@ -190,8 +257,9 @@ OPERATIONS = {
        operation=st.sampled_from(sorted(OPERATIONS)))
 def test_a_link_another_user_plants_is_never_followed_by_root(shared_dir, point, operation):
     """For every name root creates, renames, touches or removes in a store, and every store operation
-    root runs: a link another user planted at that name leaves its target exactly as it was (owner,
-    mode, contents, times). Refusing (an ImagekitError) is fine; following is not."""
+    root runs (writing the signatures beside an entry too: H6 of ../shared/reviews/security-4.md): a link
+    another user planted at that name leaves its target exactly as it was (owner, mode, contents, times).
+    Refusing (an ImagekitError) is fine; following is not."""
     base = Path(shared_dir) / f"case-{os.urandom(4).hex()}"
     base.mkdir()
     victims = base / "victims"
@@ -211,6 +279,24 @@ def test_a_link_another_user_plants_is_never_followed_by_root(shared_dir, point,
         assert snapshot(victims) == before, f"{operation} followed a link planted at {point}"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("point", ["entries/sha256", "entries/sha256/IMAGE", "entries/sha256/IMAGE/enroot",
+                                   "entry directory"])
+def test_h6_root_never_writes_the_signatures_through_a_publishers_link(shared_dir, point):
+    """H6: the publisher swaps the entry's directory (or one above it) for a link to a directory of
+    theirs while root's `export --sign` reads the inventories: root writes nothing there (it refuses
+    with a warning; the statements beside the output still travel)."""
+    base = Path(shared_dir) / "h6"
+    base.mkdir()
+    victims = base / "victims"
+    victims.mkdir(mode=0o700)
+    root, store, entry = _setup(base)
+    _plant(_points(root, entry, store.slug(entry))[point][0], ALICE, victims)
+    before = snapshot(victims)
+    _sign_beside_the_entry(root, Store.open(root, create=False))
+    assert snapshot(victims) == before
+    assert (root.parent / "out.sqsh.intoto.jsonl").is_file()
 
 
 def test_the_dead_owner_token_is_not_alive_here():

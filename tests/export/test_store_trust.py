@@ -233,7 +233,9 @@ def test_f5_a_squash_opt_variant_is_not_servable(tmp_path):
 def test_f6_publishers_with_any_umask_and_readers_share_one_store(other_python, shared_dir):
     """Carol (the store's CI account, in the publishers' group, umask 077) and imagekit-user (a member
     by its primary group, umask 022) publish entries of one image; Alice and Bob (readers, umasks 022 and 077) hold and read
-    them; a reader's gc explains what it may not evict, and a publisher's gc evicts the other's entries."""
+    them; a reader's gc explains what it may not evict; a publisher's gc evicts only its own entries (the
+    entry tree is sticky: no publisher removes or replaces what another published), and the store's owner,
+    whose directories they are, evicts the rest."""
     py, group = other_python, user_group()
     user = pwd.getpwnam("imagekit-user").pw_uid
     store = shared_store(shared_dir / "shared", group, owner=CAROL)
@@ -245,9 +247,9 @@ def test_f6_publishers_with_any_umask_and_readers_share_one_store(other_python, 
     assert member.returncode == 0, member.stderr
     for path in (Path(carol.stdout.strip()), Path(member.stdout.strip())):
         assert (path.stat().st_mode & 0o777, path.stat().st_gid) == (0o444, group)
-        assert (path.parent.stat().st_mode & 0o7777, path.parent.stat().st_gid) == (0o2775, group)
+        assert (path.parent.stat().st_mode & 0o7777, path.parent.stat().st_gid) == (0o3775, group)
     image_dir = Path(carol.stdout.strip()).parents[2]
-    assert image_dir.stat().st_mode & 0o7777 == 0o2775, "made by a umask-077 publisher, open to the group"
+    assert image_dir.stat().st_mode & 0o7777 == 0o3775, "made by a umask-077 publisher, open to the group"
     for uid, umask in ((ALICE, 0o022), (BOB, 0o077)):
         read = run_as(py, uid, SERVE, str(store), IMAGE, base=shared_dir, umask=umask)
         assert read.returncode == 0 and read.stdout.split(" ", 1)[1] in ("carol's\n", "member's\n"), read.stderr
@@ -264,7 +266,12 @@ def test_f6_publishers_with_any_umask_and_readers_share_one_store(other_python, 
     assert gc.stderr.count("cannot evict") == 2 and "Permission denied" in gc.stderr, gc.stderr
     gc = run_as(py, user, "from imagekit.cli import main; main()", "store", "--store", str(store), "gc",
                 "--max-size", "0", base=shared_dir, gid=group)
-    assert gc.returncode == 0 and "2 evicted" in gc.stdout, gc.stdout + gc.stderr
+    assert gc.returncode == 0 and "1 evicted" in gc.stdout, gc.stdout + gc.stderr
+    assert gc.stderr.count("cannot evict") == 1 and "Operation not permitted" in gc.stderr, gc.stderr
+    assert [e.preset for e in Store.open(store).entries()] == ["fast"], "carol's is left to her"
+    gc = run_as(py, CAROL, "from imagekit.cli import main; main()", "store", "--store", str(store), "gc",
+                "--max-size", "0", base=shared_dir, groups=(group,))
+    assert gc.returncode == 0 and "1 evicted" in gc.stdout, gc.stdout + gc.stderr
     assert Store.open(store).entries() == []
 
 

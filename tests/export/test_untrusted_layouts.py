@@ -33,11 +33,11 @@ from imagekit.export import ExportRequest, export_image, layers
 HANG_GUARD = 120     # seconds; the fixed code answers at once, the old one never did
 
 
-def export_cli(source: str, out: Path, **kw) -> subprocess.Popen:
+def export_cli(source: str, out: Path, *options: str, **kw) -> subprocess.Popen:
     env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock"}     # no engine: the layout only
     return subprocess.Popen([sys.executable, "-m", "imagekit", "export", source, "--to", "enroot", "--no-store",
-                             "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            **kw)
+                             "-o", str(out), *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, **kw)
 
 
 def first_layer_blob(layout: Path) -> Path:
@@ -132,6 +132,48 @@ def test_a_layer_descriptor_without_a_size_is_refused(tmp_path):
     (layout / "index.json").write_text(json.dumps(index))
     with pytest.raises(ImagekitError, match="descriptor's size is None, not a byte count"):
         export_image(f"oci:{layout}", ExportRequest("enroot"), tmp_path / "x.sqsh", store=False)
+
+
+def with_layer(layout: Path, blob: Path, size: int, digest: str) -> None:
+    """Point ``layout``'s one layer at ``blob`` (placed as ``digest``), an uncompressed tar declared ``size``
+    bytes (zeros read as one: nothing stops a reader before the end)."""
+    index = json.loads((layout / "index.json").read_text())
+    mpath = layout / "blobs" / "sha256" / index["manifests"][0]["digest"].split(":")[1]
+    manifest = json.loads(mpath.read_bytes())
+    blob.rename(layout / "blobs" / "sha256" / digest.split(":")[1])
+    manifest["layers"][0].update(digest=digest, size=size, mediaType="application/vnd.oci.image.layer.v1.tar")
+    data = json.dumps(manifest).encode()
+    (layout / "blobs" / "sha256" / sha(data).split(":")[1]).write_bytes(data)
+    index["manifests"][0].update(digest=sha(data), size=len(data))
+    (layout / "index.json").write_text(json.dumps(index))
+
+
+def test_h12_a_layer_declaring_more_than_the_bound_is_refused_before_reading(tmp_path):
+    """H12: a sparse 64 GiB blob (28 KB on disk) with a descriptor saying so kept an export reading for
+    minutes; it is refused at once, naming the layer and the setting, and nothing is written."""
+    layout = oci_layout(tmp_path / "layout", [[("f", "a", b"a")]])
+    sparse = tmp_path / "sparse"
+    with open(sparse, "wb") as fh:
+        fh.truncate(64 << 30)
+    with_layer(layout, sparse, 64 << 30, "sha256:" + "5a" * 32)
+    out = tmp_path / "x.sqsh"
+    proc = export_cli(f"oci:{layout}", out, "--no-space-check")    # as the red team ran it: zeros compress
+    try:
+        _, err = proc.communicate(timeout=HANG_GUARD)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and "declares 68719476736 bytes, more than the 34359738368" in err, err
+    assert "IMAGEKIT_MAX_LAYER_SIZE" in err and "Traceback" not in err
+    assert not out.exists() and not list(tmp_path.glob(".x.sqsh*"))
+
+
+def test_the_layer_bound_is_a_site_setting(tmp_path, monkeypatch):
+    layout = oci_layout(tmp_path / "layout", [[("f", "a", b"a" * 4096)]])
+    monkeypatch.setenv(layers.MAX_LAYER_ENV, "16")
+    with pytest.raises(ImagekitError, match="more than the 16 a layer may be"):
+        export_image(f"oci:{layout}", ExportRequest("enroot"), tmp_path / "x.sqsh", store=False)
+    monkeypatch.setenv(layers.MAX_LAYER_ENV, "1M")
+    assert export_image(f"oci:{layout}", ExportRequest("enroot"), tmp_path / "x.sqsh", store=False).bytes > 0
 
 
 # --- decompression bombs ---------------------------------------------------------------------------

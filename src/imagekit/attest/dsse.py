@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from imagekit.attest.keys import Key
 from imagekit.util.errors import VerificationError
+from imagekit.util import untrusted_json
 
 MAX_ENVELOPE = 32 << 20          # an SBOM of a large CUDA image is a few MiB; refuse anything far larger
 MAX_SIGNATURES = 16
@@ -95,7 +96,10 @@ def parse(raw: bytes, where: str) -> Envelope:
         raise EnvelopeError(f"{where}: the envelope is {len(raw)} bytes, more than the {MAX_ENVELOPE} imagekit reads",
                             "this is not an envelope imagekit wrote: sign the image again")
     try:
-        doc = json.loads(raw)
+        doc = untrusted_json.loads(raw)
+    except untrusted_json.TooDeep as exc:
+        raise EnvelopeError(f"{where}: the envelope is not one imagekit reads: {exc}",
+                            "this is not an envelope imagekit wrote: sign the image again") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise EnvelopeError(f"{where}: the envelope is not complete JSON ({exc}; truncated?)",
                             "fetch or copy it again; if it stays broken, sign the image again") from None

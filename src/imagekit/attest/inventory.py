@@ -18,7 +18,18 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
+from imagekit.util.errors import ImagekitError
+
 MAX_META = 16 << 20             # dpkg's status of a large image is a few MiB
+# What one scan keeps, in all (H13 of ../shared/reviews/security-4.md: sparse files compress to nothing,
+# so a 4 KiB squashfs of 96 sparse METADATA files took 1.75 GB and 73 s). A METADATA's name and version
+# are in its headers, before the description: only MAX_HEADERS of each is read. The bounds are 5-10x
+# the largest images seen (a CUDA + PyTorch image: ~250 Python distributions, ~120,000 paths, ~40 MiB of
+# dpkg lists and RECORDs); past one, the scan stops with one error naming the image and the bound.
+MAX_HEADERS = 64 << 10          # a METADATA's headers; its long description follows, and is skipped
+MAX_DISTS = 20_000              # Python distributions (*.dist-info, *.egg-info)
+MAX_PATHS = 2_000_000           # paths listed with ``files`` (regular files and links)
+MAX_TOTAL = 512 << 20           # metadata bytes kept: dpkg status, headers, RECORDs, dpkg .list files
 _DIST = re.compile(r"(?:^|/)(?:site|dist)-packages/([^/]+)\.(dist-info|egg-info)/(METADATA|PKG-INFO|RECORD)$")
 _DPKG_LIST = re.compile(r"^var/lib/dpkg/info/([^/]+)\.list$")
 
@@ -95,17 +106,48 @@ def _metadata(text: str) -> tuple[str, str]:
     return (msg.get("Name") or "").strip(), (msg.get("Version") or "").strip()
 
 
-def scan(stream: BinaryIO, *, files: bool = False) -> Inventory:
+class ScanBound(ImagekitError):
+    """A root filesystem whose metadata passes a bound of the inventory scan."""
+
+
+class _Budget:
+    """What a scan has kept so far, against the bounds (module constants)."""
+
+    def __init__(self, what: str) -> None:
+        self.what, self.bytes, self.dists, self.paths = what, 0, 0, 0
+
+    def take(self, n: int) -> None:
+        self.bytes += n
+        self._check(self.bytes, MAX_TOTAL, "bytes of package metadata")
+
+    def dist(self) -> None:
+        self.dists += 1
+        self._check(self.dists, MAX_DISTS, "Python distributions")
+
+    def path(self) -> None:
+        self.paths += 1
+        self._check(self.paths, MAX_PATHS, "paths")
+
+    def _check(self, have: int, bound: int, what: str) -> None:
+        if have > bound:
+            raise ScanBound(f"{self.what}: more than {bound} {what}, a bound of the inventory scan: refused",
+                            "an image this large is not one imagekit builds: check where it came from")
+
+
+def scan(stream: BinaryIO, *, files: bool = False, what: str = "the image") -> Inventory:
     """The inventory of the root filesystem in the tar ``stream`` (read to its end). With ``files``,
-    also every regular file and symlink, and each package's listed files."""
+    also every regular file and symlink, and each package's listed files. ScanBound names ``what`` and
+    the bound it passed (module constants); a METADATA is read only as far as its headers go."""
     inv = Inventory(files=[] if files else None, owned={} if files else None)
-    dists: dict[str, dict[str, str]] = {}          # dist-info dir -> {"meta": text, "record": text}
-    dpkg_lists: dict[str, str] = {}
+    budget = _Budget(what)
+    dists: dict[str, dict[str, object]] = {}      # dist-info dir -> {"meta": (name, version), "record": [paths]}
+    dpkg_lists: dict[str, list[str]] = {}
     status = ""
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         for member in tar:
             path = _norm(member.name)
             if files and (member.isfile() or member.issym() or member.islnk()):
+                budget.path()
                 inv.files.append(path)  # type: ignore[union-attr]
             if member.issym() and path.count("/") == 1:
                 inv.symlinks[path] = member.linkname
@@ -113,21 +155,28 @@ def scan(stream: BinaryIO, *, files: bool = False) -> Inventory:
                 continue
             rel = path[1:]
             if rel == "var/lib/dpkg/status":
-                status = _text(tar, member)
+                status = _text(tar, member, budget)
             elif rel in ("etc/os-release", "usr/lib/os-release") and not inv.os_release:
-                inv.os_release = parse_os_release(_text(tar, member))
+                inv.os_release = parse_os_release(_text(tar, member, budget, MAX_HEADERS))
             elif files and _DPKG_LIST.match(rel):
-                dpkg_lists[_DPKG_LIST.match(rel).group(1).split(":")[0]] = _text(tar, member)
+                text = _text(tar, member, budget)
+                dpkg_lists[_DPKG_LIST.match(rel).group(1).split(":")[0]] = [l for l in text.splitlines() if l]
             else:
                 m = _DIST.search(rel)
                 if m and (files or m.group(3) != "RECORD"):
-                    slot = dists.setdefault(path[: path.rindex("/")], {})
-                    slot["record" if m.group(3) == "RECORD" else "meta"] = _text(tar, member)
+                    directory = path[: path.rindex("/")]
+                    if directory not in dists:
+                        budget.dist()
+                    slot = dists.setdefault(directory, {})
+                    if m.group(3) == "RECORD":
+                        slot["record"] = _record_paths(_text(tar, member, budget))
+                    else:
+                        slot["meta"] = _metadata(_text(tar, member, budget, MAX_HEADERS))
     inv.packages = parse_dpkg_status(status)
     for directory, found in sorted(dists.items()):
         if "meta" not in found:
             continue
-        name, version = _metadata(found["meta"])
+        name, version = found["meta"]  # type: ignore[misc]
         if not name or not version:
             continue
         site = posixpath.dirname(directory)
@@ -135,18 +184,31 @@ def scan(stream: BinaryIO, *, files: bool = False) -> Inventory:
         inv.packages.append(pkg)
         if files and "record" in found:
             owned = inv.owned.setdefault(pkg.key, set())  # type: ignore[union-attr]
-            for line in found["record"].splitlines():
-                rel = line.rsplit(",", 2)[0] if line.count(",") >= 2 else line
-                if rel:
-                    owned.add(posixpath.normpath(posixpath.join(site, rel)))
+            owned.update(posixpath.normpath(posixpath.join(site, rel)) for rel in found["record"])  # type: ignore[union-attr]
     if files:
         for pkg in inv.of("deb"):
-            text = dpkg_lists.get(pkg.name)
-            if text:
-                inv.owned.setdefault(pkg.key, set()).update(l for l in text.splitlines() if l)  # type: ignore[union-attr]
+            listed = dpkg_lists.get(pkg.name)
+            if listed:
+                inv.owned.setdefault(pkg.key, set()).update(listed)  # type: ignore[union-attr]
     return inv
 
 
-def _text(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
+def _record_paths(text: str) -> list[str]:
+    """The paths a RECORD lists (``path,hash,size`` a line)."""
+    out = []
+    for line in text.splitlines():
+        rel = line.rsplit(",", 2)[0] if line.count(",") >= 2 else line
+        if rel:
+            out.append(rel)
+    return out
+
+
+def _text(tar: tarfile.TarFile, member: tarfile.TarInfo, budget: _Budget, limit: int | None = None) -> str:
+    """The member's text (its first ``limit`` bytes), counted against the scan's budget; the rest of the
+    member is skipped by the stream, never kept."""
     fh = tar.extractfile(member)
-    return fh.read().decode("utf-8", "replace") if fh else ""
+    if fh is None:
+        return ""
+    data = fh.read(member.size if limit is None else min(limit, member.size))
+    budget.take(len(data))
+    return data.decode("utf-8", "replace")

@@ -22,6 +22,7 @@ from typing import Any
 
 from imagekit.attest import STATEMENT_TYPE
 from imagekit.util.errors import VerificationError
+from imagekit.util import untrusted_json
 
 KINDS = ("oci-manifest", "oci-config", "enroot", "sif")
 A_KIND, A_PLATFORM, A_PRESET = "io.imagekit.kind", "io.imagekit.platform", "io.imagekit.preset"
@@ -86,7 +87,7 @@ class Statement:
 def parse(payload: bytes, where: str) -> Statement:
     """The statement in a DSSE payload; StatementError naming ``where`` and what is wrong."""
     try:
-        doc = json.loads(payload)
+        doc = untrusted_json.loads(payload)
     except (ValueError, UnicodeDecodeError):
         raise StatementError(f"{where}: the signed payload is not JSON") from None
     if not isinstance(doc, dict) or doc.get("_type") != STATEMENT_TYPE:

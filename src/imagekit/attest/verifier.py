@@ -37,6 +37,16 @@ class Trust:
     def describe(self) -> str:
         return ", ".join(k.label() for k in self.keys) or "no key"
 
+    def unusable(self, key: TrustedKey, when: dt.datetime | None = None) -> str | None:
+        """Why a signature by ``key`` does not count now (None: it does): revoked, by name or key ID, or
+        past its ``not-after``. The one decision every signature path makes (statements, SIF objects,
+        registry referrers)."""
+        if key.key.keyid in self.revoked or key.name in self.revoked:
+            return f"signed by {key.label()}, which is revoked"
+        if key.not_after is not None and (when or now()) > key.not_after:
+            return f"signed by {key.label()}, which expired on {key.not_after.isoformat()}"
+        return None
+
 
 @dataclass
 class Signed:
@@ -68,17 +78,19 @@ def verify(envelopes: list[Envelope], trust: Trust, what: str, *, when: dt.datet
         usable = []
         for key in valid:
             tk = by_id[key.keyid]
-            if key.keyid in trust.revoked or tk.name in trust.revoked:
-                problems.append(f"signed by {tk.label()}, which is revoked")
-            elif tk.not_after is not None and when > tk.not_after:
-                problems.append(f"signed by {tk.label()}, which expired on {tk.not_after.isoformat()}")
+            problem = trust.unusable(tk, when)
+            if problem:
+                problems.append(problem)
             else:
                 usable.append(tk)
         if not valid:
             ids = sorted({kid for kid, _ in env.signatures if kid}) or ["a key with no key ID"]
             problems.append(f"signed by {', '.join(ids)}, not by a key the site accepts")
         if usable:
-            good.append(Signed(statement.parse(env.payload, where), usable, where))
+            try:
+                good.append(Signed(statement.parse(env.payload, where), usable, where))
+            except statement.StatementError as exc:    # signed, but not a statement imagekit can use
+                problems.append(exc.message.split(": ", 1)[-1])
     if not good:
         unique = list(dict.fromkeys(problems))
         raise VerificationError(f"{what}: no statement signed by an accepted key: {'; '.join(unique)}",

@@ -89,7 +89,8 @@ def export(image, to, output, preset, squash_opts, tool, via, force, no_space_ch
     key = keys.load_private(sign_key) if sign_key else None      # a bad key fails before the export
     notice = None if quiet else (lambda message: click.echo(message, err=True))
     result = export_image(image, request, output, store=False if no_store else store_dir or None,
-                          progress=None if quiet else progress_printer(), notice=notice)
+                          progress=None if quiet else progress_printer(), notice=notice,
+                          for_signing=key is not None)
     if key is not None:
         described = signing.describe(open_source(image, platform=platform), log=notice)
         signed = signing.sign_export(result, key, described, log=notice)

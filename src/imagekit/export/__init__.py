@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Union
 
-from imagekit.util import ledger
+from imagekit.util import digests, ledger
 from imagekit.util.errors import UsageError
 from imagekit.export import formats, squash
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import ExportResult, prepare_target
-from imagekit.export.store import Store, link_or_copy
+from imagekit.export.store import Store, link_or_copy, sealed
 
 # Where an export's file is kept: a Store, a store directory, None for the default store
 # ($IMAGEKIT_STORE, else the user's cache), or False to convert straight to the output.
@@ -78,7 +78,8 @@ class ExportRequest:
 def export_image(image: str, request: ExportRequest, output: str | Path | None = None, *,
                  store: StoreChoice = None,
                  progress: Callable[[int, bool], None] | None = None,
-                 notice: Callable[[str], None] | None = None) -> ExportResult:
+                 notice: Callable[[str], None] | None = None,
+                 for_signing: bool = False) -> ExportResult:
     """Export ``image`` as ``request`` says to ``output`` (default: Enroot's name for it, here).
 
     By default the file is made in the export store (``store``: a Store, a directory,
@@ -87,6 +88,9 @@ def export_image(image: str, request: ExportRequest, output: str | Path | None =
     with no conversion (``result.store_hit``). ``store=False`` writes ``output``
     directly. ``progress(bytes_so_far, finished)`` is called while streaming;
     ``notice(message)`` hears about waiting for another process's conversion.
+    ``for_signing``: the file is about to be signed, so its ``sha256`` must be of bytes this process
+    made, or a store entry's that only root or this user could have written, hashed in full now
+    (:func:`_signable`); any other entry is left as it is and the image converted afresh.
     ``image`` is a local engine image or any form :func:`image_source.open_source` reads
     (``docker://…``, ``REGISTRY#REPO:TAG``, ``oci:DIR``, ``oci-archive:FILE``, ``docker-archive:FILE``).
     Returns path, size, sha256 and duration; nothing is left at ``output`` unless the export completed.
@@ -99,7 +103,33 @@ def export_image(image: str, request: ExportRequest, output: str | Path | None =
         result.seconds = round(time.monotonic() - started, 3)
         _record(source.image_id(), image, result)
         return result
-    return _export_via_store(source, request, target, started, progress=progress, store=store, notice=notice)
+    result = _export_via_store(source, request, target, started, progress=progress, store=store, notice=notice)
+    if for_signing and result.store_hit:
+        why = _signable(result)
+        if why is not None:
+            if notice:
+                notice(f"not signing the export store's file {result.store_entry}: {why}; converting {image} afresh")
+            result = _convert(source, request, target, force=True, progress=progress)
+            result.seconds = round(time.monotonic() - started, 3)
+            _record(source.image_id(), image, result)
+    return result
+
+
+def _signable(result: ExportResult) -> str | None:
+    """Why a store hit's file must not be signed (None: it may): a signature covers bytes this process
+    made, or bytes that only root or this user could have written (and recorded) and that it hashed in
+    full just now. A publisher who cannot sign may have replaced an entry and its record (H2 of
+    ../shared/reviews/security-4.md); the output is a hard link to that entry, or a copy of it."""
+    problem = sealed.problem(Path(result.store_entry))
+    if problem is not None:
+        return problem
+    try:
+        got = digests.sha256_file(result.path, nofollow=True)
+    except OSError as exc:
+        return f"{result.path}: {exc.strerror}"
+    if got != result.sha256:
+        return f"{result.path} has sha256:{got}, not the sha256:{result.sha256} its entry records"
+    return None
 
 
 def _convert(image: Source, request: ExportRequest, target: Path, *, force: bool, progress) -> ExportResult:

@@ -494,9 +494,10 @@ def attach(client: reg.RegistryClient, repo: str, subject: reg.Resolved, image: 
     results: list[PushedArtifact] = []
     for fmt, request in plan.requests.items():
         preset = request.preset
-        existing = matching(entries, fmt, preset)
-        if signed_inside(fmt) and signer:   # the signer is part of the file
-            existing = [e for e in existing if (e.get("annotations") or {}).get(A_SIGNER) == signer]
+        # Signing never reuses a listed export: its annotations (and bytes) are whoever pushed it, and
+        # the statements would name them. The export is made (or hashed in full) here, and the
+        # registry keeps one copy of equal bytes anyway.
+        existing = [] if signer else matching(entries, fmt, preset)
         if existing:
             entry = existing[-1]
             notes = entry.get("annotations") or {}
@@ -509,7 +510,7 @@ def attach(client: reg.RegistryClient, repo: str, subject: reg.Resolved, image: 
         with tempfile.TemporaryDirectory(prefix="imagekit-artifact-", dir=plan.workdir) as tmp:
             out = Path(tmp) / f"image{kind(fmt).suffix}"
             say(f"exporting {image} as {fmt} ({preset})")
-            exported = export_image(image, request, out, progress=plan.export_progress)
+            exported = export_image(image, request, out, progress=plan.export_progress, for_signing=bool(signer))
             file = ExportedFile(format=fmt, path=out, preset=preset, tool=exported.tool,
                                 options=squash_options(exported.tool, preset),
                                 sha256=f"sha256:{exported.sha256}", size=exported.bytes)

@@ -26,7 +26,6 @@ import contextlib
 import errno
 import hashlib
 import io
-import json
 import os
 import stat
 import subprocess
@@ -38,11 +37,11 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping
 
 from imagekit import registry
-from imagekit.util import platforms
+from imagekit.util import platforms, untrusted_json
 from imagekit.engines import docker as engine
 from imagekit.engines import podman
 from imagekit.util.errors import EngineError, ImagekitError, NotFoundError, UsageError
-from imagekit.export.layers import Layer, LayerError, check_media_type, docker_init_layer, merge
+from imagekit.export.layers import Layer, LayerError, check_media_type, check_size, docker_init_layer, merge
 from imagekit.util.procs import log_tail, stop
 # The media types are the registry client's: one list for a registry and an OCI layout alike.
 from imagekit.registry.client import INDEX_TYPES, MANIFEST_TYPES
@@ -224,7 +223,7 @@ class LayeredSource(Source):
 
 def _json(data: bytes, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(data)
+        value = untrusted_json.loads(data)
     except ValueError:
         raise SourceError(f"{what} is not JSON") from None
     if not isinstance(value, dict):
@@ -250,6 +249,7 @@ def _layers_of(manifest: dict[str, Any], what: str, feed_for: Callable[[dict[str
                       media_type=str(desc.get("mediaType", "")), feed=feed_for(desc),
                       where=f"layer {i + 1} of {what}")
         check_media_type(layer)
+        check_size(layer)
         layers.append(layer)
     return layers
 
@@ -515,7 +515,7 @@ class DockerArchiveSource(LayeredSource):
         blobs = _Blobs(archive=self.path)
         where = blobs.describe()
         try:
-            listed = json.loads(blobs.read("manifest.json", "manifest.json"))
+            listed = untrusted_json.loads(blobs.read("manifest.json", "manifest.json"))
         except ValueError:
             raise SourceError(f"{where}: manifest.json is not JSON") from None
         if not isinstance(listed, list) or not listed:
@@ -546,6 +546,7 @@ class DockerArchiveSource(LayeredSource):
             layers.append(Layer(digest=diff_id, size=size, media_type="application/vnd.docker.image.rootfs.diff.tar",
                                 feed=blobs.feeder(name, diff_id, None, f"layer {i + 1} ({name}) of {self.text}"),
                                 where=f"layer {i + 1} of {self.text}"))
+            check_size(layers[-1])
         return config_digest, config, layers
 
 

@@ -41,9 +41,10 @@ import subprocess
 import tarfile
 import threading
 from dataclasses import dataclass, field
-from typing import IO, BinaryIO, Callable, Iterator, Sequence
+from typing import IO, BinaryIO, Callable, Iterator, Mapping, Sequence
 
-from imagekit.util.errors import ImagekitError
+from imagekit.util.errors import ImagekitError, IntegrityError
+from imagekit.util.sizes import parse_size
 from imagekit.export import tarstream
 from imagekit.export.tarstream import DIRECTORY, HARDLINK, ZERO_BLOCK, RawMember
 
@@ -62,6 +63,13 @@ FOREIGN_TYPES = frozenset({"application/vnd.oci.image.layer.nondistributable.v1.
 LAYER_TYPES = GZIP_TYPES | ZSTD_TYPES | TAR_TYPES
 
 
+# The most stored bytes one layer may declare. Registries cap layers near here (Docker Hub and GHCR at
+# 10 GB, ECR at 52,000 MiB), the largest layers of CUDA and PyTorch images are a few GiB compressed and
+# ~15 GiB as `docker save` writes them (uncompressed): 32 GiB lets all of them through, while a blob that
+# only claims to be larger (sparse, or a registry that lies) is refused before a minute of reading.
+MAX_LAYER_ENV = "IMAGEKIT_MAX_LAYER_SIZE"
+DEFAULT_MAX_LAYER_BYTES = 32 << 30
+
 # A compressed layer may inflate to MAX_EXPANSION times its stored size, and to MIN_EXPANSION_BYTES
 # whatever its size. gzip's format cannot pass 1032:1, so no gzip layer trips it; a zstd layer
 # that does is a decompression bomb (a few KiB that inflate to terabytes of zeros).
@@ -71,6 +79,14 @@ MIN_EXPANSION_BYTES = 1 << 30
 
 class LayerError(ImagekitError):
     """A layer that cannot be applied: damaged, not a layer, or not a tar this merge can read."""
+
+
+class DamagedLayer(LayerError, IntegrityError):
+    """Stored bytes the decompressor refuses: damaged, or not the bytes the layer's digest names (a
+    registry that lies). The decompressor stops before the digest can be checked at the end, so it
+    is the digest-mismatch exit status either way."""
+
+    exit_code = IntegrityError.exit_code
 
 
 class Cancelled(BrokenPipeError):
@@ -89,6 +105,24 @@ class Layer:
     where: str = ""          # for messages: "layer 3 of REF"
     # Docker's init layer makes its directories only where the image has none, and names no parents.
     weak_dirs: bool = False
+
+
+def max_layer_bytes(env: Mapping[str, str] | None = None) -> int:
+    """The most bytes a stored layer may declare: ``IMAGEKIT_MAX_LAYER_SIZE`` (a site setting, e.g.
+    ``64G``), else :data:`DEFAULT_MAX_LAYER_BYTES`."""
+    value = (os.environ if env is None else env).get(MAX_LAYER_ENV)
+    return parse_size(value) if value else DEFAULT_MAX_LAYER_BYTES
+
+
+def check_size(layer: Layer, env: Mapping[str, str] | None = None) -> None:
+    """LayerError, before a byte is read, when ``layer`` declares more stored bytes than a layer may
+    be: a sparse 64 GiB blob in an ``oci:`` layout costs 28 KB of disk and minutes of reading (H12 of
+    ../shared/reviews/security-4.md)."""
+    limit = max_layer_bytes(env)
+    if layer.size is not None and layer.size > limit:
+        raise LayerError(f"{layer.where} ({layer.digest}) declares {layer.size} bytes, more than the {limit} a "
+                         f"layer may be ({MAX_LAYER_ENV}): refused before reading",
+                         f"if the site has such layers, raise it ({MAX_LAYER_ENV}=64G)")
 
 
 def check_media_type(layer: Layer) -> None:
@@ -227,8 +261,9 @@ def layer_tar(layer: Layer, cancel: threading.Event | None = None) -> Iterator[B
         if failure:
             raise failure[0]
         if rc != 0 and (ok or gave_up):
-            raise LayerError(f"{layer.where} ({layer.digest}) does not decompress: {detail[-300:]}",
-                             "the layer is damaged; push or save the image again")
+            raise DamagedLayer(f"{layer.where} ({layer.digest}) does not decompress ({detail[-300:]}): its bytes "
+                               "are damaged, or not the ones its digest names", "nothing was written; push or "
+                               "save the image again, or ask why the registry serves other bytes")
 
 
 def _parts(path: str) -> list[str]:

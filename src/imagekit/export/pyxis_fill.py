@@ -23,6 +23,7 @@ from imagekit.export.pyxis_importer import (PROG, conversion_preset, hold_name, 
                                            site_environment, stores)
 from imagekit.export.pyxis_policy import Decision
 from imagekit.export.store import ARTIFACT_OPTION, Entry, Store
+from imagekit.export.store.sealed import NotSealed
 from imagekit.export.store.base import Made
 
 
@@ -42,15 +43,31 @@ def fill(source: "Source", env: Mapping[str, str], name: str, decision: Decision
     policy (``decision``, :func:`imagekit.export.pyxis_policy.check_image`), only a file it allows."""
     shared, own = stores(env)
     mine = own.get()
-    target = shared if shared is not None and shared.trust.can_publish() else mine
-    if target is None:
+    targets = [t for t in (shared if shared is not None and shared.trust.can_publish() else None, mine)
+               if t is not None]
+    if not targets:
         assert own.problem is not None
         raise own.problem
-    entry, made = _fill(target, source, env, decision, preset or _default_preset(env))
-    pyxis_policy.check_file(decision, entry)
-    target.hold(entry, name)
-    log(("stored" if made else "stored by another process") + f": {entry.path}")
-    return entry
+    if len(targets) == 2 and targets[0].root == targets[1].root:
+        targets.pop()
+    for target in targets:
+        entry, made = _fill(target, source, env, decision, preset or _default_preset(env))
+        try:
+            pyxis_policy.check_served(decision, entry, target.stamps)
+        except (NotSealed, IntegrityError) as exc:
+            # Another publisher's entry, under a policy: never served, and not ours to replace; the
+            # user's own store gets a copy this process checks (pulled or converted again).
+            if target is targets[-1]:
+                _, shown = pyxis_policy.name_of(decision.uri)
+                raise pyxis_policy.Refused(shown, decision.digest, f"the file it would serve cannot be trusted: "
+                                           f"{exc.message}") from None
+            log(f"warning: not serving {entry.path} under the signature policy: {exc.message}; "
+                "filling your own store instead")
+            continue
+        target.hold(entry, name)
+        log(("stored" if made else "stored by another process") + f": {entry.path}")
+        return entry
+    raise AssertionError("unreachable: the last target serves or refuses")
 
 
 def _default_preset(env: Mapping[str, str]) -> str:

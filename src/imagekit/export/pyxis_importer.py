@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,12 +66,14 @@ from imagekit import registry
 from imagekit.util import own_python, platforms, terminal
 from imagekit.engines import docker as engine
 from imagekit.attest import POLICY_ENV
-from imagekit.util.errors import ImagekitError, UsageError
+from imagekit.util.errors import ImagekitError, IntegrityError, UsageError
 from imagekit.registry import enroot_config
 from imagekit.export import squash, stage
 from imagekit.export.stage_env import pinned, pinned_entry, staged
 from imagekit.export import store as store_mod
 from imagekit.export.store import Entry, Store, locks, notices
+from imagekit.export.store.sealed import NotSealed
+from imagekit.export.store.verify import node_name
 
 PROG = "imagekit-pyxis-importer"
 USAGE = (f"usage: {PROG} get IMAGE_URI | {PROG} release | {PROG} stage [--mode sbcast|shared] IMAGE_URI | "
@@ -134,8 +135,7 @@ def hold_name(env: Mapping[str, str]) -> str:
     # Slurm names special steps (batch, extern, interactive) by name or by a large number.
     if not re.fullmatch(r"[0-9A-Za-z_]+", step or "0"):
         raise UsageError(f"SLURM_STEP_ID={step!r} is not a step id")
-    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0]) or "host"
-    return f"pyxis.{host}.{uid}.{job}.{step or '0'}"
+    return f"pyxis.{node_name()}.{uid}.{job}.{step or '0'}"
 
 
 class OwnStore:
@@ -179,10 +179,12 @@ def stores(env: Mapping[str, str], *, strict: bool = False) -> tuple[Store | Non
 
 
 def _serve(store: Store, image_id: str, name: str, *, sha256: str | None = None,
-           prefer: str | None = None) -> Entry | None:
+           prefer: str | None = None, accept: Callable[[Entry], object] | None = None) -> Entry | None:
     """A verified, held entry of ``image_id`` in ``store`` for a plain reference, or None. ``sha256``:
     only that entry (a job pinned by its stage step: every node starts the same bytes); ``prefer``: a
-    preset tried first."""
+    preset tried first; ``accept(entry)`` may refuse it by raising (the hold is dropped): NotSealed or
+    IntegrityError pass it over (a signature policy's "not this file": another may do), anything
+    else stops the lookup."""
     entries = [e for e in store.servable(image_id, "enroot") if sha256 is None or e.sha256 == sha256]
     for entry in sorted(entries, key=lambda e: e.preset != prefer):
         if store.verified(entry) is None:
@@ -197,6 +199,16 @@ def _serve(store: Store, image_id: str, name: str, *, sha256: str | None = None,
         store.touch(entry)
         log(f"store hit: {entry.path} ({entry.preset}" +
             (", from a pushed artifact" if store_mod.ARTIFACT_OPTION in entry.options else "") + ", verified)")
+        if accept is not None:
+            try:
+                accept(entry)
+            except (NotSealed, IntegrityError) as exc:
+                store.release(entry, name)
+                log(f"warning: not serving {entry.path} under the signature policy: {exc.message}")
+                continue
+            except BaseException:
+                store.release(entry, name)   # refused: the hold goes with it
+                raise
         return entry
     return None
 
@@ -328,25 +340,13 @@ def lookup(image_id: str, env: Mapping[str, str], name: str, wanted: Wanted = Wa
     shared, own = stores(env, strict=wanted.strict)
     sha256, prefer = wanted.sha256, wanted.prefer
     if shared is not None:
-        entry = _serve(shared, image_id, name, sha256=sha256, prefer=prefer)
+        entry = _serve(shared, image_id, name, sha256=sha256, prefer=prefer, accept=accept)
         if entry is not None:
-            return _accepted(shared, entry, name, accept)
+            return entry
     mine = own.get()
     if mine is not None and (shared is None or mine.root != shared.root):
-        entry = _serve(mine, image_id, name, sha256=sha256, prefer=prefer)
-        if entry is not None:
-            return _accepted(mine, entry, name, accept)
+        return _serve(mine, image_id, name, sha256=sha256, prefer=prefer, accept=accept)
     return None
-
-
-def _accepted(store: Store, entry: Entry, name: str, check: Callable[[Entry], object] | None) -> Entry:
-    if check is not None:
-        try:
-            check(entry)
-        except BaseException:
-            store.release(entry, name)   # refused: the hold goes with it
-            raise
-    return entry
 
 
 def release(env: Mapping[str, str] | None = None) -> None:

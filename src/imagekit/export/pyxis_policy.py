@@ -12,9 +12,12 @@ on a hit, :mod:`imagekit.export.pyxis_fill` after a fill):
 4. a statement counts when a signer of the rule signed it with a key neither revoked nor expired;
 5. it must name the image: the manifest digest the importer resolved (``docker://``), or the config
    digest (``dockerd://``);
-6. it must name the file about to be served: the entry's sha256 (verified against its bytes before)
-   among its ``.sqsh`` subjects. Only a rule with ``convert: true`` lets the importer serve its own
-   conversion of the verified image instead.
+6. it must name the file about to be served: the entry's sha256 among its ``.sqsh`` subjects. Only a
+   rule with ``convert: true`` lets the importer serve its own conversion of the verified image instead;
+7. that file must be one nobody but root and the job's user can replace or rewrite, and its bytes are
+   hashed against that sha256 on its first use on each node (:mod:`imagekit.export.store.sealed`): a
+   publisher's seal or recorded sha256 is never taken on trust. A store entry that fails this is not
+   served (the importer looks further, and fills the user's own store).
 
 A refusal is one line, ``error: IMAGE (DIGEST): refused: WHY; accepted signers: …``, and exit
 status 12; nothing is printed on stdout, so Pyxis starts nothing.
@@ -33,7 +36,8 @@ from imagekit.attest.verifier import Signed, Trust
 from imagekit.attest.dsse import Envelope
 from imagekit.util.errors import ImagekitError, VerificationError
 from imagekit.export import attestations
-from imagekit.export.store import ARTIFACT_OPTION, Entry
+from imagekit.export.store import ARTIFACT_OPTION, Entry, sealed
+from imagekit.export.store.verify import Stamps
 from imagekit.registry import client as reg
 
 
@@ -111,7 +115,7 @@ def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mappi
     local = []
     if entry is not None:
         try:
-            local = bundle.read(entry.dir / bundle.ENTRY_NAME)
+            local = bundle.read(entry.dir / bundle.ENTRY_NAME, (lambda m: log(f"warning: {m}")) if log else None)
         except VerificationError as exc:
             if log:
                 log(f"warning: the signatures beside {entry.path} are unreadable: {exc.message}")
@@ -124,18 +128,19 @@ def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mappi
             return Decision(uri, digest, rule, signed, local)
         except VerificationError as exc:
             problem = exc   # stale (a key rotated since): the registry may list newer statements
-    envelopes: list[Envelope] = []
+    fetched = attestations.Fetched()
     if manifest_digest:
         ref = registry.parse(uri)
         client = reg.RegistryClient.for_reference(ref, env=dict(env))
         subject = reg.Resolved(reference=ref.with_digest(manifest_digest), digest=manifest_digest,
                                media_type=reg.OCI_MANIFEST, size=0, config_digest=image_id)
-        envelopes = attestations.fetch(client, ref.repository, subject,
-                                       warn=(lambda m: log(f"warning: {m}")) if log else None)
+        fetched = attestations.fetch(client, ref.repository, subject,
+                                     warn=(lambda m: log(f"warning: {m}")) if log else None, trust=rule.trust)
+    envelopes = fetched.envelopes
     if not envelopes:
         if problem is not None:
             raise Refused(shown, digest, _why(problem), rule.trust)
-        raise Refused(shown, digest, "unsigned: no signed statement is listed for it", rule.trust)
+        raise Refused(shown, digest, fetched.why_none(), rule.trust)
     try:
         signed = _first_naming(envelopes, rule.trust, kind, digest, shown)
     except VerificationError as exc:
@@ -204,9 +209,18 @@ def check_file(decision: Decision, entry: Entry) -> None:
                   decision.rule.trust)
 
 
+def check_served(decision: Decision, entry: Entry, stamps: Stamps | None = None) -> None:
+    """Steps 6 and 7: :func:`check_file`, then (under an enforced rule) the file itself: NotSealed when
+    someone who cannot sign could replace it, IntegrityError when its bytes are not its sha256. Those
+    two mean "not this entry": the caller may look for (or make) another."""
+    check_file(decision, entry)
+    if decision.enforced:
+        sealed.check(entry.path, entry.sha256, Stamps() if stamps is None else stamps)
+
+
 def enforce(uri: str, image_id: str, manifest_digest: str | None, entry: Entry, env: Mapping[str, str] | None = None,
             log: Callable[[str], None] | None = None) -> None:
-    """Both checks for an entry found in a store (the importer's hit path)."""
+    """Every check for an entry found in a store (the importer's hit path)."""
     env = os.environ if env is None else env
     decision = check_image(uri, image_id, manifest_digest, env, entry=entry, log=log)
-    check_file(decision, entry)
+    check_served(decision, entry)

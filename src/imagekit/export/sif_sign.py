@@ -30,6 +30,7 @@ Apptainer needed); tests hold both to the real ``apptainer verify``.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -40,10 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from imagekit.util import atomic
+from imagekit.util import atomic, digests, untrusted_json
 from imagekit.attest import dsse
 from imagekit.attest.verifier import Trust
-from imagekit.util.errors import UsageError, VerificationError
+from imagekit.util.errors import IntegrityError, UsageError, VerificationError
 from imagekit.sif_reader import (DATA_GENERIC_JSON, DATA_SBOM, DATA_SIGNATURE, DEFAULT_GROUP, DESCRIPTOR, GROUP_MASK, HEADER,
                                  Descriptor, SifInfo, aligned, read_sif)
 
@@ -156,10 +157,11 @@ def signatures(info: SifInfo, group_id: int = DEFAULT_GROUP) -> list[Descriptor]
 
 def sign_file(src: Path, dst: Path, envelope_for: Callable[[bytes], dict], *,
               sbom: bytes | None = None, provenance: bytes | None = None,
-              when: int | None = None) -> Path:
+              when: int | None = None, expect: str | None = None) -> Path:
     """Write ``dst``: ``src`` plus the SBOM (and provenance) objects, then the signature object over its
     object group. ``envelope_for(payload)`` signs the metadata (a DSSE envelope dict, from the site key).
-    ``dst`` appears only when complete; ``src`` is never changed (it may be a store entry)."""
+    ``dst`` appears only when complete; ``src`` is never changed (it may be a store entry). ``expect``:
+    the sha256 ``src`` must have, checked on the copy about to be signed (IntegrityError otherwise)."""
     info = read_sif(src)
     if signatures(info) and (sbom is not None or provenance is not None):
         raise UsageError(f"{src} is signed already: an SBOM added now would break its signature",
@@ -169,6 +171,9 @@ def sign_file(src: Path, dst: Path, envelope_for: Callable[[bytes], dict], *,
     when = int(time.time()) if when is None else when
     with atomic.target(dst, 0o755 if src.stat().st_mode & 0o111 else 0o644, sync=True) as tmp:
         shutil.copyfile(src, tmp)     # copy_file_range where the file system has it
+        if expect is not None and (got := digests.sha256_file(tmp)) != expect:
+            raise IntegrityError(f"{src} has sha256:{got} by now, not the sha256:{expect} this export made: "
+                                 "not signing it", "export it again (and keep others from writing its directory)")
         work = read_sif(tmp)
         added = []
         if sbom is not None:
@@ -194,38 +199,67 @@ class SifVerdict:
     provenance: bytes | None
 
 
-def verify(path: str | os.PathLike, trust: Trust) -> SifVerdict:
-    """Check ``path``'s signature objects as ``apptainer verify --key`` does, with ``trust``'s keys.
-    SifSignError saying which object changed, or that no accepted key signed the file."""
+def verify(path: str | os.PathLike, trust: Trust, *, when: dt.datetime | None = None) -> SifVerdict:
+    """Check ``path``'s signature objects as ``apptainer verify --key`` does, with ``trust``'s keys: every
+    object group the file has must carry a signature that holds (Apptainer refuses a group no signature
+    covers: "signature not found for object group N"), by a key the trust accepts now (not revoked, by
+    name or key ID, nor past its ``not-after``: :meth:`Trust.unusable`). SifSignError saying which group
+    or object, or that no usable key signed it."""
     path = Path(path)
     info = read_sif(path)
-    sigs = signatures(info)
-    if not sigs:
+    if not any(d.datatype == DATA_SIGNATURE for d in info.descriptors):
         raise SifSignError(f"{path}: the SIF has no signature (unsigned image)",
                            "sign it: imagekit sign FILE --key KEY")
-    objects = group(info)
-    low = objects[0].id
-    current = {d.id: d for d in objects}
     with open(path, "rb") as fh:
         head = header_digest(fh.read(HEADER.size))
+    groups = sorted({d.group_id for d in info.descriptors if d.group_id & ~GROUP_MASK})
+    signers: list[str] = []
+    for group_id in groups:
+        held, problems = _verify_group(path, info, group_id, head, trust, when)
+        if not held:
+            number = group_id & ~GROUP_MASK
+            why = "; ".join(problems) or "no signature object covers it (apptainer verify refuses it too)"
+            raise SifSignError(f"{path}: the SIF's signature does not hold for object group {number}: {why}",
+                               f"accepted signers: {trust.describe()}")
+        signers += [s for s in held if s not in signers]
+    objects = group(info)
+    sbom = next((info.read(d) for d in objects if d.datatype == DATA_SBOM), None)
+    prov = next((info.read(d) for d in objects if d.datatype == DATA_GENERIC_JSON and d.name == PROVENANCE_NAME),
+                None)
+    return SifVerdict(signers, sum(len(group(info, g)) for g in groups), sbom, prov)
+
+
+def _verify_group(path: Path, info: SifInfo, group_id: int, head: str, trust: Trust,
+                  when: dt.datetime | None) -> tuple[list[str], list[str]]:
+    """(labels of the usable keys whose signature over object group ``group_id`` holds, what is wrong
+    with each one that does not)."""
+    objects = group(info, group_id)
+    low = objects[0].id
+    current = {d.id: d for d in objects}
+    by_id = {k.key.keyid: k for k in trust.keys}
     problems = []
-    for sig in sigs:
+    for sig in signatures(info, group_id):
         if sig.size > MAX_SIGNATURE_OBJECT:
             problems.append(f"signature object {sig.id} is {sig.size} bytes, more than imagekit reads")
             continue
-        env = dsse.parse(info.read(sig), f"{path}: signature object {sig.id}")
+        try:
+            env = dsse.parse(info.read(sig), f"{path}: signature object {sig.id}")
+        except dsse.EnvelopeError as exc:
+            problems.append(exc.message)
+            continue
         if env.payload_type != METADATA_TYPE:
             problems.append(f"signature object {sig.id} is a {env.payload_type!r} envelope")
             continue
         keys = env.signed_by([k.key for k in trust.keys])
-        usable = [k for k in keys if k.keyid not in trust.revoked]
+        refused = [why for k in keys if (why := trust.unusable(by_id[k.keyid], when))]
+        usable = [by_id[k.keyid] for k in keys if trust.unusable(by_id[k.keyid], when) is None]
         if not usable:
             ids = sorted({kid for kid, _ in env.signatures if kid})
-            problems.append(f"signature object {sig.id} is signed by {', '.join(ids) or 'an unknown key'}"
-                            + (" (revoked)" if keys else ", not by an accepted key"))
+            problems.append(f"signature object {sig.id}: " + ("; ".join(refused) if refused else
+                            f"signed by {', '.join(ids) or 'an unknown key'}, not by an accepted key"))
             continue
         try:
-            md = json.loads(env.payload)
+            md = untrusted_json.loads(env.payload)
             listed = {o["relativeId"] + low: o for o in md["objects"]}
             signed_head = md["header"]["digest"]
         except (ValueError, KeyError, TypeError):
@@ -244,13 +278,8 @@ def verify(path: str | os.PathLike, trust: Trust) -> SifVerdict:
             names = ", ".join(f"{i} ({_kind(current[i])})" for i in changed)
             problems.append(f"object {names} changed after signing")
             continue
-        sbom = next((info.read(d) for d in objects if d.datatype == DATA_SBOM), None)
-        prov = next((info.read(d) for d in objects if d.datatype == DATA_GENERIC_JSON and d.name == PROVENANCE_NAME),
-                    None)
-        by_id = {k.key.keyid: k for k in trust.keys}
-        return SifVerdict([by_id[k.keyid].label() for k in usable], len(objects), sbom, prov)
-    raise SifSignError(f"{path}: the SIF's signature does not hold: {'; '.join(problems)}",
-                       f"accepted signers: {trust.describe()}")
+        return [k.label() for k in usable], problems
+    return [], problems
 
 
 def _kind(d: Descriptor) -> str:

@@ -40,8 +40,9 @@ from imagekit.attest.keys import SigningKey
 from imagekit.attest.provenance import BuildRun
 from imagekit.attest.sbom import ImageRecord
 from imagekit.attest.statement import Statement, Subject, hex_of
-from imagekit.util.errors import ImagekitError, UsageError
+from imagekit.util.errors import ImagekitError, IntegrityError, UsageError
 from imagekit.export import artifacts, attestation_push, formats, sif_sign
+from imagekit.export.store import nofollow
 from imagekit.export.formats import signed_inside
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import ExportResult, sha256_file
@@ -82,7 +83,7 @@ def scan_source(source: Source, *, files: bool = False) -> Inventory:
     """The inventory of the source's root filesystem (one pass over its stream)."""
     with source.rootfs() as rootfs:
         try:
-            found = inventory.scan(rootfs.file, files=files)
+            found = inventory.scan(rootfs.file, files=files, what=source.text)
         except (tarfile.TarError, OSError) as exc:
             raise rootfs.failed(exc) from None
         rootfs.finish()
@@ -112,10 +113,14 @@ def scan_squashfs(path: Path, offset: int = 0, size: int = 0, *, files: bool = F
         with open(Path(tmp) / "err", "w+b") as err:
             proc = subprocess.Popen([tool, "--no-skip", str(target)], stdout=subprocess.PIPE, stderr=err)
             try:
-                found = inventory.scan(proc.stdout, files=files)  # type: ignore[arg-type]
+                found = inventory.scan(proc.stdout, files=files, what=str(path))  # type: ignore[arg-type]
             except (tarfile.TarError, OSError) as exc:
                 proc.kill()
                 raise ImagekitError(f"{path}: cannot read its file system: {exc}") from None
+            except BaseException:       # a bound of the scan, an interrupt: sqfs2tar stops with it
+                proc.kill()
+                proc.wait()
+                raise
             finally:
                 proc.stdout.close()  # type: ignore[union-attr]
             if proc.wait() != 0:
@@ -195,41 +200,53 @@ def sign_engine_image(source: Source, key: SigningKey, *, run: BuildRun | None =
     return Signed(source.text, str(path), subjects, key.key.keyid)
 
 
-def sign_sif(path: Path, key: SigningKey, described: Described, *, src: Path | None = None) -> Path:
-    """Write the signed SIF at ``path`` (from ``src``, default ``path``): SBOM, provenance, signature."""
+def sign_sif(path: Path, key: SigningKey, described: Described, *, src: Path | None = None,
+             expect: str | None = None) -> Path:
+    """Write the signed SIF at ``path`` (from ``src``, default ``path``): SBOM, provenance, signature.
+    ``expect``: the sha256 the unsigned file must have (checked on the copy that is signed)."""
     embedded = None
     if described.subjects():   # a file alone names no image: its provenance is only beside it
         prov = Statement(described.subjects(), SLSA_PROVENANCE, described.predicate)
         embedded = json.dumps(signer.sign(prov.payload(), PAYLOAD_TYPE, key), sort_keys=True).encode()
     return sif_sign.sign_file(src or path, path,
                               lambda payload: signer.sign(payload, sif_sign.METADATA_TYPE, key),
-                              sbom=described.sbom, provenance=embedded)
+                              sbom=described.sbom, provenance=embedded, expect=expect)
 
 
 def sign_export(exported: ExportResult, key: SigningKey, described: Described, *, log: Log | None = None) -> Signed:
-    """Sign the export ``exported`` made of the described image: a SIF gets its objects (written anew:
-    its path may be a hard link to the store's entry), then the bundle beside it (and beside the
-    store's entry)."""
+    """Sign the export ``exported`` made of the described image (made with ``for_signing``: its sha256
+    is of bytes this process made or hashed in full): a SIF gets its objects (written anew: its path
+    may be a hard link to the store's entry), then the bundle beside it (and beside the store's entry).
+    Only those bytes are signed: an output whose bytes are not that sha256 by now is refused."""
     path, fmt, preset, store_entry = Path(exported.path), exported.format, exported.compression, exported.store_entry
     files = []
     if signed_inside(fmt):
-        sign_sif(path, key, described)
+        sign_sif(path, key, described, expect=exported.sha256)
         files.append(str(path))
     subject = file_subject(path, fmt, described.record.platform, preset)
+    if not signed_inside(fmt) and subject.sha256 != exported.sha256:
+        raise IntegrityError(f"{path} has sha256:{subject.sha256} by now, not the sha256:{exported.sha256} "
+                             "this export made: not signing it", "export it again (and keep others from "
+                             "writing its directory)")
     subjects = described.subjects([subject])
     envelopes = sign_statements(described, subjects, key)
     side = bundle.write(bundle.beside(path), envelopes)
     files.append(str(side))
     # The bundle also goes beside the store's entry (the Pyxis importer reads it there), unless the
-    # signature is inside the file: that signed file is written anew, and the entry is not it.
+    # signature is inside the file: that signed file is written anew, and the entry is not it. Written
+    # through descriptors from / (no link followed): a publisher may have swapped the entry's
+    # directory for a link while the inventories were read.
     if store_entry and not signed_inside(fmt):
         beside_entry = Path(store_entry).parent / bundle.ENTRY_NAME
         try:
-            bundle.write(beside_entry, envelopes)
+            nofollow.write_file(beside_entry, bundle.dumps(envelopes), 0o444)
             files.append(str(beside_entry))
         except OSError as exc:   # not a publisher of that store: the file beside the output still travels
             if log:
                 log(f"note: not adding the signatures beside the store entry ({exc.strerror})")
+        except nofollow.NotADirectory as exc:
+            if log:
+                log(f"warning: not adding the signatures beside the store entry: {exc.message}")
     return Signed(str(path), str(side), subjects, key.key.keyid, files)
 
 

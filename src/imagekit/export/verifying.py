@@ -31,6 +31,7 @@ from imagekit.export import attestations, signing, sif_sign
 from imagekit.export.output import sha256_file
 from imagekit.image_facts import is_file_image
 from imagekit.registry import client as reg
+from imagekit.util import untrusted_json
 
 
 @dataclass
@@ -94,8 +95,8 @@ def verify_sif(path: Path, trust: Trust) -> Verdict:
         verdict.provenance = inner[0].statement.predicate
         verdict.subjects = inner[0].statement.subjects
     side = bundle.beside(path)
-    if side.exists():
-        signed = verifier.verify(bundle.read(side), trust, str(side))
+    if os.path.lexists(side):
+        signed = verifier.verify(bundle.read(side, verdict.notes.append), trust, str(side))
         hit = verifier.require(signed, "sif", verdict.digest, str(path))
         verdict.subjects = hit.statement.subjects
         verdict.platform = next((s.platform for s in hit.statement.subjects if s.kind == "sif"), "")
@@ -109,7 +110,8 @@ def verify_sif(path: Path, trust: Trust) -> Verdict:
 def verify_sqsh(path: Path, trust: Trust) -> Verdict:
     side = bundle.beside(path)
     digest = "sha256:" + sha256_file(path)
-    envelopes = bundle.read(side)
+    skipped: list[str] = []
+    envelopes = bundle.read(side, skipped.append)
     if not envelopes:
         raise VerificationError(f"{path} ({digest}): no signed statement beside it ({side.name} is missing): "
                                 "unsigned image", f"sign it: imagekit sign {path} --key KEY")
@@ -117,7 +119,8 @@ def verify_sqsh(path: Path, trust: Trust) -> Verdict:
     hit = verifier.require(signed, "enroot", digest, str(path))
     bom, prov = _sections(signed)
     plat = next((s.platform for s in hit.statement.subjects if s.kind == "enroot"), "")
-    return Verdict(str(path), "enroot", verifier.signers(signed), hit.statement.subjects, plat, digest, bom, prov)
+    return Verdict(str(path), "enroot", verifier.signers(signed), hit.statement.subjects, plat, digest, bom, prov,
+                   notes=skipped)
 
 
 def verify_engine_image(image: str, trust: Trust) -> Verdict:
@@ -137,7 +140,7 @@ def verify_engine_image(image: str, trust: Trust) -> Verdict:
 def platform_of_config(client: reg.RegistryClient, repo: str, config_digest: str) -> str:
     buf = io.BytesIO()
     client.download_blob(repo, config_digest, buf, size=None)
-    doc = json.loads(buf.getvalue())
+    doc = untrusted_json.loads(buf.getvalue())
     return signing.platform_of({"Os": doc.get("os"), "Architecture": doc.get("architecture"),
                                 "Variant": doc.get("variant")})
 
@@ -152,12 +155,14 @@ def verify_reference(target: str, trust: Trust, platform: str | None = None) -> 
         want = {"os": os_, "architecture": arch, **({"variant": variant} if variant else {})}
     resolved = client.resolve(ref, want)
     plat = platform_of_config(client, ref.repository, resolved.config_digest)
-    envelopes = attestations.fetch(client, ref.repository, resolved)
+    fetched = attestations.fetch(client, ref.repository, resolved, trust=trust)
     what = f"{ref.registry}/{ref.repository}@{resolved.digest}"
-    if not envelopes:
+    if fetched.others and not fetched.envelopes:
+        raise VerificationError(f"{what} ({plat}): {fetched.why_none()}", f"accepted signers: {trust.describe()}")
+    if not fetched.envelopes:
         raise VerificationError(f"{what} ({plat}): no signed statement is listed for this manifest (unsigned image)",
                                 "sign it: imagekit push IMAGE --to REF --sign KEY, or imagekit sign docker://REF")
-    signed = verifier.verify(envelopes, trust, what)
+    signed = verifier.verify(fetched.envelopes, trust, what)
     hit = verifier.require(signed, "oci-manifest", resolved.digest, what, platform=plat)
     bom, prov = _sections(signed)
     verdict = Verdict(target, "reference", verifier.signers(signed), hit.statement.subjects, plat, resolved.digest,

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from imagekit.util import digests, platforms
+from imagekit.util import digests, platforms, untrusted_json
 from imagekit.util.errors import CredentialsError, IntegrityError, NotFoundError, RegistryError
 from imagekit.registry import credentials as creds
 from imagekit.registry.reference import Reference
@@ -235,7 +235,7 @@ class Manifest:
         return len(self.body)
 
     def json(self) -> dict[str, Any]:
-        return json.loads(self.body)
+        return untrusted_json.loads(self.body)
 
     def descriptor(self) -> dict[str, Any]:
         return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
@@ -280,7 +280,7 @@ def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
 def _error_detail(body: bytes) -> tuple[str, list[str]]:
     """The registry's error codes and messages from its JSON error body, and the codes alone."""
     try:
-        errors = json.loads(body).get("errors") or []
+        errors = untrusted_json.loads(body).get("errors") or []
         detail = "; ".join(f"{e.get('code', '?')}: {e.get('message', '')}" for e in errors)
         return detail, [str(e.get("code")) for e in errors]
     except (ValueError, AttributeError, TypeError):
@@ -420,7 +420,7 @@ class RegistryClient:
                                 + (f": {detail}" if detail else ""))
         body = self._read(resp, MAX_TOKEN_BYTES, label, f"the token for {what}")
         try:
-            doc = json.loads(body)
+            doc = untrusted_json.loads(body)
             token = doc.get("token") or doc.get("access_token")
         except (ValueError, AttributeError):
             token = None
@@ -655,7 +655,7 @@ class RegistryClient:
                                  f"whose digest is {digest}", "the registry's storage is damaged; push again")
         media_type = content_type.split(";")[0].strip()
         try:
-            media_type = json.loads(body).get("mediaType") or media_type
+            media_type = untrusted_json.loads(body).get("mediaType") or media_type
         except (ValueError, AttributeError):
             raise RegistryError(f"{self.registry}/{what} is not a JSON manifest") from None
         return Manifest(digest=digest, media_type=media_type, body=body)
@@ -708,7 +708,7 @@ class RegistryClient:
         buf = _Bounded(MAX_MANIFEST_BYTES)
         self.download_blob(resolved.reference.repository, resolved.config_digest, buf)
         try:
-            doc = json.loads(buf.getvalue())
+            doc = untrusted_json.loads(buf.getvalue())
         except ValueError:
             raise RegistryError(f"{resolved.reference}: the image config is not JSON") from None
         return platforms.Platform.of(doc if isinstance(doc, dict) else {})
@@ -837,7 +837,7 @@ class RegistryClient:
                                     f"({len(seen)} pages)", "the registry's referrers API is broken, or the "
                                     "image has far too many referrers: remove old ones")
             try:
-                page = json.loads(body).get("manifests") or []
+                page = untrusted_json.loads(body).get("manifests") or []
                 if not isinstance(page, list):
                     raise TypeError
             except (ValueError, AttributeError, TypeError):

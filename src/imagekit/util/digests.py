@@ -11,18 +11,28 @@ CHUNK = 4 << 20
 def sha256_and_size(path: str | os.PathLike, *, nofollow: bool = False) -> tuple[str, int]:
     """(hex sha256, bytes read) of ``path``; ``nofollow`` refuses a symbolic link (O_NOFOLLOW), for
     files that must never be one (a store entry)."""
+    fd = os.open(path, os.O_RDONLY | (os.O_NOFOLLOW if nofollow else 0))
+    try:
+        return _hash_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def _hash_fd(fd: int) -> tuple[str, int]:
     h = hashlib.sha256()
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     size = 0
-    fd = os.open(path, os.O_RDONLY | (os.O_NOFOLLOW if nofollow else 0))
-    try:
-        while n := os.readv(fd, [buf]):
-            h.update(view[:n])
-            size += n
-    finally:
-        os.close(fd)
+    while n := os.readv(fd, [buf]):
+        h.update(view[:n])
+        size += n
     return h.hexdigest(), size
+
+
+def sha256_fd(fd: int) -> str:
+    """Hex sha256 of what the open descriptor ``fd`` reads from where it stands to its end: the bytes of
+    the very file that was checked, whatever its path names by now."""
+    return _hash_fd(fd)[0]
 
 
 def sha256_file(path: str | os.PathLike, *, nofollow: bool = False) -> str:

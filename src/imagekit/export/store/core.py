@@ -7,7 +7,6 @@ sweeping, holds and eviction in :mod:`housekeeping`; what they share is in :mod:
 from __future__ import annotations
 
 import os
-import stat
 import time
 from pathlib import Path
 
@@ -55,14 +54,13 @@ class Store(Creating, Housekeeping):
     def open(cls, root: str | Path | None = None, *, create: bool = True) -> "Store":
         """Open (and with ``create``, make) the store at ``root``; UntrustedStore when someone
         outside its publishers could change it, UsageError when it is missing or not a directory."""
-        given = Path(root).expanduser() if root is not None else default_root()
-        path = Path(os.path.realpath(given))
+        path = resolved(root)
         try:
             if not path.exists():
                 if not create:
                     raise UsageError(f"export store {path} does not exist",
                                      f"create it: imagekit store --store {path} init [--shared --group GROUP]")
-                _make_private(path)      # never group- or world-writable: see .trust
+                make_private(path)      # never group- or world-writable: see .trust
             elif not path.is_dir():
                 raise UsageError(f"export store {path} is not a directory",
                                  "point --store or IMAGEKIT_STORE at a directory")
@@ -160,7 +158,16 @@ class Store(Creating, Housekeeping):
         return out
 
 
-def _make_private(path: Path) -> None:
+def resolved(root: str | Path | None) -> Path:
+    """The store's path (default: the user's own), its links resolved only where nobody but root and
+    this user could have made or changed them (:func:`.nofollow.resolve`); UntrustedStore otherwise."""
+    try:
+        return nofollow.resolve(root if root is not None else default_root())
+    except nofollow.NotADirectory as exc:
+        raise UntrustedStore(exc.message, exc.hint) from None
+
+
+def make_private(path: Path) -> None:
     """``path`` and its missing parents, each ``0755`` less the umask, made below the nearest existing
     directory without following a link (:mod:`.nofollow`)."""
     missing = []
@@ -174,17 +181,15 @@ def _make_private(path: Path) -> None:
 
 def _make_top(root: Path, modes: Modes) -> None:
     """The store's missing top-level directories, through descriptors (:mod:`.nofollow`); a shared
-    store's ``tmp/`` made by an older imagekit gets its sticky bit (:meth:`Modes.top`)."""
+    store's ``tmp/`` and ``entries/`` made by an older imagekit get their sticky bit (:meth:`Modes.top`)."""
     with nofollow.opened(root) as fd:
         for sub in (*SUBDIRS, *PUBLIC):
             made = modes.make_at(fd, sub, root / sub, modes.top(sub))
             if made is not None:
                 os.close(made)
-            elif sub == "tmp" and modes.shared:
-                with nofollow.opened(root, sub) as tmp:
-                    st = os.fstat(tmp)
-                    if st.st_uid == os.geteuid() and not st.st_mode & stat.S_ISVTX:
-                        os.fchmod(tmp, stat.S_IMODE(st.st_mode) | stat.S_ISVTX)
+            elif sub in ("tmp", "entries") and modes.shared:
+                with nofollow.opened(root, sub) as top:
+                    nofollow.add_sticky(top)
 
 
 def _modes_of(root: Path, trust: Trust) -> Modes:

@@ -179,7 +179,7 @@ class Creating:
                     raise ImagekitError(f"{self.root / 'tmp' / name} was replaced while it was written",
                                         "someone else is changing the store: export again")
                 os.utime(fd)   # its mtime becomes the entry's first "last used"
-                nofollow.set_mode(fd, self.modes.dir, self.modes.group)   # whole now: open it to the group
+                nofollow.set_mode(fd, self.modes.entry_dir, self.modes.group)   # whole now: open it to the group
             finally:
                 os.close(fd)
             for _ in range(5):

@@ -19,6 +19,7 @@ from typing import Any
 from imagekit.export.store import notices
 from imagekit.export import formats
 from imagekit.export.store.keys import ID_RE, NAME_RE, StoreKey
+from imagekit.util import untrusted_json
 
 META = "entry.json"
 MAX_META = 64 << 10        # an entry.json is a few hundred bytes; refuse to parse a huge one
@@ -132,8 +133,7 @@ def read_entry(directory: Path, fmt: str) -> Entry | None:
     Nothing here follows a symbolic link: a link where an entry, its file or its entry.json
     should be is not an entry.
     """
-    import json
-
+    
     data = directory / f"image{formats.get(fmt).suffix}"
     try:
         st_dir = os.lstat(directory)
@@ -156,7 +156,7 @@ def read_entry(directory: Path, fmt: str) -> Entry | None:
         if len(raw) > MAX_META:
             raise Malformed(f"is larger than {MAX_META} bytes")
         try:
-            doc = json.loads(raw)
+            doc = untrusted_json.loads(raw)
         except ValueError as exc:
             raise Malformed(f"is not JSON ({exc})") from None
         meta = parse_meta(doc, fmt)

@@ -10,7 +10,10 @@ Two shapes (docs/export.md, "Who may publish: the trust model"):
   directory a publisher makes is ``2775`` (``2770`` when only the group may read) in
   that group, and every file ``0444`` (``0440``), set explicitly: a publisher's umask of
   022 or 077 never locks the others out. ``tmp/`` is sticky too (``3775``): no publisher
-  renames another's temporary directory while a tool writes into it. ``holds/`` and ``used/`` are sticky and
+  renames another's temporary directory while a tool writes into it. So is ``entries/`` and every
+  directory below it (``3775``): a publisher adds entries, but renames or removes only their own, so
+  an entry root published stays the file root checked (what a signature policy serves,
+  :mod:`.sealed`). ``holds/`` and ``used/`` are sticky and
   writable by every reader (``1777``, or ``1770`` for group readers): a reader records
   there that a job uses an entry, and can remove only its own records.
 """
@@ -47,12 +50,21 @@ class Modes:
             return cls(dir=0o2775, file=0o444, public_dir=0o1777, shared=True, group=group)
         return cls(dir=0o2770, file=0o440, public_dir=0o1770, shared=True, group=group)
 
+    @property
+    def entry_dir(self) -> int:
+        """``entries/`` and every directory below it: in a shared store also sticky, so a publisher
+        renames or removes only their own names there, never an entry root (or another publisher) made."""
+        return self.dir | (stat.S_ISVTX if self.shared else 0)
+
     def top(self, sub: str) -> int:
         """The mode of the store's top-level directory ``sub``: ``holds/`` and ``used/`` are open to
         readers; a shared ``tmp/`` is also sticky, so no publisher can rename another's temporary
-        directory (and plant a link in its place) while an export tool writes into it by path."""
+        directory (and plant a link in its place) while an export tool writes into it by path;
+        ``entries/`` is :attr:`entry_dir`."""
         if sub in ("holds", "used"):
             return self.public_dir
+        if sub == "entries":
+            return self.entry_dir
         return self.dir | (stat.S_ISVTX if sub == "tmp" and self.shared else 0)
 
     def make_at(self, parent_fd: int, name: str, shown: Path, mode: int | None = None) -> int | None:
@@ -71,9 +83,11 @@ class Modes:
         return True
 
     def makedirs_at(self, top_fd: int, parts: tuple[str, ...], shown: Path) -> int:
-        """A descriptor of ``parts`` below ``top_fd``, each missing one made with :attr:`dir`; an
-        existing one must be a real directory, never a link (NotADirectory). The caller closes it."""
-        return nofollow.ensure_dirs(top_fd, parts, self.dir, self.group, shown)
+        """A descriptor of ``parts`` below ``top_fd`` in the entry tree, each missing one made with
+        :attr:`entry_dir`; an existing one must be a real directory, never a link (NotADirectory), and
+        one of this process's made by an older imagekit gets its sticky bit. The caller closes it."""
+        return nofollow.ensure_dirs(top_fd, parts, self.entry_dir, self.group, shown,
+                                    sticky=self.shared)
 
     def file_mode(self, current: int) -> int:
         """:attr:`file`, plus the execute bits ``current`` has where :attr:`file` lets read (a SIF

@@ -52,6 +52,66 @@ def describe(path: Path | str, dir_fd: int | None = None, name: str | None = Non
     return "a regular file" if stat.S_ISREG(st.st_mode) else "not a directory"
 
 
+MAX_LINKS = 40                   # as the kernel's own path walk (ELOOP)
+
+
+def resolve(path: Path | str) -> Path:
+    """``path``, absolute, with the symbolic links on it resolved, following only a link owned by root or
+    this process's user in a directory nobody else can change (owned by one of them, and writable by no
+    one else unless sticky): the store's own path is never another user's to redirect (H3 of
+    ../shared/reviews/security-4.md). Walked name by name through descriptors, so what was checked is
+    what is followed. What does not exist yet is kept as written. NotADirectory names a link refused."""
+    me = os.geteuid()
+    text = os.path.expanduser(str(path))
+    todo = list(Path(os.getcwd(), text).parts[1:])     # ".." is taken as the kernel takes it: after links
+    done = Path("/")
+    fd = os.open("/", DIR_FLAGS)
+    links = 0
+    try:
+        while todo:
+            name = todo.pop(0)
+            if name in ("", "."):
+                continue
+            if name == "..":
+                done = done.parent
+                os.close(fd)
+                fd = walk(done)
+                continue
+            try:
+                st = lstat_at(fd, name)
+            except FileNotFoundError:
+                return Path(os.path.normpath(Path(done, name, *todo)))
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+                parent = os.fstat(fd)
+                who = st.st_uid not in (0, me) and f"it belongs to uid {st.st_uid}"
+                where = (parent.st_uid not in (0, me) and f"{done} belongs to uid {parent.st_uid}") or (
+                    parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX
+                    and f"{done} is writable by others ({owner_mode(parent)})")
+                if who or where or links > MAX_LINKS:
+                    why = who or where or f"more than {MAX_LINKS} links"
+                    raise NotADirectory(f"{done / name} is a symbolic link to {os.readlink(name, dir_fd=fd)} and "
+                                        f"{why}: refused, never followed (someone other than root could "
+                                        "redirect it)", "give the path it leads to, or make the link root's "
+                                        "in a directory only root can write")
+                target = os.readlink(name, dir_fd=fd)
+                todo = [*Path(target).parts, *todo]
+                if target.startswith("/"):
+                    todo = todo[1:]
+                    done = Path("/")
+                    os.close(fd)
+                    fd = os.open("/", DIR_FLAGS)
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                return Path(os.path.normpath(Path(done, name, *todo)))
+            nxt = open_dir(name, fd, done / name)
+            os.close(fd)
+            fd, done = nxt, done / name
+    finally:
+        os.close(fd)
+    return done
+
+
 def open_dir(name: str, dir_fd: int | None, shown: Path | str) -> int:
     """A descriptor of the directory ``name`` (relative to ``dir_fd``), never through a link.
 
@@ -129,13 +189,29 @@ def set_mode(fd: int, mode: int, group: int | None) -> None:
     os.fchmod(fd, mode)
 
 
+def add_sticky(fd: int, *, claim: bool = False) -> None:
+    """The sticky bit on the directory open at ``fd`` when this process owns it and it lacks one. With
+    ``claim``, root also takes the directory over (``fchown``, through the descriptor: a directory of
+    the store's entry tree, never a link): a shared store's entry tree is root's wherever root publishes,
+    so no publisher who made a directory first can rename root's entry out of it (their own names in it
+    stay theirs)."""
+    st = os.fstat(fd)
+    if claim and os.geteuid() == 0 and st.st_uid != 0:
+        os.fchown(fd, 0, -1)
+        st = os.fstat(fd)
+    if st.st_uid == os.geteuid() and not st.st_mode & stat.S_ISVTX:
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) | stat.S_ISVTX)
+
+
 def owner_mode(st: os.stat_result) -> str:
     return f"uid {st.st_uid}, gid {st.st_gid}, mode {stat.S_IMODE(st.st_mode):04o}"
 
 
-def ensure_dirs(top_fd: int, parts: Sequence[str], mode: int, group: int | None, shown: Path) -> int:
+def ensure_dirs(top_fd: int, parts: Sequence[str], mode: int, group: int | None, shown: Path, *,
+                sticky: bool = False) -> int:
     """A descriptor of ``parts`` below ``top_fd``, creating what is missing with :func:`make_dir`;
-    an existing name must be a real directory (NotADirectory otherwise). The caller closes it."""
+    an existing name must be a real directory (NotADirectory otherwise). ``sticky``: an existing one
+    gets the sticky bit, and root takes it over (:func:`add_sticky`). The caller closes it."""
     fd = os.dup(top_fd)
     try:
         for name in parts:
@@ -143,12 +219,39 @@ def ensure_dirs(top_fd: int, parts: Sequence[str], mode: int, group: int | None,
             nxt = make_dir(fd, name, mode, group, shown)
             if nxt is None:
                 nxt = open_dir(name, fd, shown)
+                if sticky:
+                    add_sticky(nxt, claim=True)
             os.close(fd)
             fd = nxt
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def write_file(path: Path, data: bytes, mode: int) -> None:
+    """Put ``data`` at ``path`` (atomically: a temporary name, then a rename), in the directory reached
+    from ``/`` without following a link (:func:`walk`), the file made with ``O_EXCL|O_NOFOLLOW`` and
+    given ``mode`` through its descriptor: root writing beside a store entry never writes where a
+    publisher's link points. NotADirectory names a link on the way."""
+    path = Path(path)
+    with opened(path.parent) as dir_fd:
+        tmp = f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.part"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fchmod(fd, mode)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
 
 
 def lstat_at(dir_fd: int, name: str) -> os.stat_result:

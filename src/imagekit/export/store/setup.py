@@ -7,6 +7,7 @@ A shared store (docs/export.md, "Who may publish: the trust model")::
                          owner, group G, 2775 (2770): publishers write, setgid keeps G
     holds/ used/         owner, group G, 1777 (1770): every reader writes, sticky
     tmp/                 as entries/, and sticky (3775): nobody renames another's temporary
+    entries/ and below   sticky too (3775): nobody renames or removes another's entry
 
 The root is writable by its owner alone, so no publisher can swap ``entries/`` for a
 directory of their own, and nobody outside G can write anything a job starts from.
@@ -28,18 +29,18 @@ from pathlib import Path
 
 from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.export.store import nofollow, notices
-from imagekit.export.store.core import PUBLIC, SUBDIRS, Store
-from imagekit.export.store.keys import default_root
+from imagekit.export.store.core import PUBLIC, SUBDIRS, Store, make_private, resolved
 from imagekit.export.store.modes import Modes
-from imagekit.export.store.trust import UntrustedStore
+from imagekit.export.store.trust import Trust, UntrustedStore
 
 
 READERS = ("all", "group")   # who may read a shared store: everyone, or its group only
+ENTRY_DEPTH = 4              # entries/sha256/<hex>/<format>/<entry>
 
 
 def init_store(root: str | Path | None, group: str | None, *, readers_all: bool = True) -> Path:
     """Create or fix the store at ``root`` (default: the user's own); ``group`` makes it shared."""
-    path = Path(os.path.realpath(Path(root).expanduser() if root is not None else default_root()))
+    path = resolved(root)
     if group is None:
         return Store.open(path).root
     try:
@@ -53,8 +54,12 @@ def init_store(root: str | Path | None, group: str | None, *, readers_all: bool 
             raise UsageError(f"no group named {group!r}", "give the publishers' group name or number "
                              "(getent group)") from None
     modes = Modes.shared_by(gid, readers_all)
+    # Before anything is made: a directory above the store that a non-publisher could change is refused
+    # (root would otherwise make the store inside another user's directory, then refuse to use it).
+    Trust(path, os.geteuid(), gid, os.geteuid()).check_ancestors()
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if not os.path.lexists(path):
+            make_private(path)
         with nofollow.opened(path) as fd:
             st = os.fstat(fd)
             if st.st_uid != os.geteuid():
@@ -65,10 +70,33 @@ def init_store(root: str | Path | None, group: str | None, *, readers_all: bool 
             os.fchmod(fd, 0o755 if readers_all else 0o750)
             for sub in (*SUBDIRS, *PUBLIC):
                 _top_dir(fd, path, sub, modes)
+            with nofollow.opened(path, "entries") as entries:
+                _sticky_below(entries, ENTRY_DEPTH)
     except PermissionError as exc:
         raise ImagekitError(f"cannot set up {path}: {exc.strerror} ({exc.filename or path})",
                             "run init as the store's owner; only root can give it a group it is not in") from None
     return Store.open(path).root
+
+
+def _sticky_below(dir_fd: int, depth: int) -> None:
+    """The sticky bit on every directory below ``dir_fd``, ``depth`` levels down, that this account owns
+    (root: every one, taken over; :func:`.nofollow.add_sticky`), for a store made before the entry tree
+    was sticky: from then on no publisher renames what root (or the owner) published. Each name is
+    opened without following a link."""
+    if depth == 0:
+        return
+    with os.scandir(dir_fd) as listing:
+        names = [item.name for item in listing if item.is_dir(follow_symlinks=False)]
+    for name in names:
+        try:
+            fd = os.open(name, nofollow.DIR_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            continue        # removed meanwhile, or replaced by a link: nothing to do through it
+        try:
+            nofollow.add_sticky(fd, claim=depth > 1)   # an entry itself stays its publisher's to evict
+            _sticky_below(fd, depth - 1)
+        finally:
+            os.close(fd)
 
 
 def _top_dir(root_fd: int, root: Path, sub: str, modes: Modes) -> None:

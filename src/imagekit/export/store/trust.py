@@ -94,7 +94,7 @@ class Trust:
         except FileNotFoundError:
             pass
         trust = cls(root, st.st_uid, group, me)
-        trust._check_ancestors()
+        trust.check_ancestors()
         return trust
 
     # --- who ----------------------------------------------------------------------------------
@@ -141,9 +141,14 @@ class Trust:
 
     # --- checks -------------------------------------------------------------------------------
 
-    def _check_ancestors(self) -> None:
+    def check_ancestors(self) -> None:
+        """UntrustedStore when a directory above the root could be changed by a non-publisher (one not
+        made yet is skipped: whoever makes it, makes it theirs)."""
         for parent in self.root.parents:
-            st = os.lstat(parent)
+            try:
+                st = os.lstat(parent)
+            except FileNotFoundError:
+                continue
             problem = self._writers(st, above=True)
             if problem:
                 raise UntrustedStore(

@@ -2,10 +2,12 @@
 
 Hashing a 500 MB squashfs costs about 0.25 s from the page cache (sha256 with the CPU's
 SHA extensions, 2 GB/s; 3-4x that without them), so each user keeps **stamps** of what it
-verified: ``${XDG_CACHE_HOME:-~/.cache}/imagekit/verified/<dev>-<inode>.json`` holding the
-file's size, mtime (ns) and the digest it had. A hit whose inode, size and mtime match a
-stamp with the recorded digest costs one ``stat``; any other is hashed in full, and the
-stamp written. Why a stamp is enough: the trust check (:mod:`.trust`) has shown that only
+verified: ``${XDG_CACHE_HOME:-~/.cache}/imagekit/verified/<host>-<dev>-<inode>.json`` holding the
+file's size, mtime and ctime (ns) and the digest it had (one per node: a stamp says what this
+node read). A hit whose inode, size, mtime and ctime match a stamp with the recorded digest
+costs one ``stat``; any other is hashed in full, and the stamp written. Nobody but root can set
+a ctime back, so a file replaced or rewritten since never matches, even with its inode number
+reused and its mtime set back. Why a stamp is enough: the trust check (:mod:`.trust`) has shown that only
 the store's publishers can write the file, and every write moves its mtime, so the bytes are
 those hashed unless a publisher (or root) rewrote them and then set the mtime back on
 purpose, which is outside what the store can promise (docs/export.md: "What it cannot promise").
@@ -25,6 +27,7 @@ would otherwise read the whole file 1,000 times, even where the container reads 
 touches). Any other file (an older entry without a seal, one copied or restored, touched, or on a
 file system that does not keep the mtime's nanoseconds) is hashed in full as before, then stamped.
 ``imagekit store verify`` hashes every entry in full, for a site that wants media damage found.
+Under a signature policy the seal is never used: a publisher who cannot sign writes it (:mod:`.sealed`).
 """
 
 from __future__ import annotations
@@ -32,12 +35,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import socket
 import stat
 from pathlib import Path
 
 from imagekit.util import digests
 from imagekit.util.errors import IntegrityError
 from imagekit.export.store.keys import user_cache
+
+
+
+def node_name() -> str:
+    """This host's short name as a file name may carry it (stamps, Pyxis holds)."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0]) or "host"
 
 
 def sha256_file(path: Path) -> str:
@@ -65,7 +76,7 @@ class Stamps:
 
     @staticmethod
     def _name(st: os.stat_result) -> str:
-        return f"{st.st_dev:x}-{st.st_ino:x}.json"
+        return f"{node_name()}-{st.st_dev:x}-{st.st_ino:x}.json"
 
     def known(self, st: os.stat_result, sha256: str) -> bool:
         if not self.usable():
@@ -79,7 +90,8 @@ class Stamps:
         except (OSError, ValueError):
             return False
         return isinstance(doc, dict) and doc.get("size") == st.st_size and \
-            doc.get("mtime_ns") == st.st_mtime_ns and doc.get("sha256") == sha256
+            doc.get("mtime_ns") == st.st_mtime_ns and doc.get("ctime_ns") == st.st_ctime_ns and \
+            doc.get("sha256") == sha256
 
     def record(self, st: os.stat_result, sha256: str) -> None:
         """Best effort: a failure only costs a hash next time."""
@@ -91,7 +103,7 @@ class Stamps:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             try:
                 os.write(fd, json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                                         "sha256": sha256}).encode())
+                                     "ctime_ns": st.st_ctime_ns, "sha256": sha256}).encode())
             finally:
                 os.close(fd)
             os.replace(tmp, final)
