@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from imagekit.launch import gpu_env, runtimes
-from imagekit.launch.preflight import launcher_needs
+from imagekit.launch import targets
 
 CUDA = {"NVIDIA_VISIBLE_DEVICES": "all", "PATH": "/usr/bin"}
 
@@ -45,7 +45,8 @@ def test_the_hook_runtimes_are_the_ones_cpu_only_jobs_hide_gpus_from():
 
 
 def fixes(runtime, launcher):
-    return runtimes.gpu_fixes(runtimes.of(runtime) if runtime else None, launcher_needs(launcher).gpu_fix)
+    return runtimes.gpu_fixes(runtimes.of(runtime) if runtime else None,
+                              targets.of(launcher).starter.needs.gpu_fix if launcher else None)
 
 
 def test_fixes_name_each_runtimes_exact_flags():

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from imagekit.cli import main
 from imagekit.util.errors import UsageError
 from imagekit.launch import mpijob
+from helpers.launch_jobs import mpijob as mpijob_job
 
 MPIJOB_SPEC = {"slotsPerWorker", "runPolicy", "mpiReplicaSpecs", "sshAuthMountPath", "launcherCreationPolicy",
                "mpiImplementation", "runLauncherAsWorker"}
@@ -29,7 +30,7 @@ def manifest(**kw) -> dict:
     base = dict(name="nccl", image="reg/img:1", workers=2, gpus_per_worker=8, command=["all_reduce_perf", "-b", "8"],
                 env={"NCCL_DEBUG": "INFO"})
     base.update(kw)
-    return yaml.safe_load(mpijob.render(mpijob.MPIJobSpec(**base)))
+    return yaml.safe_load(mpijob.render(mpijob_job(**base)))
 
 
 def test_structure_matches_the_v2beta1_crd():
@@ -56,7 +57,7 @@ def test_structure_matches_the_v2beta1_crd():
     launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     assert launcher["command"][:3] == ["mpirun", "-np", "16"] and launcher["command"][-3:] == ["all_reduce_perf", "-b", "8"]
     assert "nvidia.com/gpu" not in str(launcher.get("resources", {}))
-    assert "&id" not in mpijob.render(mpijob.MPIJobSpec(name="a", image="i", workers=1, command=["x"], env={"A": "1"}))
+    assert "&id" not in mpijob.render(mpijob_job(name="a", image="i", workers=1, command=["x"], env={"A": "1"}))
 
 
 def test_cpu_only_and_bad_input():

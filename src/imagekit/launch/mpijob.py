@@ -11,52 +11,53 @@ keys, so the worker command creates them at start (``ssh-keygen -A``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
+from typing import ClassVar
 
 from imagekit.util.errors import UsageError
-from imagekit.image_facts import BENCHMARK
-from imagekit.launch.common import check_count, check_image_env, check_job, ScriptValues, write_atomic
+from imagekit.launch.common import MPIRUN, check_count
+from imagekit.launch.opts import FILE, opt
+from imagekit.launch.runtimes import Runtime
+from imagekit.launch.schedulers import Kubernetes
+from imagekit.launch.starters import Job, LauncherNeeds, Output, Starter
 
 API_VERSION = "kubeflow.org/v2beta1"
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # A Kubernetes resource quantity (cpu: 500m, memory: 8Gi, 1.5e3): what the API server accepts.
 _QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 _MOUNT_PATH = re.compile(r"^/[A-Za-z0-9_./-]*$")
 
 
-@dataclass
-class MPIJobSpec:
-    name: str
-    image: str
+@dataclass(frozen=True)
+class MpiOperator(Starter):
+    """The Kubeflow MPI Operator starts the ranks: ``workers`` sshd pods, ``slots_per_worker`` ranks each
+    (None: one per GPU, else 1), the launcher pod runs ``mpirun``; per-pod ``cpu`` and ``memory`` limits."""
+
     workers: int
-    command: list[str]
-    gpus_per_worker: int = 0
     slots_per_worker: int | None = None
-    namespace: str | None = None
     cpu: str | None = None
     memory: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
     ssh_auth_mount_path: str = "/root/.ssh"
     shm_size: str | None = "1Gi"
     clean_pod_policy: str = "Running"
-    # The image's own variables (a label): the pods' environment only, as env's, which wins.
-    image_env: dict[str, str] = field(default_factory=dict)
-    image_env_label: str = BENCHMARK
+    needs: ClassVar = LauncherNeeds(here=False)
+    hides_gpus: ClassVar = False
+    options: ClassVar = (
+        opt("--name", default="imagekit", show_default=True, help="MPIJob name (DNS-1123 label)."),
+        opt("--workers", type=int, required=True),
+        opt("--gpus-per-worker", dest="gpus", type=int, default=0, show_default=True),
+        opt("--slots-per-worker", type=int, help="Default: GPUs per worker, or 1."),
+        opt("--namespace"),
+        opt("--cpu", help="CPU limit per pod, e.g. 16."),
+        opt("--memory", help="Memory limit per pod, e.g. 64Gi."),
+        opt("--output", "-o", path=FILE, help="Write the manifest here (default: stdout)."),
+    )
 
     def __post_init__(self) -> None:
-        if not _DNS1123.match(self.name) or len(self.name) > 63:
-            raise UsageError(f"MPIJob name {self.name!r} is not a DNS-1123 label",
-                             "use lower-case letters, digits and '-', at most 63 characters")
         check_count("--workers", self.workers)
-        check_count("--gpus-per-worker", self.gpus_per_worker, 0)
         if self.slots_per_worker is not None:
             check_count("--slots-per-worker", self.slots_per_worker)
         if self.clean_pod_policy not in ("All", "Running", "None"):
             raise UsageError(f"unknown cleanPodPolicy {self.clean_pod_policy!r}", "use All, Running or None")
-        if self.namespace is not None and (not _DNS1123.match(self.namespace) or len(self.namespace) > 63):
-            raise UsageError(f"--namespace {self.namespace!r} is not a DNS-1123 label",
-                             "use lower-case letters, digits and '-', at most 63 characters")
         for field_name, value in (("--cpu", self.cpu), ("--memory", self.memory), ("shm size", self.shm_size)):
             if value is not None and not _QUANTITY.match(value):
                 raise UsageError(f"{field_name} {value!r} is not a Kubernetes quantity",
@@ -64,86 +65,95 @@ class MPIJobSpec:
         if not _MOUNT_PATH.match(self.ssh_auth_mount_path) or ".." in self.ssh_auth_mount_path.split("/"):
             raise UsageError(f"sshAuthMountPath {self.ssh_auth_mount_path!r} is not an absolute path",
                              "letters, digits, '_', '.', '-' and '/', no '..'")
-        check_job(ScriptValues(self.command, self.image, self.env))
-        check_image_env(self.image, self.image_env, self.image_env_label)
 
-    @property
-    def slots(self) -> int:
-        return self.slots_per_worker or self.gpus_per_worker or 1
+    @classmethod
+    def accepts(cls, runtime: Runtime) -> bool:
+        return False    # the cluster's own container runtime starts the pods
+
+    @classmethod
+    def from_options(cls, values: dict) -> "MpiOperator":
+        keys = ("slots_per_worker", "cpu", "memory")
+        return cls(workers=values["workers"], **{k: values[k] for k in keys if values.get(k) is not None})
+
+    def gpus(self, values: dict) -> int:
+        return check_count("--gpus-per-worker", values.get("gpus") or 0, 0)
+
+    def slots(self, gpus: int) -> int:
+        return self.slots_per_worker or gpus or 1
+
+    def files(self, job: Job) -> list[Output]:
+        return [Output(f"{job.scheduler.name}.yaml", render(job), 0o644)]
 
 
-def _resources(spec: MPIJobSpec, gpus: int) -> dict:
+
+def _resources(operator: MpiOperator, gpus: int) -> dict:
     limits: dict[str, object] = {}
     if gpus:
         limits["nvidia.com/gpu"] = gpus
-    if spec.cpu:
-        limits["cpu"] = spec.cpu
-    if spec.memory:
-        limits["memory"] = spec.memory
+    if operator.cpu:
+        limits["cpu"] = operator.cpu
+    if operator.memory:
+        limits["memory"] = operator.memory
     return {"limits": limits} if limits else {}
 
 
-def _pod(spec: MPIJobSpec, container: dict) -> dict:
+def _pod(operator: MpiOperator, container: dict) -> dict:
     pod: dict = {"containers": [container]}
-    if spec.shm_size:
+    if operator.shm_size:
         # Pods get a 64 MiB /dev/shm; NCCL and shared-memory transports need more.
-        pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}]
+        pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": operator.shm_size}}]
         container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     return {"spec": pod}
 
 
-def build(spec: MPIJobSpec) -> dict:
+def build(job: Job) -> dict:
     """The MPIJob as a plain dict (apiVersion, kind, metadata, spec)."""
-    both = {**spec.image_env, **spec.env}
+    w, operator, cluster = job.workload, job.starter, job.scheduler
+    assert isinstance(operator, MpiOperator) and isinstance(cluster, Kubernetes)
+    both = w.container_env
     env = [{"name": k, "value": v} for k, v in both.items()]
-    mpirun = (["mpirun", "-np", str(spec.workers * spec.slots), "--allow-run-as-root"]
-              + [a for k in both for a in ("-x", k)] + list(spec.command))
+    slots = operator.slots(w.gpus)
+    mpirun = ([MPIRUN, "-np", str(operator.workers * slots), "--allow-run-as-root"]
+              + [a for k in both for a in ("-x", k)] + list(w.command))
     launcher = {
         "name": "launcher",
-        "image": spec.image,
+        "image": w.image,
         "command": mpirun,
         # Pods change on every run: the operator's pod network is the trust boundary, not host keys.
         "env": [{"name": "OMPI_MCA_plm_rsh_args",
                  "value": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}] + env,
     }
-    res = _resources(spec, 0)
+    res = _resources(operator, 0)
     if res:
         launcher["resources"] = res
     worker = {
         "name": "worker",
-        "image": spec.image,
+        "image": w.image,
         "command": ["/bin/sh", "-c", "ssh-keygen -A && mkdir -p /run/sshd && exec /usr/sbin/sshd -De"],
     }
     if env:
         worker["env"] = [dict(e) for e in env]  # distinct objects: no YAML anchors in the output
-    res = _resources(spec, spec.gpus_per_worker)
+    res = _resources(operator, w.gpus)
     if res:
         worker["resources"] = res
-    metadata: dict = {"name": spec.name, "labels": {"app.kubernetes.io/managed-by": "imagekit"}}
-    if spec.namespace:
-        metadata["namespace"] = spec.namespace
     return {
         "apiVersion": API_VERSION,
         "kind": "MPIJob",
-        "metadata": metadata,
+        "metadata": cluster.metadata(),
         "spec": {
-            "slotsPerWorker": spec.slots,
-            "runPolicy": {"cleanPodPolicy": spec.clean_pod_policy},
-            "sshAuthMountPath": spec.ssh_auth_mount_path,
+            "slotsPerWorker": slots,
+            "runPolicy": {"cleanPodPolicy": operator.clean_pod_policy},
+            "sshAuthMountPath": operator.ssh_auth_mount_path,
             "mpiImplementation": "OpenMPI",
             "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": _pod(spec, launcher)},
-                "Worker": {"replicas": spec.workers, "restartPolicy": "Never", "template": _pod(spec, worker)},
+                "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": _pod(operator, launcher)},
+                "Worker": {"replicas": operator.workers, "restartPolicy": "Never", "template": _pod(operator, worker)},
             },
         },
     }
 
 
-def render(spec: MPIJobSpec) -> str:
+def render(job: Job) -> str:
     import yaml
 
-    return yaml.safe_dump(build(spec), sort_keys=False, default_flow_style=False)
-
-
-def write(spec: MPIJobSpec, path: Path) -> Path:
-    return write_atomic(Path(path), render(spec), 0o644)
+    return yaml.safe_dump(build(job), sort_keys=False, default_flow_style=False)
