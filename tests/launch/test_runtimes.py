@@ -39,7 +39,9 @@ def test_every_runtime_answers_every_question(name):
         assert isinstance(getattr(rt, flag), bool), flag
     assert isinstance(rt.shm_note, str) and (rt.gpu_fix is None or "NVIDIA_VISIBLE_DEVICES=void" in rt.gpu_fix)
     # The sbatch step: every runtime runs under Slurm, and its srun line ends with the command.
-    lines = rt.srun_lines(SrunStep(rank=START, srun=["srun", "--mpi=pmix"]))
+    files = {name: f"/jobs/{name}" for name in rt.files(WORKLOAD)}
+    assert bool(files) is rt.writes_files
+    lines = rt.srun_lines(SrunStep(rank=START, srun=["srun", "--mpi=pmix"], files=files))
     assert lines[-1].startswith("srun --mpi=pmix") and lines[-1].endswith("./app 'a b'"), lines[-1]
     assert all(isinstance(line, str) for line in rt.sbatch_cleanup() + rt.run_cleanup("docker"))
     # The rank wrapper: the runtimes host mpirun can use have one; the others say which runtimes do.

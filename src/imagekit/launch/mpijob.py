@@ -5,7 +5,11 @@ Field names follow the operator's v2beta1 API (MPIJobSpec: ``slotsPerWorker``,
 ``sshAuthMountPath``, ``mpiImplementation``). The operator makes the ssh
 key Secret, mounts it at ``sshAuthMountPath`` and writes the hostfile; the
 image must run sshd on the workers. imagekit images ship sshd without host
-keys, so the worker command creates them at start (``ssh-keygen -A``).
+keys, so the worker command creates them at start (``ssh-keygen -A``), after
+installing the job's keys (:mod:`imagekit.launch.pods`); the launcher names
+the operator's hostfile and the ssh options in the image's own MPI's words
+(:mod:`imagekit.launch.mpi`: Open MPI 5's PRRTE reads none of the ORTE names
+the operator sets, and would run every rank on the launcher).
 """
 
 from __future__ import annotations
@@ -15,16 +19,26 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from imagekit.util.errors import UsageError
-from imagekit.launch.common import MPIRUN, check_count
+from imagekit.launch import pods
+from imagekit.launch.common import check_count
 from imagekit.launch.opts import FILE, opt
 from imagekit.launch.runtimes import Runtime
 from imagekit.launch.schedulers import Kubernetes
 from imagekit.launch.starters import Job, LauncherNeeds, Output, Starter
 
 API_VERSION = "kubeflow.org/v2beta1"
+# Where the operator mounts the hostfile it writes (mpi-operator: configMountPath + hostfileName).
+HOSTFILE = "/etc/mpi/hostfile"
 # A Kubernetes resource quantity (cpu: 500m, memory: 8Gi, 1.5e3): what the API server accepts.
 _QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 _MOUNT_PATH = re.compile(r"^/[A-Za-z0-9_./-]*$")
+
+
+def check_quantity(what: str, value: str | None) -> str | None:
+    """A Kubernetes resource quantity, as the API server takes it (one token: no YAML structure)."""
+    if value is not None and not _QUANTITY.match(value):
+        raise UsageError(f"{what} {value!r} is not a Kubernetes quantity", "e.g. 8, 500m, 16Gi, 1.5G")
+    return value
 
 
 @dataclass(frozen=True)
@@ -36,7 +50,7 @@ class MpiOperator(Starter):
     slots_per_worker: int | None = None
     cpu: str | None = None
     memory: str | None = None
-    ssh_auth_mount_path: str = "/root/.ssh"
+    ssh_auth_mount_path: str = pods.KEYS
     shm_size: str | None = "1Gi"
     clean_pod_policy: str = "Running"
     needs: ClassVar = LauncherNeeds(here=False)
@@ -59,9 +73,7 @@ class MpiOperator(Starter):
         if self.clean_pod_policy not in ("All", "Running", "None"):
             raise UsageError(f"unknown cleanPodPolicy {self.clean_pod_policy!r}", "use All, Running or None")
         for field_name, value in (("--cpu", self.cpu), ("--memory", self.memory), ("shm size", self.shm_size)):
-            if value is not None and not _QUANTITY.match(value):
-                raise UsageError(f"{field_name} {value!r} is not a Kubernetes quantity",
-                                 "e.g. 8, 500m, 16Gi, 1.5G")
+            check_quantity(field_name, value)
         if not _MOUNT_PATH.match(self.ssh_auth_mount_path) or ".." in self.ssh_auth_mount_path.split("/"):
             raise UsageError(f"sshAuthMountPath {self.ssh_auth_mount_path!r} is not an absolute path",
                              "letters, digits, '_', '.', '-' and '/', no '..'")
@@ -86,54 +98,26 @@ class MpiOperator(Starter):
 
 
 
-def _resources(operator: MpiOperator, gpus: int) -> dict:
-    limits: dict[str, object] = {}
-    if gpus:
-        limits["nvidia.com/gpu"] = gpus
-    if operator.cpu:
-        limits["cpu"] = operator.cpu
-    if operator.memory:
-        limits["memory"] = operator.memory
-    return {"limits": limits} if limits else {}
-
-
-def _pod(operator: MpiOperator, container: dict) -> dict:
-    pod: dict = {"containers": [container]}
-    if operator.shm_size:
-        # Pods get a 64 MiB /dev/shm; NCCL and shared-memory transports need more.
-        pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": operator.shm_size}}]
-        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    return {"spec": pod}
-
-
 def build(job: Job) -> dict:
     """The MPIJob as a plain dict (apiVersion, kind, metadata, spec)."""
     w, operator, cluster = job.workload, job.starter, job.scheduler
     assert isinstance(operator, MpiOperator) and isinstance(cluster, Kubernetes)
     both = w.container_env
-    env = [{"name": k, "value": v} for k, v in both.items()]
     slots = operator.slots(w.gpus)
-    mpirun = ([MPIRUN, "-np", str(operator.workers * slots), "--allow-run-as-root"]
-              + [a for k in both for a in ("-x", k)] + list(w.command))
     launcher = {
         "name": "launcher",
         "image": w.image,
-        "command": mpirun,
-        # Pods change on every run: the operator's pod network is the trust boundary, not host keys.
-        "env": [{"name": "OMPI_MCA_plm_rsh_args",
-                 "value": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}] + env,
+        "command": pods.launcher_command(pods.mpirun_argv(operator.workers * slots, list(both), list(w.command))),
+        # The image's MPI's own words for the operator's hostfile and ssh (the operator sets ORTE's only).
+        "env": pods.env_list({**pods.launcher_env(w.mpi, HOSTFILE), **both}),
     }
-    res = _resources(operator, 0)
+    res = pods.limits(0, operator.cpu, operator.memory)
     if res:
         launcher["resources"] = res
-    worker = {
-        "name": "worker",
-        "image": w.image,
-        "command": ["/bin/sh", "-c", "ssh-keygen -A && mkdir -p /run/sshd && exec /usr/sbin/sshd -De"],
-    }
-    if env:
-        worker["env"] = [dict(e) for e in env]  # distinct objects: no YAML anchors in the output
-    res = _resources(operator, w.gpus)
+    worker = {"name": "worker", "image": w.image, "command": pods.worker_command()}
+    if both:
+        worker["env"] = pods.env_list(both)
+    res = pods.limits(w.gpus, operator.cpu, operator.memory)
     if res:
         worker["resources"] = res
     return {
@@ -146,8 +130,11 @@ def build(job: Job) -> dict:
             "sshAuthMountPath": operator.ssh_auth_mount_path,
             "mpiImplementation": "OpenMPI",
             "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": _pod(operator, launcher)},
-                "Worker": {"replicas": operator.workers, "restartPolicy": "Never", "template": _pod(operator, worker)},
+                "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
+                             "template": {"spec": pods.with_shm({"containers": [launcher]}, launcher,
+                                                                operator.shm_size)}},
+                "Worker": {"replicas": operator.workers, "restartPolicy": "Never",
+                           "template": {"spec": pods.with_shm({"containers": [worker]}, worker, operator.shm_size)}},
             },
         },
     }

@@ -26,6 +26,7 @@ from imagekit.launch import runtimes
 from imagekit.launch.common import parse_env, parse_mounts, require_tool
 from imagekit.launch.gpu_env import GpuLaunch
 from imagekit.launch.launcher import report
+from imagekit.launch.traits import ImageTraits
 from imagekit.launch.preflight import PreflightPlan
 from imagekit.launch.schedulers import Local, Slurm, SlurmRun, submit
 from imagekit.launch.session import LaunchRequest, Session
@@ -53,6 +54,9 @@ def job(target: Target, request: LaunchRequest, *, log: Callable[[str], None] = 
 
 def _compose(target: Target, request: LaunchRequest, *, log: Callable[[str], None],
              echo: Callable[[str], None]) -> tuple[Job, Session]:
+    request = target.starter.amend(request, log)
+    if not request.image:
+        raise UsageError(f"{target.name}: --image is missing", "name the image: --image REF")
     values = dict(request.options)
     scheduler_cls = target.scheduler(values.pop("scheduler", None))
     if scheduler_cls is Slurm:
@@ -73,14 +77,15 @@ def _compose(target: Target, request: LaunchRequest, *, log: Callable[[str], Non
                           hides_gpus=starter.hides_gpus, runtime=runtime,
                           image_env=session.facts.env if session.facts is not None else None, log=log)
     workload = Workload(image=request.image, command=session.command, runtime=runtime, env=starter.job_env(env),
-                        image_env=session.benchmark_env, mounts=request.mounts, workdir=request.workdir, gpus=gpus)
+                        image_env=session.benchmark_env, mounts=request.mounts, workdir=request.workdir, gpus=gpus,
+                        traits=ImageTraits.of(session.facts))
     return Job(workload, scheduler, starter), session
 
 
 def request_from(values: dict, *, gates: Gates | None, site: Site) -> LaunchRequest:
     """The request a command's option values (by ``dest``) make: the workload's, then the target's own."""
     values = dict(values)
-    return LaunchRequest(image=values.pop("image"), command=tuple(values.pop("command", ())), gates=gates,
+    return LaunchRequest(image=values.pop("image", None) or "", command=tuple(values.pop("command", ())), gates=gates,
                          preflight=not values.pop("no_preflight", False), site=site,
                          runtime=values.pop("runtime", None), env=parse_env(values.pop("env", ())),
                          profiles=tuple(values.pop("profiles", ())),

@@ -18,7 +18,7 @@ need it accept it), what preflight checks for it, and how it treats ``NVIDIA_VIS
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from imagekit.util import quoting
@@ -59,6 +59,8 @@ class SrunStep:
     srun: list[str]
     container_name: str | None = None
     mount_home: bool | None = None
+    # The files the runtime contributes (``Runtime.files``), by name: where the job finds each.
+    files: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ class Runtime:
     name: ClassVar[str]
     # It has a rank wrapper (a script that runs "$@" in a container): the host's mpirun can start its ranks.
     rank_wrapper_kind: ClassVar[bool] = True
+    # It describes the containers in a file beside the script (files()), not on the srun line.
+    writes_files: ClassVar[bool] = False
     # NVIDIA_VISIBLE_DEVICES alone makes it start the GPU runtime: Enroot's hook (Pyxis runs Enroot), and
     # Docker when the site made the NVIDIA runtime its default (then `docker run` without --gpus reads it).
     gpu_hook: ClassVar[bool] = False
@@ -107,6 +111,9 @@ class Runtime:
             for m in mounts:
                 m.check_fstab(self.name)
 
+    def check_image(self, image: str) -> None:
+        """Refuse an image the runtime cannot start (Sarus Suite: a file path)."""
+
     def cpu_only_env(self, env: dict[str, str], image_env: Mapping[str, str] | None) -> dict[str, str]:
         """The environment for a job that asks for no GPUs: ``NVIDIA_VISIBLE_DEVICES=void`` where the
         variable alone would start the GPU runtime (:func:`gpu_env.cpu_only_env`)."""
@@ -126,6 +133,12 @@ class Runtime:
         """The wrapper after its head (``image`` set): binds, environment, and the runtime's ``exec``."""
         raise UsageError(f"the {self.name} runtime has no rank wrapper: it starts containers with srun's own "
                          "options only", f"use one of: {', '.join(r.name for r in _ALL if r.rank_wrapper_kind)}")
+
+    # --- files beside the script ------------------------------------------------------------
+
+    def files(self, workload: Workload) -> dict[str, str]:
+        """Files the runtime needs beside the job's script (name -> text): EDF's TOML."""
+        return {}
 
     # --- Slurm: the sbatch script's srun step -----------------------------------------------
 

@@ -26,7 +26,7 @@ from imagekit.launch.starters import Output
 _DNS1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
-def _print_or_write(outputs: list[Output], path: Path | None, echo: Callable[[str], None],
+def print_or_write(outputs: list[Output], path: Path | None, echo: Callable[[str], None],
                     log: Callable[[str], None]) -> None:
     """One output printed bare, several each under a ``# NAME`` line; with ``path``, the first written
     there and the others beside it."""
@@ -69,9 +69,9 @@ class Local:
 
     def deliver(self, outputs: list[Output], echo: Callable[[str], None], log: Callable[[str], None]) -> None:
         if self.dry_run:
-            _print_or_write(outputs, None, echo, log)
+            print_or_write(outputs, None, echo, log)
         else:
-            _print_or_write(outputs, Path(self.into) / outputs[0].name, echo, log)
+            print_or_write(outputs, Path(self.into) / outputs[0].name, echo, log)
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,11 @@ class Slurm:
 
     reads_facts: ClassVar[bool] = True
 
+    def beside(self, name: str) -> Path:
+        """Where a file written beside the script is found: its absolute path (the script's own directory,
+        or this one when it is printed)."""
+        return (Path(self.output).parent if self.output else Path.cwd()).resolve() / name
+
     def tasks(self, gpus: int) -> int:
         """Tasks per node: as asked, else one per GPU (``gpus`` per node), else one."""
         return self.tasks_per_node or (gpus if gpus > 0 else 1)
@@ -150,7 +155,7 @@ class Slurm:
     def deliver(self, outputs: list[Output], echo: Callable[[str], None], log: Callable[[str], None]) -> Path | None:
         """Print or write the script (dry run); else write it and return its path, to be submitted."""
         if self.dry_run:
-            _print_or_write(outputs, self.output, echo, log)
+            print_or_write(outputs, self.output, echo, log)
             return None
         path = Path(self.output) if self.output else Path(outputs[0].name)
         write_outputs(outputs, path)
@@ -229,7 +234,8 @@ class Kubernetes:
     def preflights(self) -> bool:
         return False     # the pods start on the cluster's nodes: nothing of this host matters
 
-    reads_facts: ClassVar[bool] = False
+    # The image's facts say which MPI it has, and so the words its launcher pod needs.
+    reads_facts: ClassVar[bool] = True
 
     def metadata(self, name: str | None = None) -> dict:
         """A manifest's ``metadata``: its name, imagekit's label and the namespace."""
@@ -239,4 +245,4 @@ class Kubernetes:
         return meta
 
     def deliver(self, outputs: list[Output], echo: Callable[[str], None], log: Callable[[str], None]) -> None:
-        _print_or_write(outputs, self.output, echo, log)
+        print_or_write(outputs, self.output, echo, log)

@@ -135,7 +135,9 @@ class Srun(Starter):
         check_line("--importer", self.importer)
 
     def files(self, job: Job) -> list[Output]:
-        return [Output(f"{job.scheduler.job_name}-{job.workload.job_id}.sbatch", render(job))]
+        beside = job.workload.runtime.files(job.workload)
+        script = Output(f"{job.scheduler.job_name}-{job.workload.job_id}.sbatch", render(job, beside))
+        return [script] + [Output(name, text, 0o644) for name, text in beside.items()]
 
 
 
@@ -149,8 +151,9 @@ NOTES = """\
 # - Set NCCL_DEBUG=INFO (imagekit: --nccl-debug) to see which transport NCCL picked."""
 
 
-def render(job: Job) -> str:
-    """The complete sbatch script for ``job`` (an :class:`Srun` job under :class:`Slurm`)."""
+def render(job: Job, beside: dict[str, str] | None = None) -> str:
+    """The complete sbatch script for ``job`` (an :class:`Srun` job under :class:`Slurm`); ``beside``:
+    the files its runtime writes next to it, which the script names by their absolute paths."""
     w, slurm, srun = job.workload, job.scheduler, job.starter
     assert isinstance(slurm, Slurm) and isinstance(srun, Srun)
     gpus = w.gpus if w.gpus > 0 else 0
@@ -162,8 +165,11 @@ def render(job: Job) -> str:
     lines += [f"export {k}={quoting.sh_arg(v)}" for k, v in w.env.items()]
     lines += stage_lines(w, srun)
     rank = RankStart(workload=w, env_names=list(w.env), pass_gpus=bool(gpus))
+    beside = w.runtime.files(w) if beside is None else beside
+    where = {name: str(slurm.beside(name)) for name in beside}
     lines += w.runtime.srun_lines(SrunStep(rank=rank, srun=["srun", "--mpi=pmix", *srun.srun_args],
-                                           container_name=srun.container_name, mount_home=srun.mount_home))
+                                           container_name=srun.container_name, mount_home=srun.mount_home,
+                                           files=where))
     return "\n".join(lines) + "\n"
 
 

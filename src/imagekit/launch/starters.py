@@ -14,11 +14,14 @@ it makes of a :class:`Job`: the files it writes, and, where imagekit runs the jo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Protocol
+from typing import TYPE_CHECKING, Callable, ClassVar, Protocol
 
 from imagekit.launch.launcher import Launcher
 from imagekit.launch.opts import Opt
 from imagekit.launch.workload import Runtime, Workload
+
+if TYPE_CHECKING:
+    from imagekit.launch.request import LaunchRequest
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,11 @@ class Starter:
     def accepts(cls, runtime: Runtime) -> bool:
         """Whether ``runtime`` can start this starter's containers (none: the cluster starts them)."""
         return False
+
+    @classmethod
+    def amend(cls, request: "LaunchRequest", log: Callable[[str], None]) -> "LaunchRequest":
+        """The request with what the starter's own options bring to it (trainer's --from-mpijob)."""
+        return request
 
     @classmethod
     def from_options(cls, values: dict) -> "Starter":

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from imagekit.util.errors import UsageError
 from imagekit.launch import profiles, runtimes
 from imagekit.launch.inside_out.sshd_inside import SshdInside
+from imagekit.launch.jobset import JobSetPods
 from imagekit.launch.mpijob import MpiOperator
 from imagekit.launch.mpirun import HostMpirun
 from imagekit.launch.opts import Opt, opt
 from imagekit.launch.schedulers import Kubernetes, Local, Slurm
 from imagekit.launch.slurm import Srun
+from imagekit.launch.trainer import Trainer
 
 
 @dataclass(frozen=True)
@@ -33,11 +35,12 @@ class Target:
     default_runtime: str | None = None
     image_help: str | None = None
     validate: bool = True
+    image_required: bool = True
 
     def options(self) -> tuple[Opt, ...]:
         """Every option the command takes: the workload's it names, then the starter's own."""
         shared = {
-            "image": opt("--image", required=True, help=self.image_help),
+            "image": opt("--image", required=self.image_required, help=self.image_help),
             "runtime": opt("--runtime", default=self.default_runtime, show_default=True,
                            metavar="|".join(runtimes.names(self.starter))),
             "workdir": opt("--workdir", help="Working directory inside the container."),
@@ -119,6 +122,32 @@ TARGETS: tuple[Target, ...] = (
       imagekit launch mpijob --name nccl --image reg/img:tag --workers 2 --gpus-per-worker 8 \\
           -o nccl.yaml -- all_reduce_perf -b 8 -e 1G -f 2 -g 1
       kubectl apply -f nccl.yaml
+    """),
+    Target("trainer", Trainer, (Kubernetes,), workload=("image", "env"), validate=False, image_required=False,
+           help="""Write a Kubeflow Trainer runtime and TrainJob (trainer.kubeflow.org/v1alpha1) running mpirun.
+
+    \b
+    The runtime (ClusterTrainingRuntime, or TrainingRuntime) has the jobs `launcher` and `node`
+    (sshd from the image, port 22), the ancestor label on `launcher` only, runLauncherAsNode false
+    (numNodes = the worker pods), and the hostfile and ssh settings in the words of the image's
+    own Open MPI (4: ORTE, 5: PRRTE, both when its facts do not say).
+    \b
+    Examples:
+      imagekit launch trainer --name nccl --image reg/img:tag --nodes 2 --gpus-per-node 8 \
+          -o nccl.yaml -- all_reduce_perf -b 8 -e 1G -f 2 -g 1
+      imagekit launch trainer --from-mpijob nccl-mpijob.yaml -o nccl-trainjob.yaml
+      kubectl apply -f nccl.yaml
+    """),
+    Target("jobset", JobSetPods, (Kubernetes,), workload=("image", "env"), validate=False,
+           help="""Write a JobSet (jobset.x-k8s.io/v1alpha2) of sshd pods and an mpirun launcher, for clusters without Trainer.
+
+    \b
+    The ssh key is a Secret made once (NAME-ssh, or --ssh-secret):
+      ssh-keygen -t ed25519 -N '' -f key
+      kubectl create secret generic imagekit-ssh --from-file=id_rsa=key --from-file=authorized_keys=key.pub
+    \b
+    Example:
+      imagekit launch jobset --image reg/img:tag --nodes 4 --gpus-per-node 8 -o job.yaml -- ./app
     """),
 )
 

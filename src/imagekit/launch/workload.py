@@ -17,6 +17,7 @@ from typing import Protocol
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch import gpu_env
 from imagekit.launch.common import Mount, check_image_env, check_job, new_job_id
+from imagekit.launch.traits import ImageTraits
 
 # Workload.gpus for "all of the host's GPUs" (docker --gpus all, apptainer --nv), where no count is asked.
 ALL_GPUS = -1
@@ -31,6 +32,8 @@ class Runtime(Protocol):
 
     def check_mounts(self, mounts: Sequence[Mount]) -> None: ...
 
+    def check_image(self, image: str) -> None: ...
+
     def cpu_only_env(self, env: dict[str, str], image_env: Mapping[str, str] | None) -> dict[str, str]: ...
 
 
@@ -40,7 +43,8 @@ class Workload:
     the GPU policy adds) and the image's own (``image_env``, from its label ``image_env_label``: for its
     containers only, never a host script's), the mounts and working directory, the GPUs asked for
     (per node; :data:`ALL_GPUS` for the host's; 0: none), the container ``runtime`` (None where the
-    cluster's own starts the containers: Kubernetes) and the ``job_id`` that names what the job makes."""
+    cluster's own starts the containers: Kubernetes), the ``job_id`` that names what the job makes, and
+    what the targets must match of the image (``traits``, from its facts: its MPI, base, CUDA, network)."""
 
     image: str
     command: Sequence[str]
@@ -52,6 +56,7 @@ class Workload:
     workdir: str | None = None
     gpus: int = 0
     job_id: str = field(default_factory=new_job_id)
+    traits: ImageTraits = ImageTraits()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "command", list(self.command))
@@ -63,8 +68,14 @@ class Workload:
         host = self.runtime is not None and self.runtime.host_env
         check_image_env(self.image, self.image_env, self.image_env_label, host=host)
         if self.runtime is not None:
+            self.runtime.check_image(self.image)
             # --container-mounts separates entries with ',' and Enroot writes each as an fstab line.
             self.runtime.check_mounts(self.mounts)
+
+    @property
+    def mpi(self):
+        """The image's MPI (:class:`~imagekit.launch.mpi.MpiFlavour`)."""
+        return self.traits.mpi
 
     @property
     def wants_gpus(self) -> bool:

@@ -29,8 +29,9 @@ if [ ! -x /usr/sbin/sshd ]; then
   echo "imagekit: this image has no /usr/sbin/sshd; inside-out needs openssh-server in the image" >&2
   exit {EXIT_NO_SSHD}
 fi
-if ! command -v mpirun >/dev/null 2>&1 || ! command -v orted >/dev/null 2>&1; then
-  echo "imagekit: this image has no Open MPI (mpirun/orted not on PATH)" >&2
+# mpirun starts orted (Open MPI 4, ORTE) or prted (Open MPI 5, PRRTE) on every worker over ssh.
+if ! command -v mpirun >/dev/null 2>&1 || ! {{ command -v orted || command -v prted; }} >/dev/null 2>&1; then
+  echo "imagekit: this image has no Open MPI (mpirun, and orted or prted, not on PATH)" >&2
   exit {EXIT_NO_MPI}
 fi
 umask 077
