@@ -30,7 +30,7 @@ from helpers.launch_jobs import inside_out_job, mpijob as mpijob_job, mpirun_job
 from imagekit.launch.mpirun import HostMpirun
 from imagekit.launch.slurm import Srun
 
-# The runtimes whose containers the srun line starts (EDF's are described in a file: tests/launch/test_edf.py).
+# The runtimes whose containers the srun line starts (EDF's are described in a file: tests/launch/test_untrusted_manifests.py).
 SCRIPTED = tuple(n for n in runtimes.names(Srun) if not runtimes.of(n).writes_files)
 
 PROPERTY = settings(max_examples=40, deadline=None,

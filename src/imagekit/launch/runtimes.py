@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from imagekit.util import quoting
 from imagekit.util.errors import UsageError
-from imagekit.launch import gpu_env, wrapper
+from imagekit.launch import edf, gpu_env, wrapper
 from imagekit.launch.common import JOB_LABEL, Mount, check_line, check_token, quote
 from imagekit.launch.workload import Workload
 
@@ -81,6 +81,8 @@ class Runtime:
     rank_wrapper_kind: ClassVar[bool] = True
     # It describes the containers in a file beside the script (files()), not on the srun line.
     writes_files: ClassVar[bool] = False
+    # srun can name its container (--container-name) and its home mount (--[no-]container-mount-home).
+    container_flags: ClassVar[bool] = False
     # NVIDIA_VISIBLE_DEVICES alone makes it start the GPU runtime: Enroot's hook (Pyxis runs Enroot), and
     # Docker when the site made the NVIDIA runtime its default (then `docker run` without --gpus reads it).
     gpu_hook: ClassVar[bool] = False
@@ -178,6 +180,7 @@ class Runtime:
 class Pyxis(Runtime):
     name = "pyxis"
     rank_wrapper_kind = False
+    container_flags = True
     gpu_hook = True
     fstab_mounts = True
     host_env = True
@@ -345,8 +348,44 @@ class Docker(Runtime):
                           "and the NVIDIA container toolkit")
 
 
+class Edf(Runtime):
+    """CSCS's production Container Engine: ``srun --environment=FILE``, the EDF written beside the script
+    (:mod:`imagekit.launch.edf`); its hooks bring PMIx, GPUs and the network."""
+
+    name = "edf"
+    rank_wrapper_kind = False
+    writes_files = True
+    engine_name = edf.PRODUCTION
+    flag = "--environment"
+    shm_note = " (the Container Engine's)"
+
+    def files(self, workload: Workload) -> dict[str, str]:
+        return {f"imagekit-{workload.job_id}.toml": edf.render(
+            engine=self.engine_name, image=workload.image, env=workload.container_env, mounts=workload.mounts,
+            workdir=workload.workdir, gpus=workload.wants_gpus, traits=workload.traits)}
+
+    def srun_lines(self, step: SrunStep) -> list[str]:
+        (path,) = step.files.values()
+        return [f"# The job's containers are described by {path} (EDF): image, environment, mounts, hooks.",
+                quote(step.srun + [f"{self.flag}={path}"]) + " " + quote(step.rank.workload.command)]
+
+
+class SarusSuite(Edf):
+    """CSCS's Sarus Suite (Podman): ``srun --edf=FILE``; registry references only."""
+
+    name = "sarus-suite"
+    engine_name = edf.SARUS_SUITE
+    flag = "--edf"
+
+    def check_image(self, image: str) -> None:
+        if image.startswith(("/", ".")):
+            raise UsageError(f"sarus-suite: image: {image} is a file path, and Sarus Suite takes registry "
+                             "references only (its image store is Podman's)",
+                             "push the image and give its reference (REGISTRY#IMAGE:TAG), or use --runtime edf")
+
+
 # The runtimes, in the order the CLI and errors name them. A new runtime: its class above and a row here.
-_ALL: tuple[Runtime, ...] = (Pyxis(), Apptainer(), Enroot(), Docker())
+_ALL: tuple[Runtime, ...] = (Pyxis(), Apptainer(), Enroot(), Docker(), Edf(), SarusSuite())
 _BY_NAME = {rt.name: rt for rt in _ALL}
 RUNTIMES: tuple[str, ...] = tuple(_BY_NAME)
 

@@ -118,6 +118,11 @@ class Srun(Starter):
     def check(self, job: Job) -> None:
         """What only this starter refuses: ``--stage`` without Pyxis or with a file image."""
         workload = job.workload
+        for flag, given in (("--container-name", self.container_name is not None),
+                            ("--mount-home/--no-mount-home", self.mount_home is not None)):
+            if given and not workload.runtime.container_flags:
+                raise UsageError(f"slurm --runtime {workload.runtime.name}: {flag} is Pyxis's, and this runtime has "
+                                 "no such setting", f"drop {flag.split('/')[0]}, or use --runtime pyxis")
         if self.stage == "none":
             return
         if workload.runtime is None or not workload.runtime.stages:

@@ -19,6 +19,7 @@ from imagekit.launch.mpijob import MpiOperator
 from imagekit.launch.mpirun import HostMpirun
 from imagekit.launch.opts import Opt, opt
 from imagekit.launch.schedulers import Kubernetes, Local, Slurm
+from imagekit.launch.skypilot import NodeZeroMpirun, SkyPilot
 from imagekit.launch.slurm import Srun
 from imagekit.launch.trainer import Trainer
 
@@ -148,6 +149,15 @@ TARGETS: tuple[Target, ...] = (
     \b
     Example:
       imagekit launch jobset --image reg/img:tag --nodes 4 --gpus-per-node 8 -o job.yaml -- ./app
+    """),
+    Target("skypilot", NodeZeroMpirun, (SkyPilot,), workload=("image", "env", "mounts"), validate=False,
+           help="""Write a SkyPilot task (0.13/0.14 YAML): the image on N nodes, mpirun from node 0.
+
+    \b
+    Examples:
+      imagekit launch skypilot --image reg/img:tag --nodes 2 --gpus-per-node 8 --accelerator H100 \
+          -o task.yaml -- all_reduce_perf -b 8 -e 1G -f 2 -g 1
+      sky launch -c mpi task.yaml
     """),
 )
 

@@ -129,6 +129,9 @@ class Trainer(Starter):
         return check_count("--gpus-per-node", values.get("gpus") or 0, 0)
 
     def check(self, job: Job) -> None:
+        if self.flux:
+            flux_view(job.workload.traits)
+            return
         mpi = job.workload.mpi
         if mpi.open_mpi is False:
             raise UsageError(f"trainer: mpiImplementation: the image's MPI is {mpi.name}; Trainer's CRD takes OpenMPI "
