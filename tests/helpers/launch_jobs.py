@@ -12,6 +12,7 @@ from imagekit.launch import runtimes
 from imagekit.launch.inside_out.sshd_inside import SshdInside
 from imagekit.launch.mpijob import MpiOperator
 from imagekit.launch.mpirun import HostMpirun
+from imagekit.launch.pods import PodSizes
 from imagekit.launch.schedulers import Kubernetes, Local, Slurm
 from imagekit.launch.slurm import Srun
 from imagekit.launch.starters import Job
@@ -70,8 +71,10 @@ def mpijob(**kw) -> Job:
     """``mpijob.MPIJobSpec``'s keywords of old: name, workers, gpus_per_worker, slots_per_worker, namespace..."""
     gpus = kw.pop("gpus_per_worker", 0)
     cluster = Kubernetes(name=kw.pop("name", "imagekit"), namespace=kw.pop("namespace", None))
-    starter = MpiOperator(workers=kw.pop("workers"), **{k: kw.pop(k) for k in (
-        "slots_per_worker", "cpu", "memory", "ssh_auth_mount_path", "shm_size", "clean_pod_policy") if k in kw})
+    sizes = PodSizes(nodes=kw.pop("workers"), procs_per_node=kw.pop("slots_per_worker", None),
+                     **{k: kw.pop(k) for k in ("cpu", "memory", "shm_size") if k in kw},
+                     nodes_flag="--workers", procs_flag="--slots-per-worker")
+    starter = MpiOperator(sizes, **{k: kw.pop(k) for k in ("ssh_auth_mount_path", "clean_pod_policy") if k in kw})
     workload = _workload(kw, MpiOperator, None, starter.gpus({"gpus": gpus}))
     assert not kw, f"unknown keywords {sorted(kw)}"
     return Job(workload, cluster, starter)

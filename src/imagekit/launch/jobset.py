@@ -25,10 +25,9 @@ import yaml
 
 from imagekit.util.errors import UsageError
 from imagekit.launch import pods
+from imagekit.launch.pods import PodSizes
 from imagekit.launch.common import check_count
-from imagekit.launch.mpijob import check_quantity
 from imagekit.launch.opts import FILE, opt
-from imagekit.launch.runtimes import Runtime
 from imagekit.launch.schedulers import Kubernetes
 from imagekit.launch.starters import Job, LauncherNeeds, Output, Starter
 
@@ -40,15 +39,11 @@ _SECRET = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 @dataclass(frozen=True)
 class JobSetPods(Starter):
-    """A JobSet of ``nodes`` sshd worker pods (``procs_per_node`` ranks each; None: one per GPU, else 1)
-    and one launcher pod; the ssh key from the Secret ``ssh_secret`` (None: ``<name>-ssh``)."""
+    """A JobSet of ``sizes.nodes`` sshd worker pods (``sizes.procs_per_node`` ranks each) and one launcher
+    pod; the ssh key from the Secret ``ssh_secret`` (None: ``<name>-ssh``)."""
 
-    nodes: int
-    procs_per_node: int | None = None
-    cpu: str | None = None
-    memory: str | None = None
+    sizes: PodSizes
     ssh_secret: str | None = None
-    shm_size: str | None = "1Gi"
     needs: ClassVar = LauncherNeeds(here=False)
     options: ClassVar = (
         opt("--name", default="imagekit", show_default=True, help="The JobSet's name (a DNS-1123 label)."),
@@ -63,29 +58,16 @@ class JobSetPods(Starter):
     )
 
     def __post_init__(self) -> None:
-        check_count("--nodes", self.nodes)
-        if self.procs_per_node is not None:
-            check_count("--procs-per-node", self.procs_per_node)
-        for what, value in (("--cpu", self.cpu), ("--memory", self.memory), ("shm size", self.shm_size)):
-            check_quantity(what, value)
         if self.ssh_secret is not None and (not _SECRET.match(self.ssh_secret) or len(self.ssh_secret) > 253):
             raise UsageError(f"jobset: --ssh-secret {self.ssh_secret!r} is not a Secret's name",
                              "lower-case letters, digits, '-' and '.'")
 
     @classmethod
-    def accepts(cls, runtime: Runtime) -> bool:
-        return False    # the cluster's own container runtime starts the pods
-
-    @classmethod
     def from_options(cls, values: dict) -> "JobSetPods":
-        keys = ("procs_per_node", "cpu", "memory", "ssh_secret")
-        return cls(nodes=values["nodes"], **{k: values[k] for k in keys if values.get(k) is not None})
+        return cls(PodSizes.from_options(values), ssh_secret=values.get("ssh_secret"))
 
     def gpus(self, values: dict) -> int:
         return check_count("--gpus-per-node", values.get("gpus") or 0, 0)
-
-    def slots(self, gpus: int) -> int:
-        return self.procs_per_node or (gpus if gpus > 0 else 1)
 
     def files(self, job: Job) -> list[Output]:
         text = "---\n".join(yaml.safe_dump(d, sort_keys=False, default_flow_style=False) for d in manifests(job))
@@ -101,11 +83,12 @@ def manifests(job: Job) -> tuple[dict, dict]:
     """The hostfile's ConfigMap and the JobSet, as plain dicts."""
     w, starter, cluster = job.workload, job.starter, job.scheduler
     assert isinstance(starter, JobSetPods) and isinstance(cluster, Kubernetes)
-    slots = starter.slots(w.gpus)
+    sizes = starter.sizes
+    slots = sizes.slots(w.gpus)
     both = w.container_env
     hostfile_map = f"{cluster.name}-hostfile"
     config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": cluster.metadata(hostfile_map),
-              "data": {"hostfile": "".join(f"{h} slots={slots}\n" for h in hosts(cluster.name, starter.nodes))}}
+              "data": {"hostfile": "".join(f"{h} slots={slots}\n" for h in hosts(cluster.name, sizes.nodes))}}
     keys = {"name": "ssh", "secret": {"secretName": starter.ssh_secret or f"{cluster.name}-ssh",
                                        "items": [{"key": pods.PRIVATE_KEY, "path": pods.PRIVATE_KEY},
                                                  {"key": pods.AUTHORIZED_KEYS, "path": pods.AUTHORIZED_KEYS}]}}
@@ -116,19 +99,19 @@ def manifests(job: Job) -> tuple[dict, dict]:
             "readinessProbe": {"tcpSocket": {"port": SSH_PORT}}, "volumeMounts": [dict(mount)]}
     if both:
         node["env"] = pods.env_list(both)
-    res = pods.limits(w.gpus, starter.cpu, starter.memory)
+    res = pods.limits(w.gpus, sizes.cpu, sizes.memory)
     if res:
         node["resources"] = res
-    argv = pods.mpirun_argv(starter.nodes * slots, list(both), list(w.command))
+    argv = pods.mpirun_argv(sizes.nodes * slots, list(both), list(w.command))
     launcher = {"name": "launcher", "image": w.image, "command": pods.launcher_command(argv),
                 "env": pods.env_list({**pods.launcher_env(w.mpi, f"{HOSTFILE_DIR}/hostfile"), **both}),
                 "volumeMounts": [dict(mount), {"name": "hostfile", "mountPath": HOSTFILE_DIR, "readOnly": True}]}
-    res = pods.limits(0, starter.cpu, starter.memory)
+    res = pods.limits(0, sizes.cpu, sizes.memory)
     if res:
         launcher["resources"] = res
 
     def pod(container: dict, volumes: list[dict]) -> dict:
-        spec = pods.with_shm({"containers": [container], "restartPolicy": "Never"}, container, starter.shm_size)
+        spec = pods.with_shm({"containers": [container], "restartPolicy": "Never"}, container, sizes.shm_size)
         spec["volumes"] = spec.get("volumes", []) + volumes
         return {"spec": spec}
 
@@ -141,7 +124,7 @@ def manifests(job: Job) -> tuple[dict, dict]:
             "successPolicy": {"operator": "All", "targetReplicatedJobs": ["launcher"]},
             "replicatedJobs": [
                 {"name": "node", "replicas": 1,
-                 "template": {"spec": {"parallelism": starter.nodes, "completions": starter.nodes,
+                 "template": {"spec": {"parallelism": sizes.nodes, "completions": sizes.nodes,
                                        "backoffLimit": 0, "template": node_pod}}},
                 {"name": "launcher", "replicas": 1, "dependsOn": [{"name": "node", "status": "Ready"}],
                  "template": {"spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0,

@@ -25,6 +25,11 @@ OPEN_MPI = "openmpi"
 # so there is no host key to know (the job's private network is the trust boundary), and a worker's
 # sshd may still be starting.
 SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectionAttempts=10"
+# Each runtime's names for the hostfile, the ssh options and keeping hosts' FQDNs, and the value that
+# last one needs: ORTE keeps the FQDNs the operators' hostfiles hold; PRRTE must not, or the launcher's
+# own FQDN entry never matches the name it resolves for itself.
+ORTE = ("OMPI_MCA_orte_default_hostfile", "OMPI_MCA_plm_rsh_args", "OMPI_MCA_orte_keep_fqdn_hostnames", "true")
+PRRTE = ("PRTE_MCA_prte_default_hostfile", "PRTE_MCA_plm_ssh_args", "PRTE_MCA_prte_keep_fqdn_hostnames", "false")
 
 
 @dataclass(frozen=True)
@@ -69,18 +74,11 @@ class MpiFlavour:
         """The variables that make ``mpirun`` start ranks on the hosts of ``hostfile`` over ssh with
         ``ssh_args``, in this MPI's words (both sets where it is not known)."""
         out: dict[str, str] = {}
-        if self.orte:
-            if hostfile:
-                out["OMPI_MCA_orte_default_hostfile"] = hostfile
-            if ssh_args:
-                out["OMPI_MCA_plm_rsh_args"] = ssh_args
-            out["OMPI_MCA_orte_keep_fqdn_hostnames"] = "true"
-        if self.prrte:
-            if hostfile:
-                out["PRTE_MCA_prte_default_hostfile"] = hostfile
-            if ssh_args:
-                out["PRTE_MCA_plm_ssh_args"] = ssh_args
-            out["PRTE_MCA_prte_keep_fqdn_hostnames"] = "false"
+        for used, (hostfile_name, ssh_name, fqdn_name, fqdn) in ((self.orte, ORTE), (self.prrte, PRRTE)):
+            if not used:
+                continue
+            out.update({k: v for k, v in ((hostfile_name, hostfile), (ssh_name, ssh_args)) if v})
+            out[fqdn_name] = fqdn
         return out
 
     @property

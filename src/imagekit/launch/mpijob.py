@@ -22,36 +22,22 @@ from imagekit.util.errors import UsageError
 from imagekit.launch import pods
 from imagekit.launch.common import check_count
 from imagekit.launch.opts import FILE, opt
-from imagekit.launch.runtimes import Runtime
 from imagekit.launch.schedulers import Kubernetes
 from imagekit.launch.starters import Job, LauncherNeeds, Output, Starter
 
 API_VERSION = "kubeflow.org/v2beta1"
 # Where the operator mounts the hostfile it writes (mpi-operator: configMountPath + hostfileName).
 HOSTFILE = "/etc/mpi/hostfile"
-# A Kubernetes resource quantity (cpu: 500m, memory: 8Gi, 1.5e3): what the API server accepts.
-_QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 _MOUNT_PATH = re.compile(r"^/[A-Za-z0-9_./-]*$")
-
-
-def check_quantity(what: str, value: str | None) -> str | None:
-    """A Kubernetes resource quantity, as the API server takes it (one token: no YAML structure)."""
-    if value is not None and not _QUANTITY.match(value):
-        raise UsageError(f"{what} {value!r} is not a Kubernetes quantity", "e.g. 8, 500m, 16Gi, 1.5G")
-    return value
 
 
 @dataclass(frozen=True)
 class MpiOperator(Starter):
-    """The Kubeflow MPI Operator starts the ranks: ``workers`` sshd pods, ``slots_per_worker`` ranks each
-    (None: one per GPU, else 1), the launcher pod runs ``mpirun``; per-pod ``cpu`` and ``memory`` limits."""
+    """The Kubeflow MPI Operator starts the ranks: ``sizes.nodes`` sshd worker pods, ``sizes.procs_per_node``
+    ranks each (``slotsPerWorker``), the launcher pod runs ``mpirun``."""
 
-    workers: int
-    slots_per_worker: int | None = None
-    cpu: str | None = None
-    memory: str | None = None
+    sizes: pods.PodSizes
     ssh_auth_mount_path: str = pods.KEYS
-    shm_size: str | None = "1Gi"
     clean_pod_policy: str = "Running"
     needs: ClassVar = LauncherNeeds(here=False)
     hides_gpus: ClassVar = False
@@ -67,31 +53,20 @@ class MpiOperator(Starter):
     )
 
     def __post_init__(self) -> None:
-        check_count("--workers", self.workers)
-        if self.slots_per_worker is not None:
-            check_count("--slots-per-worker", self.slots_per_worker)
         if self.clean_pod_policy not in ("All", "Running", "None"):
             raise UsageError(f"unknown cleanPodPolicy {self.clean_pod_policy!r}", "use All, Running or None")
-        for field_name, value in (("--cpu", self.cpu), ("--memory", self.memory), ("shm size", self.shm_size)):
-            check_quantity(field_name, value)
         if not _MOUNT_PATH.match(self.ssh_auth_mount_path) or ".." in self.ssh_auth_mount_path.split("/"):
             raise UsageError(f"sshAuthMountPath {self.ssh_auth_mount_path!r} is not an absolute path",
                              "letters, digits, '_', '.', '-' and '/', no '..'")
 
     @classmethod
-    def accepts(cls, runtime: Runtime) -> bool:
-        return False    # the cluster's own container runtime starts the pods
-
-    @classmethod
     def from_options(cls, values: dict) -> "MpiOperator":
-        keys = ("slots_per_worker", "cpu", "memory")
-        return cls(workers=values["workers"], **{k: values[k] for k in keys if values.get(k) is not None})
+        return cls(pods.PodSizes.from_options(values, nodes="workers", procs="slots_per_worker",
+                                              nodes_flag="--workers", procs_flag="--slots-per-worker"))
 
     def gpus(self, values: dict) -> int:
         return check_count("--gpus-per-worker", values.get("gpus") or 0, 0)
 
-    def slots(self, gpus: int) -> int:
-        return self.slots_per_worker or gpus or 1
 
     def files(self, job: Job) -> list[Output]:
         return [Output(f"{job.scheduler.name}.yaml", render(job), 0o644)]
@@ -103,21 +78,22 @@ def build(job: Job) -> dict:
     w, operator, cluster = job.workload, job.starter, job.scheduler
     assert isinstance(operator, MpiOperator) and isinstance(cluster, Kubernetes)
     both = w.container_env
-    slots = operator.slots(w.gpus)
+    sizes = operator.sizes
+    slots = sizes.slots(w.gpus)
     launcher = {
         "name": "launcher",
         "image": w.image,
-        "command": pods.launcher_command(pods.mpirun_argv(operator.workers * slots, list(both), list(w.command))),
+        "command": pods.launcher_command(pods.mpirun_argv(sizes.nodes * slots, list(both), list(w.command))),
         # The image's MPI's own words for the operator's hostfile and ssh (the operator sets ORTE's only).
         "env": pods.env_list({**pods.launcher_env(w.mpi, HOSTFILE), **both}),
     }
-    res = pods.limits(0, operator.cpu, operator.memory)
+    res = pods.limits(0, sizes.cpu, sizes.memory)
     if res:
         launcher["resources"] = res
     worker = {"name": "worker", "image": w.image, "command": pods.worker_command()}
     if both:
         worker["env"] = pods.env_list(both)
-    res = pods.limits(w.gpus, operator.cpu, operator.memory)
+    res = pods.limits(w.gpus, sizes.cpu, sizes.memory)
     if res:
         worker["resources"] = res
     return {
@@ -132,9 +108,9 @@ def build(job: Job) -> dict:
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "OnFailure",
                              "template": {"spec": pods.with_shm({"containers": [launcher]}, launcher,
-                                                                operator.shm_size)}},
-                "Worker": {"replicas": operator.workers, "restartPolicy": "Never",
-                           "template": {"spec": pods.with_shm({"containers": [worker]}, worker, operator.shm_size)}},
+                                                                sizes.shm_size)}},
+                "Worker": {"replicas": sizes.nodes, "restartPolicy": "Never",
+                           "template": {"spec": pods.with_shm({"containers": [worker]}, worker, sizes.shm_size)}},
             },
         },
     }

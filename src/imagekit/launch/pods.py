@@ -20,9 +20,12 @@ environment to the sessions mpirun opens (PATH to ``orted``/``prted``), as insid
 
 from __future__ import annotations
 
+import re
 import shlex
+from dataclasses import dataclass
 
-from imagekit.launch.common import MPIRUN
+from imagekit.util.errors import UsageError
+from imagekit.launch.common import MPIRUN, check_count
 from imagekit.launch.mpi import SSH_ARGS, MpiFlavour
 
 # Where the job's ssh Secret is mounted (not ~/.ssh, whose modes a Secret volume cannot give).
@@ -37,6 +40,47 @@ _INSTALL = (
     f"cp {KEYS}/{AUTHORIZED_KEYS} /root/.ssh/{AUTHORIZED_KEYS}; "
     f"printf %s {shlex.quote(SSH_CONFIG)} > /root/.ssh/config; "
 )
+
+
+# A Kubernetes resource quantity (cpu: 500m, memory: 8Gi, 1.5e3): what the API server accepts.
+_QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
+
+
+def check_quantity(what: str, value: str | None) -> str | None:
+    """A Kubernetes resource quantity, as the API server takes it (one token: no YAML structure)."""
+    if value is not None and not _QUANTITY.match(value):
+        raise UsageError(f"{what} {value!r} is not a Kubernetes quantity", "e.g. 8, 500m, 16Gi, 1.5G")
+    return value
+
+
+@dataclass(frozen=True)
+class PodSizes:
+    """How many worker pods (``nodes``, named by the target's own flag), how many ranks each
+    (``procs_per_node``; None: one per GPU, else 1), and each pod's limits and /dev/shm."""
+
+    nodes: int
+    procs_per_node: int | None = None
+    cpu: str | None = None
+    memory: str | None = None
+    shm_size: str | None = "1Gi"
+    nodes_flag: str = "--nodes"
+    procs_flag: str = "--procs-per-node"
+
+    def __post_init__(self) -> None:
+        check_count(self.nodes_flag, self.nodes)
+        if self.procs_per_node is not None:
+            check_count(self.procs_flag, self.procs_per_node)
+        for what, value in (("--cpu", self.cpu), ("--memory", self.memory), ("shm size", self.shm_size)):
+            check_quantity(what, value)
+
+    @classmethod
+    def from_options(cls, values: dict, nodes: str = "nodes", procs: str = "procs_per_node", **flags) -> "PodSizes":
+        given = {k: values[v] for k, v in (("procs_per_node", procs), ("cpu", "cpu"), ("memory", "memory"))
+                 if values.get(v) is not None}
+        return cls(nodes=values[nodes], **given, **flags)
+
+    def slots(self, gpus: int) -> int:
+        return self.procs_per_node or (gpus if gpus > 0 else 1)
 
 
 def worker_command(port: int = 22) -> list[str]:

@@ -26,7 +26,6 @@ from imagekit.util.errors import UsageError
 from imagekit.launch.common import MPIRUN, check_count, check_token
 from imagekit.launch.mpi import SSH_ARGS
 from imagekit.launch.opts import FILE, opt
-from imagekit.launch.runtimes import Runtime
 from imagekit.launch.schedulers import print_or_write
 from imagekit.launch.starters import Job, LauncherNeeds, Output, Starter
 
@@ -90,10 +89,6 @@ class NodeZeroMpirun(Starter):
         for what, value in (("--cpus", self.cpus), ("--memory", self.memory)):
             if value is not None and not re.fullmatch(r"\d+(\.\d+)?\+?", value):
                 raise UsageError(f"skypilot: resources.{what[2:]}: {value!r} is not a count", "e.g. 16 or 16+")
-
-    @classmethod
-    def accepts(cls, runtime: Runtime) -> bool:
-        return False    # SkyPilot starts the image on each node itself
 
     @classmethod
     def from_options(cls, values: dict) -> "NodeZeroMpirun":

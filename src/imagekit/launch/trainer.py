@@ -36,9 +36,9 @@ import yaml
 from imagekit.util.errors import UsageError
 from imagekit.launch import pods
 from imagekit.launch.common import check_count
-from imagekit.launch.mpijob import API_VERSION as MPIJOB_API, check_quantity
+from imagekit.launch.mpijob import API_VERSION as MPIJOB_API
+from imagekit.launch.pods import PodSizes
 from imagekit.launch.opts import FILE, opt
-from imagekit.launch.runtimes import Runtime
 from imagekit.launch.schedulers import Kubernetes
 from imagekit.launch.starters import Job, LauncherNeeds, Output, Starter
 from imagekit.launch.traits import ImageTraits
@@ -65,16 +65,12 @@ FLUX_VIEW_REPO = "ghcr.io/converged-computing/flux-view-{os}"
 
 @dataclass(frozen=True)
 class Trainer(Starter):
-    """A TrainJob on ``nodes`` worker pods, ``procs_per_node`` ranks each (None: one per GPU, else 1),
-    against a runtime of ``runtime_kind``; ``flux``: Trainer's Flux policy instead of MPI."""
+    """A TrainJob on ``sizes.nodes`` worker pods, ``sizes.procs_per_node`` ranks each, against a runtime of
+    ``runtime_kind``; ``flux``: Trainer's Flux policy instead of MPI."""
 
-    nodes: int
-    procs_per_node: int | None = None
-    cpu: str | None = None
-    memory: str | None = None
+    sizes: PodSizes
     runtime_kind: str = KINDS[0]
     flux: bool = False
-    shm_size: str | None = "1Gi"
     needs: ClassVar = LauncherNeeds(here=False)
     options: ClassVar = (
         opt("--name", default="imagekit", show_default=True, help="The TrainJob's name (a DNS-1123 label); "
@@ -94,17 +90,6 @@ class Trainer(Starter):
         opt("--output", "-o", path=FILE, help="Write the manifests here (default: stdout)."),
     )
 
-    def __post_init__(self) -> None:
-        check_count("--nodes", self.nodes)
-        if self.procs_per_node is not None:
-            check_count("--procs-per-node", self.procs_per_node)
-        for what, value in (("--cpu", self.cpu), ("--memory", self.memory), ("shm size", self.shm_size)):
-            check_quantity(what, value)
-
-    @classmethod
-    def accepts(cls, runtime: Runtime) -> bool:
-        return False    # the cluster's own container runtime starts the pods
-
     @classmethod
     def amend(cls, request: "LaunchRequest", log: Callable[[str], None]) -> "LaunchRequest":
         """``--from-mpijob FILE``: the MPIJob's image, command, env and sizes, where the command line left
@@ -122,8 +107,8 @@ class Trainer(Starter):
     def from_options(cls, values: dict) -> "Trainer":
         if values.get("nodes") is None:
             raise UsageError("trainer: --nodes is missing", "give the worker pods: --nodes N")
-        keys = ("procs_per_node", "cpu", "memory", "runtime_kind", "flux")
-        return cls(nodes=values["nodes"], **{k: values[k] for k in keys if values.get(k) is not None})
+        keys = ("runtime_kind", "flux")
+        return cls(PodSizes.from_options(values), **{k: values[k] for k in keys if values.get(k) is not None})
 
     def gpus(self, values: dict) -> int:
         return check_count("--gpus-per-node", values.get("gpus") or 0, 0)
@@ -137,9 +122,6 @@ class Trainer(Starter):
             raise UsageError(f"trainer: mpiImplementation: the image's MPI is {mpi.name}; Trainer's CRD takes OpenMPI "
                              "only (IntelMPI/MPICH fail at run time, kubeflow/trainer#4025)",
                              "use an Open MPI image, or `imagekit launch jobset`")
-
-    def slots(self, gpus: int) -> int:
-        return self.procs_per_node or (gpus if gpus > 0 else 1)
 
     def files(self, job: Job) -> list[Output]:
         runtime, trainjob = (flux_manifests if self.flux else manifests)(job)
@@ -163,17 +145,17 @@ def manifests(job: Job) -> tuple[dict, dict]:
     """The MPI runtime and the TrainJob, as plain dicts."""
     w, trainer = job.workload, job.starter
     assert isinstance(trainer, Trainer) and isinstance(job.scheduler, Kubernetes)
-    slots = trainer.slots(w.gpus)
+    slots = trainer.sizes.slots(w.gpus)
     both = w.container_env
     node = {"name": "node", "image": w.image, "command": pods.worker_command(SSH_PORT),
             "readinessProbe": {"tcpSocket": {"port": SSH_PORT}}}
     if both:
         node["env"] = pods.env_list(both)
-    res = pods.limits(w.gpus, trainer.cpu, trainer.memory)
+    res = pods.limits(w.gpus, trainer.sizes.cpu, trainer.sizes.memory)
     if res:
         node["resources"] = res
     launcher = {"name": "node", "image": w.image, "env": pods.env_list(pods.launcher_env(w.mpi, HOSTFILE))}
-    res = pods.limits(0, trainer.cpu, trainer.memory)
+    res = pods.limits(0, trainer.sizes.cpu, trainer.sizes.memory)
     if res:
         launcher["resources"] = res
     runtime = {
@@ -181,7 +163,7 @@ def manifests(job: Job) -> tuple[dict, dict]:
         "kind": trainer.runtime_kind,
         "metadata": _runtime_meta(job, trainer.runtime_kind),
         "spec": {
-            "mlPolicy": {"numNodes": trainer.nodes,
+            "mlPolicy": {"numNodes": trainer.sizes.nodes,
                          "mpi": {"numProcPerNode": slots, "mpiImplementation": "OpenMPI",
                                  "sshAuthMountPath": pods.KEYS, "runLauncherAsNode": False}},
             "template": {"spec": {
@@ -189,17 +171,17 @@ def manifests(job: Job) -> tuple[dict, dict]:
                 "successPolicy": {"operator": "All", "targetReplicatedJobs": ["launcher"]},
                 "replicatedJobs": [
                     {"name": "node", "template": {"spec": {"template": {"spec": pods.with_shm(
-                        {"containers": [node]}, node, trainer.shm_size)}}}},
+                        {"containers": [node]}, node, trainer.sizes.shm_size)}}}},
                     {"name": "launcher", "dependsOn": [{"name": "node", "status": "Ready"}],
                      "template": {"metadata": {"labels": {ANCESTOR: "trainer"}},
                                   "spec": {"template": {"spec": pods.with_shm(
-                                      {"containers": [launcher]}, launcher, trainer.shm_size)}}}},
+                                      {"containers": [launcher]}, launcher, trainer.sizes.shm_size)}}}},
                 ]}},
         },
     }
     spec: dict = {"runtimeRef": _runtime_ref(job, trainer.runtime_kind), "trainer": {
-        "numNodes": trainer.nodes,
-        "command": pods.launcher_command(pods.mpirun_argv(trainer.nodes * slots, list(both), list(w.command)))}}
+        "numNodes": trainer.sizes.nodes,
+        "command": pods.launcher_command(pods.mpirun_argv(trainer.sizes.nodes * slots, list(both), list(w.command)))}}
     if both:
         # The job's variables reach the launcher (the ancestor) here, and every rank through -x.
         spec["trainer"]["env"] = pods.env_list(both)
@@ -228,7 +210,7 @@ def flux_manifests(job: Job) -> tuple[dict, dict]:
     view = flux_view(w.traits)
     runtime = {
         "apiVersion": API_VERSION, "kind": trainer.runtime_kind, "metadata": _runtime_meta(job, trainer.runtime_kind),
-        "spec": {"mlPolicy": {"numNodes": trainer.nodes, "flux": {"numProcPerNode": trainer.slots(w.gpus)}},
+        "spec": {"mlPolicy": {"numNodes": trainer.sizes.nodes, "flux": {"numProcPerNode": trainer.sizes.slots(w.gpus)}},
                  "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
                      "metadata": {"labels": {ANCESTOR: "trainer"}},
                      "spec": {"template": {"spec": {"containers": [{"name": "node", "image": w.image}]}}}}}]}}},
@@ -237,7 +219,7 @@ def flux_manifests(job: Job) -> tuple[dict, dict]:
     env = {**w.container_env, "FLUX_VIEW_IMAGE": view}
     trainjob = {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": job.scheduler.metadata(),
                 "spec": {"runtimeRef": _runtime_ref(job, trainer.runtime_kind),
-                         "trainer": {"numNodes": trainer.nodes, "command": list(w.command),
+                         "trainer": {"numNodes": trainer.sizes.nodes, "command": list(w.command),
                                      "env": pods.env_list(env)}}}
     return runtime, trainjob
 
