@@ -46,8 +46,7 @@ class Target:
                            metavar="|".join(runtimes.names(self.starter))),
             "workdir": opt("--workdir", help="Working directory inside the container."),
             "env": opt("--env", multiple=True, metavar="NAME=VALUE",
-                       help=None if not self.validate else "Set in every rank (repeatable; bare NAME copies it "
-                                                           "from here)."),
+                       help="Set in every rank (repeatable; bare NAME copies it from here)."),
             "mounts": opt("--mounts", multiple=True, metavar="SRC:DST[:ro]",
                           help="Bind mounts, repeatable or comma-separated."),
             "profile": opt("--profile", dest="profiles", multiple=True, metavar="NAME",

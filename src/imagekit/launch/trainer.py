@@ -35,7 +35,7 @@ import yaml
 
 from imagekit.util.errors import UsageError
 from imagekit.launch import pods
-from imagekit.launch.common import check_count
+from imagekit.launch.common import MPIRUN, check_count
 from imagekit.launch.mpijob import API_VERSION as MPIJOB_API
 from imagekit.launch.pods import PodSizes
 from imagekit.launch.opts import FILE, opt
@@ -286,7 +286,7 @@ def read_mpijob(path: Path, log: Callable[[str], None]) -> FromMpijob:
 def _mpirun_command(argv: list[str], path: Path) -> list[str]:
     """The rank command of ``mpirun -np N [--allow-run-as-root] [-x NAME]... COMMAND`` (Trainer drops
     ``-np``: the TrainJob's own mpirun is written from numNodes and numProcPerNode)."""
-    if not argv or Path(argv[0]).name != "mpirun":
+    if not argv or Path(argv[0]).name != MPIRUN:
         raise UsageError(f"trainer --from-mpijob: {path}: the launcher runs {argv[:1] or 'nothing'}, not mpirun",
                          "give a manifest `imagekit launch mpijob` wrote")
     rest = argv[1:]
