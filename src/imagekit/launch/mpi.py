@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from imagekit.image_facts import ImageFacts
+from imagekit.image_facts import ImageFacts, role_label
 
 OPEN_MPI = "openmpi"
 # The ssh options a job's launcher uses to reach its workers: pods and containers are new on every run,
@@ -48,7 +48,9 @@ class MpiFlavour:
         mpi = facts.provider("mpi")
         if mpi is None:
             return cls()
-        m = re.match(r"\D*(\d+)", facts.role_version("mpi") or mpi.version or "")
+        # A bundle's own version (HPC-X 2.21) is not its Open MPI's: only the role's label says that.
+        said = mpi.version if mpi.name == OPEN_MPI else (facts.labels or {}).get(role_label("mpi", "version"))
+        m = re.match(r"\D*(\d+)", said or "")
         return cls(major=int(m.group(1)) if m else None, name=mpi.name)
 
     @property

@@ -38,7 +38,7 @@ from imagekit.launch.opts import FILE, opt
 from imagekit.launch.runtimes import RankStart, Runtime, SrunStep
 from imagekit.launch.schedulers import Slurm
 from imagekit.launch.starters import Job, LauncherNeeds, Output, Starter
-from imagekit.launch.workload import Workload
+from imagekit.launch.workload import ALL_GPUS, Workload
 
 STAGES = ("none", "shared", "sbcast")
 
@@ -109,7 +109,7 @@ class Srun(Starter):
         # Anything naming GPUs among srun's own arguments (--gres=gpu:N, --gpus…, a gpu partition) keeps the
         # GPU runtime: in doubt, GPUs the user may have asked for are not hidden.
         asked = check_count("--gpus-per-node", values.get("gpus") or 0, 0)
-        return asked or (-1 if any("gpu" in a.lower() for a in self.srun_args) else 0)
+        return asked or (ALL_GPUS if any("gpu" in a.lower() for a in self.srun_args) else 0)
 
     def job_env(self, env: dict[str, str]) -> dict[str, str]:
         """--nccl-debug: NCCL_DEBUG=INFO, unless the job sets it."""

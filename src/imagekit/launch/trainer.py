@@ -98,6 +98,8 @@ class Trainer(Starter):
         if not path:
             return request
         old = read_mpijob(Path(path), log)
+        # The CLI hands every option, given or not: a default value (None, 0, off, the default name) is
+        # taken as not given, so the MPIJob's own value stands.
         given = {k: v for k, v in request.options.items() if v not in (None, 0, False, "imagekit")}
         return dataclasses.replace(request, image=request.image or old.image,
                                    command=request.command or old.command, env={**old.env, **request.env},

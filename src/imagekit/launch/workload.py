@@ -17,9 +17,11 @@ from typing import Protocol
 from imagekit.image_facts import BENCHMARK
 from imagekit.launch import gpu_env
 from imagekit.launch.common import Mount, check_image_env, check_job, new_job_id
+from imagekit.launch.mpi import MpiFlavour
 from imagekit.launch.traits import ImageTraits
 
-# Workload.gpus for "all of the host's GPUs" (docker --gpus all, apptainer --nv), where no count is asked.
+# Workload.gpus where GPUs are asked for without a count: "all of the host's" (docker --gpus all,
+# apptainer --nv), or a GPU request among srun's own arguments (--gres=gpu:4).
 ALL_GPUS = -1
 
 
@@ -73,8 +75,8 @@ class Workload:
             self.runtime.check_mounts(self.mounts)
 
     @property
-    def mpi(self):
-        """The image's MPI (:class:`~imagekit.launch.mpi.MpiFlavour`)."""
+    def mpi(self) -> MpiFlavour:
+        """The image's MPI."""
         return self.traits.mpi
 
     @property
