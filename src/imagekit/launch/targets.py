@@ -114,7 +114,7 @@ TARGETS: tuple[Target, ...] = (
       imagekit launch inside-out --scheduler slurm --image REF --nodes 4 -o io.sbatch -- ./app
       imagekit launch inside-out --image REF --nodes 2 --gpus --validate --system site/cluster.yaml
     """),
-    Target("mpijob", MpiOperator, (Kubernetes,), workload=("image", "env"), validate=False,
+    Target("mpijob", MpiOperator, (Kubernetes,), workload=("image", "env", "profile"), validate=False,
            help="""Write a Kubeflow MPIJob (kubeflow.org/v2beta1) manifest.
 
     \b
@@ -123,7 +123,8 @@ TARGETS: tuple[Target, ...] = (
           -o nccl.yaml -- all_reduce_perf -b 8 -e 1G -f 2 -g 1
       kubectl apply -f nccl.yaml
     """),
-    Target("trainer", Trainer, (Kubernetes,), workload=("image", "env"), validate=False, image_required=False,
+    Target("trainer", Trainer, (Kubernetes,), workload=("image", "env", "profile"), validate=False,
+           image_required=False,
            help="""Write a Kubeflow Trainer runtime and TrainJob (trainer.kubeflow.org/v1alpha1) running mpirun.
 
     \b
@@ -138,7 +139,7 @@ TARGETS: tuple[Target, ...] = (
       imagekit launch trainer --from-mpijob nccl-mpijob.yaml -o nccl-trainjob.yaml
       kubectl apply -f nccl.yaml
     """),
-    Target("jobset", JobSetPods, (Kubernetes,), workload=("image", "env"), validate=False,
+    Target("jobset", JobSetPods, (Kubernetes,), workload=("image", "env", "profile"), validate=False,
            help="""Write a JobSet (jobset.x-k8s.io/v1alpha2) of sshd pods and an mpirun launcher, for clusters without Trainer.
 
     \b
@@ -149,7 +150,7 @@ TARGETS: tuple[Target, ...] = (
     Example:
       imagekit launch jobset --image reg/img:tag --nodes 4 --gpus-per-node 8 -o job.yaml -- ./app
     """),
-    Target("skypilot", NodeZeroMpirun, (SkyPilot,), workload=("image", "env", "mounts"), validate=False,
+    Target("skypilot", NodeZeroMpirun, (SkyPilot,), workload=("image", "env", "profile", "mounts"), validate=False,
            help="""Write a SkyPilot task (0.13/0.14 YAML): the image on N nodes, mpirun from node 0.
 
     \b
