@@ -134,7 +134,7 @@ TARGETS: tuple[Target, ...] = (
     own Open MPI (4: ORTE, 5: PRRTE, both when its facts do not say).
     \b
     Examples:
-      imagekit launch trainer --name nccl --image reg/img:tag --nodes 2 --gpus-per-node 8 \
+      imagekit launch trainer --name nccl --image reg/img:tag --nodes 2 --gpus-per-node 8 \\
           -o nccl.yaml -- all_reduce_perf -b 8 -e 1G -f 2 -g 1
       imagekit launch trainer --from-mpijob nccl-mpijob.yaml -o nccl-trainjob.yaml
       kubectl apply -f nccl.yaml
@@ -155,7 +155,7 @@ TARGETS: tuple[Target, ...] = (
 
     \b
     Examples:
-      imagekit launch skypilot --image reg/img:tag --nodes 2 --gpus-per-node 8 --accelerator H100 \
+      imagekit launch skypilot --image reg/img:tag --nodes 2 --gpus-per-node 8 --accelerator H100 \\
           -o task.yaml -- all_reduce_perf -b 8 -e 1G -f 2 -g 1
       sky launch -c mpi task.yaml
     """),
