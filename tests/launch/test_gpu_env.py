@@ -39,9 +39,9 @@ def test_cpu_only_env_leaves_alone_what_needs_nothing(env, image_env, runtime):
 
 
 def test_the_hook_runtimes_are_the_ones_cpu_only_jobs_hide_gpus_from():
-    """Which runtimes the variable alone decides for: Enroot's hook, Pyxis through it, and Docker with the
-    NVIDIA runtime as the site's default; Apptainer reads it never."""
-    assert [n for n in runtimes.RUNTIMES if runtimes.of(n).gpu_hook] == ["pyxis", "enroot", "docker"]
+    """Which runtimes the variable alone decides for: Enroot's hook, Pyxis and the production CE (EDF) through
+    it, and Docker with the NVIDIA runtime as the site's default; Apptainer and Sarus Suite never."""
+    assert [n for n in runtimes.RUNTIMES if runtimes.of(n).gpu_hook] == ["pyxis", "enroot", "docker", "edf"]
 
 
 def fixes(runtime, launcher):

@@ -355,6 +355,7 @@ class Edf(Runtime):
     name = "edf"
     rank_wrapper_kind = False
     writes_files = True
+    gpu_hook = True     # the production CE starts Enroot, whose NVIDIA hook reads the variable
     engine_name = edf.PRODUCTION
     flag = "--environment"
     shm_note = " (the Container Engine's)"
@@ -376,6 +377,7 @@ class SarusSuite(Edf):
     name = "sarus-suite"
     engine_name = edf.SARUS_SUITE
     flag = "--edf"
+    gpu_hook = False    # Podman takes GPUs as CDI devices (the EDF's devices), never from the variable
 
     def check_image(self, image: str) -> None:
         if image.startswith(("/", ".")):
