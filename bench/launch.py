@@ -31,7 +31,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import record  # noqa: E402
-from imagekit.launch import inside_out, mpirun  # noqa: E402
+from imagekit.launch import inside_out, mpirun, plan, targets  # noqa: E402
+from imagekit.launch.session import LaunchRequest  # noqa: E402
+
+
+def _job(target: str, image: str, command: list[str], **options):
+    """The job `imagekit launch TARGET` composes for these options (no preflight: the bench runs it)."""
+    return plan.job(targets.of(target), LaunchRequest(image, tuple(command), preflight=False, options=options))
 
 PINGPONG = r"""
 import time
@@ -69,7 +75,7 @@ def startup(image: str, nodes: int, repeat: int) -> list[float]:
     totals = []
     for _ in range(repeat):
         t: dict = {}
-        job = inside_out.InsideOutJob(image=image, nodes=nodes, command=["true"])
+        job = _job("inside-out", image, ["true"], nodes=nodes)
         rc = inside_out.execute(job, log=lambda m: None, timings=t)
         assert rc == 0
         totals.append((t["containers_up"], t["sshd_ready"], t["mpirun"]))
@@ -78,8 +84,8 @@ def startup(image: str, nodes: int, repeat: int) -> list[float]:
 
 def pingpong_containers(image: str) -> dict:
     with tempfile.TemporaryFile("w+") as out:
-        job = inside_out.InsideOutJob(image=image, nodes=2, command=["python3", "-c", PINGPONG],
-                                      mpirun_args=["--mca", "pml", "ob1", "--mca", "btl", "tcp,self"])
+        job = _job("inside-out", image, ["python3", "-c", PINGPONG], nodes=2,
+                   mpirun_args=["--mca", "pml", "ob1", "--mca", "btl", "tcp,self"])
         rc = inside_out.execute(job, log=lambda m: None, stdout=out, stderr=subprocess.STDOUT)
         out.seek(0)
         text = out.read()
@@ -91,8 +97,7 @@ def pingpong_outside_in(image: str, btl: str, iface: str | None) -> dict:
     args = ["--bind-to", "none", "--mca", "pml", "ob1", "--mca", "btl", btl]
     if iface:
         args += ["--mca", "btl_tcp_if_include", iface]
-    job = mpirun.MpirunJob(runtime="docker", image=image, hosts=[("localhost", 2)],
-                           command=["python3", "-c", PINGPONG], mpirun_args=args)
+    job = _job("mpirun", image, ["python3", "-c", PINGPONG], hosts="localhost:2", mpirun_args=args)
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryFile("w+") as out:
         rc = mpirun.execute(job, Path(tmp), log=lambda m: None, stdout=out)
         out.seek(0)

@@ -135,10 +135,12 @@ class Bench:
         return d
 
     def script(self, mode: str, nodes: int, stage_dir: str) -> Path:
-        from imagekit.launch import slurm as slurm_mod
-        job = slurm_mod.SlurmJob(image=self.uri.removeprefix("docker://"), nodes=nodes, command=["sh", "-c",
-                                 "echo rank $SLURM_PROCID $(date +%s.%N)"], stage="none" if mode == "today" else mode,
-                                 stage_dir=stage_dir, importer=str(self.wrappers["new"]))
+        from imagekit.launch import plan, slurm as slurm_mod, targets
+        from imagekit.launch.session import LaunchRequest
+        job = plan.job(targets.of("slurm"), LaunchRequest(
+            self.uri.removeprefix("docker://"), ("sh", "-c", "echo rank $SLURM_PROCID $(date +%s.%N)"), preflight=False,
+            options={"nodes": nodes, "stage": "none" if mode == "today" else mode, "stage_dir": stage_dir,
+                     "importer": str(self.wrappers["new"])}))
         text = slurm_mod.render(job).replace("set -euo pipefail\n", 'set -euo pipefail\necho "t0 $(date +%s.%N)"\n', 1)
         path = self.work / f"{mode}-{nodes}-{uuid.uuid4().hex[:4]}.sbatch"
         path.write_text(text)

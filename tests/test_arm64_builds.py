@@ -21,7 +21,8 @@ from imagekit import checks
 from imagekit.checks import runner
 from imagekit.engines import docker as engine
 from imagekit import stack as stack_mod
-from imagekit.launch import inside_out
+from imagekit.launch import inside_out, plan, targets
+from imagekit.launch.session import LaunchRequest
 
 pytestmark = [pytest.mark.engine, pytest.mark.heavy]
 
@@ -59,8 +60,9 @@ def test_its_checks_pass_in_an_arm64_container(mpi_image_arm64):
 def test_the_mpi_ring_runs_across_arm64_containers(mpi_image_arm64, capfd):
     """imagekit launch inside-out with 2 arm64 worker containers (sshd, per-job keys, mpirun over
     the private network), each rank an emulated arm64 process."""
-    job = inside_out.InsideOutJob(image=mpi_image_arm64, nodes=2, ready_timeout=300,
-                                  command=["sh", "-c", "uname -m; python3 -m mpi4py.bench ringtest"])
+    job = plan.job(targets.of("inside-out"), LaunchRequest(
+        mpi_image_arm64, ("sh", "-c", "uname -m; python3 -m mpi4py.bench ringtest"), preflight=False,
+        options={"nodes": 2, "ready_timeout": 300}))
     assert inside_out.execute(job, log=lambda m: None) == 0
     out = capfd.readouterr().out
     assert out.count("aarch64") == 2 and "time for 1 loops" in out, out

@@ -18,6 +18,7 @@ from imagekit import stack as stack_mod
 from imagekit.cli import main
 from imagekit.util.errors import ImagekitError, StackError
 from imagekit.launch import preflight as pf
+from imagekit.launch import targets
 from imagekit.launch.session import LaunchRequest, Session
 from imagekit.util.settings import Site
 from imagekit.validate import GateOptions, Gates
@@ -164,7 +165,7 @@ def test_two_launch_requests_preflight_against_their_own_site(tmp_path, monkeypa
         session = Session(LaunchRequest("img", ("true",), site=chosen), log=logs.append, echo=logs.append,
                           facts=facts)
         with pytest.raises(ImagekitError):
-            session.preflight(pf.PreflightPlan(launcher="mpirun"))
+            session.preflight(pf.PreflightPlan(needs=targets.of("mpirun").starter.needs))
         fixes[name] = next(line for line in logs if "GPU architecture" in line)
     assert "imagekit build nccl-tests-volta" in fixes["with"]
     assert "nccl-tests-volta" not in fixes["without"] and "CUDA 12 image with sm_70 code" in fixes["without"]

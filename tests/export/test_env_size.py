@@ -25,6 +25,7 @@ import pytest
 from imagekit.util import quoting
 from imagekit.export import ExportRequest, export_image
 from imagekit.launch import mpijob
+from helpers.launch_jobs import mpijob as mpijob_job
 
 pytestmark = pytest.mark.engine
 
@@ -65,9 +66,9 @@ def test_an_env_string_over_128_kib_is_refused_at_export(base_image, docker_bin,
 
 def test_launchers_refuse_an_env_string_over_128_kib():
     with pytest.raises(quoting.UnsafeValue, match="Argument list too long"):
-        mpijob.MPIJobSpec(name="job", image="img", workers=1, command=["true"], env={"BIG": "x" * (130 << 10)})
+        mpijob_job(name="job", image="img", workers=1, command=["true"], env={"BIG": "x" * (130 << 10)})
     with pytest.raises(quoting.UnsafeValue, match="Argument list too long"):
-        mpijob.MPIJobSpec(name="job", image="img", workers=1, command=["true"],
+        mpijob_job(name="job", image="img", workers=1, command=["true"],
                           image_env={"BIG": "x" * (130 << 10)})
 
 

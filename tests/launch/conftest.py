@@ -49,3 +49,29 @@ def no_mpi_image(mpi_image: str) -> str:
 def local_slurm(cluster):
     """The session's real cluster (tests/conftest.py ``cluster``): Debian's Slurm with Pyxis."""
     return cluster
+
+
+# Open MPI 5 from Debian 13's packages (openmpi 5.0.7, PMIx 5.0.7) with sshd: small, and its labels say
+# Open MPI 5 as any imagekit image's do. The CUDA stacks ship Open MPI 5 too, but take far longer to build.
+OMPI5_STACK = """\
+name: launch-ompi5
+description: Open MPI 5 (Debian 13's openmpi 5.0.7) with sshd, for the launch tests' distinct-host rings
+base: {image: imagekit/debian:trixie, distro: debian13}
+components:
+  sshd:    {}
+  ofed:    {flavor: inbox}
+  ucx:     {source: distro}
+  pmix:    {source: distro}
+  openmpi: {source: distro, ucx: true, pmix: true}
+"""
+
+
+@pytest.fixture(scope="session")
+def ompi5_image(trixie_base, tmp_path_factory) -> str:
+    """imagekit/launch-ompi5:latest, built for real (cached layers make reruns fast)."""
+    from imagekit import build, stack
+
+    path = tmp_path_factory.mktemp("ompi5") / "launch-ompi5.yaml"
+    path.write_text(OMPI5_STACK)
+    logs = os.environ.get("IMAGEKIT_TEST_LOGS", "build/logs")
+    return build.build(stack.load(str(path)), build.BuildRequest(log_dir=logs)).tags[0]

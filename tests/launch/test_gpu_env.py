@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from imagekit.launch import gpu_env, runtimes
-from imagekit.launch.preflight import launcher_needs
+from imagekit.launch import targets
 
 CUDA = {"NVIDIA_VISIBLE_DEVICES": "all", "PATH": "/usr/bin"}
 
@@ -39,13 +39,14 @@ def test_cpu_only_env_leaves_alone_what_needs_nothing(env, image_env, runtime):
 
 
 def test_the_hook_runtimes_are_the_ones_cpu_only_jobs_hide_gpus_from():
-    """Which runtimes the variable alone decides for: Enroot's hook, Pyxis through it, and Docker with the
-    NVIDIA runtime as the site's default; Apptainer reads it never."""
-    assert [n for n in runtimes.RUNTIMES if runtimes.of(n).gpu_hook] == ["pyxis", "enroot", "docker"]
+    """Which runtimes the variable alone decides for: Enroot's hook, Pyxis and the production CE (EDF) through
+    it, and Docker with the NVIDIA runtime as the site's default; Apptainer and Sarus Suite never."""
+    assert [n for n in runtimes.RUNTIMES if runtimes.of(n).gpu_hook] == ["pyxis", "enroot", "docker", "edf"]
 
 
 def fixes(runtime, launcher):
-    return runtimes.gpu_fixes(runtimes.of(runtime) if runtime else None, launcher_needs(launcher).gpu_fix)
+    return runtimes.gpu_fixes(runtimes.of(runtime) if runtime else None,
+                              targets.of(launcher).starter.needs.gpu_fix if launcher else None)
 
 
 def test_fixes_name_each_runtimes_exact_flags():

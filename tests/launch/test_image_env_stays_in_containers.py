@@ -34,9 +34,16 @@ from imagekit import image_facts
 from imagekit.util import quoting
 from imagekit.util.errors import UsageError
 from imagekit.image_facts import reader
+from imagekit.launch.starters import Job
 from imagekit.launch import inside_out, mpijob, mpirun, runtimes, slurm
 from imagekit.launch.session import LaunchRequest, Session
 from imagekit.validate import Gates
+from helpers.launch_jobs import inside_out_job, mpijob as mpijob_job, mpirun_job, slurm_job
+from imagekit.launch.mpirun import HostMpirun
+from imagekit.launch.slurm import Srun
+
+# The runtimes whose containers the srun line starts (EDF's are described in a file: tests/launch/test_untrusted_manifests.py).
+SCRIPTED = tuple(n for n in runtimes.names(Srun) if not runtimes.of(n).writes_files)
 
 PROPERTY = settings(max_examples=30, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -282,12 +289,12 @@ def _image(work: Path) -> str:
 
 @PROPERTY
 @given(data=st.data(), user_env=USER_ENV, forge=FORGE)
-@pytest.mark.parametrize("runtime", runtimes.names(runtimes.SLURM))
+@pytest.mark.parametrize("runtime", SCRIPTED)
 def test_sbatch_scripts_keep_the_image_env_in_the_containers(tmp_path, stubs, evil, runtime, data, user_env, forge):
     work = Path(tempfile.mkdtemp(dir=tmp_path))
     command, env = _swap_evil(data.draw(benchmarks(pyxis=runtime == "pyxis"), label="bench"), evil)
     image = _image(work)
-    job = _job_or_refusal(lambda cmd, image_env: slurm.SlurmJob(image=image, nodes=1, command=cmd, runtime=runtime,
+    job = _job_or_refusal(lambda cmd, image_env: slurm_job(image=image, nodes=1, command=cmd, runtime=runtime,
                                                                 env=user_env, image_env=image_env),
                           command, env, image, forge)
     if job is None:
@@ -298,17 +305,17 @@ def test_sbatch_scripts_keep_the_image_env_in_the_containers(tmp_path, stubs, ev
     script = work / "job.sbatch"
     script.write_bytes(quoting.encode(slurm.render(job)))
     calls = _run(script, stubs, work, SLURM_JOB_ID="42", SLURM_JOB_NUM_NODES="1")
-    _reached(calls, _expect(job.image_env, user_env), command)
+    _reached(calls, _expect(job.workload.image_env, user_env), command)
 
 
 @PROPERTY
 @given(bench=benchmarks(), user_env=USER_ENV, forge=FORGE)
-@pytest.mark.parametrize("runtime", runtimes.names(runtimes.MPIRUN))
+@pytest.mark.parametrize("runtime", runtimes.names(HostMpirun))
 def test_mpirun_scripts_keep_the_image_env_in_the_containers(tmp_path, stubs, evil, runtime, bench, user_env, forge):
     work = Path(tempfile.mkdtemp(dir=tmp_path))
     command, env = _swap_evil(bench, evil)
     image = _image(work)
-    job = _job_or_refusal(lambda cmd, image_env: mpirun.MpirunJob(runtime=runtime, image=image, hosts=[("h1", 1)],
+    job = _job_or_refusal(lambda cmd, image_env: mpirun_job(runtime=runtime, image=image, hosts=[("h1", 1)],
                                                                   command=cmd, env=user_env, image_env=image_env),
                           command, env, image, forge)
     if job is None:
@@ -316,12 +323,12 @@ def test_mpirun_scripts_keep_the_image_env_in_the_containers(tmp_path, stubs, ev
     event("ran")
     run_sh = mpirun.write(job, work / "job")
     # Neither holds an image variable as a variable (the user's own --env of the same name is theirs).
-    image_only = [k for k in job.image_env if k not in user_env]
+    image_only = [k for k in job.workload.image_env if k not in user_env]
     for name in ("run.sh", "rank.sh"):
         text = (work / "job" / name).read_text(errors="surrogateescape")
         assert not any(line.startswith(f"export {k}=") for k in image_only for line in text.splitlines())
     calls = _run(run_sh, stubs, work)
-    _reached(calls, _expect(job.image_env, user_env), command)
+    _reached(calls, _expect(job.workload.image_env, user_env), command)
 
 
 @PROPERTY
@@ -330,7 +337,7 @@ def test_inside_out_sbatch_keeps_the_image_env_in_the_containers(tmp_path, stubs
     work = Path(tempfile.mkdtemp(dir=tmp_path))
     command, env = _swap_evil(bench, evil)
     image = _image(work)
-    job = _job_or_refusal(lambda cmd, image_env: inside_out.InsideOutJob(image=image, nodes=1, command=cmd,
+    job = _job_or_refusal(lambda cmd, image_env: inside_out_job(image=image, nodes=1, command=cmd,
                                                                          scheduler="slurm", env=user_env,
                                                                          image_env=image_env),
                           command, env, image, forge)
@@ -342,7 +349,7 @@ def test_inside_out_sbatch_keeps_the_image_env_in_the_containers(tmp_path, stubs
     calls = _run(script, stubs, work, SLURM_JOB_ID="42", SLURM_SUBMIT_DIR=str(work), SLURM_JOB_NUM_NODES="1",
                  SLURM_JOB_NODELIST="node1")
     run = next(c for c in calls if c[0] == "docker" and c[1][:1] == [b"run"])
-    assert {k: _container(run).get(k) for k in _expect(job.image_env, user_env)} == _expect(job.image_env, user_env)
+    assert {k: _container(run).get(k) for k in _expect(job.workload.image_env, user_env)} == _expect(job.workload.image_env, user_env)
     mpi = next(c for c in calls if c[0] == "docker" and c[1][:1] == [b"exec"] and b"mpirun" in c[1])
     assert mpi[1][-len(command):] == [quoting.encode(w) for w in command]   # mpirun runs in the container
     # The worker files are fixed text: no value reaches them.
@@ -355,22 +362,22 @@ def test_inside_out_sbatch_keeps_the_image_env_in_the_containers(tmp_path, stubs
 @given(bench=benchmarks(), user_env=USER_ENV, forge=FORGE)
 def test_mpijob_manifest_puts_the_image_env_in_the_pods_only(tmp_path, evil, bench, user_env, forge):
     command, env = _swap_evil(bench, evil)
-    spec = _job_or_refusal(lambda cmd, image_env: mpijob.MPIJobSpec(name="job", image="reg/img:1", workers=2,
+    spec = _job_or_refusal(lambda cmd, image_env: mpijob_job(name="job", image="reg/img:1", workers=2,
                                                                     command=cmd, env=user_env, image_env=image_env),
                            command, env, "reg/img:1", forge)
     if spec is None:
         return
     loaded = yaml.safe_load(mpijob.render(spec))
     assert loaded == mpijob.build(spec)
-    expected = {**spec.image_env, **user_env}
+    expected = {**spec.workload.image_env, **user_env}
     for role in ("Launcher", "Worker"):
         container = loaded["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]
         got = {e["name"]: e["value"] for e in container.get("env", [])}
         assert {k: got.get(k) for k in expected} == expected
     launcher = loaded["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     # mpirun (in the launcher pod) is told the names; the values are in the pods' env only.
-    assert launcher["command"] == ["mpirun", "-np", "2", "--allow-run-as-root",
-                                   *[a for k in expected for a in ("-x", k)], *command]
+    argv = launcher["command"][launcher["command"].index("imagekit-launcher") + 1:]
+    assert argv == ["mpirun", "-np", "2", "--allow-run-as-root", *[a for k in expected for a in ("-x", k)], *command]
 
 
 # --- the allow-list, by example ------------------------------------------------------------------
@@ -390,8 +397,8 @@ def test_pyxis_takes_only_allow_listed_names_from_an_image(name, allowed):
     """Pyxis hands a container its variables through the job's environment on the host: an image's
     variable goes there only when its name is allow-listed; else the job is refused, naming the image,
     the label and the variable, before anything is written."""
-    def job(runtime: str) -> slurm.SlurmJob:
-        return slurm.SlurmJob(image="./b.sqsh", nodes=1, command=["x"], runtime=runtime, image_env={name: "v"})
+    def job(runtime: str) -> Job:
+        return slurm_job(image="./b.sqsh", nodes=1, command=["x"], runtime=runtime, image_env={name: "v"})
 
     if allowed:
         assert f"export {name}=v" in slurm.render(job("pyxis"))
@@ -403,7 +410,7 @@ def test_pyxis_takes_only_allow_listed_names_from_an_image(name, allowed):
 
 
 def test_a_user_env_wins_over_the_image_env():
-    job = mpirun.MpirunJob(runtime="docker", image="img", hosts=[("h", 1)], command=["x"],
+    job = mpirun_job(runtime="docker", image="img", hosts=[("h", 1)], command=["x"],
                            env={"NCCL_DEBUG": "WARN"}, image_env={"NCCL_DEBUG": "INFO", "NOTE": "a b"})
     wrapper = mpirun.render_wrapper(job)
     assert "forward+=(-e NCCL_DEBUG)" in wrapper and "'NOTE=a b'" in wrapper and "NCCL_DEBUG=INFO" not in wrapper
@@ -419,7 +426,7 @@ def test_a_bad_label_benchmark_is_refused_naming_the_image_and_the_label(bench, 
     facts = image_facts.from_labels({image_facts.SCHEMA_LABEL: "2", BENCH: json.dumps(bench)}, ref="site/img:1")
     with pytest.raises(UsageError, match=rf"^image site/img:1: label {BENCH} {field}"):
         cmd, image_env = _job_command(facts, "site/img:1")
-        mpirun.MpirunJob(runtime="enroot", image="site/img:1", hosts=[("h", 1)], command=cmd, image_env=image_env)
+        mpirun_job(runtime="enroot", image="site/img:1", hosts=[("h", 1)], command=cmd, image_env=image_env)
 
 
 def test_launch_mpirun_validate_writes_no_image_value_into_run_sh(tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ from imagekit.launch import inside_out, preflight
 from imagekit.launch.common import JOB_LABEL
 from helpers.polling import wait_for
 from helpers.slow_engine import SlowEngine
+from helpers.launch_jobs import inside_out_job
 
 DOCKER = "/usr/bin/docker"
 
@@ -96,15 +97,15 @@ class Launched:
 
 def test_bad_input():
     with pytest.raises(UsageError, match="unknown runtime 'podman'"):
-        inside_out.InsideOutJob(image="x", nodes=2, command=["a"], runtime="podman")
+        inside_out_job(image="x", nodes=2, command=["a"], runtime="podman")
     with pytest.raises(UsageError, match="--nodes must be >= 1"):
-        inside_out.InsideOutJob(image="x", nodes=0, command=["a"])
+        inside_out_job(image="x", nodes=0, command=["a"])
     with pytest.raises(UsageError, match="no command"):
-        inside_out.InsideOutJob(image="x", nodes=1, command=[])
+        inside_out_job(image="x", nodes=1, command=[])
 
 
 def test_job_dir_keys_are_private_and_pinned():
-    job = inside_out.InsideOutJob(image="x", nodes=3, slots=2, command=["a"])
+    job = inside_out_job(image="x", nodes=3, slots=2, command=["a"])
     d = inside_out.make_job_dir(job)
     try:
         assert preflight.check_ssh_keys(d).status == "ok"
@@ -127,7 +128,7 @@ def test_worker_scripts_pass_shellcheck(shellcheck):
 
 
 def test_slurm_variant_script(shellcheck):
-    job = inside_out.InsideOutJob(image="reg/img:1", nodes=4, slots=8, scheduler="slurm", command=["./app", "-n", "1"],
+    job = inside_out_job(image="reg/img:1", nodes=4, slots=8, scheduler="slurm", command=["./app", "-n", "1"],
                                   env={"NCCL_DEBUG": "INFO"}, partition="gpu", time="00:30:00")
     script = inside_out.render_sbatch(job)
     shellcheck(script)
@@ -142,37 +143,37 @@ def test_slurm_variant_script(shellcheck):
 
 @pytest.mark.engine
 def test_ringtest_across_three_containers(mpi_image, capfd):
-    job = inside_out.InsideOutJob(image=mpi_image, nodes=3, command=["python3", "-m", "mpi4py.bench", "helloworld"])
+    job = inside_out_job(image=mpi_image, nodes=3, command=["python3", "-m", "mpi4py.bench", "helloworld"])
     timings: dict = {}
     rc = inside_out.execute(job, log=lambda m: None, timings=timings)
     out = capfd.readouterr().out
     assert rc == 0
     for rank in range(3):
         assert f"I am process {rank} of 3 on node{rank}" in out, out
-    assert leftovers(job.job_id) == ([], []) and key_dirs(job.job_id) == []
-    job = inside_out.InsideOutJob(image=mpi_image, nodes=3, command=["python3", "-m", "mpi4py.bench", "ringtest"])
+    assert leftovers(job.workload.job_id) == ([], []) and key_dirs(job.workload.job_id) == []
+    job = inside_out_job(image=mpi_image, nodes=3, command=["python3", "-m", "mpi4py.bench", "ringtest"])
     assert inside_out.execute(job, log=lambda m: None) == 0
     assert "time for 1 loops" in capfd.readouterr().out
 
 
 @pytest.mark.engine
 def test_job_exit_code_is_returned(mpi_image):
-    job = inside_out.InsideOutJob(image=mpi_image, nodes=2, command=["sh", "-c", "exit 3"])
+    job = inside_out_job(image=mpi_image, nodes=2, command=["sh", "-c", "exit 3"])
     assert inside_out.execute(job, log=lambda m: None) != 0
-    assert leftovers(job.job_id) == ([], [])
+    assert leftovers(job.workload.job_id) == ([], [])
 
 
 @pytest.mark.engine
 def test_killing_a_worker_fails_clearly_and_cleans_up(mpi_image):
     code = ("import time; from mpi4py import MPI; c = MPI.COMM_WORLD; print('up', c.rank, flush=True); "
             "c.Barrier(); time.sleep(120)")
-    job = inside_out.InsideOutJob(image=mpi_image, nodes=3, command=["python3", "-c", code])
-    victim = f"imagekit-{job.job_id}-2"
+    job = inside_out_job(image=mpi_image, nodes=3, command=["python3", "-c", code])
+    victim = f"imagekit-{job.workload.job_id}-2"
 
     def kill_when_running():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            ps = subprocess.run([DOCKER, "exec", f"imagekit-{job.job_id}-0", "pgrep", "-f", "python3 -c"],
+            ps = subprocess.run([DOCKER, "exec", f"imagekit-{job.workload.job_id}-0", "pgrep", "-f", "python3 -c"],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             if ps.returncode == 0:
                 subprocess.run([DOCKER, "kill", victim], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -187,7 +188,7 @@ def test_killing_a_worker_fails_clearly_and_cleans_up(mpi_image):
     killer.join()
     assert time.monotonic() - t0 < 60
     assert err.value.hint
-    assert leftovers(job.job_id) == ([], []) and key_dirs(job.job_id) == []
+    assert leftovers(job.workload.job_id) == ([], []) and key_dirs(job.workload.job_id) == []
 
 
 @pytest.mark.engine
@@ -253,20 +254,20 @@ def test_an_engine_that_never_removes_ends_the_cleanup_and_the_next_command_swee
 
 @pytest.mark.engine
 def test_image_without_sshd_is_refused(no_sshd_image):
-    job = inside_out.InsideOutJob(image=no_sshd_image, nodes=2, command=["hostname"])
+    job = inside_out_job(image=no_sshd_image, nodes=2, command=["hostname"])
     with pytest.raises(ImagekitError, match="has no sshd") as err:
         inside_out.execute(job, log=lambda m: None)
     assert "openssh-server" in err.value.hint
-    assert leftovers(job.job_id) == ([], [])
+    assert leftovers(job.workload.job_id) == ([], [])
 
 
 @pytest.mark.engine
 def test_image_without_mpi_is_refused(no_mpi_image):
-    job = inside_out.InsideOutJob(image=no_mpi_image, nodes=2, command=["hostname"])
+    job = inside_out_job(image=no_mpi_image, nodes=2, command=["hostname"])
     with pytest.raises(ImagekitError, match="has no MPI") as err:
         inside_out.execute(job, log=lambda m: None)
     assert "openmpi" in err.value.hint
-    assert leftovers(job.job_id) == ([], [])
+    assert leftovers(job.workload.job_id) == ([], [])
 
 
 @pytest.mark.engine
@@ -284,7 +285,7 @@ def test_missing_image_is_one_line(base_image):
 @pytest.mark.engine
 def test_inside_out_over_real_slurm(local_slurm, mpi_image, tmp_path):
     """One node is all this machine has: srun starts the worker, the batch script runs mpirun in it."""
-    job = inside_out.InsideOutJob(image=mpi_image, nodes=1, slots=2, scheduler="slurm",
+    job = inside_out_job(image=mpi_image, nodes=1, slots=2, scheduler="slurm",
                                   command=["python3", "-m", "mpi4py.bench", "helloworld"])
     script = tmp_path / "io.sbatch"
     script.write_text(inside_out.render_sbatch(job))

@@ -14,7 +14,9 @@ from click.testing import CliRunner
 from imagekit.cli import main
 from imagekit.util.errors import UsageError
 from imagekit.launch import mpirun, runtimes
-from imagekit.launch.common import parse_env, parse_mounts
+from imagekit.launch.common import Mount, parse_env, parse_mounts
+from helpers.launch_jobs import mpirun_job
+from imagekit.launch.mpirun import HostMpirun
 
 RANKS = "from mpi4py import MPI; c = MPI.COMM_WORLD; print(f'rank {c.rank} of {c.size}', flush=True)"
 
@@ -31,7 +33,7 @@ def test_parse_hosts(tmp_path):
 
 
 def test_common_parsers():
-    assert parse_mounts(["/a:/b:ro,/c"]) == [mpirun.Mount("/a", "/b", True), mpirun.Mount("/c", "/c")]
+    assert parse_mounts(["/a:/b:ro,/c"]) == [Mount("/a", "/b", True), Mount("/c", "/c")]
     with pytest.raises(UsageError, match="not absolute"):
         parse_mounts(["/a:b"])
     assert parse_env(["A=1", "B=x=y"]) == {"A": "1", "B": "x=y"}
@@ -39,9 +41,9 @@ def test_common_parsers():
         parse_env(["1A=2"])
 
 
-@pytest.mark.parametrize("runtime", runtimes.names(runtimes.MPIRUN))
+@pytest.mark.parametrize("runtime", runtimes.names(HostMpirun))
 def test_scripts_pass_shellcheck(runtime, tmp_path, shellcheck):
-    job = mpirun.MpirunJob(runtime=runtime, image="img", hosts=[("a", 2), ("b", 2)], command=["./app", "x y"],
+    job = mpirun_job(runtime=runtime, image="img", hosts=[("a", 2), ("b", 2)], command=["./app", "x y"],
                            mounts=parse_mounts(["/data:/data:ro"]), env={"FOO": "1"}, gpus=True, workdir="/w")
     run_sh = mpirun.write(job, tmp_path)
     shellcheck(run_sh)
@@ -160,7 +162,7 @@ print("shm-ok", c.rank, flush=True)
 def test_large_shared_memory_messages_use_single_copy_between_docker_ranks(mpi_image, tmp_path):
     """Docker's seccomp profile refuses CMA (process_vm_readv) without SYS_PTRACE: Open MPI then
     prints "Read -1, expected N, errno = 1" for every large message and falls back at half speed."""
-    job = mpirun.MpirunJob(runtime="docker", image=mpi_image, hosts=[("localhost", 2)],
+    job = mpirun_job(runtime="docker", image=mpi_image, hosts=[("localhost", 2)],
                            command=["python3", "-c", SHM_PINGPONG],
                            mpirun_args=["--mca", "pml", "ob1", "--mca", "btl", "vader,self", "--bind-to", "none"])
     out = tmp_path / "out.txt"

@@ -24,6 +24,7 @@ import pytest
 
 from helpers.users import ALICE, BOB, setpriv
 from imagekit.launch import inside_out
+from helpers.launch_jobs import inside_out_job
 
 STUBS = {"srun": "exit 0", "docker": "exit 0", "scontrol": "echo localhost"}
 
@@ -66,7 +67,7 @@ def test_inside_out_keys_never_go_through_a_planted_link(shared_tmp):
     assert proc.returncode == 0, proc.stderr
     before = _tree(victim)
     script = tmp_path / "io.sbatch"
-    script.write_text(inside_out.render_sbatch(inside_out.InsideOutJob(
+    script.write_text(inside_out.render_sbatch(inside_out_job(
         image="img", nodes=1, slots=1, scheduler="slurm", command=["true"])))
     env = {"PATH": f"{_stubs(tmp_path / 'stubs')}:/usr/bin:/bin", "SLURM_JOB_ID": "4242",
            "SLURM_SUBMIT_DIR": str(submit), "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "localhost",

@@ -16,7 +16,11 @@ from imagekit.engines import docker as engine
 from imagekit.cli import main
 from imagekit.util.errors import ImagekitError
 from imagekit.launch import preflight as pf
+from imagekit.launch import runtimes, targets
 from imagekit.launch.gpu_env import GpuLaunch
+
+# What each `imagekit launch` target's rank starter declares to preflight.
+NEEDS = {t.name: t.starter.needs for t in targets.TARGETS}
 
 LABELS = {
     "io.imagekit.stack": "debian-mpi", "io.imagekit.components": "pmix,openmpi,ucx,rdma-core,cuda",
@@ -39,7 +43,7 @@ def by_name(checks):
 
 
 def test_all_ok_on_a_matching_host():
-    checks = by_name(pf.run("img", pf.PreflightPlan(scheduler="slurm", launcher="mpirun"),
+    checks = by_name(pf.run("img", pf.PreflightPlan(slurm=True, needs=NEEDS["mpirun"]),
                             labels=LABELS, host=pf.HostFacts(**HOST)))
     assert {c.status for c in checks.values()} == {"ok"}, pf.format_checks(list(checks.values()))
 
@@ -60,7 +64,7 @@ def test_all_ok_on_a_matching_host():
 ])
 def test_each_mismatch_is_reported_with_its_fix(host_change, check, status, fix_word):
     host = pf.HostFacts(**{**HOST, **host_change})
-    c = by_name(pf.run("img", pf.PreflightPlan(scheduler="slurm", launcher="mpirun"), labels=LABELS, host=host))[check]
+    c = by_name(pf.run("img", pf.PreflightPlan(slurm=True, needs=NEEDS["mpirun"]), labels=LABELS, host=host))[check]
     assert c.status == status, c
     if fix_word:
         assert fix_word in (c.fix or ""), c
@@ -70,34 +74,37 @@ def test_image_side_problems():
     no_mpi = {k: v for k, v in LABELS.items() if "openmpi" not in k}
     no_mpi["io.imagekit.components"] = "cuda"
     assert by_name(pf.run("img", labels=no_mpi, host=pf.HostFacts(**HOST)))["image MPI"].status == "fail"
-    no_sshd = by_name(pf.run("img", pf.PreflightPlan(launcher="inside-out"),
+    no_sshd = by_name(pf.run("img", pf.PreflightPlan(needs=NEEDS["inside-out"]),
                              labels=LABELS, host=pf.HostFacts(**HOST)))["image sshd"]
     assert no_sshd.status == "fail" and "sshd component" in no_sshd.fix
     cuda13 = {**LABELS, "io.imagekit.component.cuda.version": "13.0.0"}
     assert by_name(pf.run("img", labels=cuda13, host=pf.HostFacts(**HOST)))["GPU driver"].status == "fail"
     nopmix = {**LABELS, "io.imagekit.component.openmpi.pmix": "false"}
-    assert by_name(pf.run("i", pf.PreflightPlan(scheduler="slurm"),
+    assert by_name(pf.run("i", pf.PreflightPlan(slurm=True),
                           labels=nopmix, host=pf.HostFacts(**HOST)))["slurm pmix"].status == "warn"
     # debian-cuda before imagekit turned Slurm support on: srun direct launch fails in MPI_Init.
     noslurm = {**LABELS, "io.imagekit.component.openmpi.slurm": "false"}
-    c = by_name(pf.run("i", pf.PreflightPlan(scheduler="slurm"),
+    c = by_name(pf.run("i", pf.PreflightPlan(slurm=True),
                        labels=noslurm, host=pf.HostFacts(**HOST)))["slurm pmix"]
     assert c.status == "fail" and "without-slurm" in c.detail and "slurm: true" in c.fix
     five = {**noslurm, "io.imagekit.component.openmpi.version": "5.0.7", "io.imagekit.component.pmix.version": "4.2.2"}
-    assert by_name(pf.run("i", pf.PreflightPlan(scheduler="slurm"),
+    assert by_name(pf.run("i", pf.PreflightPlan(slurm=True),
                           labels=five, host=pf.HostFacts(**HOST)))["slurm pmix"].status == "ok"
 
 
 def test_file_images_say_not_checked():
-    checks = pf.run("./mpi.sqsh", pf.PreflightPlan(launcher="slurm"), host=pf.HostFacts(**HOST))
+    checks = pf.run("./mpi.sqsh", pf.PreflightPlan(needs=NEEDS["slurm"]), host=pf.HostFacts(**HOST))
     c = by_name(checks)
     assert c["image labels"].status == "not checked" and "file image" in c["image labels"].detail
     assert c["image MPI"].status == "not checked" and not pf.failed(checks)
 
 
-def gpu_check(image_env, host=GPU_LESS, ref="img", **launch):
+def gpu_check(image_env, host=GPU_LESS, ref="img", runtime=None, launcher=None, **launch):
+    """The GPU runtime check for a launch by ``launcher`` (a target's name) with ``runtime`` (a name)."""
     img = image_facts.from_labels({}, ref=ref, env=image_env)
-    return pf.check_gpu_runtime(img, pf.HostFacts(**host), GpuLaunch(**launch))
+    launch = GpuLaunch(runtime=runtimes.of(runtime) if runtime else None,
+                       fix=NEEDS[launcher].gpu_fix if launcher else None, **launch)
+    return pf.check_gpu_runtime(img, pf.HostFacts(**host), launch)
 
 
 # What Enroot/Pyxis do with the image's NVIDIA_VISIBLE_DEVICES on a host without the GPU runtime.
@@ -154,7 +161,8 @@ def test_gpu_runtime_joins_every_run_and_a_refusal_names_the_fix():
     checks = pf.run("./cuda.sqsh", facts=img, host=pf.HostFacts(**GPU_LESS))
     assert by_name(checks)["GPU runtime"].status == "warn" and not pf.failed(checks)
     with pytest.raises(ImagekitError, match="preflight refused: GPU runtime") as err:
-        pf.enforce("./cuda.sqsh", pf.PreflightPlan(gpu=GpuLaunch(runtime="enroot", here=True, launcher="mpirun")),
+        gpu = GpuLaunch(runtime=runtimes.of("enroot"), here=True, fix=NEEDS["mpirun"].gpu_fix)
+        pf.enforce("./cuda.sqsh", pf.PreflightPlan(gpu=gpu),
                    log=lambda _m: None, facts=img, host=pf.HostFacts(**GPU_LESS))
     assert "--env NVIDIA_VISIBLE_DEVICES=void" in err.value.hint and "--no-preflight" in err.value.hint
 
@@ -194,7 +202,7 @@ def test_labels_are_read_from_a_real_image(base_image, tmp_path):
     subprocess.run(f"printf 'FROM {base_image}\\n' | /usr/bin/docker build -q {labels} -t {tag} -",
                    shell=True, check=True, stdout=subprocess.DEVNULL)
     host = pf.HostFacts(**HOST)
-    c = by_name(pf.run(tag, pf.PreflightPlan(scheduler="slurm"), host=host))
+    c = by_name(pf.run(tag, pf.PreflightPlan(slurm=True), host=host))
     assert c["image labels"].status == "ok" and "debian-mpi" in c["image labels"].detail
     assert c["slurm pmix"].status == "fail" and "2.2.5" in c["slurm pmix"].detail
     res = CliRunner().invoke(main, ["preflight", "--image", tag, "--json"])
@@ -323,7 +331,8 @@ def test_a_too_old_driver_stops_the_launch_with_one_error():
 def test_a_gpu_less_host_still_runs_cuda_images_cpu_only():
     """No driver: the driver check is not run, and a launch that sets NVIDIA_VISIBLE_DEVICES=void passes."""
     img = image_facts.from_labels(CUDA13, ref="./debian-cuda.sqsh", env=CUDA_ENV)
-    checks = pf.run("./debian-cuda.sqsh", pf.PreflightPlan(gpu=GpuLaunch(runtime="enroot", here=True, launcher="slurm",
+    checks = pf.run("./debian-cuda.sqsh", pf.PreflightPlan(gpu=GpuLaunch(runtime=runtimes.of("enroot"), here=True,
+                                                                          fix=NEEDS["slurm"].gpu_fix,
                                   env={"NVIDIA_VISIBLE_DEVICES": "void"})), facts=img, host=pf.HostFacts(**GPU_LESS))
     assert by_name(checks)["GPU driver"].status == "not checked"
     assert not pf.failed(checks), pf.format_checks(checks)
@@ -337,21 +346,22 @@ ARM_LABELS = {**LABELS, "io.imagekit.arch": "aarch64"}
 def test_an_image_of_another_arch_is_refused_where_its_containers_start_here():
     """launch mpirun/inside-out start containers on this host: an arm64 image on an x86_64 host
     would die with "exec format error" in every rank; preflight stops it, naming both."""
-    checks = by_name(pf.run("ik-arch-test/nowhere:latest-arm64", pf.PreflightPlan(launcher="mpirun"), labels=ARM_LABELS,
+    checks = by_name(pf.run("ik-arch-test/nowhere:latest-arm64", pf.PreflightPlan(needs=NEEDS["mpirun"]),
+                            labels=ARM_LABELS,
                             host=pf.HostFacts(**HOST)))
     arch = checks["architecture"]
     assert arch.status == "fail"
     assert "the image is linux/arm64 (aarch64) and this host is linux/amd64 (x86_64)" in arch.detail
     assert "--platform linux/amd64" in arch.fix
     with pytest.raises(ImagekitError, match="preflight refused: architecture"):
-        pf.enforce("img", pf.PreflightPlan(launcher="mpirun"),
+        pf.enforce("img", pf.PreflightPlan(needs=NEEDS["mpirun"]),
                    log=lambda _m: None, labels=ARM_LABELS, host=pf.HostFacts(**HOST))
 
 
 def test_on_a_login_node_the_compute_nodes_arch_decides():
     """launch slurm from an x86 login node for Grace nodes: a warning naming what the nodes must be."""
-    gpu = GpuLaunch(runtime="pyxis", here=False, launcher="slurm")
-    arch = by_name(pf.run("./grace.sqsh", pf.PreflightPlan(launcher="slurm", gpu=gpu),
+    gpu = GpuLaunch(runtime=runtimes.of("pyxis"), here=False, fix=NEEDS["slurm"].gpu_fix)
+    arch = by_name(pf.run("./grace.sqsh", pf.PreflightPlan(needs=NEEDS["slurm"], gpu=gpu),
                           labels=ARM_LABELS, host=pf.HostFacts(**HOST)))["architecture"]
     assert arch.status == "warn" and "the compute nodes must be aarch64" in arch.detail
     assert "--platform linux/amd64,linux/arm64" in arch.fix
@@ -375,7 +385,7 @@ def test_the_fix_names_this_hosts_build_when_the_engine_has_it(base_image, tmp_p
     make("ik-arch-test/preflight:latest-arm64", "arm64", tmp_path)
     subprocess.run([docker_bin, "tag", base_image, "ik-arch-test/preflight:latest"], check=True)
     try:
-        checks = pf.run("ik-arch-test/preflight:latest-arm64", pf.PreflightPlan(launcher="mpirun"),
+        checks = pf.run("ik-arch-test/preflight:latest-arm64", pf.PreflightPlan(needs=NEEDS["mpirun"]),
                         host=pf.HostFacts(**HOST))
         arch = by_name(checks)["architecture"]
         assert arch.status == "fail" and arch.fix == "use --image ik-arch-test/preflight:latest, its linux/amd64 build"

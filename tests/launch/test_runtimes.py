@@ -13,37 +13,45 @@ from click.testing import CliRunner
 from imagekit import image_facts
 from imagekit.cli import launch_cmds, main  # noqa: F401 (launch_cmds: its options exist before a test adds a runtime)
 from imagekit.util.errors import UsageError
-from imagekit.launch import mpirun, preflight, runtimes, slurm
+from helpers.launch_jobs import mpirun_job, slurm_job
+from imagekit.launch import mpirun, preflight, runtimes, slurm, targets
 from imagekit.launch.common import parse_mounts
 from imagekit.launch.gpu_env import GpuLaunch
+from imagekit.launch.mpirun import HostMpirun
 from imagekit.launch.runtimes import GpuVerdict, RankStart, Runtime, SrunStep
+from imagekit.launch.schedulers import write_outputs
+from imagekit.launch.slurm import Srun
+from imagekit.launch.workload import Workload
 
 SRC = Path(runtimes.__file__).resolve().parents[1]
-LAUNCHERS = (runtimes.SLURM, runtimes.MPIRUN, runtimes.INSIDE_OUT)
-START = RankStart(image="site/img:1", job_id="ik0001", mounts=parse_mounts(["/data:/data:ro"]), env_names=["FOO"],
-                  image_env={"NCCL_ALGO": "Ring"}, gpus=True, workdir="/work")
+WORKLOAD = Workload(image="site/img:1", command=["./app", "a b"], job_id="ik0001",
+                    mounts=parse_mounts(["/data:/data:ro"]),
+                    env={"FOO": "1"}, image_env={"NCCL_ALGO": "Ring"}, workdir="/work")
+START = RankStart(workload=WORKLOAD, env_names=["FOO"], pass_gpus=True)
 
 
 @pytest.mark.parametrize("name", runtimes.RUNTIMES)
 def test_every_runtime_answers_every_question(name):
     rt = runtimes.of(name)
-    assert isinstance(rt, Runtime) and rt.name == name and rt.launchers
-    assert set(rt.launchers) <= set(LAUNCHERS)
-    for flag in ("gpu_hook", "fstab_mounts", "host_env", "engine", "stages"):
+    assert isinstance(rt, Runtime) and rt.name == name
+    assert any(t.starter.accepts(rt) for t in targets.TARGETS)
+    for flag in ("gpu_hook", "fstab_mounts", "host_env", "engine", "stages", "rank_wrapper_kind"):
         assert isinstance(getattr(rt, flag), bool), flag
     assert isinstance(rt.shm_note, str) and (rt.gpu_fix is None or "NVIDIA_VISIBLE_DEVICES=void" in rt.gpu_fix)
     # The sbatch step: every runtime runs under Slurm, and its srun line ends with the command.
-    lines = rt.srun_lines(SrunStep(rank=START, srun=["srun", "--mpi=pmix"], command=["./app", "a b"]))
+    files = {name: f"/jobs/{name}" for name in rt.files(WORKLOAD)}
+    assert bool(files) is rt.writes_files
+    lines = rt.srun_lines(SrunStep(rank=START, srun=["srun", "--mpi=pmix"], files=files))
     assert lines[-1].startswith("srun --mpi=pmix") and lines[-1].endswith("./app 'a b'"), lines[-1]
     assert all(isinstance(line, str) for line in rt.sbatch_cleanup() + rt.run_cleanup("docker"))
     # The rank wrapper: the runtimes host mpirun can use have one; the others say which runtimes do.
-    if runtimes.MPIRUN in rt.launchers:
+    if HostMpirun.accepts(rt):
         text = rt.rank_wrapper(START)
         assert text.startswith("#!/bin/bash\n") and f"({name}, job ik0001)" in text and "NCCL_ALGO=Ring" in text
     else:
         with pytest.raises(UsageError, match=f"the {name} runtime has no rank wrapper") as err:
             rt.rank_wrapper(START)
-        assert ", ".join(runtimes.names(runtimes.MPIRUN)) in err.value.hint
+        assert ", ".join(runtimes.names(HostMpirun)) in err.value.hint
     # The GPU runtime: a verdict of its own, or the NVIDIA hook's rule (None) -- never both kinds of runtime.
     for gpus in (False, True):
         verdict = rt.gpu_verdict(gpus, None, "this host has no NVIDIA driver")
@@ -52,9 +60,9 @@ def test_every_runtime_answers_every_question(name):
     assert rt.cpu_only_env({}, cuda) == ({"NVIDIA_VISIBLE_DEVICES": "void"} if rt.gpu_hook else {})
 
 
-@pytest.mark.parametrize("name", runtimes.names(runtimes.SLURM))
+@pytest.mark.parametrize("name", runtimes.names(Srun))
 def test_every_slurm_runtime_renders_a_script_that_names_it(name):
-    script = slurm.render(slurm.SlurmJob(image="reg#img:1", nodes=1, command=["./app"], runtime=name))
+    script = slurm.render(slurm_job(image="reg#img:1", nodes=1, command=["./app"], runtime=name))
     assert f"({name} runtime)" in script and script.rstrip().splitlines()[-1].endswith("./app")
 
 
@@ -74,9 +82,9 @@ def test_of_names_the_valid_runtimes():
         runtimes.of("lxc")
     assert err.value.hint == "use one of: " + ", ".join(runtimes.RUNTIMES)
     with pytest.raises(UsageError, match="cannot start the containers of `imagekit launch mpirun`") as err:
-        runtimes.of("pyxis", runtimes.MPIRUN)
-    assert err.value.hint == "use one of: " + ", ".join(runtimes.names(runtimes.MPIRUN))
-    assert runtimes.of("docker", runtimes.INSIDE_OUT).name == "docker"
+        runtimes.of("pyxis", HostMpirun, "mpirun")
+    assert err.value.hint == "use one of: " + ", ".join(runtimes.names(HostMpirun))
+    assert runtimes.of("docker", targets.of("inside-out").starter).name == "docker"
 
 
 def test_a_sif_implies_apptainer_and_nothing_else_implies_one():
@@ -105,15 +113,15 @@ def chrun(monkeypatch):
 
 def test_a_new_runtime_is_one_class(chrun, shellcheck, tmp_path):
     """The jobs, the scripts, the GPU environment and preflight take it with no other change."""
-    assert "chrun" in runtimes.names(runtimes.SLURM) and "chrun" in runtimes.names(runtimes.MPIRUN)
+    assert "chrun" in runtimes.names(Srun) and "chrun" in runtimes.names(HostMpirun)
     wrapper = chrun.rank_wrapper(START)
     assert wrapper.startswith("#!/bin/bash\n# imagekit rank wrapper (chrun, job ik0001)")
     assert wrapper.endswith('exec ch-run "$image" -- "$@"\n')
-    script = slurm.render(slurm.SlurmJob(image="./img.tar", nodes=2, command=["./app"], runtime="chrun"))
+    job = slurm_job(image="./img.tar", nodes=2, command=["./app"], runtime="chrun")
+    script = slurm.render(job)
     assert "(chrun runtime)" in script and 'bash -c "$rank_wrapper" imagekit-rank ./app' in script
-    shellcheck(slurm.write(slurm.SlurmJob(image="./img.tar", nodes=2, command=["./app"], runtime="chrun"),
-                           tmp_path / "job.sbatch"))
-    job = mpirun.MpirunJob(runtime="chrun", image="./img.tar", hosts=[("a", 2)], command=["./app"])
+    shellcheck(write_outputs(job.starter.files(job), tmp_path / "job.sbatch")[0])
+    job = mpirun_job(runtime="chrun", image="./img.tar", hosts=[("a", 2)], command=["./app"])
     run_sh = mpirun.write(job, tmp_path / "mpirun")
     shellcheck(run_sh)
     shellcheck(tmp_path / "mpirun" / "rank.sh")
@@ -124,19 +132,19 @@ def test_a_new_runtime_is_one_class(chrun, shellcheck, tmp_path):
     # It reads no NVIDIA_VISIBLE_DEVICES (gpu_hook False) and has no verdict of its own: preflight judges
     # the image's variable, as for a runtime it does not know.
     facts = image_facts.from_labels({"io.imagekit.stack": "x"}, ref="./img.tar", env={"NVIDIA_VISIBLE_DEVICES": "all"})
-    finding = preflight.check_gpu_runtime(facts, preflight.HostFacts(), GpuLaunch(runtime="chrun", here=True))
+    finding = preflight.check_gpu_runtime(facts, preflight.HostFacts(), GpuLaunch(runtime=chrun, here=True))
     assert finding.status == "fail" and "Pyxis:" in finding.fix and "Enroot:" in finding.fix
 
 
-@pytest.mark.parametrize("command,launcher", [("slurm", runtimes.SLURM), ("mpirun", runtimes.MPIRUN),
-                                              ("inside-out", runtimes.INSIDE_OUT)])
-def test_the_cli_takes_its_runtimes_from_the_one_tuple(command, launcher):
-    """Each `imagekit launch` command offers the runtimes that launcher can start, in RUNTIMES order."""
-    cmd = main.get_command(None, "launch").get_command(None, command)
+@pytest.mark.parametrize("target", [t for t in targets.TARGETS if t.default_runtime], ids=lambda t: t.name)
+def test_the_cli_takes_its_runtimes_from_the_one_tuple(target):
+    """Each `imagekit launch` command offers the runtimes its rank starter accepts, in RUNTIMES order."""
+    cmd = main.get_command(None, "launch").get_command(None, target.name)
     option = next(p for p in cmd.params if p.name == "runtime")
-    assert option.metavar == "|".join(runtimes.names(launcher))
-    assert set(runtimes.names(launcher)) <= set(runtimes.RUNTIMES) and option.default in runtimes.names(launcher)
-    assert runtimes.names(runtimes.SLURM) == runtimes.RUNTIMES
+    assert option.metavar == "|".join(runtimes.names(target.starter))
+    assert set(runtimes.names(target.starter)) <= set(runtimes.RUNTIMES)
+    assert option.default in runtimes.names(target.starter)
+    assert runtimes.names(Srun) == runtimes.RUNTIMES
 
 
 def test_no_module_tests_a_runtimes_name_or_lists_them():

@@ -6,6 +6,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 
 import pytest
 from click.testing import CliRunner
@@ -13,8 +14,12 @@ from click.testing import CliRunner
 from imagekit import image_facts
 from imagekit.cli import main
 from imagekit.util.errors import UsageError
+from helpers.launch_jobs import slurm_job
 from imagekit.launch import runtimes, slurm
 from imagekit.launch.common import parse_mounts
+from imagekit.launch.schedulers import write_outputs
+from imagekit.launch.slurm import Srun
+from imagekit.launch.starters import Job
 
 # Flags srun gains from the Pyxis SPANK plugin (NVIDIA/pyxis wiki "Usage" / args.c spank_opts).
 PYXIS_FLAGS = {"--container-image", "--container-mounts", "--container-workdir", "--container-name",
@@ -28,10 +33,10 @@ APPTAINER_FLAGS = {"--nv", "--bind", "--pwd", "--env", "--cleanenv", "--contain"
 ENROOT_FLAGS = {"--env", "--mount", "--rw", "--root", "--conf", "--rc", "--name", "--force"}
 
 
-def job(**kw) -> slurm.SlurmJob:
+def job(**kw) -> Job:
     base = dict(image="nvcr.io#org/img:1", nodes=2, gpus_per_node=8, command=["python3", "train.py", "--lr", "0.1"])
     base.update(kw)
-    return slurm.SlurmJob(**base)
+    return slurm_job(**base)
 
 
 def rank_wrapper(script: str) -> str:
@@ -139,8 +144,8 @@ def test_docker_ranks_under_real_slurm_see_distinct_ranks(local_slurm, mpi_image
     """sbatch + srun --mpi=pmix + docker rank wrapper (binding $PMIX_SERVER_TMPDIR) on Debian's Slurm."""
     script = tmp_path / "job.sbatch"
     code = "from mpi4py import MPI; c = MPI.COMM_WORLD; print(f'rank {c.rank} of {c.size}', flush=True)"
-    slurm.write(slurm.SlurmJob(image=mpi_image, nodes=1, ntasks_per_node=2, runtime="docker",
-                               command=["python3", "-c", code]), script)
+    job = slurm_job(image=mpi_image, nodes=1, ntasks_per_node=2, runtime="docker", command=["python3", "-c", code])
+    write_outputs(job.starter.files(job), script)
     shellcheck(script)
     out = tmp_path / "job.out"
     proc = subprocess.run(["sbatch", "--parsable", "--wait", "-o", str(out), str(script)], env=local_slurm.env,
@@ -201,7 +206,7 @@ def _dry_run(image, *args):
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("runtime", runtimes.names(runtimes.SLURM))
+@pytest.mark.parametrize("runtime", runtimes.names(Srun))
 def test_a_cpu_only_job_of_a_gpu_image_gets_void(runtime, base_image, shellcheck):
     """No --gpus-per-node with an image that sets NVIDIA_VISIBLE_DEVICES=all: the containers get
     `void` (Pyxis through --container-env, Enroot --env, Docker -e), so GPU-less nodes start them."""
@@ -209,6 +214,11 @@ def test_a_cpu_only_job_of_a_gpu_image_gets_void(runtime, base_image, shellcheck
 
     res = _dry_run(gpu_image.build(base_image), "--runtime", runtime)
     script = res.stdout
+    if runtimes.of(runtime).writes_files:        # EDF: the job's variables are the file's [env]
+        edf = tomllib.loads(script[script.index("\n# imagekit-"):].split("\n", 2)[2])
+        void = edf.get("env", {}).get("NVIDIA_VISIBLE_DEVICES")
+        assert void == ("void" if runtimes.of(runtime).gpu_hook else None), edf
+        return
     shellcheck(script)
     if runtime == "apptainer":  # GPUs only with --nv, which a CPU-only job does not pass
         assert "NVIDIA_VISIBLE_DEVICES" not in script
@@ -253,7 +263,7 @@ def test_stage_sbcast_runs_the_importers_stage_step_first_and_pins_the_job(shell
     """The first command stages the image (resolve once, fill the store once, sbcast to the nodes'
     local disks); its IMAGE_ID and SHA256 reach every container step's importer through the job's
     environment; the srun line is the usual one."""
-    job = slurm.SlurmJob(image="reg.site#hpc/mpi:1", nodes=512, command=["./app"], stage="sbcast",
+    job = slurm_job(image="reg.site#hpc/mpi:1", nodes=512, command=["./app"], stage="sbcast",
                          stage_dir="/local/scratch", importer="/opt/site/importer wrapper")
     script = slurm.render(job)
     shellcheck(script)
@@ -267,10 +277,10 @@ def test_stage_sbcast_runs_the_importers_stage_step_first_and_pins_the_job(shell
                  "export IMAGEKIT_STAGE_IMAGE_ID IMAGEKIT_STAGE_SHA256"):
         assert line in lines[:srun_at], line
     assert "--container-image=reg.site#hpc/mpi:1" in srun_line(script)
-    shared = slurm.render(slurm.SlurmJob(image="docker://reg.site#hpc/mpi:1", nodes=2, command=["./app"],
+    shared = slurm.render(slurm_job(image="docker://reg.site#hpc/mpi:1", nodes=2, command=["./app"],
                                          stage="shared"))
     assert "stage --mode shared" in shared and "IMAGEKIT_STAGE_DIR" not in shared
-    assert "IMAGEKIT_STAGE" not in slurm.render(slurm.SlurmJob(image="reg#x:1", nodes=2, command=["./app"]))
+    assert "IMAGEKIT_STAGE" not in slurm.render(slurm_job(image="reg#x:1", nodes=2, command=["./app"]))
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -282,7 +292,7 @@ def test_stage_sbcast_runs_the_importers_stage_step_first_and_pins_the_job(shell
 def test_stage_refuses_what_it_cannot_stage(kw, message):
     args = {"image": "reg#x:1", "nodes": 2, "command": ["./app"], "stage": "sbcast", **kw}
     with pytest.raises(UsageError, match=message):
-        slurm.SlurmJob(**args)
+        slurm_job(**args)
 
 
 def test_stage_on_the_command_line():

@@ -26,6 +26,12 @@ from imagekit.util import quoting
 from imagekit.util.errors import UsageError
 from imagekit.launch import inside_out, mpijob, mpirun, runtimes, slurm
 from imagekit.launch.common import Mount
+from helpers.launch_jobs import inside_out_job, mpijob as mpijob_job, mpirun_job, slurm_job
+from imagekit.launch.mpirun import HostMpirun
+from imagekit.launch.slurm import Srun
+
+# The runtimes whose containers the srun line starts (EDF's are described in a file: tests/launch/test_untrusted_manifests.py).
+SCRIPTED = tuple(n for n in runtimes.names(Srun) if not runtimes.of(n).writes_files)
 
 PROPERTY = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -133,11 +139,11 @@ def _write(path: Path, text: str) -> Path:
 
 @PROPERTY
 @given(command=commands, env=env_values, workdir=_or("work"), image=_or("site/img:1"), name=_or("imagekit"),
-       runtime=st.sampled_from(runtimes.names(runtimes.SLURM)))
+       runtime=st.sampled_from(SCRIPTED))
 def test_sbatch_script_passes_every_value_intact(tmp_path, stubs, command, env, workdir, image, name, runtime):
     try:
         image = "site/img:1" if image.startswith("-") else image
-        job = slurm.SlurmJob(image=_enroot_image(image, tmp_path) if runtime == "enroot" else image, nodes=2,
+        job = slurm_job(image=_enroot_image(image, tmp_path) if runtime == "enroot" else image, nodes=2,
                              command=command, runtime=runtime, env=env, workdir="/" + workdir,
                              job_name=name, mounts=[Mount("/data", "/data", True)])
     except UsageError as exc:
@@ -145,7 +151,7 @@ def test_sbatch_script_passes_every_value_intact(tmp_path, stubs, command, env, 
         event("refused")
         return
     event("ran")
-    refused = _enroot_refusal(job.image, tmp_path) if runtime == "enroot" else ""
+    refused = _enroot_refusal(job.workload.image, tmp_path) if runtime == "enroot" else ""
     calls = _run(_write(tmp_path / "job.sbatch", slurm.render(job)), stubs, refused, SLURM_JOB_ID="42",
                  SLURM_JOB_NUM_NODES="2")
     if refused:
@@ -153,14 +159,14 @@ def test_sbatch_script_passes_every_value_intact(tmp_path, stubs, command, env, 
     srun = next(c for c in calls if c[0] == b"srun" and b"--mpi=pmix" in c)
     if runtime == "pyxis":
         assert srun[-len(command):] == _enc(command)
-        assert quoting.encode(f"--container-image={job.image}") in srun
-        assert quoting.encode(f"--container-workdir={job.workdir}") in srun
+        assert quoting.encode(f"--container-image={job.workload.image}") in srun
+        assert quoting.encode(f"--container-workdir={job.workload.workdir}") in srun
         return
-    started = _started(calls, runtime, job.image)
+    started = _started(calls, runtime, job.workload.image)
     if runtime == "enroot":  # no workdir flag: sh -c 'cd "$0" && exec "$@"' WORKDIR CMD...
-        assert started[-len(command) - 1:] == _enc([job.workdir, *command])
+        assert started[-len(command) - 1:] == _enc([job.workload.workdir, *command])
     else:
-        assert started[-len(command) - 1:] == _enc([job.image, *command])
+        assert started[-len(command) - 1:] == _enc([job.workload.image, *command])
     for k, v in env.items():
         flag = {"docker": b"-e", "enroot": b"--env"}.get(runtime)
         if flag:
@@ -168,36 +174,36 @@ def test_sbatch_script_passes_every_value_intact(tmp_path, stubs, command, env, 
 
 
 @PROPERTY
-@given(command=commands, env=env_values, image=_or("site/img:1"), runtime=st.sampled_from(runtimes.names(runtimes.MPIRUN)))
+@given(command=commands, env=env_values, image=_or("site/img:1"), runtime=st.sampled_from(runtimes.names(HostMpirun)))
 def test_mpirun_scripts_pass_every_value_intact(tmp_path, stubs, command, env, image, runtime):
     try:
         (tmp_path / "job").mkdir(exist_ok=True)
         image = _enroot_image(image, tmp_path / "job") if runtime == "enroot" else image
-        job = mpirun.MpirunJob(runtime=runtime, image=image or "x", hosts=[("h1", 2)], command=command, env=env)
+        job = mpirun_job(runtime=runtime, image=image or "x", hosts=[("h1", 2)], command=command, env=env)
     except UsageError as exc:
         assert "\n" not in exc.message
         event("refused")
         return
     event("ran")
     run_sh = mpirun.write(job, tmp_path / "job")
-    refused = _enroot_refusal(job.image, run_sh.parent) if runtime == "enroot" else ""
+    refused = _enroot_refusal(job.workload.image, run_sh.parent) if runtime == "enroot" else ""
     calls = _run(run_sh, stubs, refused)
     if refused:
         return
     launched = next(c for c in calls if c[0] == b"mpirun")
     assert launched[-len(command):] == _enc(command)
-    started = _started(calls, runtime, job.image)
+    started = _started(calls, runtime, job.workload.image)
     if runtime == "enroot":  # exec'd by the keeper's pid; the image went to create/start
         assert started[-len(command):] == _enc(command)
     else:
-        assert started[-len(command) - 1:] == _enc([job.image, *command])
+        assert started[-len(command) - 1:] == _enc([job.workload.image, *command])
 
 
 @PROPERTY
 @given(command=commands, env=env_values, image=_or("site/img:1"), name=_or("imagekit-io"), args=nul_free_lists)
 def test_inside_out_sbatch_passes_every_value_intact(tmp_path, stubs, command, env, image, name, args):
     try:
-        job = inside_out.InsideOutJob(image=image or "x", nodes=2, command=command, env=env, scheduler="slurm",
+        job = inside_out_job(image=image or "x", nodes=2, command=command, env=env, scheduler="slurm",
                                       job_name=name, mpirun_args=args)
     except UsageError as exc:
         assert "\n" not in exc.message
@@ -209,7 +215,7 @@ def test_inside_out_sbatch_passes_every_value_intact(tmp_path, stubs, command, e
                  SLURM_JOB_NODELIST="node[1-2]")
     srun = next(c for c in calls if c[0] == b"srun" and b"docker" in c and b"--entrypoint" in c)
     run = srun[srun.index(b"docker"):]  # what srun starts on every node
-    assert run[run.index(b"--entrypoint") + 2] == quoting.encode(job.image)
+    assert run[run.index(b"--entrypoint") + 2] == quoting.encode(job.workload.image)
     mpi = next(c for c in calls if c[0] == b"docker" and c[1] == b"exec" and b"mpirun" in c)
     assert mpi[-len(command):] == _enc(command)
     assert mpi[mpi.index(b"mpirun"):][-len(command) - len(args):-len(command) or None] == _enc(args)
@@ -222,7 +228,7 @@ def test_inside_out_sbatch_passes_every_value_intact(tmp_path, stubs, command, e
 def test_inside_out_ssh_config_and_hostfile_are_fixed_text(command, env):
     """No job value reaches the ssh config, known_hosts or the hostfile: they are the same for
     any command and environment."""
-    job = inside_out.InsideOutJob(image="x", nodes=3, command=command, env=env, slots=2)
+    job = inside_out_job(image="x", nodes=3, command=command, env=env, slots=2)
     d = inside_out.make_job_dir(job)
     try:
         assert (d / "ssh_config").read_text() == inside_out.SSH_CONFIG
@@ -238,14 +244,14 @@ def test_inside_out_ssh_config_and_hostfile_are_fixed_text(command, env):
 @given(command=commands, env=env_values, image=_or("site/img:1"))
 def test_mpijob_manifest_loads_back_to_the_same_values(command, env, image):
     try:
-        spec = mpijob.MPIJobSpec(name="job", image=image or "x", workers=2, command=command, env=env)
+        spec = mpijob_job(name="job", image=image or "x", workers=2, command=command, env=env)
     except UsageError:
         return
     text = mpijob.render(spec)
     loaded = yaml.safe_load(text)
     assert loaded == mpijob.build(spec)
     launcher = loaded["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
-    assert launcher["command"][-len(command):] == command and launcher["image"] == spec.image
+    assert launcher["command"][-len(command):] == command and launcher["image"] == spec.workload.image
 
 
 @pytest.mark.parametrize("kw,field", [
@@ -263,7 +269,7 @@ def test_mpijob_manifest_loads_back_to_the_same_values(command, env, image):
 def test_bad_launch_values_are_refused_naming_the_field(kw, field):
     base = dict(image="img", nodes=1, command=["true"])
     with pytest.raises(quoting.UnsafeValue, match=rf"^launch: {field} "):
-        slurm.SlurmJob(**{**base, **kw})
+        slurm_job(**{**base, **kw})
 
 
 def _shape(doc, path=()):
@@ -287,14 +293,14 @@ def test_mpijob_values_never_change_the_manifests_shape(image, namespace, cpu, m
     kw = dict(name="job", workers=2, command=["true"], namespace=namespace, cpu=cpu, memory=memory, shm_size=shm,
               ssh_auth_mount_path=ssh_path, env=env, image_env=image_env)
     try:
-        spec = mpijob.MPIJobSpec(image=image or "x", **kw)
+        spec = mpijob_job(image=image or "x", **kw)
     except UsageError:
         event("refused")
         return
     event("written")
     loaded = yaml.safe_load(mpijob.render(spec))
     assert loaded == mpijob.build(spec)
-    plain = mpijob.MPIJobSpec(image="x", **{**kw, "namespace": namespace and "ns", "cpu": cpu and "1",
+    plain = mpijob_job(image="x", **{**kw, "namespace": namespace and "ns", "cpu": cpu and "1",
                                             "memory": memory and "1Gi", "shm_size": shm and "1Gi",
                                             "ssh_auth_mount_path": "/root/.ssh",
                                             "env": {k: "v" for k in env}, "image_env": {k: "v" for k in image_env}})
@@ -306,4 +312,4 @@ def test_mpijob_values_never_change_the_manifests_shape(image, namespace, cpu, m
                                           ("ssh_auth_mount_path", "/root/../etc")])
 def test_mpijob_refuses_what_kubernetes_would_not_take_naming_the_field(field, value):
     with pytest.raises(UsageError, match="namespace|quantity|sshAuthMountPath"):
-        mpijob.MPIJobSpec(name="job", image="img", workers=1, command=["true"], **{field: value})
+        mpijob_job(name="job", image="img", workers=1, command=["true"], **{field: value})

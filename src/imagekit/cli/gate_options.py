@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from imagekit.util.settings import Site
+from imagekit.validate import GateOptions, Gates
 from imagekit.validate.nccl_log import TRANSPORTS, canonical
 
 
@@ -69,3 +71,12 @@ def _gate_keys() -> tuple[str, ...]:
 
 # The gate options' parameter names, read from the options themselves (GateOptions takes them by name).
 GATE_KEYS = _gate_keys()
+
+
+def load_gates(values: dict, site: Site) -> tuple[Gates | None, Site]:
+    """Take the gate options and ``--validate`` out of a command's ``values``: the gates (None without
+    --validate), loaded before anything else so that a bad gate fails before an image is read or a job
+    starts, and ``site`` with the command's --systems-dir."""
+    chosen = {k: values.pop(k) for k in GATE_KEYS}
+    site = site.with_system_dirs(chosen.pop("systems_dirs"))
+    return (Gates.load(GateOptions(**chosen, site=site)) if values.pop("validate") else None), site

@@ -11,7 +11,8 @@ import click
 from imagekit.cli.options import current_site
 from imagekit.util.errors import NothingChecked, UsageError
 from imagekit.launch import preflight as preflight_mod
-from imagekit.launch.gpu_env import GpuLaunch
+from imagekit.launch import targets
+from imagekit.launch.schedulers import Slurm
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,8 +20,8 @@ from imagekit.launch.gpu_env import GpuLaunch
 @click.option("--image", help="The image (same as REF): an engine image, a .sqsh/.sif path, or with no "
                               "engine a registry reference (REGISTRY#REPO:TAG, docker://...), oci:DIR or "
                               "docker-archive:FILE.")
-@click.option("--scheduler", default=None, metavar="slurm", help="Also check Slurm's PMIx plugin.")
-@click.option("--launcher", default=None, metavar="|".join(preflight_mod.LAUNCHERS),
+@click.option("--scheduler", default=None, metavar=Slurm.name, help="Also check Slurm's PMIx plugin.")
+@click.option("--launcher", default=None, metavar="|".join(t.name for t in targets.TARGETS),
               help="Add the launcher's checks (host mpirun, sshd).")
 @click.option("--ssh-dir", type=click.Path(path_type=Path), default=None,
               help="inside-out: check this key directory's permissions.")
@@ -49,13 +50,8 @@ def preflight(ref, image, scheduler, launcher, ssh_dir, allow_unchecked, as_json
     if (ref is None) == (image is None) and not (ref and image and ref == image):
         raise UsageError("give the image once: as REF or as --image", "e.g. imagekit preflight ./mpi.sqsh")
     image = image or ref
-    if scheduler not in (None, "slurm"):
-        raise UsageError(f"unknown scheduler {scheduler!r}", "use --scheduler slurm, or leave it out")
-    if launcher not in (None, *preflight_mod.LAUNCHERS):
-        raise UsageError(f"unknown launcher {launcher!r}", f"use one of: {', '.join(preflight_mod.LAUNCHERS)}")
-
-    plan = preflight_mod.PreflightPlan(scheduler=scheduler, launcher=launcher, ssh_key_dir=ssh_dir,
-                                       gpu=GpuLaunch(launcher=launcher), site=current_site())
+    plan = preflight_mod.plan_for(scheduler, None if launcher is None else targets.of(launcher).starter.needs,
+                                  ssh_dir, site=current_site())
     checks = preflight_mod.run(image, plan)
     unchecked = [c.name for c in checks if c.status == preflight_mod.SKIP]
     image_checked = checks[0].status != preflight_mod.SKIP      # the labels: what every image-side check reads

@@ -18,6 +18,8 @@ from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.util.atomic import write_text
 
 JOB_LABEL = "io.imagekit.job"
+# The program that starts Open MPI's ranks (the host's, or the image's inside its containers).
+MPIRUN = "mpirun"
 # Variables the MPI runtime hands to each rank; a container must see them to join the job.
 MPI_ENV_PREFIXES = ("OMPI_", "PMIX_", "OPAL_")
 SLURM_ENV_PREFIXES = ("SLURM_", "PMI_")
@@ -79,33 +81,20 @@ def check_token(what: str, value: str) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class ScriptValues:
-    """What every launcher writes into a script: the command, image, environment, working directory
-    and job id."""
-
-    command: list[str]
-    image: str
-    env: dict[str, str]
-    job_id: str | None = None
-    workdir: str | None = None
-
-
-def check_job(job: ScriptValues, args: tuple[str, ...] | list[str] = (), args_name: str = "argument") -> None:
-    """Refuse what ``job``'s values and the launcher's extra ``args`` (named ``args_name``) cannot carry
-    into a script."""
-    check_command(job.command)
-    image = job.image
+def check_job(*, command: list[str], image: str, env: dict[str, str], job_id: str | None = None,
+              workdir: str | None = None) -> None:
+    """Refuse what a job's command, image, environment, id and working directory cannot carry into a
+    script."""
+    check_command(command)
     check_line("image", image)
     if image.startswith("-"):
         # docker run, enroot start|create and apptainer exec would read it as one of their options.
         raise quoting.UnsafeValue(WHERE, "image", image, "starts with '-'",
                                   "name an image (site/app:1) or a file by a path (./-x.sqsh)")
-    check_line("--workdir", job.workdir)
-    check_env(job.env)
-    check_words(args_name, args)
-    if job.job_id is not None:
-        check_token("job id", job.job_id)
+    check_line("--workdir", workdir)
+    check_env(env)
+    if job_id is not None:
+        check_token("job id", job_id)
 
 
 def check_env(env: dict[str, str]) -> dict[str, str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 VAR = "NVIDIA_VISIBLE_DEVICES"
 NO_GPU = "void"
@@ -36,19 +37,19 @@ def asks_for_gpus(value: str | None) -> bool:
 class GpuLaunch:
     """How the containers will be started, as far as the GPU runtime cares (preflight's input).
 
-    ``runtime``: a name in ``runtimes.RUNTIMES``, or None when preflight runs without a launcher
-    (then a ``.sif`` means Apptainer and a ``.sqsh`` Enroot/Pyxis). ``env``: what the launcher sets in
-    the containers (it wins over the image's). ``gpus``: the launcher asks for GPUs (``--gpus-per-node``,
-    ``--gpus``). ``here``: the containers start on this host, so a missing GPU runtime here fails the
-    start; otherwise (a Slurm login node) the compute nodes may well have what this host lacks.
-    ``launcher``: the imagekit launcher, to name its own fix.
+    ``runtime``: the container runtime (:class:`imagekit.launch.runtimes.Runtime`), or None when preflight
+    runs without a launcher (then a ``.sif`` means Apptainer and a ``.sqsh`` Enroot/Pyxis). ``env``: what
+    the launcher sets in the containers (it wins over the image's). ``gpus``: the launcher asks for GPUs
+    (``--gpus-per-node``, ``--gpus``). ``here``: the containers start on this host, so a missing GPU
+    runtime here fails the start; otherwise (a Slurm login node) the compute nodes may well have what this
+    host lacks. ``fix``: how the launcher itself hides GPUs from jobs that ask for none.
     """
 
-    runtime: str | None = None
+    runtime: Any = None
     env: Mapping[str, str] = field(default_factory=dict)
     gpus: bool = False
     here: bool = False
-    launcher: str | None = None
+    fix: str | None = None
 
 
 def cpu_only_env(env: dict[str, str], image_env: Mapping[str, str] | None) -> dict[str, str]:

@@ -15,7 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, ClassVar
 
@@ -23,11 +23,12 @@ from imagekit import __version__
 from imagekit.util import procs, quoting
 from imagekit.engines import docker as engine
 from imagekit.util.errors import EngineError, UsageError
-from imagekit.image_facts import BENCHMARK
-from imagekit.launch import runtimes
-from imagekit.launch.common import (JOB_LABEL, Mount, check_count, check_image_env, check_job, ScriptValues, check_token,
-                                    new_job_id, quote, require_tool, write_atomic)
+from imagekit.launch.common import (JOB_LABEL, MPIRUN, check_count, check_token, check_words, quote, require_tool,
+                                    write_atomic)
+from imagekit.launch.opts import DIR, opt
 from imagekit.launch.runtimes import RankStart, Runtime
+from imagekit.launch.starters import Job, LauncherNeeds, Output, Starter
+from imagekit.launch.workload import ALL_GPUS
 from imagekit.util.signals import interruptible, shielded
 
 
@@ -62,28 +63,29 @@ def on_this_host(hosts: list[tuple[str, int]]) -> bool:
     return any(host in here for host, _ in hosts)
 
 
-@dataclass
-class MpirunJob:
-    runtime: str
-    image: str
-    hosts: list[tuple[str, int]]
-    command: list[str]
+@dataclass(frozen=True)
+class HostMpirun(Starter):
+    """The host's ``mpirun`` starts one container per rank through ``rank.sh``: on ``hosts`` (name,
+    slots), ``np`` ranks (None: every slot), with the extra ``mpirun_args``."""
+
+    hosts: tuple[tuple[str, int], ...]
     np: int | None = None
-    mounts: list[Mount] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    gpus: bool = False
-    workdir: str | None = None
-    mpirun_args: list[str] = field(default_factory=list)
-    job_id: str = field(default_factory=new_job_id)
-    # The image's own variables (its benchmark label): rank.sh hands them to the container as values;
-    # run.sh and mpirun never see them (see common.check_image_env).
-    image_env: dict[str, str] = field(default_factory=dict)
-    image_env_label: str = BENCHMARK
-    # The runtime itself, resolved once from ``runtime`` (one of runtimes.names("mpirun")).
-    rt: Runtime = field(init=False, repr=False, compare=False)
+    mpirun_args: tuple[str, ...] = ()
+    needs: ClassVar = LauncherNeeds(host_mpirun=True,
+                                    gpu_fix="imagekit launch mpirun sets it for ranks without --gpus")
+    hides_gpus: ClassVar = True
+    options: ClassVar = (
+        opt("--hosts", "-H", required=True, help="HOST[:SLOTS],... or an Open MPI hostfile path."),
+        opt("--np", type=int, help="Ranks (default: sum of slots)."),
+        opt("--gpus", type=bool, help="Give each rank the host's GPUs (--gpus all / --nv / Enroot's GPU hook); "
+                                      "without it ranks get NVIDIA_VISIBLE_DEVICES=void if the image asks for GPUs."),
+        opt("--mpirun-arg", dest="mpirun_args", multiple=True, help="Extra mpirun argument (repeatable)."),
+        opt("--output-dir", "-o", dest="into", path=DIR, help="Write run.sh + rank.sh here and do not run them."),
+        opt("--dry-run", type=bool, help="Print run.sh and rank.sh instead of running."),
+    )
 
     def __post_init__(self) -> None:
-        self.rt = runtimes.of(self.runtime, runtimes.MPIRUN)
+        object.__setattr__(self, "hosts", tuple(self.hosts))
         if not self.hosts:
             raise UsageError("no hosts given", "pass --hosts HOST[:SLOTS],...")
         if self.np is not None:
@@ -91,31 +93,53 @@ class MpirunJob:
         for host, slots in self.hosts:
             check_token("host", host)
             check_count("slots", slots)
-        check_job(ScriptValues(self.command, self.image, self.env, self.job_id, self.workdir), self.mpirun_args,
-                  "--mpirun-arg")
-        check_image_env(self.image, self.image_env, self.image_env_label)
-        self.rt.check_mounts(self.mounts)
+        object.__setattr__(self, "mpirun_args", tuple(check_words("--mpirun-arg", list(self.mpirun_args))))
+
+    @classmethod
+    def accepts(cls, runtime: Runtime) -> bool:
+        return runtime.rank_wrapper_kind
+
+    @classmethod
+    def from_options(cls, values: dict) -> "HostMpirun":
+        hosts = values["hosts"]
+        return cls(hosts=tuple(parse_hosts(hosts) if isinstance(hosts, str) else hosts), np=values.get("np"),
+                   mpirun_args=tuple(values.get("mpirun_args") or ()))
+
+    def gpus(self, values: dict) -> int:
+        return ALL_GPUS if values.get("gpus") else 0
 
     @property
     def ranks(self) -> int:
         return self.np or sum(slots for _, slots in self.hosts)
 
+    def files(self, job: Job, docker: str = "docker") -> list[Output]:
+        return [Output("run.sh", render_run(job, docker)), Output("rank.sh", render_wrapper(job, docker))]
 
-def render_run(job: MpirunJob, docker: str = "docker") -> str:
+    def launcher(self, job: Job, log: Callable[[str], None]) -> "MpirunRun":
+        require_tool(MPIRUN, "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
+                               "or use `imagekit launch inside-out`")
+        return MpirunRun(job, log)
+
+    def runs_here(self) -> bool:
+        return on_this_host(list(self.hosts))
+
+
+def render_run(job: Job, docker: str = "docker") -> str:
     """``run.sh``: exports, root opt-in, ``mpirun … rank.sh CMD``, and container cleanup on exit.
     It runs on the host: it exports the job's ``--env`` only, never the image's variables."""
     q = quoting.sh_arg
-    hosts = ",".join(f"{h}:{s}" for h, s in job.hosts)
+    w, starter = job.workload, job.starter
+    hosts = ",".join(f"{h}:{s}" for h, s in starter.hosts)
     lines = [
         "#!/bin/bash",
-        f"# Generated by imagekit {__version__}: outside-in mpirun, {job.runtime} runtime, job {job.job_id}.",
+        f"# Generated by imagekit {__version__}: outside-in mpirun, {w.runtime.name} runtime, job {w.job_id}.",
         "# Host Open MPI starts one container per rank through rank.sh (same directory).",
         "set -euo pipefail",
         'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-        f"export IMAGEKIT_JOB_ID={q(job.job_id)}",
+        f"export IMAGEKIT_JOB_ID={q(w.job_id)}",
     ]
-    lines += [f"export {k}={q(v)}" for k, v in job.env.items()]
-    lines += job.rt.run_cleanup(docker)
+    lines += [f"export {k}={q(v)}" for k, v in w.env.items()]
+    lines += w.runtime.run_cleanup(docker)
     lines += [
         'if [ "$(id -u)" = 0 ]; then',
         "  # Open MPI refuses root unless told twice; containers commonly run as root.",
@@ -123,22 +147,22 @@ def render_run(job: MpirunJob, docker: str = "docker") -> str:
         "fi",
         "rc=0",
         # -x: Open MPI passes the exports to ranks on other hosts only when named.
-        f"mpirun -np {job.ranks} --host {q(hosts)} -x IMAGEKIT_JOB_ID"
-        + "".join(f" -x {k}" for k in job.env)
-        + (" " + quote(job.mpirun_args) if job.mpirun_args else "")
-        + f' "$here/rank.sh" {quote(job.command)} || rc=$?',
+        f"mpirun -np {starter.ranks} --host {q(hosts)} -x IMAGEKIT_JOB_ID"
+        + "".join(f" -x {k}" for k in w.env)
+        + (" " + quote(list(starter.mpirun_args)) if starter.mpirun_args else "")
+        + f' "$here/rank.sh" {quote(w.command)} || rc=$?',
         'exit "$rc"',
     ]
     return "\n".join(lines) + "\n"
 
 
-def render_wrapper(job: MpirunJob, docker: str = "docker") -> str:
-    return job.rt.rank_wrapper(RankStart(image=job.image, job_id=job.job_id, mounts=job.mounts,
-                                         env_names=list(job.env), gpus=job.gpus, workdir=job.workdir, docker=docker,
-                                         image_env={k: v for k, v in job.image_env.items() if k not in job.env}))
+def render_wrapper(job: Job, docker: str = "docker") -> str:
+    w = job.workload
+    return w.runtime.rank_wrapper(RankStart(workload=w, env_names=list(w.env), pass_gpus=w.wants_gpus,
+                                            docker=docker))
 
 
-def write(job: MpirunJob, directory: Path, docker: str = "docker") -> Path:
+def write(job: Job, directory: Path, docker: str = "docker") -> Path:
     """Write ``rank.sh`` and ``run.sh`` into ``directory``; returns the run script."""
     directory = Path(directory)
     write_atomic(directory / "rank.sh", render_wrapper(job, docker))
@@ -149,20 +173,22 @@ def _docker_cli() -> str:
     return engine.docker_cli()
 
 
-def execute(job: MpirunJob, directory: Path | None = None, *, keep: bool = False, log=None,
+def execute(job: Job, directory: Path | None = None, *, keep: bool = False, log=None,
             stdout=None, stderr=None) -> int:
     """Write the scripts, run them with the host's mpirun, stream output; return the job's exit code."""
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    require_tool("mpirun", "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
+    require_tool(MPIRUN, "install Open MPI on the hosts (Debian: apt-get install openmpi-bin), "
                            "or use `imagekit launch inside-out` / `launch slurm`")
+    w, rt = job.workload, job.workload.runtime
     # The engine's CLI starts the engine runtime's ranks; the others are a program every host needs.
-    docker = _docker_cli() if job.rt.engine else "docker"
-    if not job.rt.engine:
-        require_tool(job.rt.name, f"install {job.rt.name} on every host, or use --runtime docker")
+    docker = _docker_cli() if rt.engine else "docker"
+    if not rt.engine:
+        require_tool(rt.name, f"install {rt.name} on every host, or use --runtime docker")
     made = directory is None
-    directory = Path(directory or Path.cwd() / f"imagekit-{job.job_id}")
+    directory = Path(directory or Path.cwd() / f"imagekit-{w.job_id}")
     run_sh = write(job, directory, docker)
-    log(f"imagekit: job {job.job_id}: {job.ranks} ranks on {len(job.hosts)} host(s), scripts in {directory}")
+    log(f"imagekit: job {w.job_id}: {job.starter.ranks} ranks on {len(job.starter.hosts)} host(s), "
+        f"scripts in {directory}")
     proc = None
     try:
         with interruptible():
@@ -173,8 +199,8 @@ def execute(job: MpirunJob, directory: Path | None = None, *, keep: bool = False
         with shielded():
             if proc is not None:
                 procs.stop(proc, grace=15)
-            if job.rt.engine:
-                remove_containers(job.job_id)
+            if rt.engine:
+                remove_containers(w.job_id)
             if made and not keep:
                 shutil.rmtree(directory, ignore_errors=True)
 
@@ -189,11 +215,10 @@ def remove_containers(job_id: str) -> None:
 
 @dataclass
 class MpirunRun:
-    """An :class:`MpirunJob` as a :class:`~imagekit.launch.launcher.Launcher`: the host's mpirun starts it."""
+    """A :class:`HostMpirun` job as a :class:`~imagekit.launch.launcher.Launcher`: the host's mpirun starts it."""
 
-    job: MpirunJob
+    job: Job
     log: Callable[[str], None]
-    name: ClassVar[str] = "mpirun"
 
     def run(self, stdout: IO[str] | None) -> int:
         return execute(self.job, log=self.log, stdout=stdout)

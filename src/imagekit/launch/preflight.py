@@ -26,10 +26,13 @@ from typing import Callable
 from imagekit import image_facts
 from imagekit.util import platforms, searchpath, settings
 from imagekit.engines import docker as engine
-from imagekit.util.errors import EngineError, ImagekitError
+from imagekit.util.errors import EngineError, ImagekitError, UsageError
 from imagekit.image_facts import ImageFacts, is_file_image, reader
 from imagekit.launch import gpu_env, runtimes
+from imagekit.launch.common import MPIRUN
 from imagekit.launch.gpu_env import GpuLaunch
+from imagekit.launch.schedulers import Slurm
+from imagekit.launch.starters import LauncherNeeds
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "not checked"
 SHM_MIN = 1 << 30  # NCCL and shared-memory BTLs want far more than Docker's 64 MiB default
@@ -109,7 +112,7 @@ class HostFacts:
                                                   path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
         if want_srun and shutil.which("srun"):
             facts.srun_mpi, facts.srun_error = _srun_mpi_list()
-        if want_mpirun and shutil.which("mpirun"):
+        if want_mpirun and shutil.which(MPIRUN):
             facts.mpirun_version = _mpirun_version()
         return facts
 
@@ -196,7 +199,7 @@ def parse_srun_mpi_list(text: str) -> list[str]:
 
 
 def _mpirun_version() -> str | None:
-    out = _run(["mpirun", "--version"]) or ""
+    out = _run([MPIRUN, "--version"]) or ""
     m = re.search(r"Open MPI\)?\s+(\d+\.\d+\.\d+)", out)
     return m.group(1) if m else None
 
@@ -220,7 +223,7 @@ def probe_image(ref: str) -> dict[str, str] | None:
 def check_mpi_probe(ref: str, found: dict[str, str] | None) -> Finding:
     if found is None:
         return Finding("image MPI", SKIP, "no component labels and the image could not be probed")
-    if not found.get("mpirun"):
+    if not found.get(MPIRUN):
         return Finding("image MPI", FAIL, f"{ref} has no MPI (no mpirun on the image's PATH)",
                      "build from a stack with an MPI component (e.g. openmpi), or pick an MPI image")
     return Finding("image MPI", OK, f"{found['mpirun']}: {found.get('mpi_version') or 'version unknown'} (probed)")
@@ -494,7 +497,7 @@ def check_gpu_runtime(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None
     launch = launch or GpuLaunch()
     # Not named: a .sif means Apptainer; a squashfs goes to Enroot or Pyxis, an engine image to Docker or
     # Pyxis, and the fix names each.
-    rt = runtimes.of(launch.runtime) if launch.runtime else runtimes.implied_by(img.ref)
+    rt = launch.runtime if launch.runtime is not None else runtimes.implied_by(img.ref)
     bad = FAIL if launch.here else WARN
     elsewhere = "" if launch.here else "; fine if the nodes that run it have GPUs (this may be a login node)"
     missing = [what for what, have in (("nvidia-container-cli", host.nvidia_container_cli),
@@ -523,7 +526,7 @@ def check_gpu_runtime(img: ImageFacts, host: HostFacts, launch: GpuLaunch | None
     none = " (driver libraries without devices)" if value == "none" else ""
     return Finding(name, bad, f"{source} {gpu_env.VAR}={value}{none} and {lacks}: Enroot's 98-nvidia.sh hook "
                  f"(Pyxis too) stops the start with {stops}{elsewhere}",
-                 runtimes.gpu_fixes(rt, launcher_needs(launch.launcher).gpu_fix))
+                 runtimes.gpu_fixes(rt, launch.fix))
 
 
 def image_arch(img: ImageFacts) -> str | None:
@@ -622,38 +625,26 @@ def check_host_mpirun(img: ImageFacts, host: HostFacts) -> Finding:
 # --- the whole run ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class LauncherNeeds:
-    """What a launcher declares to preflight: the checks its way of starting containers needs."""
-
-    host_mpirun: bool = False      # the host's mpirun starts the ranks: its Open MPI must match the image's
-    sshd: bool = False             # the containers run sshd and take the job's ssh keys
-    here: bool = True              # the containers start on this host (not on compute nodes elsewhere)
-    gpu_fix: str | None = None     # how the launcher itself hides GPUs from jobs that ask for none
-
-
-LAUNCHERS = {
-    "slurm": LauncherNeeds(here=False, gpu_fix="imagekit launch slurm sets it for jobs without --gpus-per-node"),
-    "mpirun": LauncherNeeds(host_mpirun=True, gpu_fix="imagekit launch mpirun sets it for ranks without --gpus"),
-    "inside-out": LauncherNeeds(sshd=True),
-    "mpijob": LauncherNeeds(here=False),
-}
-
-
-def launcher_needs(launcher: str | None) -> LauncherNeeds:
-    """The checks ``launcher`` (one of LAUNCHERS) declares; None (preflight alone): the defaults."""
-    return LAUNCHERS.get(launcher or "", LauncherNeeds())
-
-
-@dataclass(frozen=True)
 class PreflightPlan:
     """How the image is to be launched, as far as preflight's checks depend on it."""
 
-    scheduler: str | None = None       # "slurm": the host's srun and its PMIx plugin are checked
-    launcher: str | None = None        # one of LAUNCHERS: what it declares is checked
+    slurm: bool = False                # the job is submitted from here: the host's srun and its PMIx plugin
+    needs: LauncherNeeds = LauncherNeeds()   # what the rank starter declares
     ssh_key_dir: Path | None = None    # inside-out: the job's keys
     probe: bool = False                # run one short container of an unlabelled engine image to find its MPI
     gpu: GpuLaunch | None = None       # how the containers start: runtime, GPUs, environment, on this host?
     site: settings.Site | None = None  # whose stacks a fix may name (None: the environment's)
+
+
+def plan_for(scheduler: str | None, needs: LauncherNeeds | None, ssh_key_dir: Path | None, *,
+             site: settings.Site | None = None) -> PreflightPlan:
+    """``imagekit preflight``'s plan: ``scheduler`` (None, or Slurm's name: its PMIx plugin is checked)
+    and what a launcher ``needs`` (None: preflight alone)."""
+    if scheduler not in (None, Slurm.name):
+        raise UsageError(f"unknown scheduler {scheduler!r}", f"use --scheduler {Slurm.name}, or leave it out")
+    needs = needs or LauncherNeeds()
+    return PreflightPlan(slurm=scheduler is not None, needs=needs, ssh_key_dir=ssh_key_dir,
+                         gpu=GpuLaunch(fix=needs.gpu_fix), site=site)
 
 
 def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | None = None,
@@ -663,7 +654,7 @@ def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | 
     The image's facts are read here unless the caller already has them (``facts``, or raw ``labels``);
     ``host`` is probed unless given.
     """
-    scheduler, needs, gpu = plan.scheduler, launcher_needs(plan.launcher), plan.gpu
+    needs, gpu = plan.needs, plan.gpu
     if facts is not None:
         img = facts
     elif labels is not None:
@@ -671,7 +662,7 @@ def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | 
     else:
         img = reader.read_or_reason(image)
     if host is None:
-        host = HostFacts.probe(want_srun=scheduler == "slurm", want_mpirun=needs.host_mpirun)
+        host = HostFacts.probe(want_srun=plan.slurm, want_mpirun=needs.host_mpirun)
     checks = [check_labels(img), check_mpi(img)]
     if plan.probe and not img.known and labels is None and not is_file_image(image):
         found = probe_image(image)
@@ -680,7 +671,7 @@ def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | 
             m = re.search(r"(\d+\.\d+\.\d+)", found["mpi_version"])
             if m:  # lets the host-mpirun check compare versions for unlabelled images
                 img = image_facts.probed_mpi(img, "openmpi", m.group(1))
-    if scheduler == "slurm":
+    if plan.slurm:
         checks.append(check_slurm_pmix(img, host))
     if needs.host_mpirun:
         checks.append(check_host_mpirun(img, host))

@@ -1,11 +1,11 @@
 """The container runtimes a launch starts its containers with: one class each, and the one list of names.
 
-Every launcher asks its runtime instead of testing its name: how a rank's container starts (the rank
-wrapper, or Pyxis's ``srun`` flags), how mounts and the environment reach it, what an sbatch script
-or ``run.sh`` adds for it, which launchers can use it, what preflight checks for it, and how it
-treats ``NVIDIA_VISIBLE_DEVICES`` (:mod:`imagekit.launch.gpu_env`). A new runtime is one
-:class:`Runtime` subclass here and its row in ``_ALL``; jobs and requests resolve the name once
-with :func:`of`.
+Every rank starter asks its runtime instead of testing its name: how a rank's container starts (the
+rank wrapper, or Pyxis's ``srun`` flags), how mounts and the environment reach it, what an sbatch script
+or ``run.sh`` adds for it, what it can do (a rank wrapper, containers on this engine: the starters that
+need it accept it), what preflight checks for it, and how it treats ``NVIDIA_VISIBLE_DEVICES``
+(:mod:`imagekit.launch.gpu_env`). A new runtime is one :class:`Runtime` subclass here and its row in
+``_ALL``; a launch resolves the name once with :func:`of`.
 
 - :class:`Pyxis`: Slurm's SPANK plugin; ``srun --container-image=…`` starts one Enroot container
   per task, its hooks bring in PMIx and GPUs (flags as NVIDIA/pyxis's usage documents them).
@@ -19,47 +19,48 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from imagekit.util import quoting
 from imagekit.util.errors import UsageError
-from imagekit.launch import gpu_env, wrapper
+from imagekit.launch import edf, gpu_env, wrapper
 from imagekit.launch.common import JOB_LABEL, Mount, check_line, check_token, quote
+from imagekit.launch.workload import Workload
 
-# The launchers that start containers through a runtime (imagekit launch …).
-SLURM, MPIRUN, INSIDE_OUT = "slurm", "mpirun", "inside-out"
+if TYPE_CHECKING:
+    from imagekit.launch.starters import Starter
 
 
 @dataclass(frozen=True)
 class RankStart:
-    """What starts one rank's container, whichever launcher runs the wrapper.
+    """What starts one rank's container, whichever starter runs the wrapper: the ``workload``, the
+    names of the job's variables (``env_names``: set where the wrapper starts, forwarded by name; the
+    image's reach the container as values, never the host script's environment, see
+    ``common.check_image_env``), whether the container gets the host's GPUs (``pass_gpus``: ``--gpus
+    all``, ``--nv``) and the engine's CLI (``docker``)."""
 
-    ``env_names``: the job's variables, set where the wrapper starts and forwarded by name.
-    ``image_env``: the image's variables, which reach the container as values and never the host
-    script's environment (see ``common.check_image_env``). ``docker``: the engine's CLI."""
-
-    image: str
-    job_id: str
-    mounts: Sequence[Mount] = ()
+    workload: Workload
     env_names: Sequence[str] = ()
-    image_env: Mapping[str, str] = field(default_factory=dict)
-    gpus: bool = False
-    workdir: str | None = None
+    pass_gpus: bool = False
     docker: str = "docker"
+
+    @property
+    def image_env(self) -> dict[str, str]:
+        """The image's variables the job's own do not override."""
+        return {k: v for k, v in self.workload.image_env.items() if k not in self.env_names}
 
 
 @dataclass(frozen=True)
 class SrunStep:
     """The sbatch script's one ``srun --mpi=pmix`` step: ``srun`` is its words up to the command.
-    ``image_env_label``, ``container_name`` and ``mount_home`` are for Pyxis, which starts the
-    containers itself."""
+    ``container_name`` and ``mount_home`` are for Pyxis, which starts the containers itself."""
 
     rank: RankStart
     srun: list[str]
-    command: list[str]
-    image_env_label: str = ""
     container_name: str | None = None
     mount_home: bool | None = None
+    # The files the runtime contributes (``Runtime.files``), by name: where the job finds each.
+    files: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,12 @@ class Runtime:
     """One container runtime. Subclasses set the class attributes and the methods that differ."""
 
     name: ClassVar[str]
-    # The launchers that can start its containers (imagekit launch slurm|mpirun|inside-out).
-    launchers: ClassVar[tuple[str, ...]] = (SLURM, MPIRUN)
+    # It has a rank wrapper (a script that runs "$@" in a container): the host's mpirun can start its ranks.
+    rank_wrapper_kind: ClassVar[bool] = True
+    # It describes the containers in a file beside the script (files()), not on the srun line.
+    writes_files: ClassVar[bool] = False
+    # srun can name its container (--container-name) and its home mount (--[no-]container-mount-home).
+    container_flags: ClassVar[bool] = False
     # NVIDIA_VISIBLE_DEVICES alone makes it start the GPU runtime: Enroot's hook (Pyxis runs Enroot), and
     # Docker when the site made the NVIDIA runtime its default (then `docker run` without --gpus reads it).
     gpu_hook: ClassVar[bool] = False
@@ -108,6 +113,9 @@ class Runtime:
             for m in mounts:
                 m.check_fstab(self.name)
 
+    def check_image(self, image: str) -> None:
+        """Refuse an image the runtime cannot start (Sarus Suite: a file path)."""
+
     def cpu_only_env(self, env: dict[str, str], image_env: Mapping[str, str] | None) -> dict[str, str]:
         """The environment for a job that asks for no GPUs: ``NVIDIA_VISIBLE_DEVICES=void`` where the
         variable alone would start the GPU runtime (:func:`gpu_env.cpu_only_env`)."""
@@ -117,16 +125,22 @@ class Runtime:
 
     def rank_wrapper(self, start: RankStart) -> str:
         """The wrapper script that runs ``"$@"`` as one rank inside a container."""
-        check_token("job id", start.job_id)
-        check_line("image", start.image)
-        check_line("--workdir", start.workdir)
-        return wrapper.head(self.name, start.image, start.job_id) + self.wrapper_body(start)
+        w = start.workload
+        check_token("job id", w.job_id)
+        check_line("image", w.image)
+        check_line("--workdir", w.workdir)
+        return wrapper.head(self.name, w.image, w.job_id) + self.wrapper_body(start)
 
     def wrapper_body(self, start: RankStart) -> str:
         """The wrapper after its head (``image`` set): binds, environment, and the runtime's ``exec``."""
-        raise UsageError(f"the {self.name} runtime has no rank wrapper: "
-                         f"it runs under {' and '.join(self.launchers)} only",
-                         f"use one of: {', '.join(names(MPIRUN))}")
+        raise UsageError(f"the {self.name} runtime has no rank wrapper: it starts containers with srun's own "
+                         "options only", f"use one of: {', '.join(r.name for r in _ALL if r.rank_wrapper_kind)}")
+
+    # --- files beside the script ------------------------------------------------------------
+
+    def files(self, workload: Workload) -> dict[str, str]:
+        """Files the runtime needs beside the job's script (name -> text): EDF's TOML."""
+        return {}
 
     # --- Slurm: the sbatch script's srun step -----------------------------------------------
 
@@ -140,7 +154,8 @@ class Runtime:
             # One single-quoted word: no heredoc marker for a value to collide with.
             "# shellcheck disable=SC2016 # expanded by each task's bash, not here",
             f"rank_wrapper={quoting.sh(text)}",
-        ] + self.sbatch_cleanup() + [quote(step.srun) + ' bash -c "$rank_wrapper" imagekit-rank ' + quote(step.command)]
+        ] + self.sbatch_cleanup() + [quote(step.srun) + ' bash -c "$rank_wrapper" imagekit-rank '
+                                     + quote(step.rank.workload.command)]
 
     def sbatch_cleanup(self) -> list[str]:
         """Lines that remove the job's containers on every node when the script exits."""
@@ -164,7 +179,8 @@ class Runtime:
 
 class Pyxis(Runtime):
     name = "pyxis"
-    launchers = (SLURM,)
+    rank_wrapper_kind = False
+    container_flags = True
     gpu_hook = True
     fstab_mounts = True
     host_env = True
@@ -173,25 +189,26 @@ class Pyxis(Runtime):
 
     def srun_lines(self, step: SrunStep) -> list[str]:
         """Pyxis's flags on the srun line; its hooks bring in PMIx and GPUs."""
-        image_env = dict(step.rank.image_env)
+        image_env = step.rank.image_env
         lines = []
         if image_env:
             # Pyxis reads them from srun's environment: only names checked safe there (check_image_env).
-            lines.append(f"# The image's own variables (label {step.image_env_label}), for --container-env:")
+            lines.append(f"# The image's own variables (label {step.rank.workload.image_env_label}), "
+                         "for --container-env:")
             lines += [f"export {k}={quoting.sh_arg(v)}" for k, v in image_env.items()]
         srun = step.srun + self.flags(step, list(step.rank.env_names) + list(image_env))
-        return lines + [quote(srun) + " " + quote(step.command)]
+        return lines + [quote(srun) + " " + quote(step.rank.workload.command)]
 
     @staticmethod
     def flags(step: SrunStep, env_names: list[str]) -> list[str]:
         """``--container-*`` flags (Pyxis: mounts ``SRC:DST[:FLAGS]`` separated by ``,``)."""
-        rank = step.rank
-        flags = [f"--container-image={rank.image}"]
-        if rank.mounts:
+        w = step.rank.workload
+        flags = [f"--container-image={w.image}"]
+        if w.mounts:
             flags.append("--container-mounts=" + ",".join(
-                f"{m.src}:{m.dst}" + (":ro" if m.readonly else "") for m in rank.mounts))
-        if rank.workdir:
-            flags.append(f"--container-workdir={rank.workdir}")
+                f"{m.src}:{m.dst}" + (":ro" if m.readonly else "") for m in w.mounts))
+        if w.workdir:
+            flags.append(f"--container-workdir={w.workdir}")
         if step.container_name:
             flags.append(f"--container-name={step.container_name}")
         if env_names:
@@ -210,8 +227,9 @@ class Apptainer(Runtime):
 
     def wrapper_body(self, start: RankStart) -> str:
         q = quoting.sh_arg
+        w = start.workload
         binds = "".join(f"binds+=(--bind {q(f'{m.src}:{m.dst}' + (':ro' if m.readonly else ''))})\n"
-                        for m in start.mounts)
+                        for m in w.mounts)
         return (
             "# Apptainer passes the host environment and namespaces through; only\n"
             "# Slurm's PMIx directory (outside /tmp) must be bound explicitly.\n"
@@ -220,8 +238,8 @@ class Apptainer(Runtime):
             '  binds+=(--bind "$PMIX_SERVER_TMPDIR")\n'
             "fi\n" + binds +
             "extra=()\n" +
-            ("extra+=(--nv)\n" if start.gpus else "") +
-            (f"extra+=(--pwd {q(start.workdir)})\n" if start.workdir else "") +
+            ("extra+=(--nv)\n" if start.pass_gpus else "") +
+            (f"extra+=(--pwd {q(w.workdir)})\n" if w.workdir else "") +
             # APPTAINERENV_NAME=VALUE is Apptainer's own channel to the container (exact, unlike
             # --env, whose parser splits at commas and trims quotes); no host program reads it.
             ("# The image's own variables (its label): for the container only.\n"
@@ -253,10 +271,11 @@ class Enroot(Runtime):
 
     def wrapper_body(self, start: RankStart) -> str:
         # Always quoted: shellcheck reads bare commas in an array as a mistake.
+        w = start.workload
         binds = "".join(f"binds+=(--mount {quoting.sh(self._fstab(m.src, m.dst, m.readonly))})\n"
-                        for m in (m.check_fstab(self.name) for m in start.mounts))
+                        for m in (m.check_fstab(self.name) for m in w.mounts))
         return (
-            f'job="${{IMAGEKIT_JOB_ID:-{start.job_id}}}"\n' +
+            f'job="${{IMAGEKIT_JOB_ID:-{w.job_id}}}"\n' +
             wrapper.forward_loop("--env") + wrapper.extra_env("--env", list(start.env_names)) +
             wrapper.image_env_args("--env", start.image_env) +
             f"binds=(--mount {quoting.sh(self._fstab('/tmp', '/tmp'))})\n"
@@ -265,26 +284,26 @@ class Enroot(Runtime):
             "fi\n" + binds +
             # enroot has no workdir flag: the rank's command runs through sh -c cd.
             ("# shellcheck disable=SC2016 # expanded by the container's sh, not here\n"
-             f'set -- sh -c \'cd "$0" && exec "$@"\' {quoting.sh_arg(start.workdir)} "$@"\n'
-             if start.workdir else "") +
+             f'set -- sh -c \'cd "$0" && exec "$@"\' {quoting.sh_arg(w.workdir)} "$@"\n'
+             if w.workdir else "") +
             wrapper.ENROOT_NODE.read_text()
         )
 
 
 class Docker(Runtime):
     name = "docker"
-    launchers = (SLURM, MPIRUN, INSIDE_OUT)
     gpu_hook = True
     engine = True
     shm_note = " (--ipc=host)"
 
     def wrapper_body(self, start: RankStart) -> str:
         q = quoting.sh_arg
+        w = start.workload
         binds = "".join(f"binds+=(-v {q(f'{m.src}:{m.dst}' + (':ro' if m.readonly else ''))})\n"
-                        for m in start.mounts)
+                        for m in w.mounts)
         return (
             # Slurm scripts set IMAGEKIT_JOB_ID per allocation; the literal is the generating job's id.
-            f'job="${{IMAGEKIT_JOB_ID:-{start.job_id}}}"\n' +
+            f'job="${{IMAGEKIT_JOB_ID:-{w.job_id}}}"\n' +
             wrapper.forward_loop("-e") + wrapper.extra_env("-e", list(start.env_names)) +
             wrapper.image_env_args("-e", start.image_env) +
             "# /tmp holds ORTE's session directory; PMIX_SERVER_TMPDIR holds Slurm's PMIx rendezvous.\n"
@@ -296,8 +315,8 @@ class Docker(Runtime):
             'memlock=$(ulimit -H -l)\n'
             'if [ "$memlock" = unlimited ]; then memlock=-1; else memlock=$((memlock * 1024)); fi\n'
             'extra=(--ulimit "memlock=$memlock:$memlock")\n' +
-            ("extra+=(--gpus all)\n" if start.gpus else "") +
-            (f"extra+=(-w {q(start.workdir)})\n" if start.workdir else "") +
+            ("extra+=(--gpus all)\n" if start.pass_gpus else "") +
+            (f"extra+=(-w {q(w.workdir)})\n" if w.workdir else "") +
             f'exec {q(start.docker)} run --rm --label "{JOB_LABEL}=$job" \\\n'
             "  --network=host --ipc=host --pid=host --cap-add=SYS_PTRACE \\\n"
             '  --user "$(id -u):$(id -g)" "${forward[@]}" "${binds[@]}" "${extra[@]}" \\\n'
@@ -329,25 +348,64 @@ class Docker(Runtime):
                           "and the NVIDIA container toolkit")
 
 
+class Edf(Runtime):
+    """CSCS's production Container Engine: ``srun --environment=FILE``, the EDF written beside the script
+    (:mod:`imagekit.launch.edf`); its hooks bring PMIx, GPUs and the network."""
+
+    name = "edf"
+    rank_wrapper_kind = False
+    writes_files = True
+    gpu_hook = True     # the production CE starts Enroot, whose NVIDIA hook reads the variable
+    engine_name = edf.PRODUCTION
+    flag = "--environment"
+    shm_note = " (the Container Engine's)"
+
+    def files(self, workload: Workload) -> dict[str, str]:
+        return {f"imagekit-{workload.job_id}.toml": edf.render(
+            engine=self.engine_name, image=workload.image, env=workload.container_env, mounts=workload.mounts,
+            workdir=workload.workdir, gpus=workload.wants_gpus, traits=workload.traits)}
+
+    def srun_lines(self, step: SrunStep) -> list[str]:
+        (path,) = step.files.values()
+        return [f"# The job's containers are described by {path} (EDF): image, environment, mounts, hooks.",
+                quote(step.srun + [f"{self.flag}={path}"]) + " " + quote(step.rank.workload.command)]
+
+
+class SarusSuite(Edf):
+    """CSCS's Sarus Suite (Podman): ``srun --edf=FILE``; registry references only."""
+
+    name = "sarus-suite"
+    engine_name = edf.SARUS_SUITE
+    flag = "--edf"
+    gpu_hook = False    # Podman takes GPUs as CDI devices (the EDF's devices), never from the variable
+
+    def check_image(self, image: str) -> None:
+        if image.startswith(("/", ".")):
+            raise UsageError(f"sarus-suite: image: {image} is a file path, and Sarus Suite takes registry "
+                             "references only (its image store is Podman's)",
+                             "push the image and give its reference (REGISTRY#IMAGE:TAG), or use --runtime edf")
+
+
 # The runtimes, in the order the CLI and errors name them. A new runtime: its class above and a row here.
-_ALL: tuple[Runtime, ...] = (Pyxis(), Apptainer(), Enroot(), Docker())
+_ALL: tuple[Runtime, ...] = (Pyxis(), Apptainer(), Enroot(), Docker(), Edf(), SarusSuite())
 _BY_NAME = {rt.name: rt for rt in _ALL}
 RUNTIMES: tuple[str, ...] = tuple(_BY_NAME)
 
 
-def names(launcher: str | None = None) -> tuple[str, ...]:
-    """The runtimes ``launcher`` can start (None: every one), in ``RUNTIMES`` order."""
-    return tuple(n for n in RUNTIMES if launcher is None or launcher in _BY_NAME[n].launchers)
+def names(starter: "type[Starter] | None" = None) -> tuple[str, ...]:
+    """The runtimes ``starter`` accepts (None: every one), in ``RUNTIMES`` order."""
+    return tuple(n for n in RUNTIMES if starter is None or starter.accepts(_BY_NAME[n]))
 
 
-def of(name: str, launcher: str | None = None) -> Runtime:
-    """The runtime called ``name``; with ``launcher``, one that launcher can start."""
+def of(name: str, starter: "type[Starter] | None" = None, target: str = "") -> Runtime:
+    """The runtime called ``name``; with ``starter``, one it accepts (``target``: the command, for the
+    message)."""
     rt = _BY_NAME.get(name)
     if rt is None:
-        raise UsageError(f"unknown runtime {name!r}", f"use one of: {', '.join(names(launcher))}")
-    if launcher is not None and launcher not in rt.launchers:
-        raise UsageError(f"the {name} runtime cannot start the containers of `imagekit launch {launcher}`",
-                         f"use one of: {', '.join(names(launcher))}")
+        raise UsageError(f"unknown runtime {name!r}", f"use one of: {', '.join(names(starter))}")
+    if starter is not None and not starter.accepts(rt):
+        raise UsageError(f"the {name} runtime cannot start the containers of `imagekit launch {target}`",
+                         f"use one of: {', '.join(names(starter))}")
     return rt
 
 

@@ -1,11 +1,10 @@
 """One launch, whichever launcher runs it: the image's facts, the command, preflight, and ``--validate``.
 
-Every launcher (Slurm, host mpirun, inside-out) goes through the same steps: read the image's facts
-once (for the benchmark choice and for preflight), pick the command (the image's benchmark for a
-bare ``--validate``), hide the GPUs from a CPU-only job, run preflight, then run the job, teeing its
-output into the validator when gates were given. They used to be written out three times in the CLI,
-and one copy forgot what another did; here they are written once. The launcher-specific parts (the
-job object, how it is written or started) stay with the CLI command and the launcher module.
+Every launch goes through the same steps: read the image's facts once (for the benchmark choice and
+for preflight), pick the command (the image's benchmark for a bare ``--validate``), run preflight,
+then run the job, teeing its output into the validator when gates were given. They used to be
+written out three times in the CLI, and one copy forgot what another did; here they are written once.
+How a job is composed and delivered is :mod:`imagekit.launch.plan`'s.
 """
 
 from __future__ import annotations
@@ -16,36 +15,14 @@ from typing import Callable
 
 from imagekit.util.errors import UsageError
 from imagekit.image_facts import BENCHMARK, ImageFacts, reader
-from imagekit.launch import gpu_env
 from imagekit.launch import preflight as preflight_mod
 from imagekit.launch.benchmark import Tee, default_benchmark
 from imagekit.launch.common import check_image_command
 from imagekit.launch.launcher import Launcher
-from imagekit.launch.runtimes import Runtime
-from imagekit.util.settings import Site
+from imagekit.launch.request import LaunchRequest
 from imagekit.validate import Gates, Verdict, evaluate, parse, to_text
 
-
-@dataclass(frozen=True)
-class LaunchRequest:
-    """What every launcher is asked: the image, the command (empty: the image's benchmark, with
-    ``gates``), the gates that judge the job's output (None: no ``--validate``), and whether preflight
-    runs. Made from the CLI's options, or directly; ``Gates.load`` has checked the gates already, so a
-    bad gate fails before any image is read or job is started. ``site``: the site preflight looks stacks
-    up in (the CLI's --stacks-dir and environment)."""
-
-    image: str
-    command: tuple[str, ...] = ()
-    gates: Gates | None = None
-    preflight: bool = True
-    site: Site = dataclasses.field(default_factory=Site.from_env)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "command", tuple(self.command))
-
-    @property
-    def validate(self) -> bool:
-        return self.gates is not None
+__all__ = ["LaunchRequest", "Session", "judge"]
 
 
 _READ = object()
@@ -81,18 +58,6 @@ class Session:
                              "give the benchmark after `--`, e.g. -- all_reduce_perf -b 8 -e 1G -f 2 -g 1")
         cmd, env = default_benchmark(facts)
         return check_image_command(request.image, cmd, BENCHMARK), env
-
-    def cpu_only_env(self, env: dict[str, str], runtime: Runtime) -> dict[str, str]:
-        """The containers' environment for a job without GPUs: NVIDIA_VISIBLE_DEVICES=void where a CUDA
-        image would otherwise make Enroot/Pyxis (or Docker's NVIDIA runtime) look for a driver; said once."""
-        image_env = self.facts.env if self.facts is not None else None
-        out = runtime.cpu_only_env(env, image_env)
-        if out is not env:
-            why = (f"the image sets {gpu_env.VAR}={image_env.get(gpu_env.VAR)}" if image_env is not None
-                   else "the image's environment was not read here")
-            self.log(f"imagekit: no GPUs asked for and {why}: the containers get {gpu_env.VAR}={gpu_env.NO_GPU} "
-                     f"(--env {gpu_env.VAR}=VALUE overrides)")
-        return out
 
     def preflight(self, plan: preflight_mod.PreflightPlan) -> None:
         """Preflight for this launch, unless turned off (--no-preflight)."""

@@ -27,123 +27,123 @@ image from the shared file system once; with ``shared`` the nodes mount the shar
 
 from __future__ import annotations
 
-import subprocess
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Callable, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
 from imagekit import __version__
 from imagekit.util import quoting
-from imagekit.util.errors import ImagekitError, UsageError
-from imagekit.image_facts import BENCHMARK
-from imagekit.launch import runtimes
-from imagekit.launch.common import (Mount, ScriptValues, check_choice, check_count, check_image_env, check_job,
-                                    check_line, check_token, new_job_id, require_tool, write_atomic)
+from imagekit.util.errors import UsageError
+from imagekit.launch.common import check_choice, check_count, check_line, check_token, check_words
+from imagekit.launch.opts import FILE, opt
 from imagekit.launch.runtimes import RankStart, Runtime, SrunStep
+from imagekit.launch.schedulers import Slurm
+from imagekit.launch.starters import Job, LauncherNeeds, Output, Starter
+from imagekit.launch.workload import ALL_GPUS, Workload
 
 STAGES = ("none", "shared", "sbcast")
 
 
-@dataclass
-class SlurmJob:
-    image: str
-    nodes: int
-    command: list[str]
-    runtime: str = "pyxis"
-    gpus_per_node: int = 0
-    ntasks_per_node: int | None = None
-    cpus_per_task: int | None = None
-    partition: str | None = None
-    time: str | None = None
-    job_name: str = "imagekit"
-    account: str | None = None
-    mounts: list[Mount] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
+@dataclass(frozen=True)
+class Srun(Starter):
+    """``srun --mpi=pmix`` starts one container per task: the options of the srun step (``srun_args``,
+    ``nccl_debug``), Pyxis's (``container_name``, ``mount_home``: None keeps the site's Enroot default)
+    and ``--stage`` (module docstring)."""
+
+    srun_args: tuple[str, ...] = ()
     nccl_debug: bool = False
-    mount_home: bool | None = None      # pyxis: None keeps the site's enroot default
-    container_name: str | None = None   # pyxis: reuse one container across steps of the job
-    srun_args: list[str] = field(default_factory=list)
-    job_id: str = field(default_factory=new_job_id)
-    # The image's own variables (its benchmark label): the containers' only, see common.check_image_env.
-    image_env: dict[str, str] = field(default_factory=dict)
-    image_env_label: str = BENCHMARK
-    stage: str = "none"                  # pyxis: none | shared | sbcast (module docstring)
-    stage_dir: str = "/tmp"              # sbcast: node-local directory for the copies
-    importer: str = "imagekit-pyxis-importer"   # the site's importer (its plugstack.conf importer=)
-    # Slurm's topology/block placement (launch profile nvl72): nodes per segment, each segment in one block.
-    segment: int | None = None
-    # The runtime itself, resolved once from ``runtime`` (a name in runtimes.RUNTIMES).
-    rt: Runtime = field(init=False, repr=False, compare=False)
+    mount_home: bool | None = None
+    container_name: str | None = None
+    stage: str = "none"
+    stage_dir: str = "/tmp"
+    importer: str = "imagekit-pyxis-importer"
+    needs: ClassVar = LauncherNeeds(here=False, gpu_fix="imagekit launch slurm sets it for jobs without "
+                                                        "--gpus-per-node")
+    hides_gpus: ClassVar = True
+    options: ClassVar = (
+        opt("--nodes", "-N", type=int, required=True),
+        opt("--gpus-per-node", dest="gpus", type=int, default=0, show_default=True,
+            help="GPUs per node; one task per GPU unless --ntasks-per-node. 0: a CPU-only job, whose "
+                 "containers get NVIDIA_VISIBLE_DEVICES=void if the image asks for GPUs."),
+        opt("--ntasks-per-node", dest="tasks_per_node", type=int, help="Tasks per node (CPU-only default 1)."),
+        opt("--cpus-per-task", type=int),
+        opt("--partition", "-p"),
+        opt("--time", "-t", metavar="[D-]HH:MM:SS"),
+        opt("--account", "-A"),
+        opt("--job-name", default="imagekit", show_default=True),
+        opt("--container-name", help="Pyxis: keep/reuse a named container for the job."),
+        opt("--mount-home/--no-mount-home", type=bool, default=None,
+            help="Pyxis: (do not) bind the home directory."),
+        opt("--nccl-debug", type=bool, help="export NCCL_DEBUG=INFO in the job."),
+        opt("--srun-arg", dest="srun_args", multiple=True, help="Extra srun argument (repeatable)."),
+        opt("--stage", type=STAGES, default="none", show_default=True,
+            help="Pyxis, registry image, many nodes (docs/many-nodes.md): resolve and fill the store once "
+                 "in the job's first step; sbcast: then copy the image to each node's local disk (one read "
+                 "of the shared file system per job); shared: nodes mount the shared store's file lazily "
+                 "(Pyxis use_squashfuse=1)."),
+        opt("--stage-dir", default="/tmp", show_default=True, metavar="DIR",
+            help="--stage sbcast: node-local directory for the copies (a local disk, not a tmpfs)."),
+        opt("--importer", default="imagekit-pyxis-importer", show_default=True, metavar="PATH",
+            help="--stage: the importer on the nodes (the path in Pyxis's plugstack.conf importer=)."),
+        opt("--output", "-o", path=FILE, help="Write the sbatch script here."),
+        opt("--dry-run/--submit", type=bool, default=True,
+            help="Print the script (default) or submit it with sbatch."),
+    )
 
     def __post_init__(self) -> None:
-        self.rt = runtimes.of(self.runtime, runtimes.SLURM)
-        check_stage(self)
-        check_count("--nodes", self.nodes)
-        check_count("--gpus-per-node", self.gpus_per_node, 0)
-        if self.ntasks_per_node is not None:
-            check_count("--ntasks-per-node", self.ntasks_per_node)
-        if self.cpus_per_task is not None:
-            check_count("--cpus-per-task", self.cpus_per_task)
-        check_job(ScriptValues(self.command, self.image, self.env, self.job_id, self.workdir), self.srun_args,
-                  "--srun-arg")
-        # Pyxis takes a container's variables from the job's environment, which the host's programs see.
-        check_image_env(self.image, self.image_env, self.image_env_label, host=self.rt.host_env)
+        object.__setattr__(self, "srun_args", tuple(check_words("--srun-arg", list(self.srun_args))))
+        check_choice("--stage", self.stage, STAGES)
         if self.container_name is not None:
             check_token("--container-name", self.container_name)
-        check_sbatch(self.sbatch_options())
-        # --container-mounts separates entries with ',' and Enroot writes each as an fstab line.
-        self.rt.check_mounts(self.mounts)
 
-    def sbatch_options(self) -> dict[str, str]:
-        """The ``#SBATCH --OPTION=VALUE`` lines, in order (values are checked to be one token)."""
-        opts = {"job-name": self.job_name, "nodes": str(self.nodes), "ntasks-per-node": str(self.tasks_per_node)}
-        if self.gpus_per_node:
-            opts["gpus-per-node"] = str(self.gpus_per_node)
-        if self.cpus_per_task:
-            opts["cpus-per-task"] = str(self.cpus_per_task)
-        if self.segment:
-            # topology/block: every `segment` nodes from one block (the site's block is one NVLink domain),
-            # and the job's one srun step spans them. An sbatch that predates the option refuses it.
-            opts["segment"] = str(self.segment)
-        for opt, val in (("partition", self.partition), ("time", self.time), ("account", self.account)):
-            if val:
-                opts[opt] = val
-        return opts
+    @classmethod
+    def accepts(cls, runtime: Runtime) -> bool:
+        return True     # each runtime starts a task's container: its own srun flags, or the rank wrapper
 
-    @property
-    def tasks_per_node(self) -> int:
-        if self.ntasks_per_node:
-            return self.ntasks_per_node
-        return self.gpus_per_node or 1
+    @classmethod
+    def from_options(cls, values: dict) -> "Srun":
+        keys = ("nccl_debug", "mount_home", "container_name", "stage", "stage_dir", "importer")
+        return cls(srun_args=tuple(values.get("srun_args") or ()),
+                   **{k: values[k] for k in keys if values.get(k) is not None})
 
+    def gpus(self, values: dict) -> int:
+        # Anything naming GPUs among srun's own arguments (--gres=gpu:N, --gpus…, a gpu partition) keeps the
+        # GPU runtime: in doubt, GPUs the user may have asked for are not hidden.
+        asked = check_count("--gpus-per-node", values.get("gpus") or 0, 0)
+        return asked or (ALL_GPUS if any("gpu" in a.lower() for a in self.srun_args) else 0)
 
-def check_stage(job: "SlurmJob") -> None:
-    check_choice("--stage", job.stage, STAGES)
-    if job.stage == "none":
-        return
-    if not job.rt.stages:
-        raise UsageError(f"--stage {job.stage} stages what Pyxis's importer serves: it needs --runtime pyxis",
-                         "drop --stage, or use --runtime pyxis")
-    if job.image.startswith(("/", ".")):
-        raise UsageError(f"--stage {job.stage} works with registry images (the importer's store entries), "
-                         f"not the file {job.image}",
-                         "Pyxis mounts a file straight from where it is: drop --stage, or give the registry "
-                         "reference")
-    if not job.stage_dir.startswith("/"):
-        raise UsageError(f"--stage-dir {job.stage_dir!r} is not an absolute path", "e.g. --stage-dir /local/scratch")
-    check_line("--stage-dir", job.stage_dir)
-    check_line("--importer", job.importer)
+    def job_env(self, env: dict[str, str]) -> dict[str, str]:
+        """--nccl-debug: NCCL_DEBUG=INFO, unless the job sets it."""
+        return {**env, "NCCL_DEBUG": env.get("NCCL_DEBUG", "INFO")} if self.nccl_debug else env
 
+    def check(self, job: Job) -> None:
+        """What only this starter refuses: ``--stage`` without Pyxis or with a file image."""
+        workload = job.workload
+        for flag, given in (("--container-name", self.container_name is not None),
+                            ("--mount-home/--no-mount-home", self.mount_home is not None)):
+            if given and not workload.runtime.container_flags:
+                raise UsageError(f"slurm --runtime {workload.runtime.name}: {flag} is Pyxis's, and this runtime has "
+                                 "no such setting", f"drop {flag.split('/')[0]}, or use --runtime pyxis")
+        if self.stage == "none":
+            return
+        if workload.runtime is None or not workload.runtime.stages:
+            raise UsageError(f"--stage {self.stage} stages what Pyxis's importer serves: it needs --runtime pyxis",
+                             "drop --stage, or use --runtime pyxis")
+        if workload.image.startswith(("/", ".")):
+            raise UsageError(f"--stage {self.stage} works with registry images (the importer's store entries), "
+                             f"not the file {workload.image}",
+                             "Pyxis mounts a file straight from where it is: drop --stage, or give the registry "
+                             "reference")
+        if not self.stage_dir.startswith("/"):
+            raise UsageError(f"--stage-dir {self.stage_dir!r} is not an absolute path",
+                             "e.g. --stage-dir /local/scratch")
+        check_line("--stage-dir", self.stage_dir)
+        check_line("--importer", self.importer)
 
-def check_sbatch(options: dict[str, str]) -> None:
-    for option, value in options.items():
-        quoting.sbatch_value(value, f"--{option}", "launch")
+    def files(self, job: Job) -> list[Output]:
+        beside = job.workload.runtime.files(job.workload)
+        script = Output(f"{job.scheduler.job_name}-{job.workload.job_id}.sbatch", render(job, beside))
+        return [script] + [Output(name, text, 0o644) for name, text in beside.items()]
 
-
-def sbatch_header(options: dict[str, str]) -> list[str]:
-    return ["#!/bin/bash"] + [f"#SBATCH --{opt}={quoting.sbatch_value(val, f'--{opt}')}"
-                              for opt, val in options.items()]
 
 
 NOTES = """\
@@ -156,25 +156,25 @@ NOTES = """\
 # - Set NCCL_DEBUG=INFO (imagekit: --nccl-debug) to see which transport NCCL picked."""
 
 
-def render(job: SlurmJob) -> str:
-    """The complete sbatch script for ``job``."""
-    gpu_note = f", one per GPU ({job.gpus_per_node} GPUs per node)" if job.gpus_per_node else " (CPU only)"
-    lines = sbatch_header(job.sbatch_options())
-    lines.append(NOTES.format(version=__version__, runtime=job.runtime, tasks=job.tasks_per_node,
-                              gpu_note=gpu_note, shm_note=job.rt.shm_note))
+def render(job: Job, beside: dict[str, str] | None = None) -> str:
+    """The complete sbatch script for ``job`` (an :class:`Srun` job under :class:`Slurm`); ``beside``:
+    the files its runtime writes next to it, which the script names by their absolute paths."""
+    w, slurm, srun = job.workload, job.scheduler, job.starter
+    assert isinstance(slurm, Slurm) and isinstance(srun, Srun)
+    gpus = w.gpus if w.gpus > 0 else 0
+    gpu_note = f", one per GPU ({gpus} GPUs per node)" if gpus else " (CPU only)"
+    lines = slurm.preamble(w.gpus)
+    lines.append(NOTES.format(version=__version__, runtime=w.runtime.name, tasks=slurm.tasks(w.gpus),
+                              gpu_note=gpu_note, shm_note=w.runtime.shm_note))
     lines.append("set -euo pipefail")
-    env = dict(job.env)
-    if job.nccl_debug:
-        env.setdefault("NCCL_DEBUG", "INFO")
-    lines += [f"export {k}={quoting.sh_arg(v)}" for k, v in env.items()]
-    image_env = {k: v for k, v in job.image_env.items() if k not in env}   # --env wins
-    srun = ["srun", "--mpi=pmix"] + list(job.srun_args)
-    lines += stage_lines(job)
-    rank = RankStart(image=job.image, job_id=job.job_id, mounts=job.mounts, env_names=list(env),
-                     image_env=image_env, gpus=bool(job.gpus_per_node), workdir=job.workdir)
-    lines += job.rt.srun_lines(SrunStep(rank=rank, srun=srun, command=list(job.command),
-                                        image_env_label=job.image_env_label, container_name=job.container_name,
-                                        mount_home=job.mount_home))
+    lines += [f"export {k}={quoting.sh_arg(v)}" for k, v in w.env.items()]
+    lines += stage_lines(w, srun)
+    rank = RankStart(workload=w, env_names=list(w.env), pass_gpus=bool(gpus))
+    beside = w.runtime.files(w) if beside is None else beside
+    where = {name: str(slurm.beside(name)) for name in beside}
+    lines += w.runtime.srun_lines(SrunStep(rank=rank, srun=["srun", "--mpi=pmix", *srun.srun_args],
+                                           container_name=srun.container_name, mount_home=srun.mount_home,
+                                           files=where))
     return "\n".join(lines) + "\n"
 
 
@@ -188,66 +188,18 @@ STAGE_WHY = {"sbcast": "copy the image to every node's local disk (Slurm's sbcas
                        "the blocks it touches"}
 
 
-def stage_lines(job: SlurmJob) -> list[str]:
+def stage_lines(workload: Workload, srun: Srun) -> list[str]:
     """The job's first step for ``--stage`` (none: no lines)."""
-    if job.stage == "none":
+    if srun.stage == "none":
         return []
-    uri = job.image if job.image.startswith(("docker://", "dockerd://")) else f"docker://{job.image}"
-    env = {"IMAGEKIT_STAGE": job.stage, "IMAGEKIT_STAGE_IMAGE": uri, "IMAGEKIT_IMPORTER": job.importer}
-    if job.stage == "sbcast":
-        env["IMAGEKIT_STAGE_DIR"] = job.stage_dir
-    return [STAGE_NOTE.format(mode=f"--stage {job.stage}", why=STAGE_WHY[job.stage])] + \
+    image = workload.image
+    uri = image if image.startswith(("docker://", "dockerd://")) else f"docker://{image}"
+    env = {"IMAGEKIT_STAGE": srun.stage, "IMAGEKIT_STAGE_IMAGE": uri, "IMAGEKIT_IMPORTER": srun.importer}
+    if srun.stage == "sbcast":
+        env["IMAGEKIT_STAGE_DIR"] = srun.stage_dir
+    return [STAGE_NOTE.format(mode=f"--stage {srun.stage}", why=STAGE_WHY[srun.stage])] + \
         [f"export {k}={quoting.sh_arg(v)}" for k, v in env.items()] + [
-        f'staged=$("$IMAGEKIT_IMPORTER" stage --mode {job.stage} "$IMAGEKIT_STAGE_IMAGE")',
+        f'staged=$("$IMAGEKIT_IMPORTER" stage --mode {srun.stage} "$IMAGEKIT_STAGE_IMAGE")',
         'read -r IMAGEKIT_STAGE_IMAGE_ID IMAGEKIT_STAGE_SHA256 <<<"$staged"',
         "export IMAGEKIT_STAGE_IMAGE_ID IMAGEKIT_STAGE_SHA256",
     ]
-
-
-def write(job: SlurmJob, path: Path) -> Path:
-    return write_atomic(Path(path), render(job))
-
-
-def submit(script: Path, *, extra: list[str] = ()) -> str:
-    """``sbatch --parsable SCRIPT``; returns the Slurm job id."""
-    sbatch = require_tool("sbatch", "run on a Slurm login node, or write the script with --dry-run / -o and "
-                                    "copy it there")
-    proc = subprocess.run([sbatch, "--parsable", *extra, str(script)], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        msg = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
-        raise ImagekitError(f"sbatch refused {script}: {msg}", "check the partition/time/GPU options with `sinfo`")
-    return proc.stdout.strip().split(";")[0]
-
-
-def submit_and_wait(script: Path, output: Path) -> tuple[str, int, str]:
-    """``sbatch --wait`` with the job's output in ``output``: (job id, the job's exit code, its output)."""
-    sbatch = require_tool("sbatch", "run on a Slurm login node, or write the script with --dry-run / -o and "
-                                    "copy it there")
-    proc = subprocess.run([sbatch, "--parsable", "--wait", f"--output={output}", str(script)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    job_id = proc.stdout.strip().split(";")[0]
-    if not job_id:
-        msg = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
-        raise ImagekitError(f"sbatch refused {script}: {msg}", "check the partition/time/GPU options with `sinfo`")
-    text = output.read_text(errors="replace") if output.exists() else ""
-    return job_id, proc.returncode, text
-
-
-@dataclass
-class SlurmRun:
-    """A written sbatch script as a :class:`~imagekit.launch.launcher.Launcher`: submitted, waited for,
-    and its job's output file handed to ``stdout`` at the end (the job runs on the compute nodes)."""
-
-    script: Path
-    output: Path
-    log: Callable[[str], None]
-    name: ClassVar[str] = "slurm"
-
-    def run(self, stdout: IO[str] | None) -> int:
-        job_id, rc, text = submit_and_wait(self.script, self.output)
-        self.log(f"imagekit: Slurm job {job_id} ended (exit {rc})")
-        if stdout is not None:
-            stdout.write(text)
-            stdout.flush()
-        return rc

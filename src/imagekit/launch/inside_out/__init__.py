@@ -16,10 +16,10 @@ killed launcher can be found with ``docker ps -a --filter label=io.imagekit.job`
 """
 
 from imagekit.launch.inside_out.job import (CALL_TIMEOUT, EXIT_NO_MPI, EXIT_NO_SSHD, MOUNT, PORT, ROOT_ENV,
-                                            SCHEDULERS, SSH_CONFIG, START_SH, WAIT_SH, InsideOutJob, make_job_dir)
+                                            SSH_CONFIG, START_SH, WAIT_SH, make_job_dir)
 from imagekit.launch.inside_out.local import InsideOutRun, execute, remove_job
 from imagekit.launch.inside_out.sbatch import render_sbatch
+from imagekit.launch.inside_out.sshd_inside import SshdInside
 
-__all__ = ["CALL_TIMEOUT", "EXIT_NO_MPI", "EXIT_NO_SSHD", "MOUNT", "PORT", "ROOT_ENV", "SCHEDULERS",
-           "SSH_CONFIG", "START_SH", "WAIT_SH", "InsideOutJob", "InsideOutRun", "execute", "make_job_dir", "remove_job",
-           "render_sbatch"]
+__all__ = ["CALL_TIMEOUT", "EXIT_NO_MPI", "EXIT_NO_SSHD", "MOUNT", "PORT", "ROOT_ENV", "SSH_CONFIG", "START_SH",
+           "WAIT_SH", "InsideOutRun", "SshdInside", "execute", "make_job_dir", "remove_job", "render_sbatch"]
