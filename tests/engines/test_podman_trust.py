@@ -259,3 +259,22 @@ def test_root_runs_no_podman_with_a_containers_conf_another_user_can_change(vict
                           env=env, cwd=scratch, timeout=300)
     one_refusal(proc, f"Podman configuration ($CONTAINERS_CONF) {conf} belongs to {ALICE}")
     assert ran(marks) == [], f"ALICE's program ran: {ran(marks)}"
+
+
+def test_root_never_uses_a_store_another_user_owns(victim):
+    """Root's podman told (by a storage.conf of root's) to use a graph root that is ALICE's (her own rootless
+    store, say): root would read her image records and make its directories, as root, where her links
+    lead. Refused before podman runs; nothing is made in her directory."""
+    scratch = victim.root / "root-store"
+    scratch.mkdir(mode=0o700)
+    graph = victim.shared / "alice-store"
+    as_alice(["mkdir", "-m", "755", str(graph)])
+    storage, conf = scratch / "storage.conf", scratch / "containers.conf"
+    storage.write_text(f'[storage]\ndriver = "vfs"\ngraphroot = "{graph}"\nrunroot = "{scratch}/run"\n')
+    conf.write_text(f'[engine]\ntmp_dir = "{scratch}/tmp"\n')      # root's own libpod state stays in the scratch
+    env = {**os.environ, "CONTAINERS_CONF": str(conf), "CONTAINERS_STORAGE_CONF": str(storage)}
+    proc = subprocess.run([sys.executable, "-m", "imagekit", "export", f"containers-storage:{IMAGE}",
+                           "--to", "enroot", "-o", str(scratch / "out.sqsh")], capture_output=True, text=True,
+                          env=env, cwd=scratch, timeout=300)
+    one_refusal(proc, f"Podman's graph root (its images and layers) {graph} belongs to {ALICE}")
+    assert os.listdir(graph) == []
