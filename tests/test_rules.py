@@ -412,7 +412,7 @@ def test_two_providers_of_one_exclusive_role_are_refused(tmp_path, monkeypatch):
     """Two MPIs in one image: refused at the second one's line, naming both and the role."""
     fake = type("OtherMpi", (Component,), {"name": "other-mpi", "summary": "a second MPI", "order": 55,
                                            "provides": ("mpi",), "sources": ("distro",)})
-    monkeypatch.setattr(components, "_REGISTRY", {**registry(), "other-mpi": fake})
+    monkeypatch.setattr(components, "_SHIPPED", {**components.shipped(), "other-mpi": fake})
     path = write(tmp_path, DEBIAN + "components:\n  openmpi: {source: distro, ucx: false}\n  other-mpi: {}\n")
     expect_error(lambda: stack_mod.load(path), path, line_of(path, "other-mpi:"), "components.other-mpi",
                  "`other-mpi` and `openmpi` both provide `mpi`; an image has one", "keep one of `openmpi`, `other-mpi`")

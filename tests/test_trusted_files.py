@@ -81,3 +81,14 @@ def test_a_link_another_user_owns_or_leads_to_an_open_directory_is_refused(place
 
 def test_a_missing_file_is_left_to_its_reader(shared_dir):
     assert trusted_files.problem(shared_dir / "nothing.yaml") is None
+
+
+def test_a_missing_path_is_judged_where_it_would_be_made(place):
+    """``made``: whoever can write the deepest directory that is there can make the path first, even
+    when that directory is sticky (rootless Podman's store and configuration, security-4's untried surface)."""
+    missing = place.parent / "containers" / "storage.conf"
+    assert trusted_files.problem(missing, made=True) is None
+    place.parent.chmod(0o1777)
+    assert trusted_files.problem(missing) is None
+    where, _, wrong = trusted_files.problem(missing, made=True)
+    assert (where, wrong) == (place.parent, "is writable by everyone")

@@ -25,7 +25,8 @@ from typing import Any
 from imagekit import checks as checks_mod
 from imagekit import merge, rules, sources
 from imagekit.util import platforms, schema, searchpath, settings, yamlpos
-from imagekit.components import RETIRED, registry
+from imagekit import components
+from imagekit.components import RETIRED
 from imagekit.util.errors import StackError
 from imagekit.util.schema import Option
 from imagekit.util.settings import Site, site_or_env
@@ -594,8 +595,9 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str], site:
                              line=lines[i] if i < len(lines) else None, key="tags",
                              hint="placeholders: " + ", ".join("{%s}" % k for k in substitutions)) from None
 
-    known = registry(site)
     comps_raw = raw.get("components") or PosDict()
+    # Only the site components this stack names are imported (a site module is code: security-4 H10).
+    known = components.known(site, [c for c, o in comps_raw.items() if o is not False and c not in RETIRED])
     for cname, copts in comps_raw.items():
         if copts is False:
             continue
@@ -604,7 +606,7 @@ def _resolve(raw: PosDict, top: dict, path: Path, variant: dict[str, str], site:
             raise StackError(RETIRED[cname][0], file=file, line=line, key=f"components.{cname}",
                              hint=RETIRED[cname][1])
         if cname not in known:
-            raise schema.unknown_key(comps_raw, cname, list(known), "components")
+            raise schema.unknown_key(comps_raw, cname, components.names(site), "components")
         if copts is None or copts is True:
             copts = PosDict(file=comps_raw.pos(cname)[0], line=comps_raw.pos(cname)[1])
         if not isinstance(copts, dict):

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click.testing
 import pytest
 from click.testing import CliRunner
 
@@ -131,17 +132,26 @@ def installed(site_packages: Path, module: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site_packages), os.environ.get("PYTHONPATH", "")])}
 
 
-def test_an_entry_point_names_a_site_module(tmp_path):
-    """An installed distribution whose entry_points.txt names the module under imagekit.components."""
-    env = installed(tmp_path / "site-packages", TOOLS.replace("site-tools", "acme-tools"))
+def test_an_entry_point_names_a_site_module_which_runs_only_for_a_stack_that_uses_it(tmp_path):
+    """An installed distribution whose entry_points.txt names the module under imagekit.components: the
+    module runs for a stack that names its component (security-4 H10), not for `show` of a shipped
+    stack. The module writes a marker when it runs."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = installed(tmp_path / "site-packages", marked(marks).replace("site-tools", "acme-tools"))
     stack = tmp_path / "s.yaml"
     stack.write_text(STACK.replace("site-tools", "acme-tools"))
+    proc = subprocess.run([sys.executable, "-m", "imagekit", "show", "debian-mpi"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert list(marks.iterdir()) == [], "imagekit show debian-mpi ran the site module"
     proc = subprocess.run([sys.executable, "-m", "imagekit", "show", str(stack), "--json"], capture_output=True,
                           text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     comp = json.loads(proc.stdout)["components"][0]
     assert comp["name"] == "acme-tools"
     assert comp["origin"] == "entry point acme_imagekit.tools (acme-imagekit 1.2.0)"
+    assert [p.name for p in marks.iterdir()] == [f"imported-{os.getuid()}"]
 
 
 @pytest.mark.engine
@@ -158,12 +168,75 @@ def test_an_image_built_with_a_site_component_carries_and_passes_its_checks(site
     assert outcome["site-tools.htop"] == "passed" and report.ok, report.as_dict()
 
 
-# Security-4 H10: a site component is code imagekit runs (as root in CI); another user's, or one in a
-# directory others can write, is refused before it is imported. The module writes a marker when it runs.
+# Security-4 H10: a site component is code imagekit runs (as root in CI). It runs only for a stack that
+# names it, and another user's, or one in a directory others can write, is refused before it is
+# imported. The module writes a marker when it runs.
 
 
 def marked(marks: Path) -> str:
     return f"import os\nopen(os.path.join({str(marks)!r}, 'imported-' + str(os.getuid())), 'w').close()\n" + TOOLS
+
+
+def hostile_site(root: Path) -> tuple[Path, Path]:
+    """(a stack directory whose components/ holds a marked site_tools.py, with the red team's stack that
+    names no site component and one that uses site-tools; the directory its markers go to)."""
+    site, marks = root / "site", root / "marks"
+    (site / "components").mkdir(parents=True)
+    marks.mkdir()
+    site.chmod(0o755)
+    (site / "components" / "site_tools.py").write_text(marked(marks))
+    (site / "mystack.yaml").write_text("name: mystack\nbase: {image: imagekit/debian:bookworm, distro: debian12}\n")
+    (site / "ik-ux-site.yaml").write_text(STACK)
+    return site, marks
+
+
+def run_on(site: Path, how: str, args: list[str], monkeypatch) -> "click.testing.Result":
+    """``imagekit ARGS`` in this process with ``site`` on the search path (``how``), forgotten afterwards."""
+    monkeypatch.delenv("IMAGEKIT_STACKS_PATH", raising=False)
+    if how == "--stacks-dir":
+        args = ["--stacks-dir", str(site), *args]
+    else:
+        monkeypatch.setenv("IMAGEKIT_STACKS_PATH", str(site))
+    try:
+        return CliRunner().invoke(cli.main, args, prog_name="imagekit")
+    finally:
+        monkeypatch.delenv("IMAGEKIT_STACKS_PATH", raising=False)
+        registry()
+
+
+@pytest.mark.parametrize("how", ["--stacks-dir", "IMAGEKIT_STACKS_PATH"])
+def test_h10_a_site_component_runs_only_for_a_stack_that_uses_it(how, tmp_path, monkeypatch):
+    """The red team's `show debian-mpi` with a site components/ on the path runs none of it, nor does
+    `render` of it or `show` of a site stack that names no site component; `show` of the site's stack
+    that names the component still gets it, shown and imported once. (`imagekit stacks` loads every
+    stack on the path, so it runs the modules the site's stacks name, and only those.)"""
+    site, marks = hostile_site(tmp_path)
+    (site / "ik-ux-site.yaml").rename(site / "ik-ux-site.later")
+    for args in (["show", "debian-mpi"], ["stacks"], ["render", "debian-mpi"], ["show", "mystack"]):
+        result = run_on(site, how, args, monkeypatch)
+        assert result.exit_code == 0, result.output
+        assert list(marks.iterdir()) == [], f"imagekit {' '.join(args)} ran the site module"
+    (site / "ik-ux-site.later").rename(site / "ik-ux-site.yaml")
+    result = run_on(site, how, ["show", "ik-ux-site", "--json"], monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["components"][0]["origin"].startswith("site_tools.py sha256:")
+    assert [p.name for p in marks.iterdir()] == [f"imported-{os.getuid()}"]
+
+
+def test_h10_a_site_module_is_found_by_its_name_and_must_define_that_component(site):
+    """The name a module is found by is its file's: one that defines another component is refused when
+    a stack names it, and a module of another name is never run for it."""
+    (site / "components" / "site_tools.py").rename(site / "components" / "tools.py")
+    with pytest.raises(StackError, match="components.site-tools: unknown key") as info:
+        stack_mod.load("ik-ux-site")
+    assert "did you mean 'tools'?" in str(info.value.hint)
+    (site / "components" / "tools.py").rename(site / "components" / "site_extra.py")
+    (site / "ik-ux-site.yaml").write_text(STACK.replace("site-tools: {motd: hello}", "site-extra: {}"))
+    result = CliRunner().invoke(cli.main, ["show", "ik-ux-site"], prog_name="imagekit")
+    assert result.exit_code == 2, result.output
+    assert "must define one component, 'site-extra' (the name it is found by); it defines 'site-tools'" in \
+        result.output, result.output
+
 
 OPENINGS = {
     "components/ writable by everyone": lambda d: (d / "components").chmod(0o777),
@@ -177,21 +250,9 @@ OPENINGS = {
 def test_h10_a_site_component_someone_else_can_change_is_refused_unimported(opening, how, tmp_path, monkeypatch):
     if os.geteuid() != 0:
         pytest.skip("changing owners needs root")
-    site, marks = tmp_path / "site", tmp_path / "marks"
-    (site / "components").mkdir(parents=True)
-    marks.mkdir()
-    site.chmod(0o755)
-    (site / "components" / "site_tools.py").write_text(marked(marks))
+    site, marks = hostile_site(tmp_path)
     OPENINGS[opening](site)
-    monkeypatch.delenv("IMAGEKIT_STACKS_PATH", raising=False)
-    args = ["--stacks-dir", str(site), "show", "debian-mpi"] if how == "--stacks-dir" else ["stacks"]
-    if how == "IMAGEKIT_STACKS_PATH":
-        monkeypatch.setenv("IMAGEKIT_STACKS_PATH", str(site))
-    try:
-        result = CliRunner().invoke(cli.main, args, prog_name="imagekit")
-    finally:
-        monkeypatch.delenv("IMAGEKIT_STACKS_PATH", raising=False)
-        registry()
+    result = run_on(site, how, ["show", "ik-ux-site"], monkeypatch)
     assert result.exit_code == 2, result.output
     assert result.output.startswith("imagekit: error: site component ") and "is not used" in result.output
     assert len(result.output.strip().splitlines()) <= 2, result.output
@@ -205,8 +266,10 @@ def test_h10_an_entry_point_module_in_a_directory_others_can_write_is_refused_un
     marks.mkdir()
     env = installed(tmp_path / "site-packages", marked(marks).replace("site-tools", "acme-tools"))
     (tmp_path / "site-packages").chmod(0o777)
-    proc = subprocess.run([sys.executable, "-m", "imagekit", "stacks"], capture_output=True, text=True, env=env,
-                          cwd=tmp_path)
+    stack = tmp_path / "s.yaml"
+    stack.write_text(STACK.replace("site-tools", "acme-tools"))
+    proc = subprocess.run([sys.executable, "-m", "imagekit", "show", str(stack)], capture_output=True, text=True,
+                          env=env, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "site component entry point acme_imagekit.tools (acme-imagekit 1.2.0)" in proc.stderr, proc.stderr
     assert "site-packages is writable by everyone" in proc.stderr, proc.stderr

@@ -1,4 +1,4 @@
-"""Components: one module each, discovered when the registry is first asked for.
+"""Components: one module each, discovered when a stack is first loaded.
 
 A component knows its options, its sources, the HPCCM building blocks for the
 devel stage, what the runtime stage needs, the OCI labels it adds and the
@@ -18,6 +18,9 @@ one module each, in a ``components/`` directory beside its stacks (any ``--stack
 the ``imagekit.components`` entry point group. A site component keeps the shipped ones' contract
 (:func:`imagekit.components._base.contract_problems`) and may not take a shipped one's name; its
 ``origin`` (the file and its sha256, or the distribution) reaches ``imagekit show`` and the labels.
+Site modules are code, so one runs only when a stack being loaded names its component (:func:`known`;
+:mod:`imagekit.components._site` finds it by name without running it), after the check that nobody
+but root or the caller can change it (security-4 H10).
 """
 
 from __future__ import annotations
@@ -32,86 +35,119 @@ import sys
 import traceback
 from pathlib import Path
 from types import ModuleType
+from typing import Iterable
 
 from imagekit.components import _blocks as blocks  # noqa: F401 - for site components: apt_install, env, ...
+from imagekit.components import _base, _site
 from imagekit.components._base import (EXCLUSIVE_ROLES, RETIRED, ROLES, SOURCES, Component, Requires,  # noqa: F401
                                        Stack, contract_problems, defined)
+from imagekit.components._site import ENTRY_POINTS, SITE_DIR  # noqa: F401 - their names, documented here
 from imagekit.util import trusted_files
 from imagekit.util.errors import UsageError
-from imagekit.util.settings import Site, site_or_env
+from imagekit.util.settings import Site
 
-ENTRY_POINTS = "imagekit.components"     # the entry point group site packages name their modules under
-SITE_DIR = "components"                  # beside a site's stacks: DIR/components/NAME.py
 SITE_PACKAGE = "imagekit_site_components"  # the name site modules from a directory are imported under
 
-_REGISTRY: dict[str, type[Component]] | None = None
-_REGISTRY_KEY: tuple | None = None
+_SHIPPED: dict[str, type[Component]] | None = None
+# The site components imported so far, for one search path (its directories): a stack of another
+# search path does not see them.
+_SITE_KEY: tuple[str, ...] | None = None
+_SITE_LOADED: dict[str, type[Component]] = {}
 
 
 class SiteComponentError(UsageError):
     """A site component that cannot be loaded, or breaks the component contract."""
 
 
-def site_dirs(site: Site | None = None) -> list[Path]:
-    """Where site component modules are looked for: components/ in each of the site's stack directories
-    (default: the environment's site)."""
-    return [d / SITE_DIR for d in site_or_env(site).stack_dirs if (d / SITE_DIR).is_dir()]
-
-
-def registry(site: Site | None = None) -> dict[str, type[Component]]:
-    """Every component class by its stack key, in layer order: this package's modules, then the
-    site's (directories and entry points). Found again when the site directories change."""
-    global _REGISTRY, _REGISTRY_KEY
-    dirs = site_dirs(site)
-    key = tuple(str(d) for d in dirs)
-    if _REGISTRY is None or key != _REGISTRY_KEY:
+def shipped() -> dict[str, type[Component]]:
+    """Every component this package ships, by its stack key, in layer order (its modules imported once)."""
+    global _SHIPPED
+    if _SHIPPED is None:
         for mod in pkgutil.iter_modules(__path__):
             if not mod.name.startswith("_"):
                 importlib.import_module(f"{__name__}.{mod.name}")
-        for cls in (_REGISTRY or {}).values():   # site components of an earlier search path leave it
-            if vars(cls).get("origin"):
-                cls.origin = None
-        found = defined(site=False)
-        for origin, module in _site_modules(dirs):
-            for cls in _classes_in(module):
-                problems = contract_problems(cls)
-                if problems:
-                    raise SiteComponentError(f"site component {getattr(cls, 'name', cls.__name__)!r} ({origin}) "
-                                             f"breaks the component contract: {'; '.join(problems)}",
-                                             "see docs/site-extensions.md, \"Site components\"")
-                if cls.name in found:
-                    other = getattr(found[cls.name], "origin", None) or "shipped with imagekit"
-                    raise SiteComponentError(f"site component {cls.name!r} ({origin}) has the name of another "
-                                             f"component ({other})", "rename it: `name = \"site-...\"`")
-                cls.origin = origin
-                found[cls.name] = cls
-        _REGISTRY = dict(sorted(found.items(), key=lambda kv: (kv[1].order, kv[0])))
-        _REGISTRY_KEY = key
-    return _REGISTRY
+        _SHIPPED = defined(site=False)
+    return _SHIPPED
 
 
-def _site_modules(dirs: list[Path]) -> list[tuple[str, ModuleType]]:
-    """(origin, module) for every site component module: ``dirs`` first, then entry points."""
-    out = []
-    for directory in dirs:
-        for path in sorted(directory.glob("*.py")):
-            if path.name.startswith("_"):
-                continue
-            trusted_files.check(path, "site component")    # code imagekit runs: only root's or the caller's
-            out.append((_file_origin(path), _import_file(path)))
-    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
-        dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else "unknown distribution"
-        origin = f"entry point {ep.value} ({dist})"
-        for path in _module_files(ep.module):
-            trusted_files.check(path, f"site component {origin}:")
-        try:
-            loaded = ep.load()
-        except Exception as exc:  # noqa: BLE001 - a site package's import error, said in one line
-            raise SiteComponentError(f"site component {origin} fails to import: {type(exc).__name__}: {exc}",
-                                     f"fix the module, or uninstall {dist.split()[0]}") from None
-        module = loaded if isinstance(loaded, ModuleType) else sys.modules[loaded.__module__]
-        out.append((origin, module))
-    return out
+def known(site: Site | None = None, wanted: Iterable[str] = ()) -> dict[str, type[Component]]:
+    """The shipped components, and of the site's those already loaded under this search path and
+    those ``wanted`` names (a stack's keys) that no shipped component has: each imported now, after
+    the check of who can change it. A site module no stack names never runs (security-4 H10)."""
+    _site_loaded_for(site)
+    offered = None
+    for name in wanted:
+        if name in shipped() or name in _SITE_LOADED:
+            continue
+        offered = _site.found(site) if offered is None else offered
+        if name in offered:
+            _SITE_LOADED[name] = _load(name, offered[name])
+    found = {**shipped(), **_SITE_LOADED}
+    return dict(sorted(found.items(), key=lambda kv: (kv[1].order, kv[0])))
+
+
+def names(site: Site | None = None) -> list[str]:
+    """Every component name a stack may use: the shipped ones and the site's, none of them imported."""
+    return sorted({*shipped(), *_site.found(site)})
+
+
+def registry(site: Site | None = None) -> dict[str, type[Component]]:
+    """Every component class by its stack key, in layer order: this package's, then every one the
+    site offers (each site module imported: for listings of all of them and the tests, never for
+    loading a stack, which uses :func:`known`)."""
+    return known(site, _site.found(site))
+
+
+def _site_loaded_for(site: Site | None) -> None:
+    """Forget the site components of an earlier search path (they carry no origin outside it)."""
+    global _SITE_KEY
+    key = tuple(str(d) for d in _site.dirs(site))
+    if key != _SITE_KEY:
+        for cls in _SITE_LOADED.values():
+            cls.origin = None
+        _SITE_LOADED.clear()
+        _SITE_KEY = key
+
+
+def _load(name: str, offers: list[_site.Found]) -> type[Component]:
+    """The site component ``name``: its one module checked, imported, and held to the contract."""
+    if len(offers) > 1:
+        raise SiteComponentError(f"site component {name!r} is offered twice: {offers[0]} and {offers[1]}",
+                                 "keep one of them (a stack directory's module or a distribution's entry point)")
+    offer = offers[0]
+    origin, module = (_import_file(offer.path) if offer.path is not None
+                      else _import_entry_point(offer.entry_point))  # type: ignore[arg-type]
+    classes = _classes_in(module)
+    for cls in classes:
+        problems = contract_problems(cls)
+        if problems:
+            raise SiteComponentError(f"site component {getattr(cls, 'name', cls.__name__)!r} ({origin}) "
+                                     f"breaks the component contract: {'; '.join(problems)}",
+                                     "see docs/site-extensions.md, \"Site components\"")
+        if cls.name in shipped():
+            raise SiteComponentError(f"site component {cls.name!r} ({origin}) has the name of another "
+                                     "component (shipped with imagekit)", "rename it: `name = \"site-...\"`")
+    if [cls.name for cls in classes] != [name]:
+        raise SiteComponentError(f"site module {offer} must define one component, {name!r} (the name it is found "
+                                 f"by); it defines {', '.join(repr(c.name) for c in classes)}",
+                                 "one module per component, named for it (docs/site-extensions.md)")
+    cls = classes[0]
+    cls.origin = origin
+    return cls
+
+
+def _import_entry_point(ep: importlib.metadata.EntryPoint) -> tuple[str, ModuleType]:
+    """(origin, module) of an ``imagekit.components`` entry point, its files checked before they run."""
+    dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else "unknown distribution"
+    origin = f"entry point {ep.value} ({dist})"
+    for path in _module_files(ep.module):
+        trusted_files.check(path, f"site component {origin}:")
+    try:
+        loaded = ep.load()
+    except Exception as exc:  # noqa: BLE001 - a site package's import error, said in one line
+        raise SiteComponentError(f"site component {origin} fails to import: {type(exc).__name__}: {exc}",
+                                 f"fix the module, or uninstall {dist.split()[0]}") from None
+    return origin, loaded if isinstance(loaded, ModuleType) else sys.modules[loaded.__module__]
 
 
 def _module_files(name: str) -> list[Path]:
@@ -139,12 +175,14 @@ def _file_origin(path: Path) -> str:
     return f"{path.name} sha256:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
 
 
-def _import_file(path: Path) -> ModuleType:
-    """Import one site module from its file, under a name that says which file it was."""
+def _import_file(path: Path) -> tuple[str, ModuleType]:
+    """(origin, module) of one site module file, imported under a name that says which file it was,
+    after the check that only root or the caller can change it."""
+    trusted_files.check(path, "site component")    # code imagekit runs: only root's or the caller's
     digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
     name = f"{SITE_PACKAGE}.{path.stem.replace('-', '_')}_{digest}"
     if name in sys.modules:
-        return sys.modules[name]
+        return _file_origin(path), sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise SiteComponentError(f"site component {path} cannot be imported", "give it a .py name")
@@ -161,7 +199,7 @@ def _import_file(path: Path) -> ModuleType:
         raise SiteComponentError(f"site component {path}{f':{line}' if line else ''}: fails to import: "
                                  f"{type(exc).__name__}: {exc}", "fix the module, or move it out of "
                                  f"{path.parent}") from None
-    return module
+    return _file_origin(path), module
 
 
 def _classes_in(module: ModuleType) -> list[type[Component]]:
@@ -176,18 +214,19 @@ def _classes_in(module: ModuleType) -> list[type[Component]]:
 
 
 def pinnable(site: Site | None = None) -> set[str]:
-    """The components with upstream release files, which a site pins file may pin."""
-    return {name for name, cls in registry(site).items() if cls.upstream_file}
+    """What a site pins file may pin: the components with upstream release files, and the site's by name."""
+    shipped()
+    return _base.pinnable(site)
 
 
 def providers_of(role: str, site: Site | None = None) -> list[str]:
-    """Names of the components that can fill ``role``, in layer order."""
-    return [name for name, cls in registry(site).items() if role in cls.provides]
+    """Names of the components known so far (:func:`known`) that can fill ``role``, in layer order."""
+    return [name for name, cls in known(site).items() if role in cls.provides]
 
 
 def forwarded_env_prefixes(site: Site | None = None) -> tuple[str, ...]:
-    """Every prefix some component asks launchers to forward into rank containers."""
+    """Every prefix some component known so far (:func:`known`) asks launchers to forward into rank containers."""
     out: list[str] = []
-    for cls in registry(site).values():
+    for cls in known(site).values():
         out += [p for p in cls.forward_env if p not in out]
     return tuple(out)

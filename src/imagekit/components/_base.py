@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Protocol
 
 from imagekit import sources
 from imagekit.checks import Check
-from imagekit.components import _blocks
+from imagekit.components import _blocks, _site
 from imagekit.util.errors import StackError
 from imagekit.util.schema import Option
 from imagekit.util.settings import Site
@@ -232,13 +232,13 @@ class Component:
 
     @property
     def pin(self) -> str | None:
-        return self.opts.get("sha256") or sources.pin(self.name, self.pin_version, _pinnable(), self.stack.site)[0]
+        return self.opts.get("sha256") or sources.pin(self.name, self.pin_version, pinnable(self.stack.site), self.stack.site)[0]
 
     @property
     def pin_origin(self) -> str:
         if self.opts.get("sha256"):
             return f"`sha256:` on {self.name} in {getattr(self.where, 'file', None) or self.stack.file}"
-        return sources.pin(self.name, self.pin_version, _pinnable(), self.stack.site)[1]
+        return sources.pin(self.name, self.pin_version, pinnable(self.stack.site), self.stack.site)[1]
 
     def artifacts(self) -> list[sources.Artifact]:
         """The upstream files this component's build downloads (taken from the mirror when set)."""
@@ -370,6 +370,7 @@ def contract_problems(cls: type[Component]) -> list[str]:
     return out
 
 
-def _pinnable() -> set[str]:
-    """The components with upstream release files (what a site pins file may name)."""
-    return {name for name, cls in defined().items() if cls.upstream_file}
+def pinnable(site: Site | None = None) -> set[str]:
+    """What a site pins file may name: the components with upstream release files, and every site
+    component by its name (one no stack has loaded is not run to see whether it has such files)."""
+    return {name for name, cls in defined().items() if cls.upstream_file} | set(_site.found(site))

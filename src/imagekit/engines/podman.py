@@ -5,7 +5,9 @@ an unprivileged user builds into that user's own image store (``~/.local/share/c
 with no daemon and no privilege. ``ENGINE`` is this module as an :class:`imagekit.engines.Engine`;
 everything imagekit asks of Podman goes through here:
 
-- ``cli()``: the ``podman`` binary (``IMAGEKIT_PODMAN`` overrides ``PATH``).
+- ``cli()``: the ``podman`` binary (``IMAGEKIT_PODMAN`` overrides ``PATH``), after the check that
+  nobody but root and the user can change Podman's configuration and store
+  (:mod:`imagekit.engines.podman_trust`).
 - ``preflight()``: before any build starts, the one clear error for what rootless Podman
   needs from the host: ``newuidmap``/``newgidmap`` and a subordinate uid and gid range for
   the user (``/etc/subuid``, ``/etc/subgid``), naming the ``usermod`` line that adds them.
@@ -35,6 +37,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from imagekit.engines import podman_trust
 from imagekit.util import leases, private_names
 from imagekit.engines.image import BuildCommand, Image, ImageMissing
 from imagekit.util.errors import EngineError, UsageError
@@ -54,7 +57,16 @@ DEVICES = {"gpu": ("--device", "nvidia.com/gpu=all"), "fabric": ("--device", "/d
 
 
 def cli() -> str:
-    """Path of the ``podman`` binary; EngineError with the fix when there is none."""
+    """Path of the ``podman`` binary, once its configuration and store are known to be nobody's but
+    root's and this user's (:mod:`imagekit.engines.podman_trust`, once per process): every podman
+    command imagekit runs starts here. EngineError with the fix when there is no podman."""
+    found = binary()
+    podman_trust.ensure(found)
+    return found
+
+
+def binary() -> str:
+    """Path of the ``podman`` binary (``IMAGEKIT_PODMAN``, else ``PATH``), unchecked; EngineError when none."""
     override = os.environ.get("IMAGEKIT_PODMAN")
     found = override if override and os.access(override, os.X_OK) else shutil.which("podman")
     if not found:
@@ -105,11 +117,12 @@ def preflight() -> str:
 
     Rootless: ``newuidmap``/``newgidmap`` (Debian's ``uidmap``) and at least 65536 subordinate
     uids and gids for the user. Without them Podman fails half-way into the first ``RUN`` (or
-    silently maps every file to one id); here it is one error naming the fix.
+    silently maps every file to one id); here it is one error naming the fix. Then the check of
+    Podman's configuration and store (:func:`cli`).
     """
-    path = cli()
+    binary()                  # no podman at all: that error first
     if not rootless():
-        return path
+        return cli()
     uid = os.geteuid()
     try:
         user = pwd.getpwuid(uid).pw_name
@@ -132,7 +145,7 @@ def preflight() -> str:
             f"rootless Podman cannot build as {user}: {'; '.join(short)} (it needs at least {MIN_SUBIDS})",
             f"as root: usermod --add-subuids {lo}-{hi} --add-subgids {lo}-{hi} {user}; "
             f"then as {user}: podman system migrate")
-    return path
+    return cli()      # what the host lacks first, then whose configuration and store these are
 
 
 def run(args: Sequence[str], *, check: bool = True, what: str | None = None,

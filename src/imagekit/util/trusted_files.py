@@ -27,11 +27,15 @@ class UntrustedFile(UsageError):
     """A trust file, or a directory above it, that someone other than root or this user can change."""
 
 
-def problem(path: str | os.PathLike) -> tuple[Path, os.stat_result, str] | None:
+def problem(path: str | os.PathLike, *, made: bool = False) -> tuple[Path, os.stat_result, str] | None:
     """(the path at fault, its stat, what is wrong) when someone other than root or this process's user can
-    change ``path``; None when nobody else can (or it does not exist: its reader says so)."""
+    change ``path``; None when nobody else can (or it does not exist: its reader says so). ``made``: a
+    path that does not exist is judged by the deepest directory above it that does, sticky or not
+    (whoever can write there can make the path before its reader looks)."""
     me = os.geteuid()
     given = Path(os.path.abspath(path))
+    while made and not os.path.lexists(given) and given != given.parent:
+        given = given.parent
     chains = [given] + ([Path(os.path.realpath(given))] if os.path.realpath(given) != str(given) else [])
     for target in chains:
         for current in (*reversed(target.parents), target):
