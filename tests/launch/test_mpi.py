@@ -13,11 +13,12 @@ from imagekit.launch.mpi import PRRTE, ORTE, MpiFlavour
 from imagekit.launch.traits import ImageTraits
 
 
-def facts(mpi: str | None, version: str = "") -> image_facts.ImageFacts:
+def facts(mpi: str | None, version: str = "", **component_facts: str) -> image_facts.ImageFacts:
     labels = {"io.imagekit.schema": "2", "io.imagekit.stack": "t"}
     if mpi:
         labels.update({"io.imagekit.components": mpi, f"io.imagekit.component.{mpi}.version": version,
                        f"io.imagekit.component.{mpi}.source": "distro", "io.imagekit.role.mpi": mpi})
+        labels.update({f"io.imagekit.component.{mpi}.{k}": v for k, v in component_facts.items()})
     return image_facts.from_labels(labels, ref="x")
 
 
@@ -43,6 +44,12 @@ def test_each_open_mpi_gets_its_own_words_and_an_unknown_one_both(labels, orte, 
 def test_an_mpi_that_is_not_open_mpi_is_said_so():
     assert MpiFlavour.of(facts("mpich", "4.2.0")).open_mpi is False
     assert MpiFlavour.of(facts("openmpi", "5.0.7")).open_mpi is True
+
+
+def test_a_bundle_built_on_open_mpi_says_so_in_its_own_facts():
+    """HPC-X labels its Open MPI series (`ompi`); the launch side reads that fact, never the bundle's name."""
+    assert MpiFlavour.of(facts("hpcx", "2.22.1", ompi="4.1")).open_mpi is True
+    assert MpiFlavour.of(facts("some-bundle", "1.0")).open_mpi is False
     assert MpiFlavour.of(None).open_mpi is None
 
 

@@ -51,12 +51,15 @@ class MpiFlavour:
         # A bundle's own version (HPC-X 2.21) is not its Open MPI's: only the role's label says that.
         said = mpi.version if mpi.name == OPEN_MPI else (facts.labels or {}).get(role_label("mpi", "version"))
         m = re.match(r"\D*(\d+)", said or "")
-        return cls(major=int(m.group(1)) if m else None, name=mpi.name)
+        # A bundle built on Open MPI says so in its own facts (its `ompi` series), so that no launch
+        # code names a bundle.
+        name = OPEN_MPI if mpi.name == OPEN_MPI or mpi.fact("ompi") else mpi.name
+        return cls(major=int(m.group(1)) if m else None, name=name)
 
     @property
     def open_mpi(self) -> bool | None:
         """True for Open MPI (or an image whose MPI is not known: imagekit's are), False for another MPI."""
-        return None if self.name is None else self.name in (OPEN_MPI, "hpcx")
+        return None if self.name is None else self.name == OPEN_MPI
 
     @property
     def orte(self) -> bool:

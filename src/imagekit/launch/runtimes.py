@@ -356,13 +356,13 @@ class Edf(Runtime):
     rank_wrapper_kind = False
     writes_files = True
     gpu_hook = True     # the production CE starts Enroot, whose NVIDIA hook reads the variable
-    engine_name = edf.PRODUCTION
+    flavour = edf.PRODUCTION
     flag = "--environment"
     shm_note = " (the Container Engine's)"
 
     def files(self, workload: Workload) -> dict[str, str]:
         return {f"imagekit-{workload.job_id}.toml": edf.render(
-            engine=self.engine_name, image=workload.image, env=workload.container_env, mounts=workload.mounts,
+            flavour=self.flavour, image=workload.image, env=workload.container_env, mounts=workload.mounts,
             workdir=workload.workdir, gpus=workload.wants_gpus, traits=workload.traits)}
 
     def srun_lines(self, step: SrunStep) -> list[str]:
@@ -375,7 +375,7 @@ class SarusSuite(Edf):
     """CSCS's Sarus Suite (Podman): ``srun --edf=FILE``; registry references only."""
 
     name = "sarus-suite"
-    engine_name = edf.SARUS_SUITE
+    flavour = edf.SARUS_SUITE
     flag = "--edf"
     gpu_hook = False    # Podman takes GPUs as CDI devices (the EDF's devices), never from the variable
 
