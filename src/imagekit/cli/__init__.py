@@ -106,7 +106,7 @@ class LazyGroup(click.Group):
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM/SIGHUP where a command takes them
             # The command's own cleanup ran on the way here (temporary files, containers).
-            click.echo(f"imagekit: interrupted ({exc or 'SIGINT'}); what it had started was cleaned up",
+            click.echo(f"imagekit: interrupted ({signals.describe(exc)}); what it had started was cleaned up",
                        err=True)
             ctx.exit(signals.exit_status(exc))
 
