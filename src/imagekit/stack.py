@@ -223,8 +223,27 @@ def search_path(site: Site | None = None) -> list[Path]:
 
 def available(site: Site | None = None) -> list[tuple[Path, Path]]:
     """Every stack file on the search path with the directory it came from; a name found in an
-    earlier directory hides the same name further on."""
-    return list(searchpath.files(search_path(site)).values())
+    earlier directory hides the same name further on. A site pins file kept among the stacks is not
+    one (:func:`pins_files`)."""
+    site = site_or_env(site)
+    found = searchpath.files(search_path(site)).values()
+    return [(path, d) for path, d in found if d == site.shipped_stacks or not sources.is_pins_file(path)]
+
+
+def pins_files(site: Site | None = None) -> list[Path]:
+    """The site pins files kept in the site's stack directories (``pins:`` and nothing else at the top)."""
+    site = site_or_env(site)
+    return [path for path, d in searchpath.files(list(site.stack_dirs)).values() if sources.is_pins_file(path)]
+
+
+def _not_a_pins_file(path: Path, site: Site) -> None:
+    if sources.is_pins_file(path):
+        used = site.pins_file is not None and site.pins_file.resolve() == path.resolve()
+        raise StackError("a site pins file, not a stack", file=str(path),
+                         hint=("it is the site's pins file in force; build a stack: imagekit stacks lists them"
+                               if used else f"pass it with --site {path} (or ${settings.SITE_ENV}), or name it "
+                               f"{settings.PINS_NAME} in the first stack directory; build a stack: "
+                               "imagekit stacks lists them"))
 
 
 def shipped(site: Site | None = None) -> list[Path]:
@@ -239,6 +258,7 @@ def find(ref: str, site: Site | None = None) -> tuple[Path, str | None]:
         if not path.is_file():
             raise StackError("stack file not found", file=ref,
                              hint=f"shipped stacks: {', '.join(p.stem for p in shipped(site)) or 'none'}")
+        _not_a_pins_file(path, site)
         return path, None
     for candidate in shipped(site):
         if candidate.stem == ref:

@@ -55,10 +55,19 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
         rows.append({"stack": variants[0].stack_name, "file": str(path), "from": origin,
                      "description": variants[0].description,
                      "variants": [v.name for v in variants] if variants[0].variant else []})
+    for path in stack_mod.pins_files(site):
+        # Not a stack: listed so that a site sees where its pins come from, never as a broken stack.
+        used = site.pins_file is not None and site.pins_file.resolve() == path.resolve()
+        rows.append({"stack": None, "file": str(path), "from": str(path.parent), "pins": True, "in_force": used,
+                     "description": "the site pins file in force" if used else
+                     f"a site pins file, not in force: --site {path} (or $IMAGEKIT_SITE) uses it"})
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
+        if row.get("pins"):
+            click.echo(f"{os.path.basename(row['file']):<14} {row['description']}  [{row['from']}]")
+            continue
         if row.get("error"):
             click.echo(f"{row['stack']:<14} BROKEN: {row['error']}  [{row['from']}]")
             continue
