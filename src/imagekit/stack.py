@@ -24,7 +24,7 @@ from typing import Any
 
 from imagekit import checks as checks_mod
 from imagekit import merge, rules, sources
-from imagekit.util import platforms, schema, searchpath, settings, yamlpos
+from imagekit.util import known_errors, platforms, schema, searchpath, settings, yamlpos
 from imagekit.components import RETIRED, registry
 from imagekit.util.errors import StackError
 from imagekit.util.schema import Option
@@ -238,12 +238,7 @@ def pins_files(site: Site | None = None) -> list[Path]:
 
 def _not_a_pins_file(path: Path, site: Site) -> None:
     if sources.is_pins_file(path):
-        used = site.pins_file is not None and site.pins_file.resolve() == path.resolve()
-        raise StackError("a site pins file, not a stack", file=str(path),
-                         hint=("it is the site's pins file in force; build a stack: imagekit stacks lists them"
-                               if used else f"pass it with --site {path} (or ${settings.SITE_ENV}), or name it "
-                               f"{settings.PINS_NAME} in the first stack directory; build a stack: "
-                               "imagekit stacks lists them"))
+        raise known_errors.PINS_FILE_AS_STACK.error(file=path)
 
 
 def shipped(site: Site | None = None) -> list[Path]:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Protocol
 from imagekit import sources
 from imagekit.checks import Check
 from imagekit.components import _blocks
+from imagekit.util import known_errors
 from imagekit.util.errors import StackError
 from imagekit.util.schema import Option
 from imagekit.util.settings import Site
@@ -161,7 +162,7 @@ class Component:
         if version and not _VERSION.match(version):
             # Components parse the version (major for OpenMPI 5/PMIx labels, NCCL's version code):
             # refuse a non-version here rather than crash with a traceback later.
-            self.error("version", f"{version!r} is not a version", 'write it like "4.1.7", "2.23.4-1" or, for a wheel, "2.26.2.post1"')
+            self.error("version", *known_errors.NOT_A_VERSION.text(version=version))
         if self.source in ("upstream", "pypi", "repo") and not self.opts.get("version"):
             self.error("version", f"`source: {self.source}` needs a pinned version",
                        f'add `version: "X.Y.Z"` to {self.name}')

@@ -20,7 +20,8 @@ import re
 
 from imagekit import checks, sources
 from imagekit.components import _blocks
-from imagekit.components._base import Component
+from imagekit.components._base import _VERSION, Component
+from imagekit.util import known_errors
 from imagekit.util.schema import Option
 
 PREFIX = "/usr/local/nccl"
@@ -83,6 +84,12 @@ class Nccl(Component):
     }
 
     def configure(self) -> None:
+        version = self.opts.get("version") or ""
+        if self.source != "pypi" and _VERSION.match(version) and release_of(version) != version.split("-")[0]:
+            # A post-release or local version names a wheel; NVIDIA's repo and NCCL's tags know X.Y.Z[-N]
+            # (said before the pin look-up, which would name a tag that cannot exist).
+            self.error("version", *known_errors.WHEEL_VERSION_FROM_SOURCE.text(
+                version=version, source=self.source, release=release_of(version)))
         super().configure()
         if self.source == "pypi" and self.opts.get("version") and self.cuda:  # no CUDA at all: rules.py says
             major = self.cuda
@@ -138,10 +145,6 @@ class Nccl(Component):
         if self.source not in ("repo", "upstream"):
             return
         release = release_of(self.version)
-        if release != self.version.split("-")[0]:
-            # A post-release or local version names a wheel; NVIDIA's repo and NCCL's tags know X.Y.Z[-N].
-            self.error("version", f"{self.version!r} names a PyPI wheel; `source: {self.source}` takes an NCCL "
-                       f"release", f'write "{release}" for source: {self.source}, or use `source: pypi`')
         if _vtuple(release) > _vtuple(RELEASES[-1]):
             # Older releases without a wheel exist (2.18.5), so only a version past the newest known is refused.
             self.error("version", f"NCCL {release} is newer than any release imagekit knows ({RELEASES[-1]})",

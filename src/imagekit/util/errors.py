@@ -15,7 +15,7 @@ EXIT_CODES: dict[int, str] = {
     3: "the container engine (Docker, Podman) is missing or refused",
     4: "the registry is unreachable or refused a request",
     5: "no export artifact was pushed for the image",
-    6: "integrity: bytes do not match their digest; nothing kept",
+    6: "integrity: bytes do not match their digest, or an image file is truncated or corrupt; nothing kept",
     7: "credentials unreadable, missing or rejected",
     8: "not enough space for the output or the store; nothing half-written kept",
     9: "validation: the run ran wrong (wrong results, transport, NCCL)",
