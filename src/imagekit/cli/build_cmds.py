@@ -204,10 +204,11 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
     if stack is not None:
         target = image or stack.image
         specs = checks_mod.stack_checks(stack, reader.read(target, engine_name).target or "runtime")
-        report = runner.run(target, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name)
+        report = runner.run(target, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name,
+                            progress=_progress)
     else:
-        report = runner.run_ref(ref, runner.CheckRun(junit, with_, assume), runtime=runtime, engine_name=engine_name,
-                                log=lambda m: click.echo(m, err=True))
+        report = runner.run_ref(ref, runner.CheckRun(junit, with_, assume, progress=_progress), runtime=runtime,
+                                engine_name=engine_name, log=lambda m: click.echo(m, err=True))
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:

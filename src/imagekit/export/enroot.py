@@ -291,7 +291,7 @@ def squashfs(image: "str | Source", output: Path, request: ConvertRequest, *,
 
         try:
             rewrite = Rewrite(keep_noting_symlinks, fixperms, extra_entries(config, mtime, image, symlinks))
-            used = squash.stream_to_squashfs(source, tmp, spec, rewrite, on_bytes=meter.add)
+            used = squash.stream_to_squashfs(source, tmp, spec, rewrite, on_bytes=meter.add, on_end=meter.ended)
         except DroppedLinkTarget as exc:
             # The files Enroot regenerates keep their other names (filter_tar links them to the new
             # file); what it does not extract at all (dev/*, /.dockerenv) makes its own import fail.

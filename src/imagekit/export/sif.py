@@ -194,7 +194,7 @@ def convert(source: str | Source, target: Path, request: ConvertRequest, *,
         try:
             rewrite = tarstream.Rewrite(lambda m: singularity_d.keep(m, replaced),
                                         extra=singularity_d.extra_entries(layout, when))
-            used = squash.stream_to_squashfs(source, squash_path, spec, rewrite, on_bytes=meter.add)
+            used = squash.stream_to_squashfs(source, squash_path, spec, rewrite, on_bytes=meter.add, on_end=meter.ended)
             if not spec.offset:
                 _copy_at(squash_path, tmp, partition_offset)
         finally:

@@ -138,6 +138,14 @@ PRESETS: dict[str, Preset] = {
     "small": Preset("zstd", block=1 * MIB, level=19, summary="zstd-19, 1 MiB blocks: smallest"),
 }
 
+# How far mksquashfs/sqfstar may read ahead of what they have compressed. Their default is a quarter of
+# the machine's memory (6 GiB here), which takes a whole image in while the compressors are a minute or
+# more behind: the stream's bytes then say nothing of the work left, and the progress line said "about
+# 0 s left" for 2-3 minutes of gzip (review 4). Bounded, the stream moves at the compressors' pace, so
+# the bytes still to stream are the bytes still to process (imagekit.util.eta), and the tools hold less
+# memory on a shared login node. bench/progress_record.py measures both.
+READ_AHEAD = "128M"
+
 # The default of `imagekit export --to enroot` and of the export store (set from the bench).
 DEFAULT_PRESET = "fast"
 DEFAULT_STORE_PRESET = DEFAULT_PRESET
@@ -224,7 +232,7 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
     chosen = spec.resolved()
     if name in ("sqfstar", "mksquashfs"):
         head = [path] if name == "sqfstar" else [path, "-", str(out), "-tar", "-noappend"]
-        cmd = [*head, *chosen.mksquashfs_args(), "-processors", str(processors()),
+        cmd = [*head, *chosen.mksquashfs_args(), "-processors", str(processors()), "-mem", READ_AHEAD,
                "-quiet", "-no-progress", "-exit-on-error", "-root-mode", "0755"]
         if name == "sqfstar":
             cmd.append("-force")
@@ -249,9 +257,11 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
 
 
 def stream_to_squashfs(source: "Source", out: Path, spec: SquashSpec, rewrite: tarstream.Rewrite, *,
-                       on_bytes: Callable[[int], None] | None = None) -> str:
+                       on_bytes: Callable[[int], None] | None = None,
+                       on_end: Callable[[], None] | None = None) -> str:
     """Run the pipeline into ``out``: the source's root filesystem stream → filter (``rewrite``) →
-    squashfs tool; returns the tool name used. Cleans up on any exit."""
+    squashfs tool; returns the tool name used. ``on_end()`` when the whole stream is in the tool and it
+    is finishing. Cleans up on any exit."""
     keep, adjust, extra = rewrite.keep, rewrite.adjust, rewrite.extra
     name, path = pick_tool(spec.tool, spec.resolved())
     cmd = tool_command(name, path, spec, out)
@@ -275,6 +285,8 @@ def stream_to_squashfs(source: "Source", out: Path, spec: SquashSpec, rewrite: t
                 tarstream.filter_tar(rootfs.file, squasher.stdin, keep=keep, adjust=adjust, extra=extra,
                                      on_bytes=on_bytes)
                 squasher.stdin.close()
+                if on_end is not None:
+                    on_end()
             except BrokenPipeError:
                 squasher.wait()
                 raise ImagekitError(f"{name} stopped reading the stream (exit {squasher.returncode}): "
