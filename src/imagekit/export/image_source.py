@@ -177,7 +177,7 @@ class LayeredSource(Source):
 
     def inspect(self) -> dict[str, Any]:
         digest, config, layers = self.loaded()
-        return {"Id": digest, "Config": config.get("config") or {},
+        return {"Id": digest, "Config": config.get("config") or {}, "Created": config.get("created") or "",
                 "Architecture": config.get("architecture") or "", "Os": config.get("os") or "",
                 # The stored (compressed) size: the only one known before the layers stream.
                 "Size": sum(layer.size or 0 for layer in layers)}

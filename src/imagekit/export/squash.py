@@ -11,8 +11,10 @@ the measurements of bench/compression.py (docs/export.md).
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -187,7 +189,8 @@ class SquashSpec:
     tool: str = "auto"
     all_root: bool = True
     xattrs: bool = False
-    epoch: int | None = None          # SOURCE_DATE_EPOCH
+    epoch: int | None = None          # SOURCE_DATE_EPOCH: the filesystem's time and every file's
+    mkfs_time: int | None = None      # without it, the filesystem's own time (image_time): same bytes each export
     offset: int = 0                   # bytes before the squashfs (SIF writes in place)
 
     def resolved(self) -> Preset:
@@ -242,6 +245,10 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
             cmd.append("-no-xattrs")
         if spec.epoch is not None:
             cmd += ["-mkfs-time", str(spec.epoch), "-all-time", str(spec.epoch)]
+        elif spec.mkfs_time is not None:
+            # -root-time applies to tar input from squashfs-tools 4.6 on; 4.5 stamps the root directory
+            # with the time of the export (docs/export.md, "Same bytes").
+            cmd += ["-mkfs-time", str(spec.mkfs_time), "-root-time", str(spec.mkfs_time)]
         if spec.offset:
             cmd += ["-offset", str(spec.offset)]
         cmd += list(spec.extra_args)
@@ -253,6 +260,8 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
         cmd.append("--no-xattr")
     if spec.epoch is not None:
         cmd += ["--no-keep-time", "--defaults", f"mtime={spec.epoch}"]
+    elif spec.mkfs_time is not None:
+        cmd += ["--defaults", f"mtime={spec.mkfs_time}"]     # the root directory's time; files keep theirs
     return cmd + list(spec.extra_args) + [str(out)]
 
 
@@ -309,6 +318,22 @@ def stream_to_squashfs(source: "Source", out: Path, spec: SquashSpec, rewrite: t
                             stream.close()
                         except (BrokenPipeError, OSError):
                             pass
+
+
+def image_time(info: dict, env: dict[str, str] | None = None) -> int | None:
+    """The time an export writes where a time is needed (the squashfs superblock, the files imagekit adds,
+    a SIF's header): SOURCE_DATE_EPOCH, else the image's own creation time, so that two exports of one
+    image with one preset are the same bytes (review 4 saw two sha256s); None when neither is known."""
+    epoch = source_date_epoch(env)
+    if epoch is not None:
+        return epoch
+    created = str(info.get("Created") or "")
+    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?(Z|[+-]\d\d:\d\d)?$", created)
+    if m is None:
+        return None
+    stamp = dt.datetime.fromisoformat(m.group(1) + ("+00:00" if m.group(2) in (None, "Z") else m.group(2)))
+    seconds = int(stamp.timestamp())
+    return seconds if 0 <= seconds < 2 ** 32 else None
 
 
 def source_date_epoch(env: dict[str, str] | None = None) -> int | None:
