@@ -56,10 +56,9 @@ class StackError(UsageError):
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
                  key: str | None = None, hint: str | None = None) -> None:
-        where = file or "<stack>"
-        if line is not None:
-            where += f":{line}"
-        prefix = f"{where}: " + (f"{key}: " if key else "")
+        # No file: the error names the stack itself ("unknown stack 'x'"); a placeholder said nothing.
+        where = (file or "") + (f":{line}" if file and line is not None else "")
+        prefix = (f"{where}: " if where else "") + (f"{key}: " if key else "")
         super().__init__(prefix + message, hint)
         self.file, self.line, self.key = file, line, key
 
