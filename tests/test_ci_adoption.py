@@ -14,6 +14,7 @@ The time each run takes is the time from a clone to a first green run (docs/ci.m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -97,6 +98,26 @@ def _registry_tags(registry: str, repo: str) -> list[str]:
     return requests.get(f"http://{registry}/v2/{repo}/tags/list", timeout=10).json().get("tags") or []
 
 
+@contextlib.contextmanager
+def first_run(run, what: str):
+    """A site's first run of a template: its log shown if a step fails, its time printed if it goes green."""
+    started = time.monotonic()
+    try:
+        yield
+    except StepFailed:
+        print("\n".join(run.log))
+        raise
+    print(f"\n{what}, site adoption: first green run in {time.monotonic() - started:.0f} s, 0 template edits")
+
+
+def assert_signed_and_pushed(work: Path, registry: str, pub: Path) -> None:
+    """What a green run leaves: signed exports beside the job, a signed image with both exports pushed."""
+    for name in ("ux-site-hello.sqsh", "ux-site-hello.sif"):
+        _verify(str(work / "out" / name), pub)
+    assert (work / "out" / "ux-site-hello.sqsh.intoto.jsonl").is_file()
+    _verify(f"docker://{registry}/site/ux-site-hello:{SHA[:12]}", pub)
+
+
 @pytest.fixture
 def cleanup_images():
     yield
@@ -121,8 +142,7 @@ def test_a_site_adopts_the_github_workflow_by_its_inputs_and_goes_green(tmp_path
         env=_runner_env(tmp_path),
         # Provided by the runner's image here: imagekit installed; a report-only step (continue-on-error).
         skip=lambda step: step.get("name", "").startswith("Install") or bool(step.get("continue-on-error")))
-    started = time.monotonic()
-    try:
+    with first_run(run, "GitHub workflow"):
         outputs = run.run_job("matrix")
         rows = json.loads(outputs["include"])
         # The matrix holds only the stack the site named: not its base, not a shipped CUDA stack.
@@ -133,17 +153,8 @@ def test_a_site_adopts_the_github_workflow_by_its_inputs_and_goes_green(tmp_path
         (row,) = interpolate(build["strategy"]["matrix"]["include"], ctx)
         assert interpolate(build["runs-on"], {**ctx, "matrix": row}) == ["self-hosted", "linux", "x64"]
         run.run_job("build", needs={"matrix": {"outputs": outputs}}, matrix=row)
-    except StepFailed:
-        print("\n".join(run.log))
-        raise
-    seconds = time.monotonic() - started
-    print(f"\nGitHub workflow, site adoption: first green run in {seconds:.0f} s, 0 template edits")
-    # What a green run leaves: signed exports beside the job, and a signed image with both exports pushed.
-    for name in ("ux-site-hello.sqsh", "ux-site-hello.sif"):
-        _verify(str(work / "out" / name), pub)
-    assert (work / "out" / "ux-site-hello.sqsh.intoto.jsonl").is_file()
-    assert "ux-site-hello:cache" in [f"ux-site-hello:{t}" for t in _registry_tags(registry, "site/ux-site-hello")]
-    _verify(f"docker://{registry}/site/ux-site-hello:{SHA[:12]}", pub)
+    assert_signed_and_pushed(work, registry, pub)
+    assert "cache" in _registry_tags(registry, "site/ux-site-hello")
     assert not (work / ".runner-temp" / "imagekit-signing.key").exists(), "the key outlived the job"
     # The validate job is not run for a site that named no row to validate.
     assert not evaluate(workflow["jobs"]["validate"]["if"].replace("needs.matrix.result", "'success'"),
@@ -167,8 +178,7 @@ def test_a_site_adopts_the_gitlab_pipeline_by_its_variables_and_goes_green(tmp_p
                         "IMAGEKIT_RUNNERS": "x86_64=hpc,docker", "IMAGEKIT_SIGNING_KEY": str(key)},
         env=_runner_env(tmp_path),
         skip=lambda line: line.startswith(("apk add", "python -m pip install", "python3 -m pip install")))
-    started = time.monotonic()
-    try:
+    with first_run(run, "GitLab pipeline"):
         run.run_job("matrix", template["matrix"], template["variables"])
         child = yaml.safe_load((work / "child-pipeline.yml").read_text())
         assert sorted(k for k in child if k != "stages") == ["build:ux-site-hello"]
@@ -176,12 +186,5 @@ def test_a_site_adopts_the_gitlab_pipeline_by_its_variables_and_goes_green(tmp_p
         assert job["tags"] == ["hpc", "docker"] and job["variables"]["STACK_FILE"] == "site/ux-site-hello.yaml"
         trigger_variables = {k: v for k, v in template["build"]["variables"].items()}
         run.run_job("build:ux-site-hello", job, template["variables"], trigger_variables)
-    except StepFailed:
-        print("\n".join(run.log))
-        raise
-    seconds = time.monotonic() - started
-    print(f"\nGitLab pipeline, site adoption: first green run in {seconds:.0f} s, 0 template edits")
-    for name in ("ux-site-hello.sqsh", "ux-site-hello.sif"):
-        _verify(str(work / "out" / name), pub)
-    _verify(f"docker://{registry}/site/ux-site-hello:{SHA[:12]}", pub)
+    assert_signed_and_pushed(work, registry, pub)
     assert not Path("/tmp/imagekit-signing-7.key").exists()

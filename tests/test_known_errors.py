@@ -122,24 +122,26 @@ def test_a_pins_file_named_as_a_stack(tmp_path):
     assert not (tmp_path / "Dockerfile").exists()
 
 
+def _shown_stack(tmp_path: Path, base: str, components: str) -> tuple[Path, subprocess.CompletedProcess]:
+    stack = tmp_path / "s.yaml"
+    stack.write_text(f"name: s\nbase: {base}\ncomponents:\n{components}")
+    return stack, imagekit("show", str(stack))
+
+
 @covers(known_errors.NOT_A_VERSION)
 def test_a_version_that_is_none(tmp_path):
-    stack = tmp_path / "s.yaml"
-    stack.write_text("name: s\nbase: {image: imagekit/debian:bookworm, distro: debian12}\n"
-                     "components:\n  openmpi: {source: distro, version: 'four'}\n")
-    line = assert_one_error(imagekit("show", str(stack)), known_errors.NOT_A_VERSION,
-                            f"{stack}:4: components.openmpi.version:")
+    stack, shown = _shown_stack(tmp_path, "{image: imagekit/debian:bookworm, distro: debian12}",
+                                "  openmpi: {source: distro, version: 'four'}\n")
+    line = assert_one_error(shown, known_errors.NOT_A_VERSION, f"{stack}:4: components.openmpi.version:")
     assert "'four'" in line
 
 
 @covers(known_errors.WHEEL_VERSION_FROM_SOURCE)
 def test_a_wheels_post_release_pinned_for_a_source_build(tmp_path):
-    stack = tmp_path / "s.yaml"
-    stack.write_text("name: s\nbase: {image: nvidia/cuda:12.9.1-devel-ubuntu22.04, distro: ubuntu22}\n"
-                     "components:\n  cuda: {}\n  nccl: {source: upstream, version: '2.26.2.post1'}\n")
-    line = assert_one_error(imagekit("show", str(stack)), known_errors.WHEEL_VERSION_FROM_SOURCE,
-                            f"{stack}:5: components.nccl.version:")
-    assert 'write "2.26.2" for source: upstream' in imagekit("show", str(stack)).stderr and "2.26.2.post1" in line
+    stack, shown = _shown_stack(tmp_path, "{image: nvidia/cuda:12.9.1-devel-ubuntu22.04, distro: ubuntu22}",
+                                "  cuda: {}\n  nccl: {source: upstream, version: '2.26.2.post1'}\n")
+    line = assert_one_error(shown, known_errors.WHEEL_VERSION_FROM_SOURCE, f"{stack}:5: components.nccl.version:")
+    assert 'write "2.26.2" for source: upstream' in shown.stderr and "2.26.2.post1" in line
 
 
 @covers(known_errors.ENGINE_DOWN)
