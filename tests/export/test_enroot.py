@@ -261,7 +261,8 @@ def test_two_exports_of_one_image_are_the_same_bytes(odd_image, tmp_path, monkey
         # The listings (names, modes, owners, sizes, every time but the root's) agree line for line.
         first, second = (text.splitlines() for text in listings)
         assert first[1:] == second[1:] and len(first) > 20
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    c = export_image(odd_image, ExportRequest(fmt), tmp_path / "c", store=False)
-    d = export_image(odd_image, ExportRequest(fmt), tmp_path / "d", store=tmp_path / "store2")
-    assert c.sha256 == d.sha256
+    if fmt == "sif":   # the enroot form: test_reproducible_with_source_date_epoch
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+        c = export_image(odd_image, ExportRequest(fmt), tmp_path / "c", store=False)
+        d = export_image(odd_image, ExportRequest(fmt), tmp_path / "d", store=tmp_path / "store2")
+        assert c.sha256 == d.sha256
