@@ -87,7 +87,7 @@ def test_cli_check_names_component_and_output_and_writes_junit(mpi_image, tmp_pa
         assert "ucx_info -v" in result.output and "exited" in result.output
         assert "<testsuite" in junit.read_text() and "ucx.version" in junit.read_text()
         as_json = CliRunner().invoke(main, ["check", broken, "--json"])
-        data = json.loads(as_json.output)
+        data = json.loads(as_json.stdout)   # stderr says how far the checks are
         assert data["ok"] is False and data["counts"]["failed"] >= 1
     finally:
         subprocess.run([engine.docker_cli(), "rmi", "-f", broken], capture_output=True)
