@@ -169,3 +169,50 @@ def test_a_long_step_is_announced_once_before_it_finishes(tmp_path, monkeypatch)
     assert [shown[i][:22] for i in make] == ["[devel 4/5] ...      R", "[devel 4/5] 2.4 s    R"]
     # Only the step a stage waits on is announced, never one queued behind it.
     assert not any(line.startswith("[devel 5/5] ...") for line in shown[:make[1]])
+
+
+# A step another build made first keeps that build's name: BuildKit printed `[devel 2/27]` before this
+# build's `[devel 3/17]` (review 4). The totals shown come from the Dockerfile built.
+SHARED = ALL_CACHED.replace("#4 [runtime 1/3]", "#4 [runtime 1/44]").replace("#8 [devel 2/3]", "#8 [devel 2/40]")
+DOCKERFILE = """\
+FROM imagekit/debian:bookworm AS devel
+RUN apt-get install -y gcc
+ENV CC=gcc
+RUN make -C /opt/src \\
+    install
+LABEL x=y
+
+FROM imagekit/debian:bookworm AS runtime
+RUN apt-get install -y libgomp1
+COPY --from=devel /opt/bin /opt/bin
+"""
+
+
+def test_step_totals_come_from_the_dockerfile_not_from_a_step_another_build_named(tmp_path):
+    totals = build.stage_totals(DOCKERFILE)
+    assert totals == {"devel": 3, "runtime": 3}     # FROM, RUN, COPY count; ENV and LABEL do not
+    shown: list[str] = []
+    build._run_build(_printing(tmp_path, SHARED, 0), tmp_path / "build.log", shown.append, totals=totals)
+    assert {line.split("]")[0].split("/")[1] for line in shown} == {"3"}, shown
+
+
+def test_the_rendered_recipes_totals_are_buildkits():
+    """What BuildKit 20.10 printed for debian-mpi's steps here: [devel 14/14] and [runtime 13/13]."""
+    from imagekit import render, stack
+
+    assert build.stage_totals(render.render(stack.load("debian-mpi"), "docker")) == {"devel": 14, "runtime": 13}
+
+
+def test_a_running_step_says_so_every_heartbeat_output_or_not():
+    shown: list[str] = []
+    steps = build._Steps(shown.append, {"devel": 5})
+    steps.started("8", "devel", 1, 5, "FROM x")
+    steps.finished("8", "0.0 s")
+    steps.started("9", "devel", 2, 5, "RUN make")
+    start = steps.steps["9"]["since"]
+    steps.heartbeat(steps.last_said + 1)         # said something a second ago: quiet
+    assert shown == ["[devel 1/5] 0.0 s    FROM x"]
+    steps.heartbeat(start + 12)
+    assert shown[-1] == "[devel 2/5] running 12 s  RUN make"
+    steps.heartbeat(start + 14)                  # 2 s after that: quiet again
+    assert len(shown) == 2

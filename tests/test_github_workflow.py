@@ -48,8 +48,9 @@ def test_linters_catch_broken_workflows(tmp_path):
     bad_schema.write_text(text.replace("runs-on: ubuntu-24.04\n    outputs:", "runs_on: ubuntu-24.04\n    outputs:"))
     assert _schema_lint(bad_schema).returncode != 0
     injection = tmp_path / "inject.yml"
-    injection.write_text(text.replace('run: echo "include=$(imagekit matrix --json)" >> "$GITHUB_OUTPUT"',
+    injection.write_text(text.replace('run: imagekit check "$IMAGE" --junit "checks-$ID.xml"',
                                       'run: echo "${{ github.event.pull_request.title }}"'))
+    assert injection.read_text() != text
     assert _zizmor(injection).returncode != 0
 
 
@@ -106,15 +107,16 @@ def test_workflow_consumes_imagekit_matrix_json():
     assert {r["arch"] for r in rows} == {"x86_64", "aarch64"}
 
 
-def test_validate_runs_on_the_images_arch_across_nodes_and_gates_on_ib_and_the_models_band():
+def test_validate_runs_the_rows_the_site_names_on_their_own_system_across_nodes():
+    """Validation is optional per row: the matrix's `system` key (IMAGEKIT_VALIDATE, ROW=SYSTEM) picks the
+    rows and each leg's model; runners of the row's arch; gated on IB and the model's band, never a floor."""
     doc = yaml.safe_load(WORKFLOW.read_text())
     validate = doc["jobs"]["validate"]
-    # Runners of the image's arch: an arm64 image on an x86 GPU node fails with exec format errors.
-    arch_label = [label for label in validate["runs-on"] if "matrix.arch" in label]
-    assert len(arch_label) == 1 and "aarch64" in arch_label[0]
+    assert validate["strategy"]["matrix"]["include"] == "${{ fromJSON(needs.matrix.outputs.validate) }}"
+    assert "needs.matrix.outputs.validate != '[]'" in validate["if"]
+    assert validate["runs-on"] == "${{ matrix.gpu_runner }}"
     env = validate["env"]
-    # A system model with no token default: an unset VALIDATE_SYSTEM fails the job; no hand-set floor.
-    assert env["SYSTEM"] == "${{ vars.VALIDATE_SYSTEM }}" and "MIN_BUSBW" not in env
+    assert env["SYSTEM"] == "${{ matrix.system }}" and "MIN_BUSBW" not in env
     assert int(re.search(r"\|\| '(\d+)'", env["NODES"]).group(1)) >= 2
     script = "\n".join(_run_blocks({"jobs": {"validate": validate}}))
     assert 'test -n "$SYSTEM"' in script and 'test "$NODES" -ge 2' in script
@@ -128,7 +130,15 @@ def test_validate_runs_on_the_images_arch_across_nodes_and_gates_on_ib_and_the_m
     assert call[call.index("--system") + 1] == "$SYSTEM"
     assert int(call[call.index("--min-runs") + 1]) >= 2  # a repeatable result, not one lucky run
     assert "--min-busbw" not in call
-    assert not re.search(r"--min-busbw\s+1(\s|$)", script)
+    # The matrix gives each named row its system and its arch's GPU runner, and no other row a leg.
+    matrix_env = doc["jobs"]["matrix"]["env"]
+    assert matrix_env["IMAGEKIT_VALIDATE"] == "${{ inputs.validate || vars.IMAGEKIT_VALIDATE }}"
+    rows = json.loads(subprocess.run(["imagekit", "matrix", "debian-mpi", "--json"], capture_output=True, text=True,
+                                     check=True, cwd=WORKFLOW.parents[2],
+                                     env={**os.environ, "IMAGEKIT_VALIDATE": "debian-mpi-arm64=gb200-nvl72",
+                                          "IMAGEKIT_GPU_RUNNERS": "aarch64=self-hosted,gpu,ARM64"}).stdout)
+    assert {r["id"]: (r["system"], r["gpu_runner"]) for r in rows} == {
+        "debian-mpi": ("", ["gpu", "x86_64"]), "debian-mpi-arm64": ("gb200-nvl72", ["self-hosted", "gpu", "ARM64"])}
 
 
 def test_validate_jobs_system_gate_fails_a_single_node_run_and_passes_two(tmp_path):
@@ -158,7 +168,14 @@ def test_the_site_sets_registry_stacks_and_mirror_as_inputs_or_variables():
     doc = yaml.safe_load(WORKFLOW.read_text())
     # PyYAML reads the key `on` as True.
     inputs = (doc.get("on") or doc[True])["workflow_dispatch"]["inputs"]
-    assert {"registry", "stacks_dir", "mirror"} <= set(inputs)
+    assert {"registry", "stacks_dir", "stacks", "platforms", "runners", "validate", "mirror"} <= set(inputs)
+    matrix_env = doc["jobs"]["matrix"]["env"]
+    for name, var in (("stacks", "IMAGEKIT_BUILD_STACKS"), ("platforms", "IMAGEKIT_PLATFORMS"),
+                      ("validate", "IMAGEKIT_VALIDATE")):
+        assert matrix_env[var] == f"${{{{ inputs.{name} || vars.{var} }}}}"
+    # Build runners come from the site's labels (default: GitHub's hosted ones), row by row.
+    assert matrix_env["IMAGEKIT_RUNNERS"].startswith("${{ inputs.runners || vars.IMAGEKIT_RUNNERS || ")
+    assert doc["jobs"]["build"]["runs-on"] == "${{ matrix.runner }}"
     assert all(i["type"] == "string" and i["default"] == "" for i in inputs.values())
     env = doc["env"]
     assert env["REGISTRY"] == "${{ inputs.registry || vars.IMAGEKIT_REGISTRY }}"

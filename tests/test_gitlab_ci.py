@@ -9,6 +9,7 @@ The child pipeline is generated exactly as the template's matrix job does, from 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -89,9 +90,13 @@ def test_registry_stacks_and_mirror_are_cicd_variables_with_defaults_and_no_host
     variables = doc["variables"]
     assert variables["IMAGEKIT_REGISTRY"] == "$CI_REGISTRY_IMAGE"   # the project's own registry
     assert {"IMAGEKIT_STACKS_DIR", "IMAGEKIT_MIRROR", "IMAGEKIT_SITE"} <= set(variables)
-    # The child pipeline gets the same values.
-    assert {k: v for k, v in doc["build"]["variables"].items() if k.startswith("IMAGEKIT_")} == \
-        {k: f"${k}" for k in doc["build"]["variables"] if k.startswith("IMAGEKIT_")}
+    assert {"IMAGEKIT_BUILD_STACKS", "IMAGEKIT_PLATFORMS", "IMAGEKIT_RUNNERS", "IMAGEKIT_VALIDATE",
+            "IMAGEKIT_GPU_RUNNERS"} <= set(variables)
+    # The child pipeline gets the same values, and the parent's source (its own is parent_pipeline).
+    forwarded = dict(doc["build"]["variables"])
+    assert forwarded.pop("IMAGEKIT_PARENT_SOURCE") == "$CI_PIPELINE_SOURCE"
+    assert {k: v for k, v in forwarded.items() if k.startswith("IMAGEKIT_")} == \
+        {k: f"${k}" for k in forwarded if k.startswith("IMAGEKIT_")}
     code = "\n".join(line.split("#")[0] for line in TEMPLATE.read_text().splitlines())
     assert not re.search(r"(?<![\w$.{-])(?:[a-z0-9-]+\.)+[a-z]{2,}(?::\d+)?/", code)
 
@@ -106,16 +111,75 @@ def child() -> dict:
     return {"rows": json.loads(rows), "doc": yaml.safe_load(out)}
 
 
-def test_the_child_pipeline_is_a_pipeline_with_one_job_per_matrix_row(child):
+def job_graph_problems(doc: dict) -> list[str]:
+    """What keeps ``doc``'s jobs from running in order: a need naming no job, a need on a later stage,
+    a cycle. GitLab's own check of `needs:` (docs.gitlab.com/ci/yaml/#needs)."""
+    stages = doc.get("stages", ["build", "test", "deploy"])
+    jobs = {k: v for k, v in doc.items() if k not in GLOBAL and isinstance(v, dict)}
+    problems, edges = [], {}
+    for name, job in jobs.items():
+        needs = [n["job"] if isinstance(n, dict) else n for n in job.get("needs", [])]
+        edges[name] = needs
+        for need in needs:
+            if need not in jobs:
+                problems.append(f"{name} needs {need}, which is no job")
+            elif stages.index(jobs[need].get("stage", "test")) > stages.index(job.get("stage", "test")):
+                problems.append(f"{name} needs {need} of a later stage")
+    seen: dict[str, int] = {}
+
+    def visit(node: str) -> None:
+        seen[node] = 1
+        for nxt in edges.get(node, []):
+            if seen.get(nxt) == 1:
+                problems.append(f"a cycle through {node} and {nxt}")
+            elif nxt in edges and nxt not in seen:
+                visit(nxt)
+        seen[node] = 2
+
+    for node in edges:
+        if node not in seen:
+            visit(node)
+    return problems
+
+
+def test_the_job_graph_check_can_fail():
+    doc = {"stages": ["build", "index"], "a": {"stage": "build", "script": ["x"], "needs": ["b"]},
+           "b": {"stage": "index", "script": ["x"], "needs": ["a", "c"]}}
+    assert len(job_graph_problems(doc)) == 3
+
+
+def test_the_child_pipeline_is_a_pipeline_with_a_job_graph_per_matrix_row(child):
     doc, rows = child["doc"], child["rows"]
-    assert check_pipeline(doc) == []
+    assert check_pipeline(doc) == [] and job_graph_problems(doc) == []
     jobs = {k: v for k, v in doc.items() if k not in GLOBAL}
-    assert sorted(jobs) == sorted(f"build:{r['id']}" for r in rows)
+    several = sorted({r["variant"] for r in rows if r["index"]})
+    assert sorted(jobs) == sorted([f"build:{r['id']}" for r in rows] + [f"index:{v}" for v in several])
+    for variant in several:
+        assert sorted(jobs[f"index:{variant}"]["needs"]) == sorted(f"build:{r['id']}" for r in rows
+                                                                  if r["variant"] == variant)
+    # Each build job runs on its row's runner tags (default: the arch), as the template's header says.
+    assert all(jobs[f"build:{r['id']}"]["tags"] == [r["arch"]] for r in rows)
+
+
+def test_a_row_the_site_names_gets_a_validate_job_on_its_gpu_runner_after_its_build():
+    rows = json.loads(subprocess.run([sys.executable, "-m", "imagekit", "matrix", "debian-mpi", "--json"],
+                                     capture_output=True, text=True, check=True, cwd=REPO,
+                                     env={**os.environ, "IMAGEKIT_VALIDATE": "debian-mpi=dgx-h100",
+                                          "IMAGEKIT_GPU_RUNNERS": "x86_64=slurm-login,gpu"}).stdout)
+    doc = yaml.safe_load(subprocess.run([sys.executable, str(CHILD)], input=json.dumps(rows), capture_output=True,
+                                        text=True, check=True, cwd=REPO).stdout)
+    assert check_pipeline(doc) == [] and job_graph_problems(doc) == []
+    validates = {k: v for k, v in doc.items() if k.startswith("validate:")}
+    assert list(validates) == ["validate:debian-mpi"]
+    job = validates["validate:debian-mpi"]
+    assert job["tags"] == ["slurm-login", "gpu"] and job["variables"]["SYSTEM"] == "dgx-h100"
+    assert job["needs"] == [{"job": "build:debian-mpi", "artifacts": True}]
+    assert "IMAGEKIT_PARENT_SOURCE" in job["rules"][0]["if"]
 
 
 def test_the_child_pipelines_jobs_name_stacks_and_variants_that_exist(child):
     for name, job in child["doc"].items():
-        if name in GLOBAL:
+        if not name.startswith("build:"):
             continue
         v = job["variables"]
         assert not Path(v["STACK_FILE"]).is_absolute()

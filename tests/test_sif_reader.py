@@ -28,7 +28,7 @@ def _corrupt(path: Path, offset: int, data: bytes) -> Path:
 
 
 SQUASH_DAMAGE = {  # superblock field offset, bytes, what the error says
-    "sq-magic": (0, b"hsqt", "bad squashfs magic"),
+    "sq-magic": (0, b"hsqt", "not a squashfs (magic"),
     "sq-version": (28, struct.pack("<H", 3), "squashfs version 3.0"),
     "sq-block-size": (12, struct.pack("<I", 4097), "block size 4097 with log 17"),
     "sq-block-log": (22, struct.pack("<H", 12), "block size 131072 with log 12"),
@@ -69,7 +69,7 @@ def test_reader_refuses_a_partition_shorter_than_its_squashfs(tmp_path):
 def test_reader_reads_the_superblock_of_a_good_partition(tmp_path):
     path = _tiny_sif(tmp_path)
     info = sif.read_sif(path)
-    sb = sif.check_squashfs(path, info.primary_partition(), "")
+    sb = sif.check_squashfs(path, info.primary_partition())
     listing = subprocess.run(["unsquashfs", "-s", "-o", str(info.primary_partition().offset), str(path)],
                              capture_output=True, text=True, check=True).stdout
     assert f"Block size {sb.block_size}" in listing and f"Number of inodes {sb.inodes}" in listing

@@ -35,3 +35,22 @@ def test_a_signal_ignored_before_stays_ignored():
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+@pytest.mark.parametrize("exc, line", [(KeyboardInterrupt(), "interrupted (Ctrl-C, SIGINT);"),
+                                       (signals.Interrupted("received SIGTERM", signal.SIGTERM),
+                                        "interrupted (received SIGTERM);")])
+def test_the_last_line_names_what_stopped_the_command(monkeypatch, exc, line):
+    """Review 4 E5: a real Ctrl-C printed `imagekit: interrupted ()`; the status is 128 + the signal."""
+    from click.testing import CliRunner
+
+    from imagekit.cli import main
+    from imagekit.cli import catalog_cmds
+
+    def stop(*_a, **_k):
+        raise exc
+
+    monkeypatch.setattr(catalog_cmds.stack_mod, "available", stop)
+    result = CliRunner().invoke(main, ["stacks"])
+    assert line in result.output and "()" not in result.output
+    assert result.exit_code == signals.exit_status(exc)

@@ -213,3 +213,36 @@ def test_the_site_flag_wins_over_the_environment_and_stack_dirs_come_first(tmp_p
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["description"] == "flag"
     assert json.loads(CliRunner().invoke(main, ["show", "ours", "--json"]).stdout)["description"] == "env"
+
+
+# -- a pins file beside the stacks (review 4 E11) --------------------------------------------------
+
+def test_a_pins_file_beside_the_stacks_is_the_sites_pins_and_no_stack(tmp_path, no_site_env):
+    """Where a site first puts its pins file: `matrix` exited 2 over it and `stacks` called it BROKEN.
+    Now the first stack directory's pins.yaml is the site's pins (unless --site or $IMAGEKIT_SITE names
+    one), listed as such; matrix lists only the stacks."""
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / "ours.yaml").write_text(GDRCOPY_STACK.replace("name: gdr", "name: ours"))
+    _pins(site_dir / "pins.yaml", "cc" * 32)
+    runner = CliRunner()
+    listed = runner.invoke(main, ["--stacks-dir", str(site_dir), "matrix", "--json"])
+    assert listed.exit_code == 0, listed.output
+    stacks = {r["stack"] for r in json.loads(listed.stdout)}
+    assert "ours" in stacks and "pins" not in stacks
+    rows = json.loads(runner.invoke(main, ["--stacks-dir", str(site_dir), "stacks", "--json"]).stdout)
+    (pins_row,) = [r for r in rows if r.get("pins")]
+    assert pins_row["in_force"] and not any(r.get("error") for r in rows)
+    assert stack_mod.load("ours", site=Site.from_env(stack_dirs=[site_dir])).get("gdrcopy").pin == "cc" * 32
+    # Named otherwise, it is listed as not in force, and naming it as a stack says what to do.
+    (site_dir / "pins.yaml").rename(site_dir / "site-pins.yaml")
+    site = Site.from_env(stack_dirs=[site_dir])
+    assert site.pins_file is None and stack_mod.pins_files(site) == [site_dir / "site-pins.yaml"]
+    result = runner.invoke(main, ["--stacks-dir", str(site_dir), "render", str(site_dir / "site-pins.yaml")])
+    assert result.exit_code == 2
+    assert f"{site_dir / 'site-pins.yaml'}: a site pins file, not a stack" in result.output
+    assert f"fix: pass it with --site {site_dir / 'site-pins.yaml'}" in result.output
+    # --site (and $IMAGEKIT_SITE) win over a pins.yaml beside the stacks.
+    _pins(site_dir / "pins.yaml", "dd" * 32)
+    assert Site.from_env(pins_file=site_dir / "site-pins.yaml", stack_dirs=[site_dir]).pins_file == \
+        site_dir / "site-pins.yaml"

@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Callable, Mapping
 from imagekit import base_pins, engines, render, sources
 from imagekit.engines.image import BuildCommand
 from imagekit.util import emulation, platforms, procs
+from imagekit.util.ticker import Ticker
 from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.image_facts import writer
 
@@ -179,10 +181,12 @@ def build(stack, request: BuildRequest | None = None, *,
         staged = sources.stage(stack, ctx)  # a missing or altered mirror file stops here, before building
         if staged:
             progress(f"sources: {len(staged)} upstream files from the mirror {stack.mirror}, sha256 verified")
-        (Path(ctx) / "Dockerfile").write_text(images.dockerfile(text))
+        dockerfile = images.dockerfile(text)
+        (Path(ctx) / "Dockerfile").write_text(dockerfile)
         iidfile = Path(ctx) / "iid"
         cmd = images.build_argv(build_command(ctx, stack, request, iidfile, labels, bundle))
-        steps, cached = _READERS[images.build_log](cmd, log_path, progress, images.build_env())
+        steps, cached = _READERS[images.build_log](cmd, log_path, progress, images.build_env(),
+                                                   totals=stage_totals(dockerfile))
         image_id = iidfile.read_text().strip()
 
     all_tags = [image_name(stack, target)]
@@ -208,6 +212,29 @@ def build_command(ctx: str, stack, request: BuildRequest, iidfile: Path, labels:
                         cache_from=request.cache_from, inline_cache=request.inline_cache)
 
 
+# The instructions BuildKit counts as a stage's steps (ENV, LABEL, ARG and the like change only metadata).
+_COUNTED = ("FROM", "RUN", "COPY", "ADD", "WORKDIR")
+
+
+def stage_totals(dockerfile: str) -> dict[str, int]:
+    """Each named stage's step count, from the Dockerfile itself. BuildKit's own ``[stage n/total]`` takes
+    a step's name from whichever build first made it, so a step another build shares (the common FROM,
+    the apt setup) carried that build's total: ``[devel 2/27]`` then ``[devel 3/17]`` (review 4)."""
+    totals: dict[str, int] = {}
+    stage = None
+    for line in re.sub(r"\\\n", " ", dockerfile).splitlines():
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        word = words[0].upper()
+        if word == "FROM":
+            stage = words[3] if len(words) >= 4 and words[2].upper() == "AS" else str(len(totals))
+            totals[stage] = 0
+        if stage is not None and word in _COUNTED:
+            totals[stage] += 1
+    return totals
+
+
 _OUTPUT = re.compile(r"^#(\d+) \d+\.\d+ ")   # a running step's output: "#8 0.512 cc -O2 -c ring.c"
 _DONE = re.compile(r"^#(\d+) (?:DONE (?P<secs>[\d.]+)s|(?P<cached>CACHED)|(?P<canceled>CANCELED))$")
 
@@ -226,28 +253,54 @@ class _Steps:
     at the end of the build."""
 
     ANNOUNCE_AFTER = 3.0
+    # A step that runs long says so this often, output or not: a compile that prints nothing for
+    # minutes must not look like a hang.
+    HEARTBEAT = 5.0
 
-    def __init__(self, progress: Callable[[str], None]) -> None:
-        self.progress = progress
+    def __init__(self, progress: Callable[[str], None], totals: Mapping[str, int] | None = None) -> None:
+        self.progress = self._said(progress)
+        self.totals = dict(totals or {})
         self.steps: dict[str, dict] = {}                 # BuildKit's vertex id -> the step
         self.stages: dict[str, dict[int, dict]] = {}     # stage -> its steps by number
         self.next: dict[str, int] = {}                   # stage -> the number it shows next
+        self.last_said = time.monotonic()
+        self.lock = threading.Lock()                     # the heartbeat thread and the reader both print
+
+    def _said(self, progress: Callable[[str], None]) -> Callable[[str], None]:
+        def say(line: str) -> None:
+            self.last_said = time.monotonic()
+            progress(line)
+        return say
+
+    def heartbeat(self, now: float) -> None:
+        """Every HEARTBEAT seconds with nothing shown: the steps running now, with how long they have run."""
+        with self.lock:
+            if now - self.last_said < self.HEARTBEAT:
+                return
+            running = [s for stage, steps in self.stages.items() for n, s in sorted(steps.items())
+                       if s["state"] is None and n >= self.next[stage]][:2]
+            if running:
+                self.progress("; ".join(f"{self.head(s)} running {now - s['since']:.0f} s  {s['text']}"[:120]
+                                        for s in running))
+                self.last_said = now
 
     def started(self, sid: str, stage: str, n: int, total: int, text: str) -> None:
         if sid in self.steps:   # BuildKit repeats a step's line when its output resumes
             return
         step = {"stage": stage, "n": n, "total": total, "text": text, "state": None, "announced": False,
                 "since": time.monotonic()}
-        self.steps[sid] = step
-        self.stages.setdefault(stage, {})[n] = step
-        self.next.setdefault(stage, 1)
-        self._flush()
+        with self.lock:
+            self.steps[sid] = step
+            self.stages.setdefault(stage, {})[n] = step
+            self.next.setdefault(stage, 1)
+            self._flush()
 
     def finished(self, sid: str, state: str) -> None:
-        step = self.steps.get(sid)
-        if step is not None and step["state"] is None:
-            step["state"] = state
-            self._flush()
+        with self.lock:
+            step = self.steps.get(sid)
+            if step is not None and step["state"] is None:
+                step["state"] = state
+                self._flush()
 
     def ran(self, sid: str) -> None:
         """The step printed output: it runs (a cached step prints none)."""
@@ -256,15 +309,17 @@ class _Steps:
             step["ran"] = True
 
     def tick(self) -> None:
-        self._flush()
+        with self.lock:
+            self._flush()
 
     def close(self) -> None:
         """The build ended: show what finished, in order, past any gap."""
-        self._flush(final=True)
+        with self.lock:
+            self._flush(final=True)
 
-    @staticmethod
-    def head(step: dict) -> str:
-        return f"[{step['stage']} {step['n']}/{step['total']}]"
+    def head(self, step: dict) -> str:
+        total = max(self.totals.get(step["stage"], step["total"]), step["n"])
+        return f"[{step['stage']} {step['n']}/{total}]"
 
     def _show(self, step: dict) -> None:
         step["shown"] = True
@@ -299,7 +354,7 @@ class _Steps:
 
 
 def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None],
-               env: Mapping[str, str] | None = None) -> tuple[int, int]:
+               env: Mapping[str, str] | None = None, totals: Mapping[str, int] | None = None) -> tuple[int, int]:
     """Run a BuildKit build (``cmd``, with ``--progress=plain``), its log to ``log_path`` and its
     steps to ``progress`` as :class:`_Steps` orders them.
     Returns how many steps ran and how many came from the cache; a failed build raises BuildError."""
@@ -308,8 +363,10 @@ def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None],
     step_lines: dict[str, list[str]] = {}
     cached: set[str] = set()
     failed: tuple[str, str] | None = None
-    shown = _Steps(progress)
-    with open(log_path, "w") as log:
+    shown = _Steps(progress, totals)
+    # BuildKit prints nothing while a quiet step runs, and the reader waits on its next line: the ticker
+    # lets the steps say what runs.
+    with open(log_path, "w") as log, Ticker(shown.heartbeat, name="imagekit-build-heartbeat"):
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 bufsize=1)
         try:
@@ -357,7 +414,8 @@ def _run_build(cmd: list[str], log_path: Path, progress: Callable[[str], None],
 
 
 def _run_podman_build(cmd: list[str], log_path: Path, progress: Callable[[str], None],
-                      env: Mapping[str, str] | None = None) -> tuple[int, int]:
+                      env: Mapping[str, str] | None = None, totals: Mapping[str, int] | None = None
+                      ) -> tuple[int, int]:
     """Run ``podman build``; its steps (FROM lines left out) and how many came from the cache.
 
     Podman prints each step's output below its ``STEP n/m:`` line; the step that failed is the

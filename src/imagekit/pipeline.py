@@ -120,7 +120,8 @@ def build_all(request: PipelineRequest, *, progress: Callable[[str], None] | Non
             entry["signed"] = signed.as_dict()
             log(f"signed {image} ({key.key.keyid}): SBOM and provenance in {signed.bundle}")
         if request.check:
-            report = runner.run(image, checks.stack_checks(stack, build.target), engine_name=images.name)
+            report = runner.run(image, checks.stack_checks(stack, build.target), engine_name=images.name,
+                                progress=log)
             entry["check"] = report.as_dict()
             counts = report.counts()
             log(f"checked {image}: {counts['passed']} passed, {counts['failed']} failed, "

@@ -19,7 +19,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from imagekit.util.errors import ImagekitError
+from imagekit.util import known_errors
+from imagekit.util.known_errors import DamagedImage
 
 LAUNCH = b"#!/usr/bin/env run-singularity\n"
 MAGIC = b"SIF_MAGIC"
@@ -130,33 +131,37 @@ class SifInfo:
             return fh.read(descriptor.size)
 
 
-class SifFormatError(ImagekitError):
-    """The file is not a valid SIF image."""
+class SifFormatError(DamagedImage):
+    """The file is not a valid SIF image (exit 6, as every damaged image file)."""
+
+
+def _damaged(path: Path, problem: str) -> SifFormatError:
+    return known_errors.DAMAGED_SIF.error(path=path, problem=problem, as_kind=SifFormatError)  # type: ignore[return-value]
 
 
 def read_sif(path: str | Path) -> SifInfo:
     """Parse and validate a SIF file; :class:`SifFormatError` says what is wrong."""
     path = Path(path)
     size = path.stat().st_size
-    hint = "re-export the image; the file is damaged or not a SIF image"
     with open(path, "rb") as fh:
         raw = fh.read(HEADER.size)
         if len(raw) < HEADER.size:
-            raise SifFormatError(f"{path}: too short for a SIF header ({size} bytes)", hint)
+            raise _damaged(path, f"too short for a SIF header ({size} bytes)")
         (launch, magic, version, arch, ident, created, modified, dfree, dtotal, doff, dsize,
          data_off, data_size) = HEADER.unpack(raw)
         if _z(magic) != MAGIC.decode():
-            raise SifFormatError(f"{path}: bad magic {magic[:9]!r} (not a SIF file)", hint)
+            raise _damaged(path, f"bad magic {magic[:9]!r} (not a SIF file)")
         if _z(version) != VERSION.decode():
-            raise SifFormatError(f"{path}: unsupported SIF version {_z(version)!r}", hint)
+            raise _damaged(path, f"unsupported SIF version {_z(version)!r}")
         if not 0 < dtotal <= 1 << 16 or not 0 <= dfree <= dtotal:
-            raise SifFormatError(f"{path}: bad descriptor counts (free {dfree}, total {dtotal})", hint)
+            raise _damaged(path, f"bad descriptor counts (free {dfree}, total {dtotal})")
         if dsize != dtotal * DESCRIPTOR.size or doff < HEADER.size or doff + dsize > size:
-            raise SifFormatError(f"{path}: descriptor table ({doff}+{dsize}) outside the file "
-                                 f"({size} bytes)", hint)
+            raise _damaged(path, f"descriptor table ({doff}+{dsize}) outside the file "
+                                 f"({size} bytes)")
+        if data_off + data_size > size:
+            raise _damaged(path, f"truncated: its header says {data_off + data_size} bytes, the file has {size}")
         if data_off < doff + dsize or data_off + data_size != size:
-            raise SifFormatError(f"{path}: data section {data_off}+{data_size} does not match "
-                                 f"the file size {size} (truncated?)", hint)
+            raise _damaged(path, f"data section {data_off}+{data_size} does not match the file size {size}")
         fh.seek(doff)
         table = fh.read(dsize)
     info = SifInfo(path, _z(launch), _z(version), _z(arch), uuid.UUID(bytes=ident), created,
@@ -171,25 +176,25 @@ def read_sif(path: str | Path) -> SifInfo:
                        size_with_padding=fields[7], created=fields[8], modified=fields[9],
                        uid=fields[10], gid=fields[11], name=_z(fields[12]), extra=fields[13])
         if d.datatype not in KNOWN_TYPES:
-            raise SifFormatError(f"{path}: descriptor {d.id} has unknown data type {d.datatype:#x}", hint)
+            raise _damaged(path, f"descriptor {d.id} has unknown data type {d.datatype:#x}")
         if d.id in ids or d.id == 0:
-            raise SifFormatError(f"{path}: duplicate or zero descriptor id {d.id}", hint)
+            raise _damaged(path, f"duplicate or zero descriptor id {d.id}")
         ids.add(d.id)
         if d.offset < data_off or d.size < 0 or d.offset + d.size > size:
-            raise SifFormatError(f"{path}: descriptor {d.id} data {d.offset}+{d.size} lies outside "
-                                 f"the data section ({data_off}..{size})", hint)
+            raise _damaged(path, f"descriptor {d.id} data {d.offset}+{d.size} lies outside "
+                                 f"the data section ({data_off}..{size})")
         info.descriptors.append(d)
     if len(info.descriptors) != dtotal - dfree:
-        raise SifFormatError(f"{path}: {len(info.descriptors)} used descriptors but header says "
-                             f"{dtotal - dfree}", hint)
+        raise _damaged(path, f"{len(info.descriptors)} used descriptors but header says "
+                             f"{dtotal - dfree}")
     primaries = [d for d in info.descriptors if d.partition and d.partition[1] == PART_PRIMSYS]
     if len(primaries) > 1:
-        raise SifFormatError(f"{path}: more than one primary partition", hint)
+        raise _damaged(path, "more than one primary partition")
     if primaries and primaries[0].partition[2] != info.arch:
-        raise SifFormatError(f"{path}: header arch {info.arch} differs from the primary "
-                             f"partition's {primaries[0].partition[2]}", hint)
+        raise _damaged(path, f"header arch {info.arch} differs from the primary "
+                             f"partition's {primaries[0].partition[2]}")
     if primaries and primaries[0].partition[0] == FS_SQUASHFS:
-        check_squashfs(path, primaries[0], hint)
+        check_squashfs(path, primaries[0])
     return info
 
 
@@ -201,36 +206,52 @@ class SquashfsSuper:
     inodes: int
 
 
-def check_squashfs(path: Path, part: Descriptor, hint: str) -> SquashfsSuper:
-    """The partition's squashfs superblock: magic, version 4.0, a block size that is a power of
-    two from 4 KiB to 1 MiB matching its log, a known compressor, and every table inside the
-    filesystem, which must fit in the partition (a short partition is a cut-off file)."""
-    where = f"{path}: primary partition (descriptor {part.id}, offset {part.offset})"
+def check_squashfs(path: Path, part: Descriptor) -> SquashfsSuper:
+    """The SIF partition's squashfs superblock, checked (:func:`squashfs_problem`); SifFormatError if not."""
+    where = f"primary partition (descriptor {part.id}, offset {part.offset}): "
+    found = squashfs_problem(path, part.offset, part.size, "the partition holds")
+    if isinstance(found, str):
+        raise _damaged(path, where + found)
+    return found
+
+
+def check_squashfs_file(path: Path) -> SquashfsSuper:
+    """An Enroot ``.sqsh`` (a squashfs from its first byte), checked as :func:`check_squashfs` checks a SIF's
+    partition; DamagedImage naming the file and the fix if it is cut short or not a squashfs."""
+    found = squashfs_problem(path, 0, path.stat().st_size, "the file has")
+    if isinstance(found, str):
+        raise known_errors.DAMAGED_SQUASHFS.error(path=path, problem=found)
+    return found
+
+
+def squashfs_problem(path: Path, offset: int, size: int, holder: str) -> SquashfsSuper | str:
+    """The superblock of the squashfs at ``offset`` (``size`` bytes are there), or what is wrong with it:
+    magic, version 4.0, a block size that is a power of two from 4 KiB to 1 MiB matching its log, a known
+    compressor, and every table inside the filesystem, which must fit in the ``size`` bytes (a copy cut
+    short ends before the tables; ``holder`` says where the bytes are, for the message)."""
     with open(path, "rb") as fh:
-        fh.seek(part.offset)
+        fh.seek(offset)
         raw = fh.read(SQUASHFS_SUPER.size)
-    if part.size < SQUASHFS_SUPER.size or len(raw) < SQUASHFS_SUPER.size:
-        raise SifFormatError(f"{where}: {part.size} bytes, too short for a squashfs superblock", hint)
+    if size < SQUASHFS_SUPER.size or len(raw) < SQUASHFS_SUPER.size:
+        return f"{size} bytes, too short for a squashfs superblock"
     (magic, inodes, _mkfs, block_size, _frags, comp, block_log, _flags, _ids, major, minor,
      _root, used, id_table, xattr_table, inode_table, dir_table, frag_table,
      lookup_table) = SQUASHFS_SUPER.unpack(raw)
     if magic != SQUASHFS_MAGIC:
-        raise SifFormatError(f"{where}: bad squashfs magic {magic!r} (want {SQUASHFS_MAGIC!r})", hint)
+        return f"not a squashfs (magic {magic!r}, want {SQUASHFS_MAGIC!r})"
     if (major, minor) != (4, 0):
-        raise SifFormatError(f"{where}: squashfs version {major}.{minor}, Apptainer mounts 4.0", hint)
+        return f"squashfs version {major}.{minor}; Enroot, squashfuse and Apptainer mount 4.0"
     if not (4096 <= block_size <= 1 << 20 and block_size == 1 << block_log):
-        raise SifFormatError(f"{where}: squashfs block size {block_size} with log {block_log}; want a "
-                             f"power of two from 4096 to 1048576 and its log2", hint)
+        return (f"squashfs block size {block_size} with log {block_log}; want a power of two from 4096 to "
+                f"1048576 and its log2")
     if comp not in SQUASHFS_COMPRESSORS:
-        raise SifFormatError(f"{where}: unknown squashfs compressor {comp}", hint)
-    if not SQUASHFS_SUPER.size <= used <= part.size:
-        raise SifFormatError(f"{where}: the squashfs says it uses {used} bytes but the partition holds "
-                             f"{part.size} (truncated?)", hint)
+        return f"unknown squashfs compressor {comp}"
+    if not SQUASHFS_SUPER.size <= used <= size:
+        return f"truncated: the squashfs says it uses {used} bytes but {holder} {size}"
     tables = {"id": id_table, "inode": inode_table, "directory": dir_table}
     tables.update((name, start) for name, start in (("xattr id", xattr_table), ("fragment", frag_table),
                                                    ("lookup", lookup_table)) if start != NO_TABLE)
     for name, start in tables.items():
         if not SQUASHFS_SUPER.size <= start < used:
-            raise SifFormatError(f"{where}: squashfs {name} table at {start}, outside the filesystem's "
-                                 f"{used} bytes", hint)
+            return f"corrupt: squashfs {name} table at {start}, outside the filesystem's {used} bytes"
     return SquashfsSuper(block_size, SQUASHFS_COMPRESSORS[comp], used, inodes)

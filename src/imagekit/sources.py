@@ -34,6 +34,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from imagekit.util import digests, schema, settings, yamlpos
 from imagekit.util.errors import ImagekitError, StackError
 from imagekit.util.settings import Site, site_or_env
@@ -104,6 +106,8 @@ def site_path(site: Site | None = None) -> str | None:
     return str(pins) if pins else None
 
 
+# Far more than any pins file; a bigger YAML is not one (and is not read whole to find out).
+_MAX_PINS_BYTES = 1 << 20
 _SITE_CACHE: dict[tuple[str, float], dict[tuple[str, str], str]] = {}
 
 
@@ -123,6 +127,19 @@ def site_pins(pinnable: Collection[str], site: Site | None = None) -> dict[tuple
     if key not in _SITE_CACHE:
         _SITE_CACHE[key] = _read_site(Path(path), pinnable)
     return _SITE_CACHE[key]
+
+
+def is_pins_file(path: Path) -> bool:
+    """Whether ``path`` is a site pins file rather than a stack: its only top-level key is ``pins``
+    (a stack has no such key). Unreadable files are the stack loader's to report."""
+    try:
+        if path.stat().st_size > _MAX_PINS_BYTES:
+            return False
+        with open(path, "rb") as fh:
+            doc = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(doc, dict) and set(doc) == {"pins"}
 
 
 def _read_site(path: Path, pinnable: Collection[str]) -> dict[tuple[str, str], str]:

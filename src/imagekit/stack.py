@@ -24,7 +24,7 @@ from typing import Any
 
 from imagekit import checks as checks_mod
 from imagekit import merge, rules, sources
-from imagekit.util import platforms, schema, searchpath, settings, yamlpos
+from imagekit.util import known_errors, platforms, schema, searchpath, settings, yamlpos
 from imagekit import components
 from imagekit.components import RETIRED
 from imagekit.util.errors import StackError
@@ -224,8 +224,22 @@ def search_path(site: Site | None = None) -> list[Path]:
 
 def available(site: Site | None = None) -> list[tuple[Path, Path]]:
     """Every stack file on the search path with the directory it came from; a name found in an
-    earlier directory hides the same name further on."""
-    return list(searchpath.files(search_path(site)).values())
+    earlier directory hides the same name further on. A site pins file kept among the stacks is not
+    one (:func:`pins_files`)."""
+    site = site_or_env(site)
+    found = searchpath.files(search_path(site)).values()
+    return [(path, d) for path, d in found if d == site.shipped_stacks or not sources.is_pins_file(path)]
+
+
+def pins_files(site: Site | None = None) -> list[Path]:
+    """The site pins files kept in the site's stack directories (``pins:`` and nothing else at the top)."""
+    site = site_or_env(site)
+    return [path for path, d in searchpath.files(list(site.stack_dirs)).values() if sources.is_pins_file(path)]
+
+
+def _not_a_pins_file(path: Path, site: Site) -> None:
+    if sources.is_pins_file(path):
+        raise known_errors.PINS_FILE_AS_STACK.error(file=path)
 
 
 def shipped(site: Site | None = None) -> list[Path]:
@@ -240,6 +254,7 @@ def find(ref: str, site: Site | None = None) -> tuple[Path, str | None]:
         if not path.is_file():
             raise StackError("stack file not found", file=ref,
                              hint=f"shipped stacks: {', '.join(p.stem for p in shipped(site)) or 'none'}")
+        _not_a_pins_file(path, site)
         return path, None
     for candidate in shipped(site):
         if candidate.stem == ref:

@@ -87,7 +87,7 @@ def test_cli_check_names_component_and_output_and_writes_junit(mpi_image, tmp_pa
         assert "ucx_info -v" in result.output and "exited" in result.output
         assert "<testsuite" in junit.read_text() and "ucx.version" in junit.read_text()
         as_json = CliRunner().invoke(main, ["check", broken, "--json"])
-        data = json.loads(as_json.output)
+        data = json.loads(as_json.stdout)   # stderr says how far the checks are
         assert data["ok"] is False and data["counts"]["failed"] >= 1
     finally:
         subprocess.run([engine.docker_cli(), "rmi", "-f", broken], capture_output=True)
@@ -233,3 +233,25 @@ def test_a_report_carries_its_notes_to_json_and_to_the_terminal(capsys):
     from imagekit.cli.build_cmds import _print_report
     _print_report(report)
     assert "note: img runs here under emulation" in capsys.readouterr().err
+
+
+def test_a_long_check_run_says_how_far_it_is_while_it_runs(base_image, monkeypatch):
+    """Review 4: the checks printed nothing for about a minute. While they run, a line at least every
+    5 s (shortened here) says how many are done and which one runs."""
+    monkeypatch.setattr(runner._Pace, "EVERY", 0.5)
+    said: list[str] = []
+    specs = [checks.run("quick", "quick", "true"), checks.run("slow", "takes a while", "sleep 4; echo done", expect="done")]
+    report = runner.run(base_image, specs, progress=said.append)
+    assert [o.status for o in report.outcomes] == ["passed", "passed"]
+    assert any(line.startswith("checks: 1 of 2 done, 0 failed; running slow (") for line in said), said
+
+
+def test_pace_counts_what_pytest_reports_and_names_the_next():
+    said: list[str] = []
+    pace = runner._Pace(["a", "b", "c"], said.append)
+    pace.finished("test_imagekit_checks.py::test_check[a] PASSED                                 [ 33%]\n")
+    pace.finished("test_imagekit_checks.py::test_check[b] FAILED                                 [ 66%]\n")
+    pace.finished("collected 3 items\n")
+    pace.tick(pace.since + 7)
+    pace.tick(pace.since + 8)         # a second later: quiet
+    assert said == ["checks: 2 of 3 done, 1 failed; running c (7 s)"]

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from imagekit import stack
-from imagekit.cli import main
+from imagekit.cli import main, tree
 
 REPO = Path(__file__).resolve().parents[2]
 _COMMENT = re.compile(r"\s+#\s.*$")            # "   # a note"; not the '#' of "registry#repo:tag"
@@ -29,18 +29,10 @@ _SHELL = {"&&", "||", "|", ">", ";"}           # what follows is another program
 _IMAGE = re.compile(r"^imagekit/([\w.-]+):")
 
 
-def _walk(cmd: click.Command, path: tuple[str, ...], ctx: click.Context):
-    yield path, cmd
-    if isinstance(cmd, click.Group):
-        for name in cmd.list_commands(ctx):
-            sub = cmd.get_command(ctx, name)
-            yield from _walk(sub, path + (name,), click.Context(sub, parent=ctx, info_name=name))
-
-
 def _examples() -> list[tuple[str, list[str]]]:
     """(command path, the example's arguments after ``imagekit``) for every example line."""
     found = []
-    for path, cmd in _walk(main, (), click.Context(main, info_name="imagekit")):
+    for path, cmd, _ctx in tree.walk(main):
         text = "\n".join(t for t in (cmd.help, cmd.epilog) if t)
         # A line ending in a backslash goes on (written as "\\\n" or as a Python line continuation).
         text = re.sub(r"\\\n\s*", " ", text)

@@ -110,3 +110,29 @@ def test_version_check_reads_the_version_string_from_the_loaded_library(tmp_path
     assert "ldconfig -p" in check.run and "python" not in check.run
     assert re.search(check.expect, "NCCL version 2.21.5")
     assert not re.search(check.expect, "NCCL version 2.21.50") and not re.search(check.expect, "NCCL version 2.21.4")
+
+
+def test_a_post_release_wheel_is_a_version_and_checks_its_release(tmp_path):
+    """Review 4 E2b: `pip index versions nvidia-nccl-cu12` lists 2.26.2.post1, a repackaged 2.26.2 wheel;
+    it was refused as "not a version". The library inside reports NCCL 2.26.2."""
+    s = load_text(tmp_path, DEBIAN + "components:\n  nccl: {source: pypi, version: '2.26.2.post1', cuda: '12'}\n")
+    nccl = s.get("nccl")
+    assert nccl.wheel == "nvidia-nccl-cu12==2.26.2.post1"
+    expect = {c.id: c for c in nccl.checks()}["nccl.version"].expect
+    assert re.search(expect, "NCCL version 2.26.2+cuda12.9") and not re.search(expect, "NCCL version 2.26.5")
+
+
+def test_a_post_release_is_refused_for_the_repo_naming_its_release(tmp_path):
+    from helpers.stack_helpers import expect_error, write
+
+    path = write(tmp_path, CUDA + "components:\n  cuda: {}\n  nccl: {source: repo, version: '2.26.2.post1'}\n")
+    from imagekit import stack
+    expect_error(lambda: stack.load(path), path, 8, "components.nccl.version", "names a PyPI wheel",
+                 'write "2.26.2" for source: repo')
+
+
+@pytest.mark.parametrize("version", ["2.26.2.post1", "2.0rc1", "1.0.dev3", "2.5.1+cu121", "4.1.7", "2.23.4-1"])
+def test_pep_440_and_upstream_versions_are_versions(version):
+    from imagekit.components._base import _VERSION
+
+    assert _VERSION.match(version)

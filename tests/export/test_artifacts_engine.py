@@ -80,3 +80,12 @@ def test_push_with_exports_then_pull_each_back(odd_image, registry, docker_bin, 
         {f: (a["digest"], "existing") for f, a in arts.items()}
     assert "exporting" not in res.stderr
     assert raw_json(registry, f"/v2/imagekit-test/artifacts/manifests/{tag}", OCI_INDEX)[1] == index_body
+    # As a person reads it: each export's file sha256 (what `sha256sum` says of the pulled file), then its
+    # artifact manifest's digest, named as such (review 4: only the artifact's digest was printed).
+    res = CliRunner().invoke(main, ["push", odd_image, "--to", target, "--with", "sif,enroot",
+                                    "--preset", "sif=zstd"])
+    assert res.exit_code == 0, res.output
+    for fmt, suffix in (("enroot", ".sqsh"), ("sif", ".sif")):
+        sha = hashlib.sha256((tmp_path / f"pulled{suffix}").read_bytes()).hexdigest()
+        assert f"{fmt:<8} file sha256:{sha}" in res.stdout, res.stdout
+        assert f"artifact {arts[fmt]['digest']}" in res.stdout

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 import subprocess
 import tarfile
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from imagekit.util import login_env
-from imagekit.export import ExportRequest, enroot, export_image, layers, squash
+from imagekit.export import ExportRequest, enroot, export_image, layers, sif, squash
 from helpers.export_helpers import assert_superblock, engine_tree, superblock, tree_listing, unsquash
 
 # ---------------------------------------------------------------- unit: config files
@@ -233,3 +234,35 @@ def test_an_older_imagekits_last_place_profile_script_is_left_out(base_image, do
         assert (root / login_env.PATH).read_text() == login_env.script()
     finally:
         subprocess.run([docker_bin, "rmi", tag], capture_output=True)
+
+
+def _squashfs_tools_at_least(major: int, minor: int) -> bool:
+    out = subprocess.run(["mksquashfs", "-version"], capture_output=True, text=True).stdout
+    m = re.search(r"version (\d+)\.(\d+)", out)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (major, minor)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("fmt", ["enroot", "sif"])
+def test_two_exports_of_one_image_are_the_same_bytes(odd_image, tmp_path, monkeypatch, fmt):
+    """Review 4: two enroot exports of one image (the store's and --no-store's) had two sha256s, so a
+    re-export no longer matched its signed statement. Every time comes from the image now; squashfs-tools
+    4.5 still stamps the root directory with the export's time (docs/export.md, "Same bytes")."""
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    a = export_image(odd_image, ExportRequest(fmt), tmp_path / "a", store=tmp_path / "store")
+    b = export_image(odd_image, ExportRequest(fmt), tmp_path / "b", store=False)
+    assert not b.store_hit
+    offset = [] if fmt == "enroot" else ["-o", str(sif.read_sif(Path(b.path)).primary_partition().offset)]
+    listings = [subprocess.run(["unsquashfs", *offset, "-lln", p], capture_output=True, text=True, check=True).stdout
+                for p in (a.path, b.path)]
+    if _squashfs_tools_at_least(4, 6):
+        assert a.sha256 == b.sha256
+    else:
+        # The listings (names, modes, owners, sizes, every time but the root's) agree line for line.
+        first, second = (text.splitlines() for text in listings)
+        assert first[1:] == second[1:] and len(first) > 20
+    if fmt == "sif":   # the enroot form: test_reproducible_with_source_date_epoch
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+        c = export_image(odd_image, ExportRequest(fmt), tmp_path / "c", store=False)
+        d = export_image(odd_image, ExportRequest(fmt), tmp_path / "d", store=tmp_path / "store2")
+        assert c.sha256 == d.sha256

@@ -70,3 +70,18 @@ def test_a_registry_leaves_no_engine_tag_under_its_address(odd_image, docker_bin
         assert set(engine_refs(addr)) == {result.reference, result.pinned}
     assert engine_refs(addr) == []
     assert subprocess.run([docker_bin, "image", "inspect", odd_image], capture_output=True).returncode == 0
+
+
+def test_a_quiet_push_says_how_far_it_is():
+    """docker push prints nothing while a big layer goes up (off a terminal): every 5 s of that, one line."""
+    from imagekit.export import push as push_mod
+
+    said: list[str] = []
+    pace = push_mod._PushPace("reg:5000/hpc/mpi:1", said.append)
+    for line in ("The push refers to repository [reg:5000/hpc/mpi]", "0123456789ab: Preparing",
+                 "89abcdef0123: Preparing", "0123456789ab: Pushed", "89abcdef0123: Pushing"):
+        pace.line(line)
+    pace.tick(pace.last + 2)
+    pace.tick(pace.last + 6)
+    assert said[-1] == f"pushing reg:5000/hpc/mpi:1: 1 of 2 layers up ({pace.last - pace.started:.0f} s)"
+    assert len(said) == 6

@@ -85,3 +85,24 @@ def test_splice_is_used_between_pipes_only(tmp_path):
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_a_changed_time_is_written_to_the_header_and_a_pax_time_that_would_override_it_goes():
+    """What makes two exports of one image the same bytes (layers.steady_times): the init layer's entries
+    get the image's time, in the ustar field and without the pax record (sub-second) that would win."""
+    from imagekit.export import layers
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, when in (("etc/hosts", 1733112655.25), ("usr/bin/tool", 1600000000)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = 0, 0o755, when
+            info.pax_headers = {"mtime": repr(when)} if name == "etc/hosts" else {}
+            tar.addfile(info, io.BytesIO(b""))
+    out = io.BytesIO()
+    tarstream.filter_tar(io.BufferedReader(io.BytesIO(buf.getvalue())), out, keep=lambda m: True,
+                         adjust=layers.steady_times(1000))
+    with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
+        got = {m.name: (m.mtime, m.pax_headers.get("mtime")) for m in tar.getmembers()}
+    assert got == {"etc/hosts": (1000, None), "usr/bin/tool": (1600000000, None)}
+    assert layers.steady_times(None) is None

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,6 +22,7 @@ from typing import Callable
 
 from imagekit import engines, export, image_facts
 from imagekit.util import emulation, ledger, own_python
+from imagekit.util.ticker import Ticker
 from imagekit import checks as checks_mod
 from imagekit.util.atomic import target
 from imagekit.checks import runtimes
@@ -88,7 +92,8 @@ def _label_checks(image: str, facts) -> list[dict]:
 
 
 def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str, ...] = (),
-        assume: tuple[str, ...] = (), engine_name: str = "docker") -> Report:
+        assume: tuple[str, ...] = (), engine_name: str = "docker",
+        progress: Callable[[str], None] | None = None) -> Report:
     """Start a container of ``image``, run ``checks`` in it with testinfra, remove the container.
 
     ``with_`` offers hardware to the container (``--gpus all``, ``/dev/infiniband``) and runs the
@@ -121,7 +126,7 @@ def run(image: str, checks: list, *, junit: str | None = None, with_: tuple[str,
             options += ["-v", f"{given}:/proc/cpuinfo:ro"]
         with images.throwaway(image, options=options, idle=True, purpose="check") as container:
             report = _run_in(container, image, specs, cli, junit=junit, with_=with_, assume=assume,
-                             image_id=image_id, backend=images.testinfra_backend)
+                             image_id=image_id, backend=images.testinfra_backend, progress=progress)
     report.notes.extend(notes)
     return report
 
@@ -150,11 +155,49 @@ def _emulated_cpu(images: engines.Engine, image: str, arch: str | None) -> tuple
 @dataclass(frozen=True)
 class CheckRun:
     """How a check run reports and what it may use: the JUnit file to write, the hardware offered to
-    the container (``with_``) and the hardware taken as there without a check (``assume``)."""
+    the container (``with_``) and the hardware taken as there without a check (``assume``), and where
+    it says how far it is (``progress``, a line at a time; see :class:`_Pace`)."""
 
     junit: str | None = None
     with_: tuple[str, ...] = ()
     assume: tuple[str, ...] = ()
+    progress: Callable[[str], None] | None = None
+
+
+# pytest -v's line for a finished check: "test_imagekit_checks.py::test_check[mpi4py-ring] PASSED [ 40%]".
+_RESULT = re.compile(r"::test_check\[(?P<id>.+?)\] (?P<status>PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b")
+
+
+class _Pace:
+    """How far a check run is, said every ``EVERY`` seconds while it runs (a minute of checks printed
+    nothing, review 4): how many are done and failed, and which runs now and for how long. The checks
+    run in the order of ``ids`` (pytest's parametrize order), so the next one is the one that runs."""
+
+    EVERY = 5.0
+
+    def __init__(self, ids: list[str], say: Callable[[str], None]) -> None:
+        self.ids, self.say = ids, say
+        self.done = self.failed = 0
+        self.started = self.since = self.last = time.monotonic()
+        self.lock = threading.Lock()
+
+    def finished(self, line: str) -> None:
+        m = _RESULT.search(line)
+        if m is None:
+            return
+        with self.lock:
+            self.done += 1
+            self.failed += m["status"] in ("FAILED", "ERROR")
+            self.since = time.monotonic()
+
+    def tick(self, now: float) -> None:
+        with self.lock:
+            if now - self.last < self.EVERY:
+                return
+            self.last = now
+            running = (f"; running {self.ids[self.done]} ({now - self.since:.0f} s)"
+                       if self.done < len(self.ids) else "")
+            self.say(f"checks: {self.done} of {len(self.ids)} done, {self.failed} failed{running}")
 
 
 def run_ref(ref: str, how: CheckRun = CheckRun(), *, runtime: str | None = None, engine_name: str = "docker",
@@ -163,15 +206,16 @@ def run_ref(ref: str, how: CheckRun = CheckRun(), *, runtime: str | None = None,
     image, or with no engine a ``.sqsh``/``.sif`` under Enroot or Apptainer; a registry reference,
     an OCI layout or a ``docker save`` tarball is exported to an Enroot file first (through the
     export store: a second check of the same image converts nothing)."""
-    junit, with_, assume = how.junit, how.with_, how.assume
+    junit, with_, assume, progress = how.junit, how.with_, how.assume, how.progress
     specs = checks_from_image(ref, engine_name)
     images = engines.of(engine_name)
     if is_file_image(ref) and not layered.is_layered(ref):
-        return run_file(ref, specs, runtime=runtime, junit=junit, with_=with_, assume=assume)
+        return run_file(ref, specs, runtime=runtime, junit=junit, with_=with_, assume=assume, progress=progress)
     source = ref
     if not layered.is_layered(ref):
         if runtime is None and (images.available() or not layered.looks_like_registry(ref)):
-            return run(ref, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name)
+            return run(ref, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name,
+                       progress=progress)
         if runtime is not None and images.available() and images.image_exists(ref):
             source = images.export_source(ref, ref)         # the engine's image, exported
         elif layered.looks_like_registry(ref):
@@ -180,13 +224,14 @@ def run_ref(ref: str, how: CheckRun = CheckRun(), *, runtime: str | None = None,
         out = Path(tmp) / "image.sqsh"
         log(f"exporting {ref} to an Enroot squashfs to run its checks (kept in the export store)")
         export.export_image(source, export.ExportRequest("enroot"), out)
-        report = run_file(out, specs, runtime=runtime, junit=junit, with_=with_, assume=assume)
+        report = run_file(out, specs, runtime=runtime, junit=junit, with_=with_, assume=assume, progress=progress)
     report.image = ref
     return report
 
 
 def run_file(path: str | Path, checks: list, *, runtime: str | None = None, junit: str | None = None,
-             with_: tuple[str, ...] = (), assume: tuple[str, ...] = ()) -> Report:
+             with_: tuple[str, ...] = (), assume: tuple[str, ...] = (),
+             progress: Callable[[str], None] | None = None) -> Report:
     """Run ``checks`` in a container of the image file ``path`` (.sqsh or .sif) under Enroot or
     Apptainer (:mod:`imagekit.checks.runtimes`; ``runtime`` None picks by the file): no engine."""
     specs = [(c if isinstance(c, checks_mod.Check) else checks_mod.from_dict(c)).as_dict() for c in checks]
@@ -197,11 +242,12 @@ def run_file(path: str | Path, checks: list, *, runtime: str | None = None, juni
     chosen = runtimes.pick(path, runtime)
     with runtimes.container(path, chosen, gpu="gpu" in with_) as prefix:
         return _run_in(json.dumps(prefix), str(path), specs, "", junit=junit, with_=with_, assume=assume,
-                       image_id=None, backend="exec")
+                       image_id=None, backend="exec", progress=progress)
 
 
 def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: str | None,
-            with_: tuple[str, ...], assume: tuple[str, ...], image_id: str | None, backend: str = "docker") -> Report:
+            with_: tuple[str, ...], assume: tuple[str, ...], image_id: str | None, backend: str = "docker",
+            progress: Callable[[str], None] | None = None) -> Report:
     """Run the checks with testinfra in the running ``container`` (backend ``exec``: ``container``
     is the JSON command prefix of :mod:`imagekit.checks.runtimes`)."""
     workdir = Path(tempfile.mkdtemp(prefix="imagekit-check-"))
@@ -217,10 +263,10 @@ def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: s
         shutil.copy(MODULE, module)
         # Isolated (imagekit.util.own_python): the module imports imagekit's check kinds from where
         # this imagekit came from, never from a PYTHONPATH or directory someone else can write.
-        subprocess.run(own_python.argv("pytest", str(module), "-q", "-p", "no:cacheprovider", "--assert=plain",
-                                       "-o", "junit_family=xunit2", f"--junitxml={xml_path}", "--rootdir",
-                                       str(workdir), "-o", "addopts=", "-o", "testpaths="),
-                       cwd=workdir, env=own_python.environ(env), capture_output=True, text=True)
+        _pytest(own_python.argv("pytest", str(module), "-v", "-p", "no:cacheprovider", "--assert=plain",
+                                "-o", "junit_family=xunit2", f"--junitxml={xml_path}", "--rootdir", str(workdir),
+                                "-o", "addopts=", "-o", "testpaths="),
+                workdir, own_python.environ(env), _Pace([s["id"] for s in specs], progress) if progress is not None else None)
         if not xml_path.exists():
             raise ImagekitError("the testinfra run produced no results", "run with a working pytest-testinfra")
         report = Report(image=image, outcomes=_outcomes(xml_path, specs))
@@ -236,6 +282,22 @@ def _run_in(container: str, image: str, specs: list[dict], cli: str, *, junit: s
         return report
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _pytest(argv: list[str], cwd: Path, env: dict[str, str], pace: _Pace | None) -> None:
+    """Run the testinfra module; each finished check's line tells ``pace``, which a thread lets speak
+    while the next one runs. The results come from the JUnit file, not from these lines."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        with Ticker(pace.tick if pace is not None else lambda _now: None, name="imagekit-check-pace"):
+            for line in proc.stdout:
+                if pace is not None:
+                    pace.finished(line)
+            proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def _outcomes(xml_path: Path, specs: list[dict]) -> list[Outcome]:

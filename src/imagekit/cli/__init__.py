@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "inspect": "imagekit.cli.sign_cmds:inspect",
     "launch": "imagekit.cli.launch_cmds:launch",
     "preflight": "imagekit.cli.preflight_cmds:preflight",
+    "doctor": "imagekit.cli.doctor_cmds:doctor_cmd",
     "validate": "imagekit.cli.validate_cmds:validate",
 }
 
@@ -71,6 +72,8 @@ SUMMARIES: dict[str, str] = {
     "inspect": "Show who signed an image, what the signatures are about, and its SBOM in brief.",
     "launch": "Run an image on many nodes: Slurm, host mpirun, inside-out sshd, Kubernetes.",
     "preflight": "Compare this host with what the image records; warn, or refuse with the fix.",
+    "doctor": "Show this host's set-up for imagekit images: Pyxis's importer line, the wrapper and what it "
+              "exports, the signature policy and its keys, the shared store, the runtimes and their versions.",
     "validate": "Parse nccl-tests (text, -J JSON, -I per-iteration), OSU / mpi4py benchmark output and "
                 "NCCL_DEBUG=INFO logs; judge them.",
 }
@@ -109,7 +112,7 @@ class LazyGroup(click.Group):
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM/SIGHUP where a command takes them
             # The command's own cleanup ran on the way here (temporary files, containers).
-            click.echo(f"imagekit: interrupted ({exc or 'SIGINT'}); what it had started was cleaned up",
+            click.echo(f"imagekit: interrupted ({signals.describe(exc)}); what it had started was cleaned up",
                        err=True)
             ctx.exit(signals.exit_status(exc))
 

@@ -63,7 +63,8 @@ def base(name: str, mirror: str | None, tag: str | None, force: bool, components
 @click.option("--platform", "platform_list", multiple=True, metavar="OS/ARCH[,OS/ARCH]",
               help="build for these platforms (linux/amd64, linux/arm64; comma-separated or repeated), "
                    "each that the stack's base.arch offers; default: this machine's where offered")
-@click.option("--target", type=click.Choice(TARGETS), default="runtime", show_default=True)
+@click.option("--target", type=click.Choice(TARGETS), default="runtime", show_default=True,
+              help="the stage to build: runtime (what jobs run) or devel (compilers and headers too)")
 @click.option("--single-stage", is_flag=True, help="one stage (devel) instead of devel + runtime")
 @click.option("--tag", "tags", multiple=True, metavar="REF", help="extra tag (repeatable)")
 @click.option("--no-cache", is_flag=True, help="do not use the build cache")
@@ -203,10 +204,11 @@ def check(ref: str, image: str | None, variant: str | None, junit: str | None, w
     if stack is not None:
         target = image or stack.image
         specs = checks_mod.stack_checks(stack, reader.read(target, engine_name).target or "runtime")
-        report = runner.run(target, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name)
+        report = runner.run(target, specs, junit=junit, with_=with_, assume=assume, engine_name=engine_name,
+                            progress=_progress)
     else:
-        report = runner.run_ref(ref, runner.CheckRun(junit, with_, assume), runtime=runtime, engine_name=engine_name,
-                                log=lambda m: click.echo(m, err=True))
+        report = runner.run_ref(ref, runner.CheckRun(junit, with_, assume, progress=_progress), runtime=runtime,
+                                engine_name=engine_name, log=lambda m: click.echo(m, err=True))
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:

@@ -11,11 +11,9 @@ import os
 
 import click
 
-from imagekit import sources
-from imagekit.util import platforms
+from imagekit import ci_matrix, sources
 from imagekit import stack as stack_mod
 from imagekit import versions
-from imagekit.build import PLATFORMS
 from imagekit.cli.options import MIRROR, current_site
 from imagekit.util.errors import StackError, UsageError
 
@@ -55,10 +53,19 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
         rows.append({"stack": variants[0].stack_name, "file": str(path), "from": origin,
                      "description": variants[0].description,
                      "variants": [v.name for v in variants] if variants[0].variant else []})
+    for path in stack_mod.pins_files(site):
+        # Not a stack: listed so that a site sees where its pins come from, never as a broken stack.
+        used = site.pins_file is not None and site.pins_file.resolve() == path.resolve()
+        rows.append({"stack": None, "file": str(path), "from": str(path.parent), "pins": True, "in_force": used,
+                     "description": "the site pins file in force" if used else
+                     f"a site pins file, not in force: --site {path} (or $IMAGEKIT_SITE) uses it"})
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
+        if row.get("pins"):
+            click.echo(f"{os.path.basename(row['file']):<14} {row['description']}  [{row['from']}]")
+            continue
         if row.get("error"):
             click.echo(f"{row['stack']:<14} BROKEN: {row['error']}  [{row['from']}]")
             continue
@@ -118,48 +125,55 @@ def _outdated(refs: tuple[str, ...], as_json: bool, mirror: str | None, strict: 
         raise UsageError("\n".join(lines), "pin a version that is served (the newest is listed above)")
 
 
+# The CI templates hand a site's inputs to the matrix as these variables (GitLab exports every CI/CD
+# variable; the GitHub workflow maps its inputs onto them), so neither template holds the logic.
 @click.command()
+@click.argument("refs", nargs=-1, metavar="[STACK]...", envvar="IMAGEKIT_BUILD_STACKS")
 @click.option("--json", "as_json", is_flag=True, help="a JSON list for CI (GitHub Actions matrix include)")
+@click.option("--site-only", is_flag=True, envvar="IMAGEKIT_SITE_ONLY",
+              help="only the stacks of the site's directories (--stacks-dir, $IMAGEKIT_STACKS_PATH), not the "
+                   "shipped ones")
+@click.option("--platform", "platform_list", multiple=True, metavar="OS/ARCH[,OS/ARCH]", envvar="IMAGEKIT_PLATFORMS",
+              help="only rows for these platforms (linux/amd64, linux/arm64; comma-separated or repeated)")
+@click.option("--validate", "validate", multiple=True, metavar="ROW=SYSTEM", envvar="IMAGEKIT_VALIDATE",
+              help="give the rows ROW names (a row id, variant or stack) a validate leg on SYSTEM's model "
+                   "(its `system` key; several pairs: repeated, or comma- or space-separated)")
+@click.option("--runner", "runners", multiple=True, metavar="ARCH=LABEL[,LABEL]", envvar="IMAGEKIT_RUNNERS",
+              help="the labels (GitHub) or tags (GitLab) of the runners that build ARCH's rows (their `runner` "
+                   "key; default: [ARCH]); several: repeated or space-separated")
+@click.option("--gpu-runner", "gpu_runners", multiple=True, metavar="ARCH=LABEL[,LABEL]",
+              envvar="IMAGEKIT_GPU_RUNNERS",
+              help="the same for the validate legs (their `gpu_runner` key; default: [gpu, ARCH])")
 @click.option("--buildable-here", is_flag=True, help="only stacks whose base images are local")
-def matrix(as_json: bool, buildable_here: bool) -> None:
+def matrix(refs: tuple[str, ...], as_json: bool, site_only: bool, platform_list: tuple[str, ...],
+           validate: tuple[str, ...], runners: tuple[str, ...], gpu_runners: tuple[str, ...],
+           buildable_here: bool) -> None:
     """List every stack x variant x arch to build, for CI to consume.
 
     A stack whose base.arch lists several architectures gives one row for each
     (id: the variant's name, with -arm64 for its arm64 row; index: true, and
     push_suffix -amd64/-arm64 for the per-arch tags an index then joins).
-    --buildable-here keeps the offline stacks for this machine's architecture.
+    STACK names limit the rows to those stacks; --site-only to the site's
+    directories. Each option also comes from the environment variable the
+    table below names (how the CI templates pass a site's inputs). A row's file is relative to the working directory, or the
+    stack's name, so that every runner's checkout resolves it. --buildable-here
+    keeps the offline stacks for this machine's architecture.
 
     \b
     Example:
       imagekit matrix
       echo "include=$(imagekit matrix --json)" >> "$GITHUB_OUTPUT"
+      imagekit --stacks-dir site matrix --site-only --platform linux/amd64 --json
+      imagekit matrix debian-mpi --validate debian-mpi=dgx-h100 --json
+      imagekit matrix --runner "x86_64=self-hosted,linux,x64 aarch64=self-hosted,linux,arm64" --json
     """
-    rows, site = [], current_site()
-    for path in stack_mod.shipped(site):
-        # One row per variant and arch it offers (a stack with base.arch [x86_64, aarch64] gives two):
-        # ``id`` names the row (variant, plus -arm64 where the variant has several arches), ``suffix``
-        # is what its tags carry.
-        offered = {a for v in stack_mod.load_all(path, site=site) for a in v.arches}
-        for arch in [a for a in platforms.ARCHES if a in offered]:
-            for variant in stack_mod.load_all(path, PLATFORMS[arch], site):
-                offline = variant.base.image.startswith("imagekit/")
-                if buildable_here and (not offline or arch != platforms.stack_name(platforms.host_machine())):
-                    continue
-                suffix, several = platforms.tag_suffix(arch), len(variant.arches) > 1
-                rows.append({"stack": variant.stack_name, "variant": variant.name,
-                             "id": variant.name + (suffix if several else ""),
-                             "file": _relative(path), "arch": arch, "image": variant.image, "offline": offline,
-                             "platform": PLATFORMS[arch], "suffix": suffix,
-                             # Several arches: each pushed under TAG-ARCH, then one index under TAG.
-                             "index": several, "push_suffix": f"-{platforms.oci_name(arch)}" if several else ""})
+    request = ci_matrix.MatrixRequest(stacks=refs, site_only=site_only, platforms=platform_list,
+                                      validate=validate, runners=runners, gpu_runners=gpu_runners,
+                                      buildable_here=buildable_here, site=current_site())
+    rows = ci_matrix.rows(request)
     if as_json:
         click.echo(json.dumps(rows, separators=(",", ":")))
         return
     for row in rows:
-        click.echo(f"{row['id']:<28} {row['arch']:<8} {row['file']}")
-
-
-def _relative(path) -> str:
-    """Paths under the working directory stay relative, so CI jobs can use them in a checkout."""
-    rel = os.path.relpath(path)
-    return str(path) if rel.startswith("..") else rel
+        click.echo(f"{row['id']:<28} {row['arch']:<8} {row['file']}" + (f"  validate: {row['system']}"
+                                                                          if row["system"] else ""))

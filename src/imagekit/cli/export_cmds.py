@@ -220,8 +220,12 @@ def _print_pushed(result, what: str = "") -> None:
 
 
 def _print_artifact(a, indent: str = "") -> None:
-    click.echo(f"{indent}{a.format:<8} {a.digest}  ({a.preset}, {a.bytes} bytes, "
-               f"{'already there' if a.listed_by == 'existing' else 'listed by ' + a.listed_by})")
+    # The file's own sha256 first: what `sha256sum FILE` and `export` print for the same .sqsh/.sif. The
+    # artifact manifest's digest (which `pull` calls "artifact") was the only one shown (review 4).
+    click.echo(f"{indent}{a.format:<8} file sha256:{a.file_sha256.removeprefix('sha256:')}  ({a.preset}, {a.bytes} "
+               f"bytes)")
+    click.echo(f"{indent}{'':<8} artifact {a.digest}  "
+               f"({'already there' if a.listed_by == 'existing' else 'listed by ' + a.listed_by})")
 
 
 def _push_index(images: list[str], to: str, with_: str | None, presets: tuple, as_json: bool, quiet: bool,

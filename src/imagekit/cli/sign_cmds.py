@@ -108,7 +108,7 @@ def verify(target: str, key_paths: tuple[str, ...], policy_file: str | None, pla
     A SIF's signature object is checked as `apptainer verify --key` checks
     it (one changed byte of its root file system fails); a .sqsh needs
     FILE.sqsh.intoto.jsonl beside it naming its sha256; a reference needs
-    statements listed for its manifest. Exit 0 when verified, 9 when not.
+    statements listed for its manifest. Exit 0 when verified, 12 when not.
 
     \b
     Examples:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Protocol
 from imagekit import sources
 from imagekit.checks import Check
 from imagekit.components import _blocks, _site
+from imagekit.util import known_errors
 from imagekit.util.errors import StackError
 from imagekit.util.schema import Option
 from imagekit.util.settings import Site
@@ -90,7 +91,9 @@ class Requires:
             fix += f", or set `{self.option}: false` on {component.name}"
         component.error(self.option, f"{what} needs {wanted}" + (f" ({self.why})" if self.why else ""), fix)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_VERSION = re.compile(r"\d+(\.\d+)*([-+~][0-9A-Za-z.+~-]*)?$")
+# A release as upstreams write it ("4.1.7", "2.23.4-1", "1.2~rc1") or as PEP 440 does for wheels: pre-,
+# post- and dev-releases ("2.26.2.post1", "2.0rc1", "1.0.dev3") and local versions ("2.5.1+cu121").
+_VERSION = re.compile(r"\d+(\.\d+)*(\.?(a|b|rc|post|dev)\d*)*([-+~][0-9A-Za-z.+~-]*)?$")
 
 
 class Component:
@@ -159,7 +162,7 @@ class Component:
         if version and not _VERSION.match(version):
             # Components parse the version (major for OpenMPI 5/PMIx labels, NCCL's version code):
             # refuse a non-version here rather than crash with a traceback later.
-            self.error("version", f"{version!r} is not a version", 'write it like "4.1.7" or "2.23.4-1"')
+            self.error("version", *known_errors.NOT_A_VERSION.text(version=version))
         if self.source in ("upstream", "pypi", "repo") and not self.opts.get("version"):
             self.error("version", f"`source: {self.source}` needs a pinned version",
                        f'add `version: "X.Y.Z"` to {self.name}')

@@ -20,14 +20,15 @@ import re
 
 from imagekit import checks, sources
 from imagekit.components import _blocks
-from imagekit.components._base import Component
+from imagekit.components._base import _VERSION, Component
+from imagekit.util import known_errors
 from imagekit.util.schema import Option
 
 PREFIX = "/usr/local/nccl"
 # nvidia-nccl-cuXX versions published on PyPI, per CUDA major.
 WHEELS = {
     "12": ("2.16.2", "2.16.5", "2.17.1", "2.18.1", "2.18.3", "2.19.3", "2.20.5", "2.21.5", "2.22.3", "2.23.4",
-           "2.24.3", "2.25.1", "2.26.2", "2.26.5", "2.27.3", "2.27.5", "2.27.6", "2.27.7", "2.28.3", "2.28.7",
+           "2.24.3", "2.25.1", "2.25.1.post1", "2.26.2", "2.26.2.post1", "2.26.5", "2.27.3", "2.27.5", "2.27.6", "2.27.7", "2.28.3", "2.28.7",
            "2.28.9", "2.29.2", "2.29.3", "2.29.7", "2.30.3", "2.30.4", "2.30.7", "2.31.2", "2.32.3"),
     "13": ("2.27.7", "2.28.3", "2.28.7", "2.28.9", "2.29.2", "2.29.3", "2.29.7", "2.30.3", "2.30.4", "2.30.7",
            "2.31.2", "2.32.3"),
@@ -48,11 +49,20 @@ FIRST_FOR_CUDA = {"12.0": "2.16.2", "12.1": "2.17.1", "12.2": "2.18.3", "12.3": 
 # repository has `+cuda12.9` and `+cuda13.x` packages only (public package lists show libnccl2 2.28.9 for
 # +cuda12.9 and +cuda13.0, none for 12.4 .. 12.8), so an older 12.x minor cannot get one.
 REPO_ONLY_FOR = ((2, 28, 0), {"12": "12.9"})
-# Releases NVIDIA published (the wheels follow every release): a repo or source version outside them names
-# no package or tag. Newer releases are added here; `imagekit outdated` shows when one is out.
-RELEASES = tuple(sorted({v for vs in WHEELS.values() for v in vs}, key=lambda v: tuple(map(int, v.split(".")))))
 # NCCL 2.25.1 ("Add Blackwell/SM100 support": kernels, graph search speeds, NVLink domain limits).
 BLACKWELL = (2, 25, 1)
+
+
+def release_of(version: str) -> str:
+    """The NCCL release a version names: "2.26.2.post1" (a wheel's post-release), "2.23.4-1" (a package
+    revision) and "2.23.4" are all NCCL 2.23.4, which is what the library reports."""
+    return re.match(r"\d+(?:\.\d+)*", version).group(0)
+
+
+# Releases NVIDIA published (the wheels follow every release): a repo or source version outside them names
+# no package or tag. Newer releases are added here; `imagekit outdated` shows when one is out.
+# A .postN wheel repackages its release (2.26.2.post1 is NCCL 2.26.2): the release is the X.Y.Z before it.
+RELEASES = tuple(sorted({release_of(v) for vs in WHEELS.values() for v in vs}, key=lambda v: tuple(map(int, v.split(".")))))
 
 
 def _vtuple(version: str) -> tuple[int, ...]:
@@ -74,6 +84,12 @@ class Nccl(Component):
     }
 
     def configure(self) -> None:
+        version = self.opts.get("version") or ""
+        if self.source != "pypi" and _VERSION.match(version) and release_of(version) != version.split("-")[0]:
+            # A post-release or local version names a wheel; NVIDIA's repo and NCCL's tags know X.Y.Z[-N]
+            # (said before the pin look-up, which would name a tag that cannot exist).
+            self.error("version", *known_errors.WHEEL_VERSION_FROM_SOURCE.text(
+                version=version, source=self.source, release=release_of(version)))
         super().configure()
         if self.source == "pypi" and self.opts.get("version") and self.cuda:  # no CUDA at all: rules.py says
             major = self.cuda
@@ -128,7 +144,7 @@ class Nccl(Component):
         found"); refuse it here, naming what exists."""
         if self.source not in ("repo", "upstream"):
             return
-        release = self.version.split("-")[0]
+        release = release_of(self.version)
         if _vtuple(release) > _vtuple(RELEASES[-1]):
             # Older releases without a wheel exist (2.18.5), so only a version past the newest known is refused.
             self.error("version", f"NCCL {release} is newer than any release imagekit knows ({RELEASES[-1]})",
@@ -240,7 +256,7 @@ class Nccl(Component):
         return {"cuda": self.cuda, "prefix": self.prefix}
 
     def checks(self) -> list:
-        version = self.version.split("-")[0]
+        version = release_of(self.version)
         # NCCL compiles "NCCL version X.Y.Z+cudaA.B" into the library: read it from the file the loader
         # resolves, with no Python needed in the image.
         probe = ("lib=$(ldconfig -p | awk '/libnccl[.]so[.]2 /{print $NF; exit}'); "

@@ -46,17 +46,14 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from imagekit.util import leases
+from imagekit.util import known_errors, leases
 from imagekit.engines.image import LOCAL_STORE, BuildCommand, Image, ImageMissing
 from imagekit.util.errors import EngineError
 
 if TYPE_CHECKING:
     import docker
 
-SETUP_HINT = ("start the Docker engine (`systemctl start docker`; in an imagekit checkout `bash "
-              "scripts/setup-engine.sh` installs Debian's docker.io and starts it) or join its group; "
-              "`imagekit report|check|preflight` read a .sqsh, .sif, docker://REF, oci:DIR or "
-              "docker-archive:FILE without an engine")
+SETUP_HINT = known_errors.ENGINE_DOWN.fix
 # What an idle throwaway runs: a shell that waits until the container is removed.
 IDLE = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done")
 # Hardware a check may need, and what offering it to a container means.
@@ -72,7 +69,10 @@ def client():
         c = docker.from_env(timeout=600)
         c.ping()
     except Exception as exc:  # docker raises several unrelated types here
-        raise EngineError(f"no Docker engine answers at {_host()}: {_why(exc)}", SETUP_HINT) from None
+        why = _why(exc)
+        if why == PERMISSION_DENIED:
+            raise known_errors.ENGINE_NO_GROUP.error(host=_host()) from None
+        raise known_errors.ENGINE_DOWN.error(host=_host(), why=why) from None
 
     try:
         leases.sweep_engine(c)  # containers and networks of imagekit runs that were killed
@@ -373,6 +373,10 @@ def _host() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
 
 
+# What _why says for a socket this user may not open (ENGINE_NO_GROUP's message says it in full).
+PERMISSION_DENIED = "permission denied"
+
+
 def _why(exc: BaseException) -> str:
     """The cause under the docker library's wrapping, as words: not a Python exception's repr."""
     seen: list[BaseException] = []
@@ -385,7 +389,7 @@ def _why(exc: BaseException) -> str:
         if isinstance(e, FileNotFoundError):
             return "there is no socket there (is the engine running?)"
         if isinstance(e, PermissionError):
-            return "permission denied (run as a member of the docker group, or as root)"
+            return PERMISSION_DENIED
         if isinstance(e, ConnectionRefusedError):
             return "connection refused (is the engine running?)"
         todo += [a for a in getattr(e, "args", ()) if isinstance(a, BaseException)]

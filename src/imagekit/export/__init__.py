@@ -98,21 +98,25 @@ def export_image(image: str, request: ExportRequest, output: str | Path | None =
     source = open_source(image, platform=request.platform)
     target = Path(output) if output is not None else Path.cwd() / f"{source.stem}{formats.get(request.format).suffix}"
     started = time.monotonic()
-    if store is False:
-        result = _convert(source, request, target, force=request.force, progress=progress)
-        result.seconds = round(time.monotonic() - started, 3)
-        _record(source.image_id(), image, result)
-        return result
-    result = _export_via_store(source, request, target, started, progress=progress, store=store, notice=notice)
-    if for_signing and result.store_hit:
-        why = _signable(result)
-        if why is not None:
-            if notice:
-                notice(f"not signing the export store's file {result.store_entry}: {why}; converting {image} afresh")
-            result = _convert(source, request, target, force=True, progress=progress)
+    try:
+        if store is False:
+            result = _convert(source, request, target, force=request.force, progress=progress)
             result.seconds = round(time.monotonic() - started, 3)
             _record(source.image_id(), image, result)
-    return result
+            return result
+        result = _export_via_store(source, request, target, started, progress=progress, store=store, notice=notice)
+        if for_signing and result.store_hit:
+            why = _signable(result)
+            if why is not None:
+                if notice:
+                    notice(f"not signing the export store's file {result.store_entry}: {why}; converting {image} afresh")
+                result = _convert(source, request, target, force=True, progress=progress)
+                result.seconds = round(time.monotonic() - started, 3)
+                _record(source.image_id(), image, result)
+        return result
+    finally:
+        # A progress line that speaks on its own (the CLI's) goes quiet with the export, failed or not.
+        getattr(progress, "close", lambda: None)()
 
 
 def _signable(result: ExportResult) -> str | None:

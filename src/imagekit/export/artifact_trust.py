@@ -19,22 +19,16 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from imagekit.util.errors import IntegrityError
+from imagekit import sif_reader
 from imagekit.export import artifacts
 
 ENV = "IMAGEKIT_TRUSTED_ARTIFACTS"
 _PRESET = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-
-# struct squashfs_super_block (Linux fs/squashfs/squashfs_fs.h), little-endian
-_SUPER = struct.Struct("<IIIIIHHHHHHQQQQQQQQ")
-_MAGIC = 0x73717368
-_COMPRESSORS = {1, 2, 3, 4, 5, 6}   # gzip, lzma, lzo, xz, lz4, zstd
 
 
 def patterns(env: Mapping[str, str]) -> list[str]:
@@ -80,26 +74,6 @@ def enroot_candidates(entries: list[dict], config_digest: str, warn: Callable[[s
 
 
 def check_squashfs(path: Path) -> None:
-    """IntegrityError unless ``path`` is a squashfs 4.0 image whose superblock fits the file."""
-    with open(path, "rb") as fh:
-        raw = fh.read(_SUPER.size)
-        fh.seek(0, 2)
-        size = fh.tell()
-    if len(raw) < _SUPER.size:
-        raise IntegrityError(f"{path}: {size} bytes, too short for a squashfs superblock")
-    (magic, _inodes, _mkfs, block_size, _frags, comp, block_log, _flags, _ids, major, minor,
-     _root, used, *tables) = _SUPER.unpack(raw)
-    if magic != _MAGIC:
-        raise IntegrityError(f"{path}: not a squashfs (magic {raw[:4]!r}, want b'hsqs')")
-    if (major, minor) != (4, 0):
-        raise IntegrityError(f"{path}: squashfs version {major}.{minor}; Enroot and squashfuse read 4.0")
-    if not (4096 <= block_size <= 1 << 20 and block_size == 1 << block_log):
-        raise IntegrityError(f"{path}: squashfs block size {block_size} with log {block_log}")
-    if comp not in _COMPRESSORS:
-        raise IntegrityError(f"{path}: unknown squashfs compressor {comp}")
-    if not _SUPER.size <= used <= size:
-        raise IntegrityError(f"{path}: the squashfs says it uses {used} bytes but the file has {size} (truncated?)")
-    none = 0xFFFFFFFFFFFFFFFF
-    for start in tables:
-        if start != none and not _SUPER.size <= start < used:
-            raise IntegrityError(f"{path}: a squashfs table starts at {start}, outside its {used} bytes")
+    """IntegrityError (DamagedImage, exit 6) unless ``path`` is a squashfs 4.0 image whose superblock fits
+    the file."""
+    sif_reader.check_squashfs_file(path)

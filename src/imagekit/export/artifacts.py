@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -252,11 +253,12 @@ def push_artifact(client: reg.RegistryClient, repo: str, subject: reg.Resolved, 
     client.ensure_access(repo, push=True)
     client.upload_blob(repo, EMPTY_CONFIG, reg.sha256_digest(EMPTY_CONFIG), len(EMPTY_CONFIG))
     say(f"uploading {file.format} ({file.size / (1 << 20):,.1f} MiB) to {client.registry}/{repo}")
-    state = {"next": 0}
+    state = {"next": 0, "said": time.monotonic()}
 
     def progress(done: int) -> None:
-        if done >= state["next"] or done == file.size:
-            state["next"] = done + max(file.size // 10, 64 << 20)
+        # Every tenth (or 64 MiB), and at least every 5 s on a slow link.
+        if done >= state["next"] or done == file.size or time.monotonic() - state["said"] >= 5.0:
+            state["next"], state["said"] = done + max(file.size // 10, 64 << 20), time.monotonic()
             say(f"  {done / (1 << 20):,.1f} / {file.size / (1 << 20):,.1f} MiB")
 
     sent = client.upload_blob(repo, file.path, file.sha256, file.size, progress=progress)

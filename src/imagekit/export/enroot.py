@@ -58,7 +58,7 @@ from imagekit import image_facts
 from imagekit.util import login_env, quoting
 from imagekit.export import squash
 from imagekit.export.image_source import Source, open_source
-from imagekit.export.layers import made_by_docker
+from imagekit.export.layers import made_by_docker, steady_times
 from imagekit.export.output import (ConvertRequest, ExportResult, Progress, atomic_output, check_free_space,
                                     expected_bytes, prepare_target, sha256_file)
 from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, DroppedLinkTarget, Member, Rewrite,
@@ -273,12 +273,12 @@ def squashfs(image: "str | Source", output: Path, request: ConvertRequest, *,
     if request.check_space:
         # The uncompressed image size bounds the output (the enroot preset stores data raw).
         check_free_space(target.parent, int(info.get("Size") or 0), f"{image} as squashfs")
-    epoch = squash.source_date_epoch()
+    epoch, fixed = squash.source_date_epoch(), squash.image_time(info)
     spec = squash.SquashSpec(preset=chosen, extra_args=tuple(request.squash_opts), tool=request.tool, all_root=True,
-                             xattrs=False, epoch=epoch)
+                             xattrs=False, epoch=epoch, mkfs_time=fixed)
     config = info.get("Config") or {}
     check_config(config, image)
-    mtime = epoch if epoch is not None else int(time.time())
+    mtime = fixed if fixed is not None else int(time.time())
     meter = Progress(progress, expected=expected_bytes(source, info))
     with interrupt_on_sigterm(), atomic_output(target) as tmp:
         symlinks: set[str] = set()
@@ -290,8 +290,15 @@ def squashfs(image: "str | Source", output: Path, request: ConvertRequest, *,
             return kept
 
         try:
-            rewrite = Rewrite(keep_noting_symlinks, fixperms, extra_entries(config, mtime, image, symlinks))
-            used = squash.stream_to_squashfs(source, tmp, spec, rewrite, on_bytes=meter.add)
+            steady = steady_times(fixed)
+
+            def adjust(member: Member) -> None:
+                fixperms(member)
+                if steady is not None:
+                    steady(member)
+
+            rewrite = Rewrite(keep_noting_symlinks, adjust, extra_entries(config, mtime, image, symlinks))
+            used = squash.stream_to_squashfs(source, tmp, spec, rewrite, on_bytes=meter.add, on_end=meter.ended)
         except DroppedLinkTarget as exc:
             # The files Enroot regenerates keep their other names (filter_tar links them to the new
             # file); what it does not extract at all (dev/*, /.dockerenv) makes its own import fail.

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, Callable, Iterator, Mapping
 
 from imagekit import registry
-from imagekit.util import platforms, untrusted_json
+from imagekit.util import known_errors, platforms, untrusted_json
 from imagekit.engines import docker as engine
 from imagekit.engines import podman
 from imagekit.util.errors import EngineError, ImagekitError, NotFoundError, UsageError
@@ -176,7 +176,7 @@ class LayeredSource(Source):
 
     def inspect(self) -> dict[str, Any]:
         digest, config, layers = self.loaded()
-        return {"Id": digest, "Config": config.get("config") or {},
+        return {"Id": digest, "Config": config.get("config") or {}, "Created": config.get("created") or "",
                 "Architecture": config.get("architecture") or "", "Os": config.get("os") or "",
                 # The stored (compressed) size: the only one known before the layers stream.
                 "Size": sum(layer.size or 0 for layer in layers)}
@@ -633,10 +633,22 @@ def open_source(text: str, *, platform: str | None = None, env: Mapping[str, str
         if not p.is_file():
             raise (UsageError if p.exists() else SourceNotFound)(f"{text}: {p} is not a file", f"valid forms: {FORMS}")
         return DockerArchiveSource(text, p, ref)
+    _not_an_exported_file(text)
     if platform:
         raise UsageError("--platform applies to registry and OCI sources",
                          "a local engine image has one platform already; drop --platform")
     return EngineSource(text)
+
+
+# What an export writes; given back as a source, it would be looked up as an engine image and "not found".
+_EXPORTED = {".sqsh": ("Enroot squashfs", "sif"), ".squashfs": ("Enroot squashfs", "sif"), ".sif": ("SIF", "enroot")}
+
+
+def _not_an_exported_file(text: str) -> None:
+    """A .sqsh or .sif named as the image to export (.sqsh -> SIF): said so, with the image to name instead."""
+    kind = _EXPORTED.get(Path(text).suffix)
+    if kind is not None and (text.startswith(("/", ".")) or os.path.isfile(text)):
+        raise known_errors.EXPORT_FROM_FILE.error(path=text, kind=kind[0], fmt=kind[1])
 
 
 def _split_dir(rest: str) -> tuple[str, str | None]:

@@ -599,6 +599,25 @@ def made_by_docker(member: tarstream.Member) -> bool:
     return False
 
 
+# What `docker export` shows with the time its container was made, not the image's: the init layer's
+# entries and the directories that hold them. Two exports of one image differed in these alone.
+CONTAINER_TIMED = frozenset((".dockerenv", "dev", "dev/console", "dev/pts", "dev/shm", "proc", "sys", "etc",
+                             *INIT_LAYER_FILES, INIT_LAYER_MTAB[0]))
+
+
+def steady_times(when: int | None) -> Callable[[tarstream.Member], None] | None:
+    """An ``adjust`` that gives :data:`CONTAINER_TIMED` members the time ``when`` (the image's), so that
+    two exports of one image are the same bytes; None (no change) without a time."""
+    if when is None:
+        return None
+
+    def adjust(member: tarstream.Member) -> None:
+        if member.name in CONTAINER_TIMED:
+            member.mtime = when
+
+    return adjust
+
+
 def docker_init_layer() -> Layer:
     """Docker's init layer (moby daemon/initlayer), as ``docker export`` shows it on Docker 20.10: its
     files and ``/etc/mtab`` replace the image's (empty, 0755), its directories appear only where the

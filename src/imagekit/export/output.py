@@ -144,6 +144,12 @@ class Progress:
             self._last = now
             self.report(self.total, False)
 
+    def ended(self) -> None:
+        """The stream is over and the tool is finishing: a callback with an ``ended`` method hears it."""
+        ended = getattr(self.report, "ended", None)
+        if ended is not None:
+            ended()
+
     def done(self) -> None:
         if self.report is not None:
             self.report(self.total, True)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from imagekit.util import platforms
+from imagekit.util.ticker import Ticker
 from imagekit.engines import docker as engine
 from imagekit.util.errors import CredentialsError, EngineError, ImagekitError, IntegrityError, RegistryError, UsageError
 from imagekit.registry import client as reg
@@ -104,6 +107,38 @@ def _undo_tag(docker: str, reference: str, before: str | None) -> None:
         subprocess.run([docker, "image", "rm", "--no-prune", reference], capture_output=True)
 
 
+class _PushPace:
+    """docker push's own lines, passed on, and every ``EVERY`` seconds they stop (a big layer going up
+    says nothing off a terminal) a line of how long and how many layers are up."""
+
+    EVERY = 5.0
+    _LAYER = re.compile(r"^(?P<id>[0-9a-f]{12}): (?P<state>.+)$")
+
+    def __init__(self, reference: str, log) -> None:
+        self.reference, self.log = reference, log
+        self.started = self.last = time.monotonic()
+        self.layers: dict[str, bool] = {}
+        self.lock = threading.Lock()
+
+    def line(self, text: str) -> None:
+        with self.lock:
+            m = self._LAYER.match(text)
+            if m:
+                self.layers[m["id"]] = self.layers.get(m["id"], False) or m["state"].startswith(
+                    ("Pushed", "Layer already exists", "Mounted from"))
+            self.last = time.monotonic()
+            if self.log is not None:
+                self.log(text)
+
+    def tick(self, now: float) -> None:
+        with self.lock:
+            if self.log is None or now - self.last < self.EVERY:
+                return
+            self.last = now
+            done = sum(self.layers.values())
+            self.log(f"pushing {self.reference}: {done} of {len(self.layers)} layers up ({now - self.started:.0f} s)")
+
+
 def push_image(image: str, to: str | None = None, log=None) -> PushResult:
     """Tag ``image`` as ``to`` (default: the image's own name, which must include a registry),
     push it, and return the digest the registry reported. A failed push leaves the engine's tags as
@@ -123,11 +158,12 @@ def push_image(image: str, to: str | None = None, log=None) -> PushResult:
         proc = subprocess.Popen([docker, "push", reference], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         lines = []
-        for line in proc.stdout:
-            lines.append(line.rstrip())
-            if log is not None:
-                log(line.rstrip())
-        rc = proc.wait()
+        pace = _PushPace(reference, log)
+        with Ticker(pace.tick, name="imagekit-push-pace"):
+            for line in proc.stdout:
+                lines.append(line.rstrip())
+                pace.line(line.rstrip())
+            rc = proc.wait()
         output = "\n".join(lines)
         if rc != 0:
             raise _push_failed(reference, registry, output, lines[-1] if lines else "no output")

@@ -68,7 +68,7 @@ from imagekit.engines import docker as engine
 from imagekit.attest import POLICY_ENV
 from imagekit.util.errors import ImagekitError, IntegrityError, UsageError
 from imagekit.registry import enroot_config
-from imagekit.export import squash, stage
+from imagekit.export import pyxis_unsigned, squash, stage
 from imagekit.export.stage_env import pinned, pinned_entry, staged
 from imagekit.export import store as store_mod
 from imagekit.export.store import Entry, Store, locks, notices
@@ -455,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{POLICY_ENV} is set: handing over to imagekit-pyxis-importer-signed (name it in the "
             "wrapper to save a start)")
         hand_over(argv, "imagekit.export.pyxis_signed")
+    if argv[:1] == ["get"]:
+        pyxis_unsigned.warn_once(os.environ, log)   # a policy kept by the site, left out of the wrapper
     return run_command(_serve_or_hand_over, argv, release=release)
 
 

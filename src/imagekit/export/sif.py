@@ -45,6 +45,7 @@ from imagekit.util import atomic, quoting
 from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.export import singularity_d, squash, tarstream
 from imagekit.export.image_source import Source, open_source
+from imagekit.export.layers import steady_times
 from imagekit.export.output import (ConvertRequest, ExportResult, Progress, check_free_space, expected_bytes,
                                     prepare_target, sha256_file)
 from imagekit.util.signals import interrupt_on_sigterm
@@ -166,11 +167,12 @@ def convert(source: str | Source, target: Path, request: ConvertRequest, *,
 
     config = info.get("Config") or {}
     singularity_d.check_config(config, image)
-    epoch = squash.source_date_epoch()
-    when = epoch if epoch is not None else int(time.time())
-    # Reproducible builds get an ID derived from the image, random ones otherwise.
-    ident = (uuid.UUID(bytes=hashlib.sha256(f"{info.get('Id')}:{epoch}".encode()).digest()[:16])
-             if epoch is not None else uuid.uuid4())
+    epoch, fixed = squash.source_date_epoch(), squash.image_time(info)
+    when = fixed if fixed is not None else int(time.time())
+    # An ID derived from the image and its time: two exports of one image are the same bytes. Random only
+    # where the image has no creation time and no SOURCE_DATE_EPOCH is set.
+    ident = (uuid.UUID(bytes=hashlib.sha256(f"{info.get('Id')}:{fixed}".encode()).digest()[:16])
+             if fixed is not None else uuid.uuid4())
     goarch = info.get("Architecture") or "amd64"
     arch = arch_code(goarch)
     layout = singularity_d.files(config, image, goarch=goarch, when=when)
@@ -186,15 +188,15 @@ def convert(source: str | Source, target: Path, request: ConvertRequest, *,
     name, _ = squash.pick_tool(request.tool, compression)
     # Apptainer builds as root keep file ownership (mksquashfs without -all-root).
     spec = squash.SquashSpec(preset=compression, extra_args=tuple(request.squash_opts), tool=name,
-                             all_root=False, xattrs=True, epoch=epoch,
+                             all_root=False, xattrs=True, epoch=epoch, mkfs_time=fixed,
                              offset=partition_offset if name in ("sqfstar", "mksquashfs") else 0)
     meter = Progress(progress, expected=expected_bytes(source, info))
     with interrupt_on_sigterm(), atomic.target(target, file_mode(), sync=True) as tmp:
         squash_path = tmp if spec.offset else tmp.with_name(tmp.name + ".squashfs")
         try:
-            rewrite = tarstream.Rewrite(lambda m: singularity_d.keep(m, replaced),
+            rewrite = tarstream.Rewrite(lambda m: singularity_d.keep(m, replaced), steady_times(fixed),
                                         extra=singularity_d.extra_entries(layout, when))
-            used = squash.stream_to_squashfs(source, squash_path, spec, rewrite, on_bytes=meter.add)
+            used = squash.stream_to_squashfs(source, squash_path, spec, rewrite, on_bytes=meter.add, on_end=meter.ended)
             if not spec.offset:
                 _copy_at(squash_path, tmp, partition_offset)
         finally:

@@ -11,8 +11,10 @@ the measurements of bench/compression.py (docs/export.md).
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -138,6 +140,14 @@ PRESETS: dict[str, Preset] = {
     "small": Preset("zstd", block=1 * MIB, level=19, summary="zstd-19, 1 MiB blocks: smallest"),
 }
 
+# How far mksquashfs/sqfstar may read ahead of what they have compressed. Their default is a quarter of
+# the machine's memory (6 GiB here), which takes a whole image in while the compressors are a minute or
+# more behind: the stream's bytes then say nothing of the work left, and the progress line said "about
+# 0 s left" for 2-3 minutes of gzip (review 4). Bounded, the stream moves at the compressors' pace, so
+# the bytes still to stream are the bytes still to process (imagekit.util.eta), and the tools hold less
+# memory on a shared login node. bench/progress_record.py measures both.
+READ_AHEAD = "128M"
+
 # The default of `imagekit export --to enroot` and of the export store (set from the bench).
 DEFAULT_PRESET = "fast"
 DEFAULT_STORE_PRESET = DEFAULT_PRESET
@@ -179,7 +189,8 @@ class SquashSpec:
     tool: str = "auto"
     all_root: bool = True
     xattrs: bool = False
-    epoch: int | None = None          # SOURCE_DATE_EPOCH
+    epoch: int | None = None          # SOURCE_DATE_EPOCH: the filesystem's time and every file's
+    mkfs_time: int | None = None      # without it, the filesystem's own time (image_time): same bytes each export
     offset: int = 0                   # bytes before the squashfs (SIF writes in place)
 
     def resolved(self) -> Preset:
@@ -224,7 +235,7 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
     chosen = spec.resolved()
     if name in ("sqfstar", "mksquashfs"):
         head = [path] if name == "sqfstar" else [path, "-", str(out), "-tar", "-noappend"]
-        cmd = [*head, *chosen.mksquashfs_args(), "-processors", str(processors()),
+        cmd = [*head, *chosen.mksquashfs_args(), "-processors", str(processors()), "-mem", READ_AHEAD,
                "-quiet", "-no-progress", "-exit-on-error", "-root-mode", "0755"]
         if name == "sqfstar":
             cmd.append("-force")
@@ -234,6 +245,10 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
             cmd.append("-no-xattrs")
         if spec.epoch is not None:
             cmd += ["-mkfs-time", str(spec.epoch), "-all-time", str(spec.epoch)]
+        elif spec.mkfs_time is not None:
+            # -root-time applies to tar input from squashfs-tools 4.6 on; 4.5 stamps the root directory
+            # with the time of the export (docs/export.md, "Same bytes").
+            cmd += ["-mkfs-time", str(spec.mkfs_time), "-root-time", str(spec.mkfs_time)]
         if spec.offset:
             cmd += ["-offset", str(spec.offset)]
         cmd += list(spec.extra_args)
@@ -245,13 +260,17 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
         cmd.append("--no-xattr")
     if spec.epoch is not None:
         cmd += ["--no-keep-time", "--defaults", f"mtime={spec.epoch}"]
+    elif spec.mkfs_time is not None:
+        cmd += ["--defaults", f"mtime={spec.mkfs_time}"]     # the root directory's time; files keep theirs
     return cmd + list(spec.extra_args) + [str(out)]
 
 
 def stream_to_squashfs(source: "Source", out: Path, spec: SquashSpec, rewrite: tarstream.Rewrite, *,
-                       on_bytes: Callable[[int], None] | None = None) -> str:
+                       on_bytes: Callable[[int], None] | None = None,
+                       on_end: Callable[[], None] | None = None) -> str:
     """Run the pipeline into ``out``: the source's root filesystem stream → filter (``rewrite``) →
-    squashfs tool; returns the tool name used. Cleans up on any exit."""
+    squashfs tool; returns the tool name used. ``on_end()`` when the whole stream is in the tool and it
+    is finishing. Cleans up on any exit."""
     keep, adjust, extra = rewrite.keep, rewrite.adjust, rewrite.extra
     name, path = pick_tool(spec.tool, spec.resolved())
     cmd = tool_command(name, path, spec, out)
@@ -275,6 +294,8 @@ def stream_to_squashfs(source: "Source", out: Path, spec: SquashSpec, rewrite: t
                 tarstream.filter_tar(rootfs.file, squasher.stdin, keep=keep, adjust=adjust, extra=extra,
                                      on_bytes=on_bytes)
                 squasher.stdin.close()
+                if on_end is not None:
+                    on_end()
             except BrokenPipeError:
                 squasher.wait()
                 raise ImagekitError(f"{name} stopped reading the stream (exit {squasher.returncode}): "
@@ -297,6 +318,22 @@ def stream_to_squashfs(source: "Source", out: Path, spec: SquashSpec, rewrite: t
                             stream.close()
                         except (BrokenPipeError, OSError):
                             pass
+
+
+def image_time(info: dict, env: dict[str, str] | None = None) -> int | None:
+    """The time an export writes where a time is needed (the squashfs superblock, the files imagekit adds,
+    a SIF's header): SOURCE_DATE_EPOCH, else the image's own creation time, so that two exports of one
+    image with one preset are the same bytes (review 4 saw two sha256s); None when neither is known."""
+    epoch = source_date_epoch(env)
+    if epoch is not None:
+        return epoch
+    created = str(info.get("Created") or "")
+    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?(Z|[+-]\d\d:\d\d)?$", created)
+    if m is None:
+        return None
+    stamp = dt.datetime.fromisoformat(m.group(1) + ("+00:00" if m.group(2) in (None, "Z") else m.group(2)))
+    seconds = int(stamp.timestamp())
+    return seconds if 0 <= seconds < 2 ** 32 else None
 
 
 def source_date_epoch(env: dict[str, str] | None = None) -> int | None:

@@ -51,7 +51,7 @@ class DroppedLinkTarget(UsageError):
 
 @dataclass
 class Member:
-    """What the callbacks see of one member; ``mode``/``uid``/``gid`` may be changed."""
+    """What the callbacks see of one member; ``mode``/``uid``/``gid``/``mtime`` may be changed."""
 
     name: str          # normalised: no leading "./" or "/", no trailing "/"
     type: bytes
@@ -60,6 +60,7 @@ class Member:
     gid: int
     size: int
     linkname: str
+    mtime: int = 0     # whole seconds (a pax record's fraction is dropped when the member is changed)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,13 @@ def _num(field_: bytes) -> int:
         return value
     text = field_.split(b"\0", 1)[0].strip(b" ")
     return int(text, 8) if text else 0
+
+
+def _mtime(pax: dict[str, str], hdr: bytearray) -> int:
+    try:
+        return int(float(pax["mtime"])) if "mtime" in pax else _num(bytes(hdr[136:148]))
+    except ValueError:
+        raise TarFormatError(f"bad pax mtime {pax['mtime']!r}") from None
 
 
 def _octal(value: int, width: int) -> bytes:
@@ -292,7 +300,7 @@ def read_member(reader: "_Reader", dst: BinaryIO | None = None) -> RawMember | N
     member = Member(name=normalise(name), type=typ, mode=_num(bytes(hdr[100:108])),
                     uid=int(pax["uid"]) if "uid" in pax else _num(bytes(hdr[108:116])),
                     gid=int(pax["gid"]) if "gid" in pax else _num(bytes(hdr[116:124])),
-                    size=size, linkname=link)
+                    size=size, linkname=link, mtime=_mtime(pax, hdr))
     data_size = size if typ not in (HARDLINK, SYMLINK, DIRECTORY, b"3", b"4", b"6") else 0
     return RawMember(blocks=pending, hdr=hdr, pax=pax, member=member, aliases=aliases,
                      link_aliases=link_aliases, data_size=data_size)
@@ -350,20 +358,20 @@ def filter_tar(src: BinaryIO, dst: BinaryIO, *,
             dropped_names.update(aliases)
             reader.copy(data_size, None)
         else:
-            before = (member.mode, member.uid, member.gid)
+            before = (member.mode, member.uid, member.gid, member.mtime)
             if adjust is not None:
                 adjust(member)
-            if (member.mode, member.uid, member.gid) != before:
+            if (member.mode, member.uid, member.gid, member.mtime) != before:
                 hdr[100:108] = _octal(member.mode & 0o7777, 8)
                 hdr[108:116] = _octal(member.uid, 8)
                 hdr[116:124] = _octal(member.gid, 8)
+                hdr[136:148] = _octal(member.mtime, 12)
                 _checksum(hdr)
-                if "uid" in pax or "gid" in pax:
+                overriding = {"uid", "gid", "uname", "gname"} | ({"mtime"} if member.mtime != before[3] else set())
+                if overriding & set(pax):
                     # Rewrite the pax header too, or it would override the patched fields.
                     pending = [b for b in pending if b[156:157] != b"x"]
-                    records = dict(pax)
-                    records.pop("uid", None), records.pop("gid", None)
-                    records.pop("uname", None), records.pop("gname", None)
+                    records = {k: v for k, v in pax.items() if k not in overriding}
                     if records:
                         pending.append(_pax_block(records))
             lost = sorted(raw.link_aliases & dropped_names) if typ == HARDLINK else []

@@ -16,7 +16,7 @@ from imagekit import engines
 from imagekit.util.errors import EngineError, NotFoundError, RegistryError
 from imagekit.export.image_source import SourceError
 from imagekit.image_facts import ImageFacts, from_labels, is_file_image, layered, parse_env, rc_labels
-from imagekit.sif_reader import ARCH_NAMES, OCI_CONFIG_NAME, read_sif
+from imagekit.sif_reader import ARCH_NAMES, OCI_CONFIG_NAME, check_squashfs_file, read_sif
 
 
 def read(ref: str, engine_name: str = "docker") -> ImageFacts:
@@ -49,6 +49,9 @@ def read(ref: str, engine_name: str = "docker") -> ImageFacts:
             # without labels.
             arch = ARCH_NAMES.get(read_sif(path).arch)
         else:
+            # A copy cut short still has its first blocks: unsquashfs would read /etc/rc from them and
+            # the file would pass for an image with no labels (review 4 E9). Its superblock says otherwise.
+            check_squashfs_file(path)
             labels, env = _squashfs_facts(path)
     except (OSError, ValueError) as exc:
         return ImageFacts(ref=ref, reason=f"cannot read the labels of {ref}: {exc}")

@@ -15,7 +15,7 @@ EXIT_CODES: dict[int, str] = {
     3: "the container engine (Docker, Podman) is missing or refused",
     4: "the registry is unreachable or refused a request",
     5: "no export artifact was pushed for the image",
-    6: "integrity: bytes do not match their digest; nothing kept",
+    6: "integrity: bytes do not match their digest, or an image file is truncated or corrupt; nothing kept",
     7: "credentials unreadable, missing or rejected",
     8: "not enough space for the output or the store; nothing half-written kept",
     9: "validation: the run ran wrong (wrong results, transport, NCCL)",
@@ -56,10 +56,9 @@ class StackError(UsageError):
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
                  key: str | None = None, hint: str | None = None) -> None:
-        where = file or "<stack>"
-        if line is not None:
-            where += f":{line}"
-        prefix = f"{where}: " + (f"{key}: " if key else "")
+        # No file: the error names the stack itself ("unknown stack 'x'"); a placeholder said nothing.
+        where = (file or "") + (f":{line}" if file and line is not None else "")
+        prefix = (f"{where}: " if where else "") + (f"{key}: " if key else "")
         super().__init__(prefix + message, hint)
         self.file, self.line, self.key = file, line, key
 

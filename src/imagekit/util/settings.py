@@ -25,6 +25,10 @@ STACKS_ENV = "IMAGEKIT_STACKS"
 # More site system-model directories (os.pathsep-separated), searched after --systems-dir.
 SYSTEMS_PATH_ENV = "IMAGEKIT_SYSTEMS_PATH"
 
+# A stack directory's own pins file: the site's, when neither --site nor $IMAGEKIT_SITE names one (the
+# place a site first puts it, beside its stacks; review 4 E11).
+PINS_NAME = "pins.yaml"
+
 # The shipped stacks (package data).
 SHIPPED_STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 
@@ -55,12 +59,14 @@ class Site:
     def from_env(cls, *, pins_file: "str | Path | None" = None, stack_dirs: "Iterable[str | Path]" = (),
                  system_dirs: "Iterable[str | Path]" = (), environ: "dict[str, str] | None" = None) -> "Site":
         """The site the environment names, with the command line's values first: ``pins_file`` (--site)
-        wins over $IMAGEKIT_SITE; ``stack_dirs`` (--stacks-dir) come before $IMAGEKIT_STACKS_PATH and
+        wins over $IMAGEKIT_SITE, and either over the first stack directory's ``pins.yaml``; ``stack_dirs`` (--stacks-dir) come before $IMAGEKIT_STACKS_PATH and
         ``system_dirs`` (--systems-dir) before $IMAGEKIT_SYSTEMS_PATH; $IMAGEKIT_STACKS replaces the
         shipped stacks directory. ``environ``: default ``os.environ``."""
         env = os.environ if environ is None else environ
-        return cls(pins_file=pins_file or env.get(SITE_ENV) or None,
-                   stack_dirs=(*stack_dirs, *_path_list(env.get(STACKS_PATH_ENV))),
+        stack_dirs = (*stack_dirs, *_path_list(env.get(STACKS_PATH_ENV)))
+        beside = next((Path(d) / PINS_NAME for d in stack_dirs if (Path(d) / PINS_NAME).is_file()), None)
+        return cls(pins_file=pins_file or env.get(SITE_ENV) or beside,
+                   stack_dirs=stack_dirs,
                    system_dirs=(*system_dirs, *_path_list(env.get(SYSTEMS_PATH_ENV))),
                    shipped_stacks=env.get(STACKS_ENV) or SHIPPED_STACKS_DIR)
 

@@ -21,6 +21,12 @@ class Interrupted(KeyboardInterrupt):
         self.signum = int(signum)
 
 
+def describe(exc: KeyboardInterrupt) -> str:
+    """What stopped the command, for its last line: Ctrl-C raises a bare KeyboardInterrupt whose text is
+    empty (an exception is always true, so ``exc or 'SIGINT'`` printed ``interrupted ()``)."""
+    return str(exc) or "Ctrl-C, SIGINT"
+
+
 def exit_status(exc: KeyboardInterrupt) -> int:
     """The shell's convention for a process a signal ended: 128 + the signal (Ctrl-C: 130)."""
     return 128 + getattr(exc, "signum", int(signal.SIGINT))
