@@ -19,7 +19,6 @@ import shlex
 import shutil
 import stat
 import subprocess
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from imagekit.attest import POLICY_ENV
 from imagekit.attest import policy as policy_mod
 from imagekit.export import pyxis_unsigned
 from imagekit.export.store import Store
-from imagekit.util import version_info
+from imagekit.util import own_python, version_info
 from imagekit.util.errors import ImagekitError
 from imagekit.util.sizes import human
 
@@ -86,7 +85,7 @@ def examine(request: DoctorRequest = DoctorRequest()) -> Report:
 
 
 def _imagekit(report: Report) -> None:
-    python = Path(sys.executable)
+    python = Path(own_python.interpreter())
     closed = [str(p) for p in [*reversed(python.parents), python]
               if p.exists() and not os.stat(p).st_mode & stat.S_IXOTH]
     report.add("imagekit", "warn" if closed else "ok",

@@ -32,6 +32,11 @@ BOOT = ("import sys, runpy\n"
         "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)\n")
 
 
+def interpreter() -> str:
+    """The interpreter this imagekit runs on: the one its children run on too."""
+    return sys.executable
+
+
 def import_root() -> str:
     """The directory holding the ``imagekit`` package this process runs (already trusted: its code runs)."""
     return os.path.dirname(os.path.dirname(os.path.abspath(imagekit.__file__)))
@@ -40,7 +45,7 @@ def import_root() -> str:
 def argv(module: str, *args: str) -> list[str]:
     """``python -m MODULE ARGS`` with this interpreter, isolated from the working directory and the
     environment (the module docstring)."""
-    return [sys.executable, "-I", "-c", BOOT, import_root(), module, *args]
+    return [interpreter(), "-I", "-c", BOOT, import_root(), module, *args]
 
 
 def environ(env: Mapping[str, str] | None = None) -> dict[str, str]:
