@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from imagekit import sources
-from imagekit.checks import Check
+from imagekit.checks import Check, Opens
 from imagekit.components import _blocks
 from imagekit.util.errors import StackError
 from imagekit.util.schema import Option
@@ -32,6 +32,7 @@ ROLES: dict[str, str] = {
     "nccl": "NCCL: .prefix (include/nccl.h, lib/libnccl.so.2)",
     "nccl-net-plugin": "an NCCL network plugin that NCCL loads by NCCL_NET_PLUGIN",
     "libfabric": "libfabric (OFI) and its providers",
+    "cxi": "HPE Slingshot's libcxi and the Cassini/CXI uAPI headers libfabric's cxi provider builds on: .prefix",
     "ucc": "UCC collectives (and HCOLL) that the MPI can use",
     "sharp": "SHARP in-network reductions (the NCCL CollNet path, MPI collectives)",
     "python": "Python 3",
@@ -315,6 +316,12 @@ class Component:
     def checks(self) -> list[Check]:
         return []
 
+    def dlopens(self) -> list[Opens]:
+        """The libraries this component's binaries open at run time by name (upstream's ``dlopen``
+        calls, each citing its source): the image's ``image.dlopen_closure`` check resolves every
+        one its build carries (:mod:`imagekit.checks.dlopen`)."""
+        return []
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "source": self.source,
                 **({"origin": self.origin} if self.origin else {}),
@@ -371,5 +378,7 @@ def contract_problems(cls: type[Component]) -> list[str]:
 
 
 def _pinnable() -> set[str]:
-    """The components with upstream release files (what a site pins file may name)."""
-    return {name for name, cls in defined().items() if cls.upstream_file}
+    """The components with upstream release files, and the other source trees they build from (a
+    component's ``parts``, e.g. libcxi's Cassini headers): what a site pins file may name."""
+    return ({name for name, cls in defined().items() if cls.upstream_file}
+            | {part for cls in defined().values() for part in getattr(cls, "parts", ())})
