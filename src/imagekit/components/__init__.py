@@ -152,8 +152,10 @@ def _classes_in(module: ModuleType) -> list[type[Component]]:
 
 
 def pinnable(site: Site | None = None) -> set[str]:
-    """The components with upstream release files, which a site pins file may pin."""
-    return {name for name, cls in registry(site).items() if cls.upstream_file}
+    """The components with upstream release files, and the other source trees they build from (a
+    component's ``parts``: libcxi's Cassini headers), which a site pins file may pin."""
+    return ({name for name, cls in registry(site).items() if cls.upstream_file}
+            | {part for cls in registry(site).values() for part in getattr(cls, "parts", {})})
 
 
 def providers_of(role: str, site: Site | None = None) -> list[str]:
