@@ -1,6 +1,8 @@
 """libfabric from upstream with CUDA, and aws-ofi-nccl over it: the shipped EFA and Slingshot stacks render
 with GPUDirect RDMA and NCCL_NET set, and the plugin builds against the stack's libfabric, not the distro's.
-(Built for real with the site mirror: tests/components/test_fabric_images.py.)"""
+EFA's provider is held to rdma-core 46+ (RDMA write), Slingshot's builds CXI from HPE's sources, and the
+runtime carries the libcudart.so that libfabric dlopens. (Built for real with the site mirror:
+tests/components/test_fabric_images.py.)"""
 
 from __future__ import annotations
 
@@ -29,21 +31,75 @@ def test_efa_stack_has_gpudirect_rdma_and_fails_rather_than_falling_back():
     text = render.render(s, "docker")
     assert "--with-libfabric=/opt/libfabric" in text and "--enable-platform-aws" in text
     assert "libfabric-dev" not in text and "libfabric1" not in text   # no distro libfabric at all
-    # Every debian-cuda layer comes first: the fabric goes on top.
+    # Every debian-cuda12 layer comes first: the fabric goes on top.
     assert text.index("nccl-tests-2.19.6") < text.index("libfabric-2.6.0") < text.index("aws-ofi-nccl-1.21.1")
+    # J2: Debian 13's rdma-core (56) under the efa provider; J1: the runtime has the name libfabric dlopens;
+    # J10: the topology files the plugin points NCCL at.
+    assert s.base.distro == "debian13" and s.get("ofed").version.startswith("56")
+    runtime = text[text.index("AS runtime"):]
+    assert "ln -sf libcudart.so.12 /usr/local/cuda/lib64/libcudart.so" in runtime
+    assert "COPY --from=devel /opt/amazon/aws-ofi-nccl/share/aws-ofi-nccl/xml" in runtime
+    assert "benchmarks/fi_rdm_pingpong" in text             # fabtests for the GPU check (-D cuda)
 
 
-def test_slingshot_stack_keeps_to_cxi_and_builds_against_libfabric():
-    s = stack.load(str(FABRIC / "debian-slingshot.yaml"))
-    assert s.get("aws-ofi-nccl").environment()["FI_PROVIDER"] == "cxi"
-    assert "cxi" not in s.get("libfabric").opts["providers"]      # the host's libfabric brings CXI
-    assert "--with-libfabric=/opt/libfabric" in render.render(s, "docker")
+def test_slingshot_stack_builds_cxi_from_hpes_sources_and_keeps_hpes_layout(site_mirror):
+    s = stack.load(str(FABRIC / "debian-slingshot.yaml"), mirror=str(site_mirror))
+    env = s.get("aws-ofi-nccl").environment()
+    assert env["FI_PROVIDER"] == "cxi" and env["FI_CXI_DISABLE_HOST_REGISTER"] == "1"
+    assert env["FI_MR_CACHE_MONITOR"] == "userfaultfd" and env["NCCL_NET_GDR_LEVEL"] == "PHB"
+    fabric = s.get("libfabric")
+    assert "cxi" in fabric.opts["providers"] and s.provider("cxi").name == "libcxi"
+    opts = fabric.configure_opts()
+    assert {"--enable-cxi=/opt/cxi", "--with-cassini-headers=/opt/cxi", "--with-cxi-uapi-headers=/opt/cxi",
+            "--libdir=/opt/libfabric/lib64"} <= set(opts)
+    assert fabric.labels()["host_bind"] == "/opt/libfabric"
+    text = render.render(s, "docker")
+    for name in ("shs-cassini-headers-14.0.0.tar.gz", "shs-cxi-driver-14.0.1.tar.gz", "shs-libcxi-14.0.0.tar.gz"):
+        assert f"COPY sources/{name}" in text
+    # Without a mirror: HPE's tag archives, which unpack to REPO-release-shs-X and have no configure yet.
+    online = render.render(stack.load(str(FABRIC / "debian-slingshot.yaml")), "docker")
+    assert "shs-libcxi/archive/refs/tags/release/shs-14.0.0.tar.gz" in online
+    assert "cd /var/tmp/shs-libcxi-release-shs-14.0.0" in online and "autoconf" in online
+    assert text.index("shs-libcxi-14.0.0") < text.index("libfabric-2.6.0") < text.index("aws-ofi-nccl-1.21.1")
+    assert "--libdir=/opt/cxi/lib64" in text                           # HPE's layout, for a host bind
+    runtime = text[text.index("AS runtime"):]
+    assert "COPY --from=devel /opt/cxi/lib64 /opt/cxi/lib64" in runtime and "libcurl4" in runtime
+
+
+def test_every_slingshot_setting_names_its_source():
+    from imagekit.components.aws_ofi_nccl import SLINGSHOT_ENV
+
+    for name, (value, source) in SLINGSHOT_ENV.items():
+        assert value and any(site in source for site in ("HPE", "CSCS", "ISAM")), name
+
+
+def test_the_efa_provider_on_rdma_core_44_is_refused(tmp_path):
+    """J2: Debian 12's rdma-core 44 has no RDMA write for EFA; aws-ofi-nccl's default protocol on p5/p6
+    would refuse the endpoint. Refused at the providers line, naming the version and the fix."""
+    from imagekit.util.errors import StackError
+
+    path = tmp_path / "efa12.yaml"
+    path.write_text((FABRIC / "debian-efa.yaml").read_text().replace("extends: debian-cuda12", "extends: debian-cuda"))
+    with pytest.raises(StackError, match="needs rdma-core 46 or newer .* debian12's inbox rdma-core is 44.0") as info:
+        stack.load(str(path))
+    assert info.value.key == "components.libfabric.providers" and "debian-cuda12" in info.value.hint
+
+
+def test_cxi_without_libcxi_is_refused(tmp_path):
+    from imagekit.util.errors import StackError
+
+    path = tmp_path / "ss.yaml"
+    path.write_text((FABRIC / "debian-slingshot.yaml").read_text().replace("  libcxi:", "  # libcxi:"))
+    with pytest.raises(StackError, match="`cxi: true` needs HPE's libcxi") as info:
+        stack.load(str(path))
+    assert info.value.key == "components.libfabric.cxi" and "libcxi" in info.value.hint
 
 
 def test_a_libfabric_without_cuda_needs_the_no_gdr_acceptance(tmp_path):
     from imagekit.util.errors import StackError
 
-    text = (FABRIC / "debian-efa.yaml").read_text()     # extends debian-cuda by name: found from anywhere
+    # extends debian-cuda12 by name: found from anywhere; fabtests move CUDA memory, so they go too.
+    text = (FABRIC / "debian-efa.yaml").read_text().replace(", fabtests: [fi_rdm_pingpong]", "")
     path = tmp_path / "nogdr.yaml"
     path.write_text(text.replace("cuda: true, gdrcopy: true", "cuda: false"))
     with pytest.raises(StackError, match="no GPUDirect RDMA"):
