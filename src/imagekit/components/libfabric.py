@@ -44,6 +44,8 @@ PROVIDER_PACKAGES = {"efa": ["libibverbs-dev", "librdmacm-dev"], "verbs": ["libi
 # What the cxi provider links at run time (configure.m4: libcxi, libcurl, json-c), and HPE's own
 # libfabric with it in host-bind mode; libcxi itself comes from the libcxi component or the host.
 CXI_RUNTIME = ["libcurl4", "libjson-c5", "libnl-3-200"]
+# Their sonames on Debian 12 and 13: what the image carries for a bound libfabric (the label host_libs).
+CXI_RUNTIME_SONAMES = ("libcurl.so.4", "libjson-c.so.5", "libnl-3.so.200")
 # RDMA write on EFA (EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE) first appears in rdma-core v46.0's efadv.h;
 # libfabric's prov/efa/configure.m4 compiles efa_device_support_rdma_write() as `return false` without it.
 EFA_RDMA_CORE = (46,)
@@ -208,8 +210,21 @@ class Libfabric(Component):
                "cuda": str(self.enabled("cuda")).lower(), "gdrcopy": str(self.enabled("gdrcopy")).lower(),
                "libdir": self.libdir}
         if self.enabled("host_bind"):
-            # Preflight reads it: a --mounts SRC:/opt/libfabric must hold libfabric.so.1 under SRC/lib64 (or lib).
+            # Preflight reads them: a --mounts SRC:/opt/libfabric must hold libfabric.so.1 under SRC/lib64 (or
+            # lib), and each library it links must be one of host_libs or bound as well.
             out["host_bind"] = PREFIX
+            out["host_libs"] = ",".join(self.host_libs)
+        return out
+
+    @property
+    def host_libs(self) -> list[str]:
+        """The libraries this image carries for a host's libfabric bound over it: what HPE's build links
+        besides glibc (libcxi, curl, json-c, libnl; verbs and rdmacm for its verbs provider)."""
+        out = list(CXI_RUNTIME_SONAMES)
+        if self.stack.provider("cxi") is not None:
+            out.insert(0, "libcxi.so.1")
+        if self.stack.provider("rdma") is not None:
+            out += ["libibverbs.so.1", "librdmacm.so.1"]
         return out
 
     def dlopens(self) -> list[Opens]:
@@ -270,6 +285,14 @@ class Libfabric(Component):
                 "libfabric.efa_rdma_write", f"the efa provider's rdma-core is {EFA_RDMA_CORE[0]} or newer (RDMA "
                 "write; EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE)", "dpkg-query -W -f '${Version}\\n' libibverbs1 "
                 "2>/dev/null", expect=r"^(4[6-9]|[5-9]\d|\d{3,})\."))
+        if self.enabled("host_bind"):
+            libs = " ".join(self.host_libs)
+            out.append(checks.run(
+                "libfabric.host_libs", "the libraries the image carries for a host's libfabric resolve (label "
+                "host_libs, which preflight holds a bound libfabric to)",
+                f"n=0; for l in {libs}; do if ldconfig -p | grep -q \"^[[:space:]]*$l \"; then n=$((n + 1)); "
+                "else echo \"missing $l\"; fi; done; echo \"$n of " + str(len(self.host_libs)) + " resolve\"",
+                expect=rf"(?m)^{len(self.host_libs)} of {len(self.host_libs)} resolve$"))
         if self.enabled("cxi"):
             out.append(checks.run("libfabric.cxi_built", "libfabric was built with the cxi provider (it links "
                                   "libcxi.so.1)", f"ldd {self.libdir}/libfabric.so.1", expect=r"libcxi\.so\.1 => /"))

@@ -28,7 +28,7 @@ from imagekit.util import platforms, searchpath, settings
 from imagekit.engines import docker as engine
 from imagekit.util.errors import EngineError, ImagekitError
 from imagekit.image_facts import ImageFacts, is_file_image, reader
-from imagekit.launch import gpu_env, runtimes
+from imagekit.launch import gpu_env, preflight_fabric, runtimes
 from imagekit.launch.gpu_env import GpuLaunch
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "not checked"
@@ -86,6 +86,7 @@ class HostFacts:
     gpus: list[tuple[str, str]] = field(default_factory=list)   # (name, compute capability) per GPU
     imex_channels: list[int] | None = None   # /dev/nvidia-caps-imex-channels/channelN; None: no such dir
     imex_daemon: bool | None = None          # an nvidia-imex process runs here; None: not looked for
+    gpudirect: preflight_fabric.GpuDirectFacts | None = None   # peermem, DMA-BUF, gdrdrv; None: not probed
 
     @classmethod
     def probe(cls, *, want_srun: bool = False, want_mpirun: bool = False) -> "HostFacts":
@@ -104,6 +105,7 @@ class HostFacts:
             facts.gpus = _gpus()
             facts.imex_channels = _imex_channels()
             facts.imex_daemon = _process_running(IMEX_DAEMON)
+            facts.gpudirect = preflight_fabric.GpuDirectFacts.probe()
         # Enroot's 98-nvidia.sh appends /usr/sbin:/sbin to PATH before looking for it.
         facts.nvidia_container_cli = shutil.which("nvidia-container-cli",
                                                   path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
@@ -427,16 +429,27 @@ def check_gpu_arch(img: ImageFacts, host: HostFacts, site: settings.Site | None 
                 return Finding(name, FAIL, f"the image's CUDA {cuda} cannot run on {gpu} (sm_{cc[0]}{cc[1]}, "
                              f"{gpu_generation(cc)}): CUDA {release} dropped {generations} GPUs, so neither the "
                              "image's code nor its CUDA libraries have kernels for it", fix)
-    provider = img.provider("cuda")
-    archs = [a for a in ((provider.fact("archs") if provider else None) or "").split(",") if a]
-    if archs:
+    # Each binary's own GPU code (J4): a union of every component's architectures would pass a V100 that
+    # nccl-tests runs on and nvbandwidth does not.
+    per_binary = preflight_fabric.binary_archs(img)
+    ptx_cuda = preflight_fabric.driver_cuda(host.driver)
+    for component, archs in per_binary.items():
         for gpu, cap in host.gpus:
             cc = _cc(cap)
             if not runs_on(archs, cc):
-                return Finding(name, FAIL, f"the image carries GPU code for sm_{', sm_'.join(archs)} and this host's "
+                return Finding(name, FAIL, f"{component} carries GPU code for sm_{', sm_'.join(archs)} and this host's "
                              f"{gpu} is sm_{cc[0]}{cc[1]} ({gpu_generation(cc)}): no kernel image for it",
-                             f"rebuild with \"{cc[0]}{cc[1]}\" in the stack's GPU architectures (cuda arch_list or "
-                             "nccl-tests gencode)")
+                             f"rebuild with \"{cc[0]}{cc[1]}\" in {component}'s GPU architectures (cuda arch_list, "
+                             "nccl-tests gencode, nvbandwidth archs)")
+            sass = any(c[0] == cc[0] and c[1] <= cc[1] for c in (_cc(f"{a[:-1]}.{a[-1]}") for a in archs
+                                                                 if a.isdigit() and len(a) >= 2))
+            if not sass and ptx_cuda and _tuple(ptx_cuda) < _tuple(".".join(cuda.split(".")[:2])):
+                # J11: PTX is compiled at start by the driver, which knows PTX up to its own CUDA version.
+                return Finding(name, FAIL, f"{component} runs on {gpu} (sm_{cc[0]}{cc[1]}) only as PTX from CUDA "
+                             f"{cuda}, and driver {host.driver} JIT-compiles PTX up to CUDA {ptx_cuda}",
+                             f"a driver of CUDA {'.'.join(cuda.split('.')[:2])} or later, or rebuild with "
+                             f"\"{cc[0]}{cc[1]}\" SASS")
+    archs = sorted({a for arch_list in per_binary.values() for a in arch_list}, key=lambda a: int(a) if a.isdigit() else 0)
     gpus = sorted({f"{g} (sm_{_cc(c)[0]}{_cc(c)[1]})" for g, c in host.gpus})
     return Finding(name, OK, f"CUDA {cuda}" + (f", code for sm_{', sm_'.join(archs)}" if archs else "")
                  + f" runs on {', '.join(gpus)}")
@@ -654,6 +667,7 @@ class PreflightPlan:
     probe: bool = False                # run one short container of an unlabelled engine image to find its MPI
     gpu: GpuLaunch | None = None       # how the containers start: runtime, GPUs, environment, on this host?
     site: settings.Site | None = None  # whose stacks a fix may name (None: the environment's)
+    mounts: tuple[tuple[str, str], ...] = ()  # (host path, container path) binds: a host libfabric is checked
 
 
 def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | None = None,
@@ -691,6 +705,9 @@ def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | 
     checks += [arch, check_shm(host), check_memlock(img, host), check_infiniband(img, host),
                check_driver(img, host), check_gpu_arch(img, host, plan.site), check_imex(img, host, gpu),
                check_gpu_runtime(img, host, gpu)]
+    # GPUDirect RDMA's prerequisites and host library binds (launch/preflight_fabric.py).
+    checks += [Finding(f.name, f.status, f.detail, f.fix)
+               for f in preflight_fabric.checks(img, host.driver, list(plan.mounts), host.gpudirect)]
     if needs.sshd:
         checks.append(check_sshd(img))
         if plan.ssh_key_dir is not None:
