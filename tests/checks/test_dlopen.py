@@ -82,3 +82,13 @@ def test_a_template_is_filled_from_the_environment_and_fails_when_unset(base_ima
 def test_a_missing_binary_is_missing(base_image):
     out = run_in(base_image, closure_check([Opens("/opt/none/libx.so.1", ("libm.so.6",), "w")]))
     assert out.returncode != 0 and "MISSING  /opt/none/libx.so.1: not in the image" in out.stdout
+
+
+@pytest.mark.engine
+def test_a_library_that_does_not_load_itself_is_missing_first(base_image):
+    """libidn2 links libunistring: without it, nothing libidn2 opens matters, and the check says so."""
+    lib = "/usr/lib/x86_64-linux-gnu/libidn2.so.0"
+    check = closure_check([Opens(lib, ("libunistring.so.2",), "its own library, as a stand-in")])
+    out = run_in(base_image, check, "rm -f /usr/lib/x86_64-linux-gnu/libunistring.so.* && ldconfig && ")
+    assert out.returncode != 0
+    assert "MISSING  libidn2.so.0 does not load: libunistring.so.2: cannot open shared object file" in out.stdout

@@ -74,8 +74,11 @@ class Opens:
 # Reads the specs (one a line: binary|by|name[,name...]|why) from stdin. For each, the binary's
 # strings say whether this build carries the name; a carried name is resolved by the loader.
 _SCRIPT = r"""
-missing=0; resolved=0; driver=0; absent=0
+missing=0; resolved=0; driver=0; absent=0; loads=" "
 where() { ldconfig -p | awk -v n="$1" '$1 == n { print $NF; exit }'; }
+# The loader's reason, from either of its messages: "cannot be preloaded (REASON): ignored" for the
+# preloaded name, "error while loading shared libraries: REASON" for a library it needs.
+why() { echo "$1" | sed -n 's/.*cannot be preloaded (\(.*\)).*/\1/p; s/.*error while loading shared libraries: //p; s/.*symbol lookup error: //p' | head -n 1; }
 # The file the loader itself picks for a bare name (usr-merged /lib and /usr/lib alike).
 loaded() { LD_TRACE_LOADED_OBJECTS=1 LD_PRELOAD="$1" /bin/true 2>/dev/null | awk -v n="$1" '$1 == n { print $3; exit }'; }
 while IFS='|' read -r bin by names why; do
@@ -88,6 +91,17 @@ while IFS='|' read -r bin by names why; do
     echo "MISSING  $bin: not in the image, so nothing it opens can be checked [$why]"; missing=$((missing + 1)); continue
   fi
   short=${bin##*/}
+  # A library itself first: what it links must load before anything it opens matters (a program
+  # cannot be preloaded; image.ldd_closure covers programs).
+  case $short in *.so|*.so.*) ;; *) loads="$loads$path " ;; esac
+  case $loads in *" $path "*) ;; *)
+    err=$(LD_BIND_NOW=1 LD_PRELOAD="$path" /bin/true 2>&1)
+    if [ -n "$err" ]; then
+      echo "MISSING  $short does not load: $(why "$err")"
+      missing=$((missing + 1))
+    fi
+    loads="$loads$path " ;;
+  esac
   carried=; tried=
   for spec in $(echo "$names" | tr ',' ' '); do
     name=${spec%@*}
@@ -120,7 +134,7 @@ while IFS='|' read -r bin by names why; do
   ok=; errs=
   for name in $carried; do
     err=$(LD_BIND_NOW=1 LD_PRELOAD="$name" /bin/true 2>&1) && [ -z "$err" ] && { ok=$name; break; }
-    errs="$errs $name: $(echo "$err" | sed -n 's/.*(\(.*\)).*/\1/p;' | head -n 1)${err:+;}"
+    errs="$errs $name: $(why "$err")${err:+;}"
   done
   if [ -n "$ok" ]; then
     echo "ok       $short opens $ok -> $(loaded "$ok") [$why]"; resolved=$((resolved + 1))

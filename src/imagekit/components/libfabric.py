@@ -268,7 +268,8 @@ class Libfabric(Component):
             # runtime's libcudart.so, or built without CUDA, it says so at INFO and turns CUDA memory off.
             out.append(checks.run(
                 "libfabric.cuda", "libfabric's CUDA memory interface initialises up to the host's driver "
-                "(libcudart.so opens; FI_LOG_LEVEL=info fi_info)", "FI_LOG_LEVEL=info FI_HMEM=cuda fi_info -l 2>&1",
+                "(libcudart.so opens; FI_LOG_LEVEL=info fi_info)",
+                "env -u FI_PROVIDER FI_LOG_LEVEL=info FI_HMEM=cuda fi_info -l 2>&1",
                 expect=r"(?m)^(tcp|shm|efa|cxi|verbs):",
                 excluded=r"Failed to dlopen libcudart\.so|Hmem iface FI_HMEM_CUDA not supported"))
             out.append(checks.run(
