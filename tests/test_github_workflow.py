@@ -11,6 +11,7 @@ import re
 import runpy
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -106,6 +107,22 @@ def test_workflow_consumes_imagekit_matrix_json():
     assert {r["arch"] for r in rows} == {"x86_64", "aarch64"}
 
 
+def test_every_matrix_row_names_the_system_model_its_leg_is_judged_by():
+    """J7: the x86 CUDA images on an H100 model, the Grace rows on GB200 NVL72, the V100 image on DGX-1;
+    a model's `stacks:` names rows that exist."""
+    from imagekit.validate import system
+
+    rows = json.loads(subprocess.run([sys.executable, "-m", "imagekit", "matrix", "--json"], capture_output=True,
+                                     text=True, check=True).stdout)
+    by_id = {r["id"]: r["system"] for r in rows}
+    assert all(by_id.values()), [i for i, s in by_id.items() if not s]
+    assert by_id["nccl-tests-volta"] == "dgx-1v" and by_id["nccl-tests-cu129-sbsa"] == "gb200-nvl72"
+    assert by_id["debian-cuda"] == "dgx-h100" and by_id["debian-cuda-arm64"] == "gb200-nvl72"
+    for name in system.available():
+        for ref in system.load(name).stacks:
+            assert ref in by_id, f"{name} lists {ref}, which is no matrix row"
+
+
 def test_validate_runs_on_the_images_arch_across_nodes_and_gates_on_ib_and_the_models_band():
     doc = yaml.safe_load(WORKFLOW.read_text())
     validate = doc["jobs"]["validate"]
@@ -113,8 +130,10 @@ def test_validate_runs_on_the_images_arch_across_nodes_and_gates_on_ib_and_the_m
     arch_label = [label for label in validate["runs-on"] if "matrix.arch" in label]
     assert len(arch_label) == 1 and "aarch64" in arch_label[0]
     env = validate["env"]
-    # A system model with no token default: an unset VALIDATE_SYSTEM fails the job; no hand-set floor.
-    assert env["SYSTEM"] == "${{ vars.VALIDATE_SYSTEM }}" and "MIN_BUSBW" not in env
+    # Each leg its own system model (the matrix row's), no shared one and no hand-set floor; the runner
+    # is one labelled with that model, so the V100 image runs on a V100 (fourth CUDA review, J7).
+    assert env["SYSTEM"] == "${{ matrix.system }}" and "MIN_BUSBW" not in env
+    assert "${{ matrix.system }}" in validate["runs-on"] and "VALIDATE_SYSTEM" not in WORKFLOW.read_text()
     assert int(re.search(r"\|\| '(\d+)'", env["NODES"]).group(1)) >= 2
     script = "\n".join(_run_blocks({"jobs": {"validate": validate}}))
     assert 'test -n "$SYSTEM"' in script and 'test "$NODES" -ge 2' in script

@@ -110,12 +110,27 @@ def test_the_child_pipeline_is_a_pipeline_with_one_job_per_matrix_row(child):
     doc, rows = child["doc"], child["rows"]
     assert check_pipeline(doc) == []
     jobs = {k: v for k, v in doc.items() if k not in GLOBAL}
-    assert sorted(jobs) == sorted(f"build:{r['id']}" for r in rows)
+    assert sorted(jobs) == sorted([f"build:{r['id']}" for r in rows] + [f"validate:{r['id']}" for r in rows])
+
+
+def test_each_validate_job_names_its_own_system_model_and_runs_on_its_runners(child):
+    """J7: no one model judges every leg; the V100 image's leg runs on a runner tagged dgx-1v."""
+    rows = {r["id"]: r for r in child["rows"]}
+    for name, job in child["doc"].items():
+        if not name.startswith("validate:"):
+            continue
+        row = rows[name.split(":", 1)[1]]
+        assert job["variables"]["SYSTEM"] == row["system"] and row["system"] in job["tags"]
+        assert job["needs"] == [{"job": f"build:{row['id']}", "artifacts": True}]
+        assert job["rules"] == [{"if": '$IMAGEKIT_VALIDATE == "1"'}]
+        script = "\n".join(job["script"])
+        assert '--system "$SYSTEM"' in script and '--expect-transport "$TRANSPORT"' in script
+    assert child["doc"]["validate:nccl-tests-volta"]["variables"]["SYSTEM"] == "dgx-1v"
 
 
 def test_the_child_pipelines_jobs_name_stacks_and_variants_that_exist(child):
     for name, job in child["doc"].items():
-        if name in GLOBAL:
+        if name in GLOBAL or name.startswith("validate:"):
             continue
         v = job["variables"]
         assert not Path(v["STACK_FILE"]).is_absolute()

@@ -15,6 +15,7 @@ from imagekit import sources
 from imagekit.util import platforms
 from imagekit import stack as stack_mod
 from imagekit import versions
+from imagekit.validate import system as system_mod
 from imagekit.build import PLATFORMS
 from imagekit.cli.options import MIRROR, current_site
 from imagekit.util.errors import StackError, UsageError
@@ -127,6 +128,8 @@ def matrix(as_json: bool, buildable_here: bool) -> None:
     A stack whose base.arch lists several architectures gives one row for each
     (id: the variant's name, with -arm64 for its arm64 row; index: true, and
     push_suffix -amd64/-arm64 for the per-arch tags an index then joins).
+    system: the system model whose `stacks:` names the row's id, which CI's
+    validate leg runs on (a runner label) and judges it by.
     --buildable-here keeps the offline stacks for this machine's architecture.
 
     \b
@@ -146,8 +149,10 @@ def matrix(as_json: bool, buildable_here: bool) -> None:
                 if buildable_here and (not offline or arch != platforms.stack_name(platforms.host_machine())):
                     continue
                 suffix, several = platforms.tag_suffix(arch), len(variant.arches) > 1
-                rows.append({"stack": variant.stack_name, "variant": variant.name,
-                             "id": variant.name + (suffix if several else ""),
+                row_id = variant.name + (suffix if several else "")
+                rows.append({"stack": variant.stack_name, "variant": variant.name, "id": row_id,
+                             # The system model its GPU leg runs on and is judged by (a runner label too).
+                             "system": system_mod.for_row(row_id, site) or "",
                              "file": _relative(path), "arch": arch, "image": variant.image, "offline": offline,
                              "platform": PLATFORMS[arch], "suffix": suffix,
                              # Several arches: each pushed under TAG-ARCH, then one index under TAG.
