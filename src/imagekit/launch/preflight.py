@@ -29,9 +29,9 @@ from imagekit.engines import docker as engine
 from imagekit.util.errors import EngineError, ImagekitError
 from imagekit.image_facts import ImageFacts, is_file_image, reader
 from imagekit.launch import gpu_env, preflight_fabric, runtimes
+from imagekit.launch.finding import FAIL, OK, SKIP, WARN, Finding
 from imagekit.launch.gpu_env import GpuLaunch
 
-OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "not checked"
 SHM_MIN = 1 << 30  # NCCL and shared-memory BTLs want far more than Docker's 64 MiB default
 # Minimum Linux driver per CUDA major under minor-version compatibility, for images whose labels
 # predate `cuda.min_driver` (NVIDIA "CUDA Compatibility", minor-version compatibility table:
@@ -58,16 +58,6 @@ OLDER_GPU_STACK = {(7, 0): ("nccl-tests-volta", "CUDA 12.9 with sm_70 code")}
 IMEX_CHANNEL_DIR = Path("/dev/nvidia-caps-imex-channels")
 IMEX_DAEMON = "nvidia-imex"
 MNNVL_GPUS = ("GB200", "GB300")
-
-
-@dataclass
-class Finding:
-    """What one preflight check found: its status (OK, WARN, FAIL, SKIP), what it saw, and the fix."""
-
-    name: str
-    status: str
-    detail: str
-    fix: str | None = None
 
 
 @dataclass
@@ -706,8 +696,7 @@ def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | 
                check_driver(img, host), check_gpu_arch(img, host, plan.site), check_imex(img, host, gpu),
                check_gpu_runtime(img, host, gpu)]
     # GPUDirect RDMA's prerequisites and host library binds (launch/preflight_fabric.py).
-    checks += [Finding(f.name, f.status, f.detail, f.fix)
-               for f in preflight_fabric.checks(img, host.driver, list(plan.mounts), host.gpudirect)]
+    checks += preflight_fabric.checks(img, host.driver, list(plan.mounts), host.gpudirect)
     if needs.sshd:
         checks.append(check_sshd(img))
         if plan.ssh_key_dir is not None:

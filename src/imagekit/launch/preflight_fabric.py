@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from imagekit.image_facts import ImageFacts
+from imagekit.launch.finding import FAIL, OK, SKIP, WARN, Finding
 from imagekit.util import elf
 
-OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "not checked"
 # DMA-BUF of CUDA memory: NVIDIA's open kernel modules on Linux 5.12 or later.
 DMABUF_KERNEL = (5, 12)
 # The newest CUDA each driver branch JIT-compiles PTX of (the CUDA release that shipped with it: NVIDIA's
@@ -44,16 +44,6 @@ BASE_LIBS = frozenset({"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0"
                        "ld-linux-aarch64.so.1"})
 # The label a component writes when it carries GPU code: "archs" (nccl-tests: "gencode").
 ARCH_FACTS = ("archs", "gencode")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """Shaped as preflight's own Finding (name, status, detail, fix), which :func:`checks`' caller converts."""
-
-    name: str
-    status: str
-    detail: str
-    fix: str | None = None
 
 
 @dataclass
