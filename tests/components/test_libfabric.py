@@ -121,3 +121,35 @@ def test_the_providers_check_reads_fi_info_line_by_line():
     listed = "efa:\nversion: 206.0\nofi_rxm:\nversion: 206.0\nshm:\nversion: 206.0\ntcp:\nversion: 206.0\n"
     assert re.search(check.expect, listed)
     assert not re.search(check.expect, listed.replace("tcp:", "psm3:"))
+
+
+def test_the_gpu_checks_judge_the_output_upstream_prints():
+    """No GPU here: the checks that need one are held to the lines upstream's code prints (NCCL's "Using
+    network", aws-ofi-nccl's src/nccl_ofi_rdma.cpp / nccl_ofi_sendrecv.cpp GDR lines, libfabric's
+    src/hmem.c and src/hmem_cuda.c log lines), as a passing and a fallen-back run would show them."""
+    import re
+
+    efa = stack.load(str(FABRIC / "debian-efa.yaml"))
+    by_id = {c.id: c for c in efa.get("libfabric").checks() + efa.get("aws-ofi-nccl").checks()}
+
+    def passes(check, output):
+        return bool(re.search(check.expect, output)) and not (check.excluded and re.search(check.excluded, output))
+
+    nccl = by_id["aws-ofi-nccl.nccl_loads_it"]
+    good = ("h:1:1 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.21.1\n"
+            "h:1:1 [0] NCCL INFO NET/OFI Using Libfabric 1.18 API, with GPUDirect RDMA support\n"
+            "h:1:1 [0] NCCL INFO Using network Libfabric\nloaded rc=0\nwithout the plugin rc=1\n")
+    assert passes(nccl, good)
+    assert not passes(nccl, good.replace("Using network Libfabric", "Using network Socket"))
+    assert not passes(nccl, good.replace("with GPUDirect", "without GPUDirect"))
+    assert not passes(nccl, good.replace("without the plugin rc=1", "without the plugin rc=0"))   # fell back
+    cuda = by_id["libfabric.cuda"]
+    gpu_less = "libfabric:9:1:core:core:cuda_hmem_dl_init():571<warn> Failed to dlopen libcuda.so.1\ntcp:\nshm:\n"
+    assert passes(cuda, gpu_less)
+    assert not passes(cuda, "libfabric:9:1:core:core:cuda_hmem_dl_init():566<info> Failed to dlopen libcudart.so\n"
+                            "libfabric:9:1:core:core:ofi_hmem_init():662<info> Hmem iface FI_HMEM_CUDA not supported\n"
+                            "tcp:\nshm:\n")
+    assert passes(by_id["libfabric.hmem"], "FI_HMEM on shm\nFI_HMEM on tcp\n")
+    assert not passes(by_id["libfabric.hmem"], "")
+    assert passes(by_id["libfabric.cuda_transfer"], "bytes   iters ...\n1m      20 ...\nclient 0 server 0\n")
+    assert not passes(by_id["libfabric.cuda_transfer"], "fi_getinfo(): No data available\nclient 1 server 1\n")
