@@ -28,7 +28,7 @@ from imagekit.util import platforms, searchpath, settings
 from imagekit.engines import docker as engine
 from imagekit.util.errors import EngineError, ImagekitError
 from imagekit.image_facts import ImageFacts, is_file_image, reader
-from imagekit.launch import gpu_env, preflight_fabric, runtimes
+from imagekit.launch import gpu_env, preflight_fabric, require_cuda, runtimes
 from imagekit.launch.finding import FAIL, OK, SKIP, WARN, Finding
 from imagekit.launch.gpu_env import GpuLaunch
 
@@ -697,6 +697,9 @@ def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | 
                check_gpu_runtime(img, host, gpu)]
     # GPUDirect RDMA's prerequisites and host library binds (launch/preflight_fabric.py).
     checks += preflight_fabric.checks(img, host.driver, list(plan.mounts), host.gpudirect)
+    required = require_cuda.check(img, host.driver)     # what the GPU runtime itself will say (J9)
+    if required.status != SKIP:
+        checks.append(required)
     if needs.sshd:
         checks.append(check_sshd(img))
         if plan.ssh_key_dir is not None:
