@@ -41,9 +41,10 @@ PARTS = {
                    _GITHUB + "/shs-cxi-driver/archive/refs/tags/release/shs-{version}.tar.gz"),
 }
 # libcxi's configure: PKG_CHECK_MODULES for libconfig, libuv, fuse, yaml-0.1, libnl-3.0, numa, and
-# sensors/sensors.h; python3 generates cxi_dump_csrs.h from the Cassini csr_defs.json.
+# sensors/sensors.h; python3 (its json module: not in python3-minimal) generates cxi_dump_csrs.h from the
+# Cassini csr_defs.json.
 BUILD_PACKAGES = ["libconfig-dev", "libfuse-dev", "libnl-3-dev", "libnl-route-3-dev", "libnuma-dev", "libsensors-dev",
-                  "libuv1-dev", "libyaml-dev", "pkg-config", "python3-minimal"]
+                  "libuv1-dev", "libyaml-dev", "pkg-config", "python3"]
 # What the runtime keeps needs: libcxi.so.1 links libnl-3; the kept diagnostics add libm/libdl (libc).
 RUNTIME_PACKAGES = ["libnl-3-200"]
 # The diagnostics the runtime stage keeps: none of them needs libsensors, libnuma, libuv or fuse
