@@ -66,16 +66,34 @@ def test_the_loader_resolves_what_the_binary_opens_and_names_what_it_cannot(base
 
 @pytest.mark.engine
 def test_a_template_is_filled_from_the_environment_and_fails_when_unset(base_image):
-    """NCCL's net plugin name: the binary carries the part before %s; the variable names the library."""
-    check = closure_check([Opens("/bin/sh", ("libc-%s.so",), "template", env="IMAGEKIT_X")])
-    unset = run_in(base_image, check)
-    assert unset.returncode != 0 and "opens libc-%s.so(IMAGEKIT_X unset)" in unset.stdout
-    # A file the loader finds under the name the template makes (libc-shim.so, a copy of libm).
-    made = run_in(base_image, check, "cp /lib/x86_64-linux-gnu/libm.so.6 /usr/lib/libc-shim.so && ldconfig && "
-                  "export IMAGEKIT_X=shim && ")
-    assert made.returncode == 0 and re.search(r"ok       sh opens libc-shim.so -> (/usr)?/lib/libc-shim.so", made.stdout), made.stdout
-    missing = run_in(base_image, check, "export IMAGEKIT_X=none && ")
-    assert missing.returncode != 0 and "MISSING  sh opens libc-none.so" in missing.stdout
+    """NCCL's net plugin name: the binary carries the template (or the part before %s); the variable names
+    the library. The "binary" is a file made here that carries the template as NCCL does, NUL-ended."""
+    check = closure_check([Opens("/usr/lib/ik-probe.bin", ("libik-%s.so",), "template", env="IMAGEKIT_X")])
+    carry = "printf 'x\\0libik-%%s.so\\0y' > /usr/lib/ik-probe.bin && "
+    unset = run_in(base_image, check, carry)
+    assert unset.returncode != 0 and "opens libik-%s.so(IMAGEKIT_X unset)" in unset.stdout, unset.stdout
+    # A file the loader finds under the name the template makes (libik-shim.so, a copy of libm).
+    made = run_in(base_image, check, carry + "cp /lib/x86_64-linux-gnu/libm.so.6 /usr/lib/libik-shim.so && "
+                  "ldconfig && export IMAGEKIT_X=shim && ")
+    assert made.returncode == 0, made.stdout
+    assert re.search(r"ok       ik-probe.bin opens libik-shim.so -> (/usr)?/lib/libik-shim.so", made.stdout)
+    missing = run_in(base_image, check, carry + "export IMAGEKIT_X=none && ")
+    assert missing.returncode != 0 and "MISSING  ik-probe.bin opens libik-none.so" in missing.stdout
+    # Not carried at all (/bin/sh has no such string): not asked for.
+    other = run_in(base_image, closure_check([Opens("/bin/sh", ("libik-%s.so",), "t", env="IMAGEKIT_X")]))
+    assert other.returncode == 0 and "absent   sh: this build does not open libik-%s.so" in other.stdout
+
+
+@pytest.mark.engine
+def test_a_name_inside_a_longer_one_is_not_carried(base_image):
+    """DT_NEEDED's "libz.so.1" is not a dlopen of "libz.so" (a -dev name no runtime has); "libgcc_s.so.1" at
+    the end of a longer string still is."""
+    check = closure_check([Opens("/usr/lib/ik-probe.bin", ("libz.so",), "substring"),
+                           Opens("/usr/lib/ik-probe.bin", ("libgcc_s.so.1",), "tail of a message")])
+    out = run_in(base_image, check, "printf 'libz.so.1\\0Could not load libgcc_s.so.1\\0' > /usr/lib/ik-probe.bin && ")
+    assert out.returncode == 0, out.stdout
+    assert "absent   ik-probe.bin: this build does not open libz.so" in out.stdout
+    assert "ok       ik-probe.bin opens libgcc_s.so.1" in out.stdout
 
 
 @pytest.mark.engine

@@ -75,6 +75,11 @@ class Opens:
 # strings say whether this build carries the name; a carried name is resolved by the loader.
 _SCRIPT = r"""
 missing=0; resolved=0; driver=0; absent=0; loads=" "
+strings=$(mktemp); strings_of=; trap 'rm -f "$strings"' EXIT
+# Does the binary carry NAME as a string of its own, or at the end of one (a linker may store
+# "libgdrapi.so" as the tail of "Could not load libgdrapi.so")? Not inside a longer name:
+# DT_NEEDED's "libcurl.so.4" is not the dlopen of "libcurl.so".
+carries() { grep -q -E "(^|[^A-Za-z0-9_.+-])$(printf '%s' "$1" | sed 's/[.+]/\\&/g')\$" "$strings"; }
 where() { ldconfig -p | awk -v n="$1" '$1 == n { print $NF; exit }'; }
 # The loader's reason, from either of its messages: "cannot be preloaded (REASON): ignored" for the
 # preloaded name, "error while loading shared libraries: REASON" for a library it needs.
@@ -102,18 +107,23 @@ while IFS='|' read -r bin by names why; do
     fi
     loads="$loads$path " ;;
   esac
+  # The binary's strings (NUL-separated), once: those that name a library.
+  if [ "$path" != "$strings_of" ]; then
+    tr -c '[:print:]' '\n' < "$path" | grep -F lib > "$strings" || true
+    strings_of=$path
+  fi
   carried=; tried=
   for spec in $(echo "$names" | tr ',' ' '); do
     name=${spec%@*}
     if [ "$name" != "$spec" ]; then
       var=${spec#*@}; value=$(printenv "$var" || true)
-      # The binary carries the part before %s: NCCL 2.2x writes "libnccl-net-%s.so", 2.30+ joins
-      # "libnccl-net" and the name with "%s-%s.so".
+      # The binary carries the template, or the part before %s: NCCL 2.2x writes "libnccl-net-%s.so",
+      # 2.30+ joins "libnccl-net" and the name with "%s-%s.so".
       probe=${name%%%s*}; probe=${probe%-}
-      if ! grep -a -q -F "$probe" "$path"; then continue; fi
+      if ! carries "$name" && ! carries "$probe"; then continue; fi
       if [ -z "$value" ]; then tried="$tried $name($var unset)"; continue; fi
       name=$(printf "$name" "$value")
-    elif ! grep -a -q -F "$name" "$path"; then
+    elif ! carries "$name"; then
       continue
     fi
     carried="$carried $name"

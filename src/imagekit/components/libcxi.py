@@ -26,6 +26,7 @@ pins the files its mirror holds (tag archives with ``configure`` generated).
 from __future__ import annotations
 
 from imagekit import checks, sources
+from imagekit.checks import Opens
 from imagekit.components import _blocks
 from imagekit.components._base import Component, _pinnable
 from imagekit.util.schema import Option
@@ -149,6 +150,15 @@ class Libcxi(Component):
     def labels(self) -> dict[str, str]:
         return {"prefix": PREFIX, "libdir": LIBDIR, "cassini_headers": self.part_version("cassini-headers"),
                 "cxi_driver": self.part_version("cxi-driver")}
+
+    def dlopens(self) -> list[Opens]:
+        # The GPU diagnostics (cxi_gpu_loopback_bw, the *_bw tools' --use-gpu) open the vendor's runtime
+        # by name (utils/utils_gpu_*.c, each #ifdef its configure found); configure finds CUDA where
+        # /usr/local/cuda exists, as in the CUDA stacks.
+        utils = f"{LIBDIR}/libcxiutils.so.0"
+        return [Opens(utils, ("libcudart.so",), "utils/utils_gpu_cuda.c (HAVE_CUDA_SUPPORT)"),
+                Opens(utils, ("libamdhip64.so",), "utils/utils_gpu_hip.c (HAVE_HIP_SUPPORT)"),
+                Opens(utils, ("libze_loader.so",), "utils/utils_gpu_ze.c (HAVE_ZE_SUPPORT)")]
 
     def checks(self) -> list:
         return [
