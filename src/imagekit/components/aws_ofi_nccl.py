@@ -161,7 +161,12 @@ class AwsOfiNccl(Component):
 
         (artifact,) = self.artifacts()
         src = sources.block_source(self.stack, artifact)
-        configure = ["./configure", f"--prefix={PREFIX}", "--with-cuda=/usr/local/cuda", "--disable-tests",
+        # Debian's CUDA toolkit (cuda `source: distro`) keeps its headers in /usr/include: configure's
+        # `-isystem DIR/include` would put /usr/include ahead of libstdc++'s own headers, whose
+        # `#include_next <stdlib.h>` then fails. Bare --with-cuda takes the compiler's default paths.
+        cuda = self.stack.provider("cuda")
+        with_cuda = "--with-cuda" if getattr(cuda, "source", None) == "distro" else "--with-cuda=/usr/local/cuda"
+        configure = ["./configure", f"--prefix={PREFIX}", with_cuda, "--disable-tests",
                      "--disable-werror", "--without-lttng", "--without-valgrind",
                      "--enable-platform-aws" if self.enabled("platform_aws") else "--disable-platform-aws"]
         own = self.libfabric
