@@ -143,7 +143,11 @@ class Libfabric(Component):
 
     def configure_opts(self) -> list[str]:
         providers = list(self.opts["providers"])
-        opts = ["--disable-static", f"--libdir={self.libdir}", "--enable-only",
+        # The cxi provider's multinode test programs (noinst, built by `make`) link `-static` against
+        # libfabric's internals (cxip_coll_*), which the shared library does not export: with cxi the
+        # static library is built too (and removed after install).
+        static = "--enable-static" if "cxi" in providers else "--disable-static"
+        opts = [static, f"--libdir={self.libdir}", "--enable-only",
                 *[f"--enable-{p}" for p in providers if p != "cxi"]]
         if self.enabled("cxi"):
             # Each of --with-cassini-headers and --with-cxi-uapi-headers adds DIR/include (prov/cxi/configure.m4).
@@ -184,7 +188,8 @@ class Libfabric(Component):
                               libdir=self.libdir.rsplit("/", 1)[-1],
                               preconfigure=[*src["preconfigure"], *guard], configure_opts=self.configure_opts(),
                               # Man pages and the fabtests-free docs are for people, not jobs.
-                              postinstall=[f"rm -rf {PREFIX}/share/man {PREFIX}/share/doc {self.libdir}/*.la",
+                              postinstall=[f"rm -rf {PREFIX}/share/man {PREFIX}/share/doc {self.libdir}/*.la "
+                                           f"{self.libdir}/*.a",
                                            *self._fabtests()],
                               runtime=[PREFIX])]
 
