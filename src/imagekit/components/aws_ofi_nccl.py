@@ -163,10 +163,19 @@ class AwsOfiNccl(Component):
         src = sources.block_source(self.stack, artifact)
         # Debian's CUDA toolkit (cuda `source: distro`) keeps its headers in /usr/include: configure's
         # `-isystem DIR/include` would put /usr/include ahead of libstdc++'s own headers, whose
-        # `#include_next <stdlib.h>` then fails. Bare --with-cuda takes the compiler's default paths.
-        cuda = self.stack.provider("cuda")
-        with_cuda = "--with-cuda" if getattr(cuda, "source", None) == "distro" else "--with-cuda=/usr/local/cuda"
-        configure = ["./configure", f"--prefix={PREFIX}", with_cuda, "--disable-tests",
+        # `#include_next <stdlib.h>` then fails (and bare --with-cuda links no CUDA runtime at all). So
+        # the plugin gets a CUDA home of its own: the toolkit's headers (those nvidia-cuda-dev installs),
+        # its static runtime's directory and nvcc.
+        cuda_home, home = "/usr/local/cuda", []
+        if getattr(self.stack.provider("cuda"), "source", None) == "distro":
+            cuda_home = "/var/tmp/aws-ofi-nccl-cuda"
+            home = [f"mkdir -p {cuda_home}/include",
+                    "for e in $(dpkg -L nvidia-cuda-dev | sed -n 's#^/usr/include/\\([^/]*\\)$#\\1#p'); do "
+                    f"cp -as /usr/include/$e {cuda_home}/include/; done",
+                    f"test -e {cuda_home}/include/cuda_runtime.h",
+                    f"ln -sfn /usr/lib/$(gcc -print-multiarch) {cuda_home}/lib64",
+                    f"ln -sfn /usr/local/cuda/bin {cuda_home}/bin"]
+        configure = ["./configure", f"--prefix={PREFIX}", f"--with-cuda={cuda_home}", "--disable-tests",
                      "--disable-werror", "--without-lttng", "--without-valgrind",
                      "--enable-platform-aws" if self.enabled("platform_aws") else "--disable-platform-aws"]
         own = self.libfabric
@@ -180,8 +189,8 @@ class AwsOfiNccl(Component):
             generic_build(
                 **{k: v for k, v in src.items() if k != "preconfigure"}, directory=f"aws-ofi-nccl-{self.version}",
                 prefix=PREFIX, ldconfig=True, libdir=f"{PREFIX}/lib", runtime=[f"{PREFIX}/lib", XML_DIR],
-                build=[*src["preconfigure"], " ".join(configure), "make -j$(nproc)", "make install",
-                       f"rm -f {PREFIX}/lib/*.la {PREFIX}/lib/libnccl-net.so"])]
+                build=[*src["preconfigure"], *home, " ".join(configure), "make -j$(nproc)", "make install",
+                       f"rm -rf {PREFIX}/lib/*.la {PREFIX}/lib/libnccl-net.so" + (f" {cuda_home}" if home else "")])]
 
     def runtime(self) -> list:
         distro = [] if self.libfabric is not None else ["libfabric1", "libfabric-bin"]
@@ -243,7 +252,7 @@ class AwsOfiNccl(Component):
             # Every topology file the plugin names (platform-aws.cpp, for p4d, p4de, g5) is where it looks.
             out.append(checks.run(
                 "aws-ofi-nccl.topology", f"the topology files the plugin points NCCL at are in {XML_DIR}",
-                f"n=0; for f in $(grep -a -o '[A-Za-z0-9.]*-topo[.]xml' {lib} | sort -u); do n=$((n + 1)); "
+                f"n=0; for f in $(grep -a -o '[A-Za-z0-9.-]*-topo[.]xml' {lib} | sort -u); do n=$((n + 1)); "
                 f"test -s {XML_DIR}/$f && echo \"ok $f\" || {{ echo \"missing {XML_DIR}/$f\"; exit 1; }}; done; "
                 "echo \"$n topology files\"", expect=r"(?m)^[1-9]\d* topology files"))
         if self.enabled("require"):
