@@ -33,7 +33,7 @@ def test_each_of_hpes_three_files_is_pinned_and_taken_from_the_mirror(tmp_path, 
     text = render.render(s, "docker")
     assert text.index("shs-cassini-headers-14.0.0") < text.index("shs-cxi-driver-14.0.1") < text.index(
         "shs-libcxi-14.0.0.tar.gz /var/tmp")
-    assert 'CPPFLAGS="-I/opt/cxi/include -I/opt/cxi/include/uapi"' in text and "-Wno-error" in text
+    assert 'CPPFLAGS="-I/opt/cxi/include -I/opt/cxi/include/uapi"' in text and 'pkg_CFLAGS="-Wall -Wno-error"' in text
     runtime = text[text.index("AS runtime"):]
     assert "COPY --from=devel /opt/cxi/lib64 /opt/cxi/lib64" in runtime and "cxi_stat" in runtime
     assert "cxi_heatsink_check" not in runtime and "libnl-3-200" in runtime

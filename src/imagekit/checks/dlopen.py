@@ -22,10 +22,12 @@ check the image can run it.
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
 
 from imagekit.checks.kinds import Run, run
+from imagekit.util import quoting
 
 IMAGE, DRIVER, OPTIONAL = "image", "driver", "optional"
 _BY = (IMAGE, DRIVER, OPTIONAL)
@@ -96,11 +98,12 @@ while IFS='|' read -r bin by names why; do
     echo "MISSING  $bin: not in the image, so nothing it opens can be checked [$why]"; missing=$((missing + 1)); continue
   fi
   short=${bin##*/}
-  # A library itself first: what it links must load before anything it opens matters (a program
-  # cannot be preloaded; image.ldd_closure covers programs).
+  # A library itself first: the libraries it links must load before anything it opens matters. Lazily:
+  # a helper library may leave symbols to the program that links it (libcxi's libcxiutils). A program
+  # cannot be preloaded; image.ldd_closure covers programs.
   case $short in *.so|*.so.*) ;; *) loads="$loads$path " ;; esac
   case $loads in *" $path "*) ;; *)
-    err=$(LD_BIND_NOW=1 LD_PRELOAD="$path" /bin/true 2>&1)
+    err=$(LD_PRELOAD="$path" /bin/true 2>&1)
     if [ -n "$err" ]; then
       echo "MISSING  $short does not load: $(why "$err")"
       missing=$((missing + 1))
@@ -161,14 +164,14 @@ echo "dlopen closure: $resolved resolved, $missing missing, $driver from the hos
 
 
 def closure_check(opens: list[Opens], id: str = "image.dlopen_closure") -> Run:
-    """One ``run`` check resolving every name in ``opens`` in the image (see the module's docstring)."""
-    specs = "\n".join(o.line() for o in opens)
-    command = f"cat <<'IMAGEKIT_DLOPEN' | sh -c {_quote(_SCRIPT)}\n{specs}\nIMAGEKIT_DLOPEN"
+    """One ``run`` check resolving every name in ``opens`` in the image (see the module's docstring).
+
+    One line: the declarations as they read, piped into the script (base64, so that a failure's report
+    shows the declarations and the script's output rather than the script)."""
+    specs = " ".join(quoting.sh_arg(o.line()) for o in opens)
+    script = base64.b64encode(_SCRIPT.encode()).decode()
+    command = f"printf '%s\\n' {specs} | sh -c \"$(echo {script} | base64 -d)\""
     binaries = sorted({o.binary.rsplit('/', 1)[-1] for o in opens})
     return run(id, "every library " + ", ".join(binaries) + " open at run time by name (dlopen) resolves in "
                "the image (read from their strings and upstream's list, not ldd)", command,
                expect=r"dlopen closure: \d+ resolved, 0 missing")
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\"'\"'") + "'"

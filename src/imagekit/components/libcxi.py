@@ -17,7 +17,8 @@ Installed under ``/opt/cxi`` in HPE's layout (``lib64``, as the cray-libcxi pack
 cache names. Built as the mirror's README says it builds on Debian 12: the headers on the
 preprocessor path, the Cassini tree also reachable as ``../cassini-headers/install`` (libcxi's
 Makefile reads it there), and ``-Wno-error`` (gcc 12 stops on an unused variable in
-``utils/cxi_dump_csrs.c`` under upstream's ``-Werror``).
+``utils/cxi_dump_csrs.c`` under upstream's ``-Werror``), given as ``pkg_CFLAGS`` so that configure's
+CUDA flags stay (the GPU diagnostics open ``libcudart.so``).
 
 imagekit carries no upstream pin for these: HPE publishes git tags, not release files, so a site
 pins the files its mirror holds (tag archives with ``configure`` generated).
@@ -133,7 +134,9 @@ class Libcxi(Component):
                    "test -x configure || ./autogen.sh",
                    f"./configure --prefix={PREFIX} --libdir={LIBDIR} --disable-static "
                    f"CPPFLAGS=\"-I{PREFIX}/include -I{PREFIX}/include/uapi\"",
-                   "make -j$(nproc) CFLAGS=\"-g -O2 -Wno-error\"",
+                   # Upstream's -Werror lives in pkg_CFLAGS: replacing CFLAGS (as the mirror's README
+                   # does) would also drop configure's -DHAVE_CUDA_SUPPORT, and the GPU diagnostics.
+                   "make -j$(nproc) pkg_CFLAGS=\"-Wall -Wno-error\"",
                    "make install",
                    f"rm -rf {tmp}/cassini-headers {tmp}/cxi-driver {LIBDIR}/*.la {PREFIX}/share/man"]))
         return blocks
