@@ -98,12 +98,12 @@ while IFS='|' read -r bin by names why; do
     echo "MISSING  $bin: not in the image, so nothing it opens can be checked [$why]"; missing=$((missing + 1)); continue
   fi
   short=${bin##*/}
-  # A library itself first: the libraries it links must load before anything it opens matters. Lazily:
-  # a helper library may leave symbols to the program that links it (libcxi's libcxiutils). A program
-  # cannot be preloaded; image.ldd_closure covers programs.
+  # A library itself first: the libraries it links must be there before anything it opens matters. Only
+  # a missing library counts: a helper library may leave symbols to the program that links it (libcxi's
+  # libcxiutils), which image.ldd_closure judges. A program cannot be preloaded; ldd_closure covers it.
   case $short in *.so|*.so.*) ;; *) loads="$loads$path " ;; esac
   case $loads in *" $path "*) ;; *)
-    err=$(LD_PRELOAD="$path" /bin/true 2>&1)
+    err=$(LD_PRELOAD="$path" /bin/true 2>&1 | grep "cannot open shared object file")
     if [ -n "$err" ]; then
       echo "MISSING  $short does not load: $(why "$err")"
       missing=$((missing + 1))
