@@ -73,26 +73,24 @@ def test_every_slingshot_setting_names_its_source():
         assert value and any(site in source for site in ("HPE", "CSCS", "ISAM")), name
 
 
-def test_the_efa_provider_on_rdma_core_44_is_refused(tmp_path):
-    """J2: Debian 12's rdma-core 44 has no RDMA write for EFA; aws-ofi-nccl's default protocol on p5/p6
-    would refuse the endpoint. Refused at the providers line, naming the version and the fix."""
+@pytest.mark.parametrize("stack_file, old, new, problem, key, fix", [
+    # J2: Debian 12's rdma-core 44 has no RDMA write for EFA; aws-ofi-nccl's default protocol on p5/p6
+    # would refuse the endpoint.
+    ("debian-efa.yaml", "extends: debian-cuda12", "extends: debian-cuda",
+     "needs rdma-core 46 or newer .* debian12's inbox rdma-core is 44.0", "components.libfabric.providers",
+     "debian-cuda12"),
+    # CXI builds against HPE's libcxi: the stack's libcxi component, or one in the base image.
+    ("debian-slingshot.yaml", "  libcxi:", "  # libcxi:", "`cxi: true` needs HPE's libcxi",
+     "components.libfabric.cxi", "libcxi"),
+])
+def test_a_fabric_without_what_its_provider_builds_on_is_refused(tmp_path, stack_file, old, new, problem, key, fix):
     from imagekit.util.errors import StackError
 
-    path = tmp_path / "efa12.yaml"
-    path.write_text((FABRIC / "debian-efa.yaml").read_text().replace("extends: debian-cuda12", "extends: debian-cuda"))
-    with pytest.raises(StackError, match="needs rdma-core 46 or newer .* debian12's inbox rdma-core is 44.0") as info:
+    path = tmp_path / stack_file
+    path.write_text((FABRIC / stack_file).read_text().replace(old, new))
+    with pytest.raises(StackError, match=problem) as info:
         stack.load(str(path))
-    assert info.value.key == "components.libfabric.providers" and "debian-cuda12" in info.value.hint
-
-
-def test_cxi_without_libcxi_is_refused(tmp_path):
-    from imagekit.util.errors import StackError
-
-    path = tmp_path / "ss.yaml"
-    path.write_text((FABRIC / "debian-slingshot.yaml").read_text().replace("  libcxi:", "  # libcxi:"))
-    with pytest.raises(StackError, match="`cxi: true` needs HPE's libcxi") as info:
-        stack.load(str(path))
-    assert info.value.key == "components.libfabric.cxi" and "libcxi" in info.value.hint
+    assert info.value.key == key and fix in info.value.hint
 
 
 def test_a_libfabric_without_cuda_needs_the_no_gdr_acceptance(tmp_path):
