@@ -69,23 +69,34 @@ INDEX = [
     'imagekit push "docker://$repo:$tag-amd64" "docker://$repo:$tag-arm64" --to "$repo:$tag" --json',
 ]
 
-# A shell runner on a Slurm login node with Pyxis: nccl-tests across nodes, gated on the row's own model.
-VALIDATE = [
-    'test "${VALIDATE_NODES:-2}" -ge 2 || { echo "VALIDATE_NODES must be at least 2 (the inter-node path)" >&2; exit 1; }',
-    "python3 -m pip install .",
-    'python3 scripts/image_carries.py "out/$ID.report.json" > carries.env && . ./carries.env',
-    'imagekit preflight --image "./out/$ID.sqsh"',
-    'if [ "$nccl_tests" = true ]; then gpus=$(nvidia-smi -L | wc -l); for i in 1 2 3; do NCCL_DEBUG=INFO '
-    'NCCL_DEBUG_SUBSYS=INIT,ENV,NET,TUNING srun --mpi=pmix -N "${VALIDATE_NODES:-2}" --ntasks-per-node="$gpus" '
-    '--gpus-per-task=1 --container-image="./out/$ID.sqsh" all_reduce_perf -b 8 -e 8G -f 2 -g 1 > "nccl-$i.log"; done; '
-    'imagekit validate nccl-1.log nccl-2.log nccl-3.log --systems-dir systems --system "$SYSTEM" '
-    '--expect-transport "${VALIDATE_TRANSPORT:-IB}" --min-runs 3 --json > verdict.json; fi',
-]
-
-
 def _row_variables(row: dict) -> dict[str, str]:
     return {"STACK_FILE": row["file"], "VARIANT": row["variant"], "ID": row["id"], "PLATFORM": row["platform"],
             "IMAGE": row["image"], "PUSH_SUFFIX": row["push_suffix"]}
+
+
+# What a validate job runs (the GitHub workflow's validate steps), on a shell runner of a Slurm login node
+# with Pyxis, with the image's carries as shell variables, gated on the row's own system model.
+VALIDATE = [
+    'test -n "$SYSTEM" || { echo "this row has no system model (IMAGEKIT_VALIDATE: ROW=SYSTEM)" >&2; exit 1; }',
+    'NODES=${IMAGEKIT_VALIDATE_NODES:-2}; TRANSPORT=${IMAGEKIT_VALIDATE_TRANSPORT:-IB}',
+    'test "$NODES" -ge 2 || { echo "IMAGEKIT_VALIDATE_NODES must be at least 2 (the inter-node path)" >&2; exit 1; }',
+    "python3 -m pip install .",
+    'eval "$(python3 scripts/image_carries.py "out/$ID.report.json")"',
+    'imagekit preflight --image "./out/$ID.sqsh"',
+    'if [ "$nccl_tests" = true ]; then gpus=$(nvidia-smi -L | wc -l); for i in 1 2 3; do '
+    "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,NET,TUNING "
+    'srun --mpi=pmix -N "$NODES" --ntasks-per-node="$gpus" --gpus-per-task=1 --container-image="./out/$ID.sqsh" '
+    'all_reduce_perf -b 8 -e 8G -f 2 -g 1 > "nccl-$i.log"; done; '
+    'imagekit validate nccl-1.log nccl-2.log nccl-3.log --systems-dir systems --system "$SYSTEM" '
+    '--expect-transport "$TRANSPORT" --min-runs 3 --json > verdict.json; fi',
+    'if [ "$cuda_mpi" = true ]; then srun --mpi=pmix -N "$NODES" --ntasks-per-node=2 --gpus-per-task=1 '
+    '--container-image="./out/$ID.sqsh" imagekit-cuda-mpi-ring | tee cuda-mpi.log; '
+    'grep -q "ring of [0-9]* bytes of GPU memory and allreduce passed" cuda-mpi.log; fi',
+    'if [ "$pytorch" = true ]; then MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 srun --mpi=pmix -N 1 --ntasks=2 '
+    '--gpus-per-task=1 --container-image="./out/$ID.sqsh" --container-env=MASTER_ADDR,MASTER_PORT '
+    '--container-mounts="$PWD/scripts:/imagekit-scripts:ro" python3 /imagekit-scripts/torch_allreduce.py '
+    '| tee torch.log; grep -q "torch.distributed all_reduce over nccl on 2 ranks: ok" torch.log; fi',
+]
 
 
 def child_pipeline(rows: list[dict]) -> dict:
@@ -126,7 +137,8 @@ def child_pipeline(rows: list[dict]) -> dict:
             # A child pipeline's own source is always parent_pipeline: the parent's is passed down.
             "rules": [{"if": '$IMAGEKIT_PARENT_SOURCE == "schedule" || $IMAGEKIT_PARENT_SOURCE == "web"'}],
             "script": VALIDATE,
-            "artifacts": {"when": "always", "expire_in": "1 week", "paths": ["nccl-*.log", "verdict.json"]},
+            "artifacts": {"when": "always", "expire_in": "1 week",
+                          "paths": ["nccl-*.log", "cuda-mpi.log", "torch.log", "verdict.json"]},
         }
     return doc
 

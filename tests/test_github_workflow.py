@@ -11,6 +11,7 @@ import re
 import runpy
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -107,6 +108,26 @@ def test_workflow_consumes_imagekit_matrix_json():
     assert {r["arch"] for r in rows} == {"x86_64", "aarch64"}
 
 
+def test_a_row_named_alone_is_judged_by_the_catalogue_model_that_lists_it():
+    """J7: ROW alone in IMAGEKIT_VALIDATE takes the model whose `stacks:` lists the row: the x86 CUDA images
+    on an H100 model, the Grace rows on GB200 NVL72, the V100 image on DGX-1; every model's `stacks:` names
+    rows that exist; each leg's GPU runner carries its model's name."""
+    from imagekit.validate import system
+
+    named = "nccl-tests-volta nccl-tests-cu129-sbsa debian-cuda debian-cuda-arm64"
+    rows = json.loads(subprocess.run([sys.executable, "-m", "imagekit", "matrix", "--json"], capture_output=True,
+                                     text=True, check=True, env={**os.environ, "IMAGEKIT_VALIDATE": named}).stdout)
+    by_id = {r["id"]: r for r in rows}
+    assert {i: by_id[i]["system"] for i in named.split()} == {
+        "nccl-tests-volta": "dgx-1v", "nccl-tests-cu129-sbsa": "gb200-nvl72", "debian-cuda": "dgx-h100",
+        "debian-cuda-arm64": "gb200-nvl72"}
+    assert all(by_id[i]["system"] in by_id[i]["gpu_runner"] for i in named.split())
+    assert not any(r["system"] for i, r in by_id.items() if i not in named.split()), "only the rows named"
+    for name in system.available():
+        for ref in system.load(name).stacks:
+            assert ref in by_id, f"{name} lists {ref}, which is no matrix row"
+
+
 def test_validate_runs_the_rows_the_site_names_on_their_own_system_across_nodes():
     """Validation is optional per row: the matrix's `system` key (IMAGEKIT_VALIDATE, ROW=SYSTEM) picks the
     rows and each leg's model; runners of the row's arch; gated on IB and the model's band, never a floor."""
@@ -116,7 +137,10 @@ def test_validate_runs_the_rows_the_site_names_on_their_own_system_across_nodes(
     assert "needs.matrix.outputs.validate != '[]'" in validate["if"]
     assert validate["runs-on"] == "${{ matrix.gpu_runner }}"
     env = validate["env"]
+    # Each leg its own system model (the matrix row's), no shared one and no hand-set floor; the runner
+    # is one labelled with that model, so the V100 image runs on a V100 (fourth CUDA review, J7).
     assert env["SYSTEM"] == "${{ matrix.system }}" and "MIN_BUSBW" not in env
+    assert validate["runs-on"] == "${{ matrix.gpu_runner }}" and "VALIDATE_SYSTEM" not in WORKFLOW.read_text()
     assert int(re.search(r"\|\| '(\d+)'", env["NODES"]).group(1)) >= 2
     script = "\n".join(_run_blocks({"jobs": {"validate": validate}}))
     assert 'test -n "$SYSTEM"' in script and 'test "$NODES" -ge 2' in script

@@ -177,6 +177,24 @@ def test_a_row_the_site_names_gets_a_validate_job_on_its_gpu_runner_after_its_bu
     assert "IMAGEKIT_PARENT_SOURCE" in job["rules"][0]["if"]
 
 
+def test_each_validate_job_names_its_own_system_model_and_runs_on_its_runners():
+    """J7: no one model judges every leg; the V100 image's leg runs on a runner tagged dgx-1v."""
+    rows = json.loads(subprocess.run([sys.executable, "-m", "imagekit", "matrix", "nccl-tests-volta", "debian-mpi",
+                                      "--json"], capture_output=True, text=True, check=True, cwd=REPO,
+                                     env={**os.environ, "IMAGEKIT_VALIDATE": "nccl-tests-volta debian-mpi=dgx-h100"})
+                      .stdout)
+    doc = yaml.safe_load(subprocess.run([sys.executable, str(CHILD)], input=json.dumps(rows), capture_output=True,
+                                        text=True, check=True, cwd=REPO).stdout)
+    by_id = {r["id"]: r for r in rows}
+    validates = {k.split(":", 1)[1]: v for k, v in doc.items() if k.startswith("validate:")}
+    assert sorted(validates) == ["debian-mpi", "nccl-tests-volta"]
+    for row_id, job in validates.items():
+        assert job["variables"]["SYSTEM"] == by_id[row_id]["system"] and by_id[row_id]["system"] in job["tags"]
+        script = "\n".join(job["script"])
+        assert '--system "$SYSTEM"' in script and '--expect-transport "$TRANSPORT"' in script
+    assert validates["nccl-tests-volta"]["variables"]["SYSTEM"] == "dgx-1v"
+
+
 def test_the_child_pipelines_jobs_name_stacks_and_variants_that_exist(child):
     for name, job in child["doc"].items():
         if not name.startswith("build:"):

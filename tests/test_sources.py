@@ -59,7 +59,7 @@ def test_a_file_missing_from_the_mirror_names_component_url_and_path(write_stack
     with pytest.raises(sources.UpstreamSourceError) as err:
         sources.stage(s, tmp_path / "ctx")
     text = str(err.value)
-    assert "gdrcopy: gdrcopy-2.5.1.tar.gz is not in the mirror" in text
+    assert f"gdrcopy 2.5.1: gdrcopy-2.5.1.tar.gz is not in the mirror {empty} (pinned by" in text.splitlines()[0]
     assert "https://github.com/NVIDIA/gdrcopy/archive/v2.5.1.tar.gz" in text
     assert str(empty / GDRCOPY) in text
 
@@ -123,12 +123,21 @@ def test_the_test_sites_pins_file_is_the_mirrors_sha256sums(site_mirror):
 
     from imagekit.components import pinnable, registry
 
+    import re
+
     pins = sources._read_site(SITE_PINS, pinnable())
+    templates = {}   # pin name -> the mirror file name with {version} (a component's own, or its parts')
+    for component, cls in registry().items():
+        if cls.upstream_file:
+            templates[component] = cls.upstream_file[0].replace("{tag}", "{version}")
+        templates.update(getattr(cls, "parts", {}))
     listed = {}
     for name, digest in _mirror_sums(site_mirror).items():
-        for component, cls in registry().items():
-            if cls.upstream_file and name.startswith(component + "-") and name[len(component) + 1][0].isdigit():
-                listed[(component, name[len(component) + 1:].split(".tar")[0])] = digest
+        for component, template in templates.items():
+            head, _, tail = template.partition("{version}")
+            found = re.fullmatch(re.escape(head) + r"(\d[\w.+-]*?)" + re.escape(tail), name)
+            if found:
+                listed[(component, found.group(1))] = digest
     assert pins == listed
 
 

@@ -105,7 +105,7 @@ def test_imagekit_outdated_is_a_report_unless_strict(stub_index, write_stack):
                        "  pmix: {source: distro}\n")
     report = CliRunner().invoke(main, ["outdated", str(path)])
     assert report.exit_code == 0, report.output
-    assert "pins behind what is served; 1 not served" in report.stdout
+    assert "pins behind what is served or released upstream; 1 not served" in report.stdout
     # Debian 12's Open MPI against the newest upstream release imagekit pins.
     assert "openmpi       4.1.4" in report.stdout and "debian12 package" in report.stdout
     strict = CliRunner().invoke(main, ["outdated", "--strict", str(path)])
@@ -141,3 +141,78 @@ def test_h1_pip_runs_isolated_from_the_callers_directory_and_python_variables(st
     monkeypatch.delenv("PYTHONSAFEPATH", raising=False)
     assert versions.served("nvidia-nccl-cu12") == ["2.28.9", "2.21.5"]
     assert sorted(p.name for p in marks.iterdir()) == []
+
+
+UCX = """\
+name: ucx-only
+base: {image: imagekit/debian:bookworm, distro: debian12}
+components:
+  ucx: {version: "1.20.1", ofed: false}
+"""
+
+
+def test_a_mirror_that_has_not_caught_up_does_not_make_a_pin_current(site_mirror, write_stack, monkeypatch):
+    """J8: the stand-in mirror's newest UCX is 1.20.1; upstream released 1.22.0. The row says behind, and
+    says that the upstream figure is imagekit's dated data, not something asked."""
+    monkeypatch.setattr(versions, "served", lambda package: [])
+    (row,) = versions.report(stack_mod.load_all(write_stack(UCX)), str(site_mirror))
+    assert (row.newest, row.where, row.behind) == ("1.20.1", "site mirror", "yes")
+    assert row.upstream == "1.22.0" and row.upstream_from.startswith("imagekit's upstream data (as of 2026-08")
+
+
+@pytest.fixture
+def feed(monkeypatch):
+    """A local HTTP server answering as GitHub's releases API does (a JSON list of releases with tag_name,
+    draft and prerelease): GitHub itself is out of reach here. Its URL becomes UCX's feed."""
+    import http.server
+    import threading
+
+    body = json.dumps([{"tag_name": "v1.24.0-rc1", "draft": False, "prerelease": True},
+                       {"tag_name": "v1.23.0", "draft": False, "prerelease": False},
+                       {"tag_name": "v1.22.0", "draft": False, "prerelease": False}]).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    data = {**versions.upstream_data(), "releases": {**versions.upstream_data()["releases"]}}
+    url = f"http://127.0.0.1:{server.server_port}/repos/openucx/ucx/releases"
+    data["releases"]["ucx"] = {**data["releases"]["ucx"], "feed": url}
+    monkeypatch.setattr(versions, "upstream_data", lambda: data)
+    monkeypatch.setattr(versions, "_FEED_CACHE", {})
+    monkeypatch.setattr(versions, "served", lambda package: [])
+    yield data
+    server.shutdown()
+
+
+def test_upstream_is_asked_where_the_site_lets_it(feed, site_mirror, write_stack):
+    stacks = stack_mod.load_all(write_stack(UCX))
+    (asked,) = versions.report(stacks, str(site_mirror), upstream=True)
+    assert (asked.upstream, asked.upstream_from, asked.behind) == ("1.23.0", "upstream's release feed", "yes")
+    (data_only,) = versions.report(stacks, str(site_mirror))
+    assert data_only.upstream == "1.22.0" and "--upstream asks" in data_only.upstream_from
+
+
+def test_an_unreachable_upstream_is_said_and_the_dated_data_used(feed, site_mirror, write_stack):
+    feed["releases"]["ucx"]["feed"] = "http://127.0.0.1:9/none"          # the discard port: refused
+    result = CliRunner().invoke(main, ["outdated", "--upstream", "--mirror", str(site_mirror), str(write_stack(UCX))])
+    assert result.exit_code == 0, result.output
+    assert "upstream 1.22.0 from upstream not reachable (URLError): imagekit's upstream data (as of 2026-08)" \
+        in result.stdout
+
+
+def test_every_source_built_component_of_a_shipped_stack_has_upstream_data():
+    from imagekit.components import registry
+
+    known = versions.upstream_data()["releases"]
+    used = {c.name for path, _ in stack_mod.available() for s in stack_mod.load_all(path)
+            for c in s.components.values() if c.source == "upstream" and registry()[c.name].upstream_file}
+    assert used - {"hpcx"} <= set(known), used - set(known)

@@ -6,6 +6,8 @@
 #
 #   bash scripts/gpu/bundle.sh [RUNTIME_IMAGE [DEVEL_IMAGE [OUT_DIR]]]
 #   bash scripts/gpu/bundle.sh imagekit/debian-cuda:latest imagekit/debian-cuda:devel build/gpu-bundle
+#   bash scripts/gpu/bundle.sh imagekit/debian-efa:latest imagekit/debian-cuda12:devel build/gpu-bundle-efa
+#     (the EFA image: run.sh also moves CUDA memory over libfabric's shm provider and loads aws-ofi-nccl)
 set -euo pipefail
 RT=${1:-imagekit/debian-cuda:latest}; DV=${2:-imagekit/debian-cuda:devel}; OUT=${3:-build/gpu-bundle}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -50,6 +50,15 @@ run "UCX transports seen" 'ucx_info -d | grep -E "Transport|Device" | sort | uni
 for f in $R/usr/local/ucx/lib/ucx/libuct_cuda.so*; do mv "$f" "$aside/"; done
 run "BROKEN: UCX's CUDA module removed (must fail)" "$M -np 2 imagekit-cuda-mpi-ring"
 mv "$aside"/libuct_cuda.so* $R/usr/local/ucx/lib/ucx/
+if [ -x $R/opt/libfabric/bin/fi_info ]; then
+  # A fabric image (debian-efa): its gpu checks above moved CUDA memory over libfabric's shm provider
+  # (libfabric.cuda_transfer) and had NCCL load aws-ofi-nccl with GPUDirect RDMA (aws-ofi-nccl.nccl_loads_it).
+  # The same transfer with the name libfabric dlopens taken away (round 3's runtime, J1) must fail.
+  run "libfabric CUDA interface on a GPU (FI_LOG_LEVEL=info)" 'env -u FI_PROVIDER FI_LOG_LEVEL=info FI_HMEM=cuda fi_info -p shm -c FI_HMEM 2>&1 | grep -iE "hmem|cuda|provider:" | head'
+  mv $R/usr/local/cuda/lib64/libcudart.so "$aside/"; chroot $R ldconfig
+  run "BROKEN: no libcudart.so, libfabric's CUDA memory off (must fail)" 'p=$((20000 + $$ % 10000)); fi_rdm_pingpong -p shm -D cuda -S 1048576 -I 20 -E=$p & s=$!; sleep 1; fi_rdm_pingpong -p shm -D cuda -S 1048576 -I 20 -E=$p 127.0.0.1; c=$?; wait $s; [ $c -eq 0 ]'
+  mv "$aside/libcudart.so" $R/usr/local/cuda/lib64/; chroot $R ldconfig
+fi
 run "NCCL all_reduce_perf, 1 GPU, 8 B - 1 GiB" 'NCCL_DEBUG=VERSION all_reduce_perf -b 8 -e 1G -f 4 -g 1'
 run "NCCL all_gather/sendrecv/alltoall under mpirun -np 1" "for t in all_gather sendrecv alltoall; do $M -np 1 \${t}_perf -b 1M -e 256M -f 4 -g 1 | grep -E '^ +[0-9]|wrong|Avg|Out of'; done"
 umount -R $R/dev $R/sys $R/proc 2>/dev/null; umount $R/dev/shm 2>/dev/null

@@ -21,6 +21,7 @@ from imagekit.build import PLATFORMS
 from imagekit.util import platforms
 from imagekit.util.errors import UsageError
 from imagekit.util.settings import Site
+from imagekit.validate import system as system_mod
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def rows(request: MatrixRequest) -> list[dict]:
                             "index": several, "push_suffix": f"-{platforms.oci_name(arch)}" if several else "",
                             "system": "", "runner": runners.get(arch, [arch]),
                             "gpu_runner": gpu_runners.get(arch, ["gpu", arch])})
-    _assign_systems(out, request.validate)
+    _assign_systems(out, request.validate, request.site)
     return out
 
 
@@ -121,15 +122,25 @@ def _labels(values: Iterable[str], option: str) -> dict[str, list[str]]:
     return out
 
 
-def _assign_systems(rows_: list[dict], values: Iterable[str]) -> None:
+def _assign_systems(rows_: list[dict], values: Iterable[str], site: Site | None = None) -> None:
     """Each ROW=SYSTEM pair gives the rows it names (by id, else variant, else stack) a validate leg on
-    SYSTEM's model; a ROW that names no row is an error listing the ids."""
-    for row_name, system in _pairs(values, "--validate", r"[,\s]+", "site-mpi=dgx-h100 (ROW: a row id, variant or "
-                                   "stack; SYSTEM: imagekit validate --list-systems, or a site model)"):
+    SYSTEM's model; ROW alone, on the catalogue model whose ``stacks:`` lists the row's id (the V100
+    image's is dgx-1v). A ROW that names no row, or no model lists, is an error naming what would do.
+    The leg's GPU runner also carries the model's name as a label: each leg runs on its own hardware."""
+    items = [item for value in values for item in re.split(r"[,\s]+", value.strip()) if item]
+    pairs = _pairs([i for i in items if "=" in i], "--validate", r"[,\s]+", "site-mpi=dgx-h100 (ROW: a row id, "
+                   "variant or stack; SYSTEM: imagekit validate --list-systems, or a site model)")
+    for row_name, system in [*pairs, *((i, None) for i in items if "=" not in i)]:
         hit = ([r for r in rows_ if r["id"] == row_name] or [r for r in rows_ if r["variant"] == row_name]
                or [r for r in rows_ if r["stack"] == row_name])
         if not hit:
-            raise UsageError(f"--validate {row_name}={system}: no matrix row is called {row_name!r}",
-                             "rows: " + (", ".join(r["id"] for r in rows_) or "none (no stack was chosen)"))
+            raise UsageError(f"--validate {row_name}{'=' + system if system else ''}: no matrix row is called "
+                             f"{row_name!r}", "rows: " + (", ".join(r["id"] for r in rows_) or "none (no stack was chosen)"))
         for r in hit:
-            r["system"] = system
+            chosen = system or system_mod.for_row(r["id"], site)
+            if not chosen:
+                raise UsageError(f"--validate {row_name}: no system model lists {r['id']!r} in its stacks:",
+                                 f"name one: --validate {row_name}=SYSTEM (imagekit validate --list-systems)")
+            r["system"] = chosen
+            if chosen not in r["gpu_runner"]:
+                r["gpu_runner"] = [*r["gpu_runner"], chosen]

@@ -240,10 +240,13 @@ def fetch(artifact: Artifact, mirror: str) -> Path:
     if not _is_url(mirror):
         path = Path(where)
         if not path.is_file():
+            # One line: the file, the mirror, and who asked for it (a site pin for a file the mirror
+            # lacks is the usual cause); upstream's URL goes with the fix.
             raise UpstreamSourceError(
-                f"{artifact.component}: {artifact.filename} is not in the mirror\n"
-                f"  upstream: {artifact.url}\n  mirror:   {where}",
-                f"put upstream's {artifact.filename} at {where}, or build without the mirror")
+                f"{artifact.component} {artifact.version}: {artifact.filename} is not in the mirror {mirror} "
+                f"(pinned by {artifact.origin})",
+                f"put upstream's {artifact.filename} ({artifact.url}) at {where}, pin a version the mirror has, "
+                "or build without the mirror")
         _verify(artifact, path, where)
         return path
     cached = cache_dir() / artifact.sha256 / artifact.filename

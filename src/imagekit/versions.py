@@ -13,15 +13,27 @@ distro (Debian's or Ubuntu's package of the base release) is compared with the
 newest upstream release imagekit pins, which is how far the distro lags. Base
 images are listed with whether they are pinned by digest (the registry is not
 asked here: ``imagekit build`` verifies a pinned digest against its tag).
+
+A mirror (or imagekit's pins) knows only what someone put there, so a
+source-built pin is also held to upstream (fourth CUDA review, J8): the newest
+release in imagekit's own upstream data (``data/upstream-releases.yaml``, dated),
+and, with ``upstream=True`` (``--upstream``, where a site lets the machine reach
+upstream), what upstream's release feed lists now. Each row says which of these
+its "upstream" column is, so "newest" never silently means "newest in the mirror".
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import urllib.request
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from packaging.version import InvalidVersion, Version
 
@@ -42,6 +54,8 @@ class Row:
     file: str | None = None
     line: int | None = None
     key: str = ""
+    upstream: str | None = None   # newest upstream release (source-built pins), None when unknown
+    upstream_from: str = ""       # "imagekit's upstream data (as of ...)", "upstream's release feed", ...
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,8 +141,56 @@ def _mirror_versions(component, mirror: str) -> list[str]:
     return [m.group(1) for path in sorted(Path(mirror).iterdir()) if (m := pattern.fullmatch(path.name))]
 
 
-def rows(stack, mirror: str | None = None) -> list[Row]:
-    """One row per pin of ``stack`` (a resolved variant)."""
+UPSTREAM_DATA = Path(__file__).resolve().parent / "data" / "upstream-releases.yaml"
+
+
+@lru_cache(maxsize=1)
+def upstream_data() -> dict[str, Any]:
+    """imagekit's upstream data: {"as_of": ..., "releases": {component: {newest, date, feed}}}."""
+    return yaml.safe_load(UPSTREAM_DATA.read_text())
+
+
+_FEED_CACHE: dict[str, tuple[str | None, str]] = {}
+
+
+def _tag_version(tag: str) -> str | None:
+    found = re.search(r"(\d+(?:\.\d+)+)", tag)
+    return found.group(1) if found else None
+
+
+def ask_upstream(feed: str, timeout: float = 15) -> tuple[str | None, str]:
+    """(newest release, what was asked or why not) from a GitHub releases or tags feed (JSON list of
+    objects with ``tag_name`` or ``name``; drafts and pre-releases skipped)."""
+    if feed not in _FEED_CACHE:
+        try:
+            with urllib.request.urlopen(feed, timeout=timeout) as response:
+                entries = json.load(response)
+            found = [_tag_version(str(e.get("tag_name") or e.get("name") or "")) for e in entries
+                     if isinstance(e, dict) and not e.get("draft") and not e.get("prerelease")]
+            _FEED_CACHE[feed] = (_newest([v for v in found if v]), "upstream's release feed")
+        except (OSError, ValueError) as exc:
+            _FEED_CACHE[feed] = (None, f"upstream not reachable ({exc.__class__.__name__})")
+    return _FEED_CACHE[feed]
+
+
+def upstream_newest(component: str, ask: bool = False) -> tuple[str | None, str]:
+    """(newest upstream release of ``component``, where that comes from): imagekit's dated data, and with
+    ``ask`` what upstream's feed lists when it answers (the newer of the two)."""
+    data = upstream_data()
+    entry = (data.get("releases") or {}).get(component)
+    if not entry:
+        return None, "not in imagekit's upstream data"
+    known, where = str(entry["newest"]), f"imagekit's upstream data (as of {data.get('as_of')}; --upstream asks)"
+    if not ask:
+        return known, where
+    asked, how = ask_upstream(str(entry["feed"]))
+    if asked is None:
+        return known, f"{how}: imagekit's upstream data (as of {data.get('as_of')})"
+    return (_newest([known, asked]) or asked), how
+
+
+def rows(stack, mirror: str | None = None, upstream: bool = False) -> list[Row]:
+    """One row per pin of ``stack`` (a resolved variant); ``upstream``: ask upstream's release feeds."""
     out = []
     for component in stack.components.values():
         for package, pinned, key in _pypi_pins(component):
@@ -150,10 +212,20 @@ def rows(stack, mirror: str | None = None) -> list[Row]:
             behind = _behind(pinned, newest, available)
             if behind == "not served" and where == "imagekit pins":
                 behind = "unknown"  # a stack's own `sha256:` pins what imagekit does not list
+            latest, latest_from = upstream_newest(component.name, upstream)
+            if behind in ("no", "unknown") and latest and _older(pinned, latest):
+                behind = "yes"      # the mirror has not caught up: behind upstream all the same
             out.append(Row(stack.stack_name, component.name,
                            component.upstream_file[0].replace("{tag}", "{version}"), pinned, newest, behind, where,
-                           file, line, f"components.{component.name}.version"))
+                           file, line, f"components.{component.name}.version", latest, latest_from))
     return out
+
+
+def _older(pinned: str, than: str) -> bool:
+    try:
+        return Version(pinned) < Version(than)
+    except InvalidVersion:
+        return False
 
 
 def distro_rows(stack) -> list[Row]:
@@ -188,11 +260,11 @@ def base_rows(stack) -> list[Row]:
     return out
 
 
-def report(stacks: list, mirror: str | None = None) -> list[Row]:
+def report(stacks: list, mirror: str | None = None, upstream: bool = False) -> list[Row]:
     """Rows for every variant of every stack, one per distinct pin of each stack file."""
     seen, out = set(), []
     for stack in stacks:
-        for row in rows(stack, mirror) + distro_rows(stack) + base_rows(stack):
+        for row in rows(stack, mirror, upstream) + distro_rows(stack) + base_rows(stack):
             key = (row.stack, row.component, row.package, row.pinned)
             if key not in seen:
                 seen.add(key)

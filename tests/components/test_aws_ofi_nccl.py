@@ -55,7 +55,8 @@ def test_it_fills_the_net_plugin_role_and_sets_what_nccl_reads(tmp_path, site_mi
     assert comp.environment() == {"NCCL_NET_PLUGIN": "ofi", "FI_PROVIDER": "efa", "NCCL_NET": "Libfabric",
                                   "OMPI_MCA_pml": "^ucx"}
     assert writer.recipe_labels(s)["io.imagekit.component.aws-ofi-nccl.accepted"] == "no-gdr"
-    assert {c.id for c in comp.checks()} == CHECKS
+    # With NCCL_NET set, the image fails closed (and, on a GPU, NCCL must load the plugin with GDR).
+    assert {c.id for c in comp.checks()} == CHECKS | {"aws-ofi-nccl.fails_closed", "aws-ofi-nccl.nccl_loads_it"}
     from imagekit.components import forwarded_env_prefixes
 
     assert {"FI_", "OFI_NCCL_"} <= set(forwarded_env_prefixes())  # FI_PROVIDER reaches outside-in ranks

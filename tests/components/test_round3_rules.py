@@ -92,14 +92,15 @@ def test_libfabric_without_its_prerequisites(tmp_path):
 
 def test_libfabric_renders_cuda_gdrcopy_and_only_the_providers_asked(tmp_path):
     s = load_text(tmp_path, FABRIC % "  ofed: {flavor: inbox}\n  gdrcopy: {version: '2.5.1'}\n"
-                  "  libfabric: {version: '2.5.0', gdrcopy: true, providers: [efa, shm]}\n")
+                  "  libfabric: {version: '2.5.0', gdrcopy: true, providers: [verbs, shm]}\n")
     opts = s.get("libfabric").configure_opts()
-    assert {"--enable-only", "--enable-efa", "--enable-shm", "--with-cuda=/usr/local/cuda", "--enable-cuda-dlopen",
+    assert {"--enable-only", "--enable-verbs", "--enable-shm", "--with-cuda=/usr/local/cuda", "--enable-cuda-dlopen",
             "--with-gdrcopy=/usr/local/gdrcopy", "--enable-gdrcopy-dlopen"} <= set(opts)
     assert not any(o.startswith("--enable-cxi") for o in opts)
     cxi = load_text(tmp_path, FABRIC % "  ofed: {flavor: inbox}\n  libfabric: {version: '2.5.0', cxi: true, "
                     "cxi_prefix: /opt/cray, providers: [cxi, shm]}\n").get("libfabric").configure_opts()
-    assert "--enable-cxi=/opt/cray" in cxi and "--with-cassini-headers=/opt/cray/include" in cxi
+    # configure adds DIR/include itself (prov/cxi/configure.m4): the prefix, not its include directory.
+    assert "--enable-cxi=/opt/cray" in cxi and "--with-cassini-headers=/opt/cray" in cxi
 
 
 HPCX = CUDA.replace("12.4.1", "12.9.1") + """components:

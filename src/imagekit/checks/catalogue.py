@@ -6,6 +6,7 @@ and the stack's ``show`` ask here, so the image carries the same list that ``ima
 
 from __future__ import annotations
 
+from imagekit.checks.dlopen import closure_check
 from imagekit.checks.kinds import Check, absent, ldd_closure, login_env
 
 # Asked of every image: no secret may be baked into a layer.
@@ -29,6 +30,10 @@ def stack_checks(stack, target: str = "runtime") -> list[Check]:
         out += component.checks()
     prefixes = elf_prefixes(stack)
     generic = [ldd_closure("image.ldd_closure", prefixes)] if prefixes else []
+    # What ldd cannot see: the names the components' libraries dlopen at run time.
+    opens = [o for component in stack.components.values() for o in component.dlopens()]
+    if opens:
+        generic.append(closure_check(opens))
     return [c for c in out + list(stack.checks) + generic + NO_SECRETS + [LOGIN_ENV]
             if c.target is None or c.target == target]
 

@@ -24,8 +24,11 @@ from imagekit.util.errors import StackError, UsageError
 @click.option("--outdated", is_flag=True,
               help="compare every pin with what pip's configured package index (and the site mirror, or "
                    "imagekit's pins) serves; exit 2 when a pin is not served")
+@click.option("--upstream", is_flag=True,
+              help="also ask upstream's release feeds (GitHub) for source-built components, where this machine "
+                   "may reach them; without it, imagekit's own dated upstream data is used")
 @MIRROR
-def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | None) -> None:
+def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, upstream: bool, mirror: str | None) -> None:
     """List the stacks (site directories first, then the shipped ones), their matrix variants,
     and where each came from; with --outdated, what each pins and what is newer.
 
@@ -38,7 +41,7 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
       imagekit stacks --outdated stacks/debian-cuda.yaml  # before a build: exit 2 if a pin is not served
     """
     if outdated:
-        _outdated(refs, as_json, mirror)
+        _outdated(refs, as_json, mirror, upstream=upstream)
         return
     rows, site = [], current_site()
     for path, directory in stack_mod.available(site):
@@ -79,22 +82,30 @@ def stacks(refs: tuple[str, ...], as_json: bool, outdated: bool, mirror: str | N
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.option("--strict", is_flag=True, help="a gate: a pin that is not served is an error naming file, line and key, exit 2 "
                    "(bad input, as `stacks --outdated`); without it, a report (exit 0)")
+@click.option("--upstream", is_flag=True,
+              help="also ask upstream's release feeds (GitHub) for source-built components, where this machine "
+                   "may reach them; without it, imagekit's own dated upstream data is used")
 @MIRROR
-def outdated(refs: tuple[str, ...], as_json: bool, strict: bool, mirror: str | None) -> None:
+def outdated(refs: tuple[str, ...], as_json: bool, strict: bool, upstream: bool, mirror: str | None) -> None:
     """Show how far each pin lags what is served: PyPI (pip's configured index) for wheels and NCCL, the
     site mirror or imagekit's pins for upstream releases, the newest upstream release for distro packages,
-    and whether each base image is pinned by digest. A report (exit 0) unless --strict.
+    and whether each base image is pinned by digest. A source-built pin is also held to upstream: the newest
+    release in imagekit's dated upstream data, and with --upstream what upstream's release feed lists; each
+    row says which, so a mirror that has not caught up cannot make a pin look current. A report (exit 0)
+    unless --strict.
 
     \b
     Example:
       imagekit outdated                                   # every stack, as CI prints it
       imagekit outdated debian-cuda --mirror /site/mirror --json
       imagekit outdated --strict ./site-stack.yaml       # exit 2 (bad input) if a pin is not served
+      imagekit outdated debian-cuda --upstream            # ask upstream's release feeds too
     """
-    _outdated(refs, as_json, mirror, strict=strict)
+    _outdated(refs, as_json, mirror, strict=strict, upstream=upstream)
 
 
-def _outdated(refs: tuple[str, ...], as_json: bool, mirror: str | None, strict: bool = True) -> None:
+def _outdated(refs: tuple[str, ...], as_json: bool, mirror: str | None, strict: bool = True,
+              upstream: bool = False) -> None:
     site = current_site()
     paths = [stack_mod.find(ref, site)[0] for ref in refs] if refs else [p for p, _ in stack_mod.available(site)]
     if mirror:
@@ -102,7 +113,7 @@ def _outdated(refs: tuple[str, ...], as_json: bool, mirror: str | None, strict: 
     rows = []
     for path in paths:
         variants = stack_mod.load_all(path, site=site)
-        rows += versions.report(variants, mirror or variants[0].mirror)
+        rows += versions.report(variants, mirror or variants[0].mirror, upstream)
     missing = [r for r in rows if r.behind == "not served"]
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
@@ -115,9 +126,10 @@ def _outdated(refs: tuple[str, ...], as_json: bool, mirror: str | None, strict: 
                 click.echo(f"{row.stack}")
                 click.echo(f"  {'component':<13} {'pinned':<{width}} {'newest':<10} {'behind':<11} from")
             click.echo(f"  {row.component:<13} {row.pinned:<{width}} {row.newest or '-':<10} {row.behind:<11} "
-                       f"{row.where} ({row.package})")
+                       f"{row.where} ({row.package})"
+                       + (f"; upstream {row.upstream} from {row.upstream_from}" if row.upstream else ""))
         lagging = [r for r in rows if r.behind == "yes"]
-        click.echo(f"{len(lagging)} of {len(rows)} pins behind what is served"
+        click.echo(f"{len(lagging)} of {len(rows)} pins behind what is served or released upstream"
                    + (f"; {len(missing)} not served" if missing else ""))
     if missing and strict:
         lines = [f"{r.file}:{r.line}: {r.key}: the {r.where} does not serve {r.package} {r.pinned}"
@@ -156,8 +168,10 @@ def matrix(refs: tuple[str, ...], as_json: bool, site_only: bool, platform_list:
     STACK names limit the rows to those stacks; --site-only to the site's
     directories. Each option also comes from the environment variable the
     table below names (how the CI templates pass a site's inputs). A row's file is relative to the working directory, or the
-    stack's name, so that every runner's checkout resolves it. --buildable-here
-    keeps the offline stacks for this machine's architecture.
+    stack's name, so that every runner's checkout resolves it. A row's system
+    is the model its validate leg is judged by and runs on (a runner label):
+    --validate ROW=SYSTEM, or ROW alone for the model whose `stacks:` lists it.
+    --buildable-here keeps the offline stacks for this machine's architecture.
 
     \b
     Example:

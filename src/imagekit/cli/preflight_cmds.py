@@ -10,6 +10,7 @@ import click
 
 from imagekit.cli.options import current_site
 from imagekit.util.errors import NothingChecked, UsageError
+from imagekit.launch import common
 from imagekit.launch import preflight as preflight_mod
 from imagekit.launch import targets
 from imagekit.launch.schedulers import Slurm
@@ -25,15 +26,20 @@ from imagekit.launch.schedulers import Slurm
               help="Add the launcher's checks (host mpirun, sshd).")
 @click.option("--ssh-dir", type=click.Path(path_type=Path), default=None,
               help="inside-out: check this key directory's permissions.")
+@click.option("--mounts", "mounts", multiple=True, metavar="SRC:DST[:ro]",
+              help="The launch's bind mounts (repeatable or comma-separated): a host libfabric bound over the "
+                   "image's is checked for what it links.")
 @click.option("--allow-unchecked", is_flag=True,
               help="Exit 0 although the image itself could not be checked (its labels unread).")
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
-def preflight(ref, image, scheduler, launcher, ssh_dir, allow_unchecked, as_json) -> None:
+def preflight(ref, image, scheduler, launcher, ssh_dir, mounts, allow_unchecked, as_json) -> None:
     """Compare this host with what the image records; warn, or refuse with the fix.
 
     \b
     Checks: Slurm pmix plugin vs image PMIx, image MPI, /dev/shm, memlock,
-    /dev/infiniband (OFED images), NVIDIA driver vs image CUDA, GPU runtime
+    /dev/infiniband (OFED images), NVIDIA driver vs image CUDA, each binary's
+    GPU code, GPUDirect RDMA (nvidia_peermem or DMA-BUF, /dev/gdrdrv), a host
+    libfabric bound over the image's (--mounts), GPU runtime
     (an image with NVIDIA_VISIBLE_DEVICES set on a host without
     nvidia-container-cli and driver: a warning with the fix, as this host may
     be a login node), host mpirun vs image Open MPI, ssh key permissions.
@@ -46,12 +52,14 @@ def preflight(ref, image, scheduler, launcher, ssh_dir, allow_unchecked, as_json
       imagekit preflight imagekit/debian-mpi:latest --scheduler slurm
       imagekit preflight ./mpi.sqsh --json
       imagekit preflight 'registry.example.org#hpc/mpi:1' --scheduler slurm
+      imagekit preflight ./slingshot.sqsh --mounts /opt/cray/libfabric/2.2.0:/opt/libfabric:ro
     """
     if (ref is None) == (image is None) and not (ref and image and ref == image):
         raise UsageError("give the image once: as REF or as --image", "e.g. imagekit preflight ./mpi.sqsh")
     image = image or ref
+    binds = tuple((m.src, m.dst) for m in common.parse_mounts(mounts))
     plan = preflight_mod.plan_for(scheduler, None if launcher is None else targets.of(launcher).starter.needs,
-                                  ssh_dir, site=current_site())
+                                  ssh_dir, site=current_site(), mounts=binds)
     checks = preflight_mod.run(image, plan)
     unchecked = [c.name for c in checks if c.status == preflight_mod.SKIP]
     image_checked = checks[0].status != preflight_mod.SKIP      # the labels: what every image-side check reads

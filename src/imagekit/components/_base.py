@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from imagekit import sources
-from imagekit.checks import Check
+from imagekit.checks import Check, Opens
 from imagekit.components import _blocks, _site
 from imagekit.util import known_errors
 from imagekit.util.errors import StackError
@@ -33,6 +33,7 @@ ROLES: dict[str, str] = {
     "nccl": "NCCL: .prefix (include/nccl.h, lib/libnccl.so.2)",
     "nccl-net-plugin": "an NCCL network plugin that NCCL loads by NCCL_NET_PLUGIN",
     "libfabric": "libfabric (OFI) and its providers",
+    "cxi": "HPE Slingshot's libcxi and the Cassini/CXI uAPI headers libfabric's cxi provider builds on: .prefix",
     "ucc": "UCC collectives (and HCOLL) that the MPI can use",
     "sharp": "SHARP in-network reductions (the NCCL CollNet path, MPI collectives)",
     "python": "Python 3",
@@ -318,6 +319,12 @@ class Component:
     def checks(self) -> list[Check]:
         return []
 
+    def dlopens(self) -> list[Opens]:
+        """The libraries this component's binaries open at run time by name (upstream's ``dlopen``
+        calls, each citing its source): the image's ``image.dlopen_closure`` check resolves every
+        one its build carries (:mod:`imagekit.checks.dlopen`)."""
+        return []
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "source": self.source,
                 **({"origin": self.origin} if self.origin else {}),
@@ -374,6 +381,9 @@ def contract_problems(cls: type[Component]) -> list[str]:
 
 
 def pinnable(site: Site | None = None) -> set[str]:
-    """What a site pins file may name: the components with upstream release files, and every site
+    """What a site pins file may name: the components with upstream release files, the other source
+    trees they build from (a component's ``parts``, e.g. libcxi's Cassini headers), and every site
     component by its name (one no stack has loaded is not run to see whether it has such files)."""
-    return {name for name, cls in defined().items() if cls.upstream_file} | set(_site.found(site))
+    return ({name for name, cls in defined().items() if cls.upstream_file}
+            | {part for cls in defined().values() for part in getattr(cls, "parts", ())}
+            | set(_site.found(site)))

@@ -33,9 +33,11 @@ def docker() -> bool:
 # stacks and components name the Debian 12 package, and this maps it for the base's distro.
 PACKAGE_NAMES = {
     "debian13": {"libopenmpi3": "libopenmpi40", "libpmix2": "libpmix2t64", "librdmacm1": "librdmacm1t64",
+                 "libcurl4": "libcurl4t64",
                  "libevent-core-2.1-7": "libevent-core-2.1-7t64",
                  "libevent-pthreads-2.1-7": "libevent-pthreads-2.1-7t64"},
     "ubuntu24": {"libopenmpi3": "libopenmpi3t64", "libpmix2": "libpmix2t64", "librdmacm1": "librdmacm1t64",
+                 "libcurl4": "libcurl4t64",
                  "libevent-core-2.1-7": "libevent-core-2.1-7t64",
                  "libevent-pthreads-2.1-7": "libevent-pthreads-2.1-7t64"},
 }

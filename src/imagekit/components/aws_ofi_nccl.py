@@ -20,6 +20,11 @@ release files (``make dist``, with ``configure`` and ``3rd-party/``) built here,
 ``require`` (default on) sets ``NCCL_NET=Libfabric`` (the plugin's network name): NCCL then uses that
 network or fails at init, instead of falling back to its own IB or to TCP sockets when the plugin
 does not load or finds no provider (NCCL docs: NCCL_NET "forces NCCL to use a specific network").
+
+The runtime stage keeps the topology files the plugin points NCCL at on p4d, p4de and g5
+(``share/aws-ofi-nccl/xml``, compiled in as XML_DIR: fourth CUDA review, J10). Over Slingshot
+(``provider: cxi``) the image sets the settings HPE, CSCS and Isambard-AI publish for NCCL over
+aws-ofi-nccl on CXI (:data:`SLINGSHOT_ENV`, each with its source).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import re
 
 from imagekit import checks, sources
+from imagekit.checks import Opens
 from imagekit.components import _blocks
 from imagekit.components._base import Component, Requires
 from imagekit.util.schema import Option
@@ -40,6 +46,40 @@ LIBRARY = f"libnccl-net-{PLUGIN}.so"
 LIBFABRIC = {"debian12": "1.17.0", "debian13": "2.1.0", "ubuntu22": "1.11.0", "ubuntu24": "1.17.0"}
 PLATFORM_AWS_LIBFABRIC = (1, 22)
 NET_NAME = "Libfabric"  # the plugin's ncclNet_t name (src/nccl_ofi_interface_nvidia.cpp), what NCCL_NET matches
+# Where `make install` puts the topology files platform-aws.cpp names (topology/Makefile.am: ${pkgdatadir}/xml).
+XML_DIR = f"{PREFIX}/share/aws-ofi-nccl/xml"
+# What the Slingshot sites publish for NCCL over aws-ofi-nccl on CXI: (value, source). Sources:
+#   HPE  = HewlettPackard/shs-ccl-docs ccl_env.sh ("recommended NCCL or RCCL environment variables")
+#   CSCS = eth-cscs/cscs-docs docs/software/communication/nccl_env_vars ("should always be set")
+#   ISAM = Isambard-AI, docs.isambard.ac.uk user-documentation/guides/example-data/nccl/env_vars.sh
+# Where they differ, HPE's (the vendor's) value is taken and the other named. Not set, because they
+# need the launch's cooperation: FI_CXI_RDZV_PROTO=alt_read with FI_CXI_RDZV_EAGER_SIZE=0 (HPE, ISAM)
+# needs `srun --network=disable_rdzv_get` (HPE's note), which an image cannot add; and
+# NCCL_NET="AWS Libfabric" (all three) is the older plugin's name: 1.21.1's is NET_NAME, set above.
+SLINGSHOT_ENV = {
+    # Hangs: CUDA allocations deadlock with the provider's host-memory registration (HPE, CSCS, ISAM).
+    "FI_CXI_DISABLE_HOST_REGISTER": ("1", "HPE, CSCS, ISAM"),
+    # The registration cache's monitor: userfaultfd rather than memhooks, which corrupt it under CUDA (HPE, CSCS, ISAM).
+    "FI_MR_CACHE_MONITOR": ("userfaultfd", "HPE, CSCS, ISAM"),
+    "FI_CXI_DEFAULT_CQ_SIZE": ("131072", "HPE, CSCS, ISAM"),
+    "FI_CXI_DEFAULT_TX_SIZE": ("2048", "HPE, ISAM (CSCS: 16384)"),
+    "FI_CXI_RX_MATCH_MODE": ("hybrid", "HPE, ISAM (CSCS: software)"),
+    "NCCL_NET_GDR_LEVEL": ("PHB", "HPE, CSCS, ISAM"),
+    "NCCL_CROSS_NIC": ("1", "HPE, CSCS, ISAM"),
+    # LL128 performs worse on Slingshot from NCCL 2.27 (CSCS); on GH200 it corrupts data with GPUDirect
+    # (NCCL issue 2001, as Sigma2's Olivia documentation reports).
+    "NCCL_PROTO": ("^LL128", "CSCS"),
+    # The Slingshot NICs' netdevs (hsn0..hsn3) carry NCCL's bootstrap (HPE: hsn0,hsn1,hsn2,hsn3; ISAM: hsn).
+    "NCCL_SOCKET_IFNAME": ("hsn", "ISAM (HPE: hsn0,hsn1,hsn2,hsn3)"),
+}
+# One GPU, NCCL told to use the plugin over the tcp provider (no EFA or CXI NIC on a GPU test host):
+# NCCL must name the plugin and its network, with GPUDirect RDMA, and fail when told to use a plugin
+# that is not there (fails closed rather than running over sockets).
+_NCCL_LOADS = ("out=$(FI_PROVIDER=tcp OFI_NCCL_PROTOCOL=SENDRECV NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "
+               "all_reduce_perf -b 8 -e 1M -f 4 -g 1 2>&1); rc=$?; echo \"$out\" | grep -E 'NET/OFI|NET/Plugin|"
+               "Using network|GPUDirect|WARN'; echo \"loaded rc=$rc\"; "
+               "NCCL_NET_PLUGIN=imagekit-none all_reduce_perf -b 8 -e 8 -g 1 >/dev/null 2>&1; "
+               "echo \"without the plugin rc=$?\"")
 
 
 class AwsOfiNccl(Component):
@@ -121,7 +161,21 @@ class AwsOfiNccl(Component):
 
         (artifact,) = self.artifacts()
         src = sources.block_source(self.stack, artifact)
-        configure = ["./configure", f"--prefix={PREFIX}", "--with-cuda=/usr/local/cuda", "--disable-tests",
+        # Debian's CUDA toolkit (cuda `source: distro`) keeps its headers in /usr/include: configure's
+        # `-isystem DIR/include` would put /usr/include ahead of libstdc++'s own headers, whose
+        # `#include_next <stdlib.h>` then fails (and bare --with-cuda links no CUDA runtime at all). So
+        # the plugin gets a CUDA home of its own: the toolkit's headers (those nvidia-cuda-dev installs),
+        # its static runtime's directory and nvcc.
+        cuda_home, home = "/usr/local/cuda", []
+        if getattr(self.stack.provider("cuda"), "source", None) == "distro":
+            cuda_home = "/var/tmp/aws-ofi-nccl-cuda"
+            home = [f"mkdir -p {cuda_home}/include",
+                    "for e in $(dpkg -L nvidia-cuda-dev | sed -n 's#^/usr/include/\\([^/]*\\)$#\\1#p'); do "
+                    f"cp -as /usr/include/$e {cuda_home}/include/; done",
+                    f"test -e {cuda_home}/include/cuda_runtime.h",
+                    f"ln -sfn /usr/lib/$(gcc -print-multiarch) {cuda_home}/lib64",
+                    f"ln -sfn /usr/local/cuda/bin {cuda_home}/bin"]
+        configure = ["./configure", f"--prefix={PREFIX}", f"--with-cuda={cuda_home}", "--disable-tests",
                      "--disable-werror", "--without-lttng", "--without-valgrind",
                      "--enable-platform-aws" if self.enabled("platform_aws") else "--disable-platform-aws"]
         own = self.libfabric
@@ -134,9 +188,9 @@ class AwsOfiNccl(Component):
         return _blocks.build_tools(self.stack, tools, "aws-ofi-nccl build tools") + [
             generic_build(
                 **{k: v for k, v in src.items() if k != "preconfigure"}, directory=f"aws-ofi-nccl-{self.version}",
-                prefix=PREFIX, ldconfig=True, libdir=f"{PREFIX}/lib", runtime=[f"{PREFIX}/lib"],
-                build=[*src["preconfigure"], " ".join(configure), "make -j$(nproc)", "make install",
-                       f"rm -f {PREFIX}/lib/*.la {PREFIX}/lib/libnccl-net.so"])]
+                prefix=PREFIX, ldconfig=True, libdir=f"{PREFIX}/lib", runtime=[f"{PREFIX}/lib", XML_DIR],
+                build=[*src["preconfigure"], *home, " ".join(configure), "make -j$(nproc)", "make install",
+                       f"rm -rf {PREFIX}/lib/*.la {PREFIX}/lib/libnccl-net.so" + (f" {cuda_home}" if home else "")])]
 
     def runtime(self) -> list:
         distro = [] if self.libfabric is not None else ["libfabric1", "libfabric-bin"]
@@ -147,6 +201,8 @@ class AwsOfiNccl(Component):
         env = {"NCCL_NET_PLUGIN": PLUGIN, "FI_PROVIDER": self.opts["provider"]}
         if self.enabled("require"):
             env["NCCL_NET"] = NET_NAME
+        if self.opts["provider"] == "cxi":
+            env.update({name: value for name, (value, _source) in SLINGSHOT_ENV.items()})
         if getattr(self.stack.provider("mpi"), "name", None) == "openmpi":
             # On EFA there is no mlx device: pml ucx would run MPI over UCX's TCP, and a rank that sees no GPU
             # aborts in MPI_Init. ob1 then takes MPI's bootstrap-sized traffic. The btls stay Open MPI's
@@ -162,9 +218,20 @@ class AwsOfiNccl(Component):
                 "gdr": str(own is not None and own.enabled("cuda")).lower(),
                 "platform_aws": str(self.enabled("platform_aws")).lower()}
 
-    def checks(self) -> list:
+    def dlopens(self) -> list[Opens]:
         lib = f"{PREFIX}/lib/{LIBRARY}"
         return [
+            # NCCL opens the plugin by the name NCCL_NET_PLUGIN makes (src/plugin/net.cc).
+            Opens("libnccl.so.2", ("libnccl-net-%s.so",), "NCCL src/plugin/net.cc (NCCL_NET_PLUGIN)",
+                  env="NCCL_NET_PLUGIN"),
+            Opens(lib, ("libgdrapi.so",), "src/nccl_ofi_gdrcopy.cpp (--with-gdrcopy)"),
+            Opens(lib, ("libcudart.so",), "src/nccl_ofi_cuda.cpp (--enable-cudart-dynamic)"),
+            Opens(lib, ("libcuda.so.1",), "CUDA's static runtime, linked into the plugin", by="driver"),
+        ]
+
+    def checks(self) -> list:
+        lib = f"{PREFIX}/lib/{LIBRARY}"
+        out = [
             checks.file("aws-ofi-nccl.plugin", lib),
             checks.run("aws-ofi-nccl.ldd", f"{LIBRARY} resolves every library and symbol (ldd -r; the driver's "
                        "libcuda.so.1 is dlopened)",
@@ -181,3 +248,22 @@ class AwsOfiNccl(Component):
                        "env -u FI_PROVIDER fi_info -l",
                        expect=r"(?m)^(tcp|sockets|shm)"),
         ]
+        if self.enabled("platform_aws"):
+            # Every topology file the plugin names (platform-aws.cpp, for p4d, p4de, g5) is where it looks.
+            out.append(checks.run(
+                "aws-ofi-nccl.topology", f"the topology files the plugin points NCCL at are in {XML_DIR}",
+                f"n=0; for f in $(grep -a -o '[A-Za-z0-9.-]*-topo[.]xml' {lib} | sort -u); do n=$((n + 1)); "
+                f"test -s {XML_DIR}/$f && echo \"ok $f\" || {{ echo \"missing {XML_DIR}/$f\"; exit 1; }}; done; "
+                "echo \"$n topology files\"", expect=r"(?m)^[1-9]\d* topology files"))
+        if self.enabled("require"):
+            # An image that would fall back to NCCL's own IB or to sockets fails: NCCL_NET must name the
+            # plugin's network, so that NCCL fails at init without it.
+            out.append(checks.run("aws-ofi-nccl.fails_closed", f"NCCL_NET={NET_NAME}: NCCL fails at init rather than "
+                                  "fall back to sockets when the plugin does not load",
+                                  'echo "NCCL_NET=$NCCL_NET"', expect=rf"^NCCL_NET={NET_NAME}$"))
+            out.append(checks.run("aws-ofi-nccl.nccl_loads_it", "on a GPU, NCCL loads the plugin with GPUDirect "
+                                  "RDMA (NCCL_DEBUG=INFO) and fails without it", _NCCL_LOADS,
+                                  expect=r"(?s)(?=.*Using network Libfabric)(?=.*with GPUDirect RDMA support)"
+                                         r"(?=.*loaded rc=0)(?=.*without the plugin rc=[1-9])",
+                                  excluded=r"Using network Socket|without GPUDirect RDMA", needs="gpu"))
+        return out

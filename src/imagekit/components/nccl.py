@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from imagekit import checks, sources
+from imagekit.checks.dlopen import DRIVER, IMAGE, OPTIONAL, Opens
 from imagekit.components import _blocks
 from imagekit.components._base import _VERSION, Component
 from imagekit.util import known_errors
@@ -254,6 +255,23 @@ class Nccl(Component):
 
     def labels(self) -> dict[str, str]:
         return {"cuda": self.cuda, "prefix": self.prefix}
+
+    def dlopens(self) -> list[Opens]:
+        """What NCCL opens by name (read from libnccl.so.2 2.30-2.32's strings and NCCL's src/misc/*wrap*,
+        *symbols.cc): RDMA verbs for its own IB transport, gdrcopy, the driver's libraries; the DOCA GIN
+        libraries and the GIN/RMA plugins are optional features."""
+        lib = "libnccl.so.2"
+        rdma = IMAGE if self.stack.provider("rdma") is not None else OPTIONAL
+        gdr = IMAGE if self.stack.provider("gdrcopy") is not None else OPTIONAL
+        return [
+            Opens(lib, ("libibverbs.so", "libibverbs.so.1"), "src/misc/ibvsymbols.cc (NET/IB)", by=rdma),
+            Opens(lib, ("libmlx5.so", "libmlx5.so.1"), "src/misc/mlx5dvsymbols.cc (Data Direct)", by=OPTIONAL),
+            Opens(lib, ("libgdrapi.so", "libgdrapi.so.2"), "src/misc/gdrwrap.cc (NCCL_GDRCOPY_ENABLE)", by=gdr),
+            Opens(lib, ("libcuda.so.1", "libcuda.so"), "src/misc/cudawrap.cc", by=DRIVER),
+            Opens(lib, ("libnvidia-ml.so.1",), "src/misc/nvmlwrap.cc", by=DRIVER),
+            Opens(lib, ("libdoca_gpunetio.so", "libdoca_verbs.so", "libdoca_common.so"), "GPU-initiated networking "
+                  "(DOCA GPUNetIO)", by=OPTIONAL),
+        ]
 
     def checks(self) -> list:
         version = release_of(self.version)

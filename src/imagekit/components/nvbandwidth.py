@@ -5,6 +5,11 @@ where nccl-tests says a collective is slow, nvbandwidth says which copy path is,
 (``nvbandwidth -t device_to_device_memcpy_read_ce``), without NCCL in between. Built from NVIDIA's
 tagged release (CMake, Boost program_options) for the stack's GPU architectures; the runtime keeps the
 binary and Boost's program_options library.
+
+Every one of its test cases launches kernels (the copy-engine ones too: spin and memset kernels), and
+PTX never JIT-compiles down to an older GPU, so it must carry SASS for the oldest GPU the image serves:
+a stack whose nccl-tests has sm_70 code and whose nvbandwidth has not is refused (fourth CUDA review,
+J4: nvbandwidth failed on every V100 with "no kernel image is available").
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from imagekit import checks, sources
 from imagekit.components import _blocks
 from imagekit.components._base import Component, Requires
 from imagekit.components.nccl import default_archs
+from imagekit.util.schema import Option
 
 PREFIX = "/usr/local/nvbandwidth"
 # Boost program_options' run-time package in each distro (the -dev package pulls it into devel).
@@ -29,17 +35,37 @@ class Nvbandwidth(Component):
     upstream_file = ("nvbandwidth-{version}.tar.gz",
                      "https://github.com/NVIDIA/nvbandwidth/archive/refs/tags/v{version}.tar.gz")
     prefix = PREFIX
+    options = {
+        "archs": Option(list, None, 'GPU architectures, e.g. ["70", "80", "90"] (default: the cuda component\'s '
+                                    "arch_list, else Ampere to Blackwell where this CUDA has them)", item_type=str),
+    }
 
     def configure(self) -> None:
         super().configure()
         if self.stack.base.distro not in BOOST_RUNTIME:
             self.error(None, f"Boost's package names on {self.stack.base.distro} are not known here",
                        "use a base of: " + ", ".join(sorted(BOOST_RUNTIME)))
+        cuda = self.stack.provider("cuda")
+        if cuda is not None:
+            for arch in self.opts.get("archs") or []:
+                cuda.check_arch("archs", arch, owner=self)
+
+    def check_stack(self) -> None:
+        # The oldest GPU another binary of the image serves must get code from this one too.
+        mine = set(self.archs)
+        for other in self.stack.components.values():
+            theirs = getattr(other, "archs", None) if other is not self and other.name != "cuda" else None
+            lacking = sorted(set(theirs or []) - mine, key=int) if isinstance(theirs, list) else []
+            if lacking and int(lacking[0]) < min(map(int, mine)):
+                self.error("archs", f"nvbandwidth has no sm_{lacking[0]} code, which {other.name} carries: on that "
+                           "GPU every nvbandwidth test fails (\"no kernel image is available\"; PTX is never "
+                           "compiled for an older GPU)", f"add archs: {sorted(mine | set(lacking), key=int)} to "
+                           "nvbandwidth")
 
     @property
     def archs(self) -> list[str]:
         cuda = self.stack.provider("cuda")
-        return list(cuda.opts.get("arch_list") or default_archs(cuda))
+        return list(self.opts.get("archs") or cuda.opts.get("arch_list") or default_archs(cuda))
 
     def building_blocks(self) -> list:
         from hpccm.building_blocks import generic_build

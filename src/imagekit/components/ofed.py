@@ -30,6 +30,12 @@ DOCA_FIRST = {"ubuntu24": (2, 7, 0)}
 # 24.10 LTS, before ConnectX-8. Inbox rdma-core's mlx5 provider matches devices by driver, not generation.
 NIC_GENERATIONS = ("cx4", "cx5", "cx6", "cx7", "cx8")
 DOCA_FOR_NIC = {"cx8": (2, 10, 0)}
+# Ceilings: the last DOCA release line that supports each older generation (major, minor). DOCA 2.9.x release
+# notes (2.9.2, 2.9.4 "2024 LTS"): "DOCA 2.9.0 (and its LTS branch) is the final software version to support
+# NVIDIA ConnectX-4 device. Starting January '25, ConnectX-4 will no longer be supported by future DOCA-Host
+# releases." (fourth CUDA review, J5: DGX-1's four ConnectX-4 with DOCA 3.2).
+DOCA_LAST_FOR_NIC = {"cx4": (2, 9)}
+DOCA_LTS_FOR_NIC = {"cx4": "2.9.4"}
 MLNX_FOR_NIC: dict[str, tuple[int, ...] | None] = {"cx8": None}
 RUNTIME_PACKAGES = ("ibverbs-providers", "ibverbs-utils", "libibumad3", "libibverbs1", "librdmacm1")
 # HPCCM's doca_ofed set for apt-based distros.
@@ -82,7 +88,8 @@ class Ofed(Component):
         "diags": Option(bool, False, "add infiniband-diags (ibstat, ibnetdiscover, perfquery); Debian's "
                                      "depends on the full perl (+47 MB)"),
         "nics": Option(list, [], "ConnectX generations the image must drive (" + ", ".join(NIC_GENERATIONS)
-                       + "): DOCA before 2.10 and MLNX OFED have no ConnectX-8", item_type=str,
+                       + "): DOCA before 2.10 and MLNX OFED have no ConnectX-8, DOCA after 2.9 LTS no ConnectX-4",
+                       item_type=str,
                        pattern="|".join(NIC_GENERATIONS), pattern_help="one of " + ", ".join(NIC_GENERATIONS)),
     }
     distro_packages = ("ibverbs-providers", "ibverbs-utils", "libibverbs1", "librdmacm1")
@@ -125,6 +132,13 @@ class Ofed(Component):
                 self.error("version", f"DOCA {self.version} does not support ConnectX-{nic[2:]} (`nics: [{nic}]`): "
                            f"DOCA added it in {wanted} (DOCA 2.9 LTS: \"does not support ConnectX-8\")",
                            f'use DOCA "{wanted}" or newer ("3.2.0"), or drop {nic} from nics')
+            if flavor == "doca" and nic in DOCA_LAST_FOR_NIC and have[:2] > DOCA_LAST_FOR_NIC[nic]:
+                last = ".".join(map(str, DOCA_LAST_FOR_NIC[nic]))
+                self.error("version", f"DOCA {self.version} does not support ConnectX-{nic[2:]} (`nics: [{nic}]`): "
+                           f"DOCA {last} (LTS) is the last release line that does (DOCA {last} release notes: \"the "
+                           f"final software version to support ConnectX-{nic[2:]}\")",
+                           f'use DOCA "{DOCA_LTS_FOR_NIC[nic]}" ({last} LTS), `flavor: inbox` (the distro\'s '
+                           f"rdma-core drives mlx5 devices of every generation), or drop {nic} from nics")
             if flavor == "mlnx" and nic in MLNX_FOR_NIC:
                 self.error("flavor", f"MLNX OFED has no ConnectX-{nic[2:]} support (it ended with 24.10 LTS)",
                            'use `flavor: doca` with version "3.2.0"')

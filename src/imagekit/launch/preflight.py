@@ -28,13 +28,13 @@ from imagekit.util import platforms, searchpath, settings
 from imagekit.engines import docker as engine
 from imagekit.util.errors import EngineError, ImagekitError, UsageError
 from imagekit.image_facts import ImageFacts, is_file_image, reader
-from imagekit.launch import gpu_env, runtimes
+from imagekit.launch import gpu_env, preflight_fabric, require_cuda, runtimes
 from imagekit.launch.common import MPIRUN
+from imagekit.launch.finding import FAIL, OK, SKIP, WARN, Finding
 from imagekit.launch.gpu_env import GpuLaunch
 from imagekit.launch.schedulers import Slurm
 from imagekit.launch.starters import LauncherNeeds
 
-OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "not checked"
 SHM_MIN = 1 << 30  # NCCL and shared-memory BTLs want far more than Docker's 64 MiB default
 # Minimum Linux driver per CUDA major under minor-version compatibility, for images whose labels
 # predate `cuda.min_driver` (NVIDIA "CUDA Compatibility", minor-version compatibility table:
@@ -64,16 +64,6 @@ MNNVL_GPUS = ("GB200", "GB300")
 
 
 @dataclass
-class Finding:
-    """What one preflight check found: its status (OK, WARN, FAIL, SKIP), what it saw, and the fix."""
-
-    name: str
-    status: str
-    detail: str
-    fix: str | None = None
-
-
-@dataclass
 class HostFacts:
     """What preflight needs to know about the host; ``probe()`` reads the real one."""
 
@@ -89,6 +79,7 @@ class HostFacts:
     gpus: list[tuple[str, str]] = field(default_factory=list)   # (name, compute capability) per GPU
     imex_channels: list[int] | None = None   # /dev/nvidia-caps-imex-channels/channelN; None: no such dir
     imex_daemon: bool | None = None          # an nvidia-imex process runs here; None: not looked for
+    gpudirect: preflight_fabric.GpuDirectFacts | None = None   # peermem, DMA-BUF, gdrdrv; None: not probed
 
     @classmethod
     def probe(cls, *, want_srun: bool = False, want_mpirun: bool = False) -> "HostFacts":
@@ -107,6 +98,7 @@ class HostFacts:
             facts.gpus = _gpus()
             facts.imex_channels = _imex_channels()
             facts.imex_daemon = _process_running(IMEX_DAEMON)
+            facts.gpudirect = preflight_fabric.GpuDirectFacts.probe()
         # Enroot's 98-nvidia.sh appends /usr/sbin:/sbin to PATH before looking for it.
         facts.nvidia_container_cli = shutil.which("nvidia-container-cli",
                                                   path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
@@ -430,16 +422,27 @@ def check_gpu_arch(img: ImageFacts, host: HostFacts, site: settings.Site | None 
                 return Finding(name, FAIL, f"the image's CUDA {cuda} cannot run on {gpu} (sm_{cc[0]}{cc[1]}, "
                              f"{gpu_generation(cc)}): CUDA {release} dropped {generations} GPUs, so neither the "
                              "image's code nor its CUDA libraries have kernels for it", fix)
-    provider = img.provider("cuda")
-    archs = [a for a in ((provider.fact("archs") if provider else None) or "").split(",") if a]
-    if archs:
+    # Each binary's own GPU code (J4): a union of every component's architectures would pass a V100 that
+    # nccl-tests runs on and nvbandwidth does not.
+    per_binary = preflight_fabric.binary_archs(img)
+    ptx_cuda = preflight_fabric.driver_cuda(host.driver)
+    for component, archs in per_binary.items():
         for gpu, cap in host.gpus:
             cc = _cc(cap)
             if not runs_on(archs, cc):
-                return Finding(name, FAIL, f"the image carries GPU code for sm_{', sm_'.join(archs)} and this host's "
+                return Finding(name, FAIL, f"{component} carries GPU code for sm_{', sm_'.join(archs)} and this host's "
                              f"{gpu} is sm_{cc[0]}{cc[1]} ({gpu_generation(cc)}): no kernel image for it",
-                             f"rebuild with \"{cc[0]}{cc[1]}\" in the stack's GPU architectures (cuda arch_list or "
-                             "nccl-tests gencode)")
+                             f"rebuild with \"{cc[0]}{cc[1]}\" in {component}'s GPU architectures (cuda arch_list, "
+                             "nccl-tests gencode, nvbandwidth archs)")
+            sass = any(c[0] == cc[0] and c[1] <= cc[1] for c in (_cc(f"{a[:-1]}.{a[-1]}") for a in archs
+                                                                 if a.isdigit() and len(a) >= 2))
+            if not sass and ptx_cuda and _tuple(ptx_cuda) < _tuple(".".join(cuda.split(".")[:2])):
+                # J11: PTX is compiled at start by the driver, which knows PTX up to its own CUDA version.
+                return Finding(name, FAIL, f"{component} runs on {gpu} (sm_{cc[0]}{cc[1]}) only as PTX from CUDA "
+                             f"{cuda}, and driver {host.driver} JIT-compiles PTX up to CUDA {ptx_cuda}",
+                             f"a driver of CUDA {'.'.join(cuda.split('.')[:2])} or later, or rebuild with "
+                             f"\"{cc[0]}{cc[1]}\" SASS")
+    archs = sorted({a for arch_list in per_binary.values() for a in arch_list}, key=lambda a: int(a) if a.isdigit() else 0)
     gpus = sorted({f"{g} (sm_{_cc(c)[0]}{_cc(c)[1]})" for g, c in host.gpus})
     return Finding(name, OK, f"CUDA {cuda}" + (f", code for sm_{', sm_'.join(archs)}" if archs else "")
                  + f" runs on {', '.join(gpus)}")
@@ -634,17 +637,18 @@ class PreflightPlan:
     probe: bool = False                # run one short container of an unlabelled engine image to find its MPI
     gpu: GpuLaunch | None = None       # how the containers start: runtime, GPUs, environment, on this host?
     site: settings.Site | None = None  # whose stacks a fix may name (None: the environment's)
+    mounts: tuple[tuple[str, str], ...] = ()  # (host path, container path) binds: a host libfabric is checked
 
 
 def plan_for(scheduler: str | None, needs: LauncherNeeds | None, ssh_key_dir: Path | None, *,
-             site: settings.Site | None = None) -> PreflightPlan:
-    """``imagekit preflight``'s plan: ``scheduler`` (None, or Slurm's name: its PMIx plugin is checked)
-    and what a launcher ``needs`` (None: preflight alone)."""
+             site: settings.Site | None = None, mounts: tuple[tuple[str, str], ...] = ()) -> PreflightPlan:
+    """``imagekit preflight``'s plan: ``scheduler`` (None, or Slurm's name: its PMIx plugin is checked),
+    what a launcher ``needs`` (None: preflight alone) and the job's binds (a host libfabric is checked)."""
     if scheduler not in (None, Slurm.name):
         raise UsageError(f"unknown scheduler {scheduler!r}", f"use --scheduler {Slurm.name}, or leave it out")
     needs = needs or LauncherNeeds()
     return PreflightPlan(slurm=scheduler is not None, needs=needs, ssh_key_dir=ssh_key_dir,
-                         gpu=GpuLaunch(fix=needs.gpu_fix), site=site)
+                         gpu=GpuLaunch(fix=needs.gpu_fix), site=site, mounts=mounts)
 
 
 def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | None = None,
@@ -682,6 +686,11 @@ def run(image: str, plan: PreflightPlan = PreflightPlan(), *, host: HostFacts | 
     checks += [arch, check_shm(host), check_memlock(img, host), check_infiniband(img, host),
                check_driver(img, host), check_gpu_arch(img, host, plan.site), check_imex(img, host, gpu),
                check_gpu_runtime(img, host, gpu)]
+    # GPUDirect RDMA's prerequisites and host library binds (launch/preflight_fabric.py).
+    checks += preflight_fabric.checks(img, host.driver, list(plan.mounts), host.gpudirect)
+    required = require_cuda.check(img, host.driver)     # what the GPU runtime itself will say (J9)
+    if required.status != SKIP:
+        checks.append(required)
     if needs.sshd:
         checks.append(check_sshd(img))
         if plan.ssh_key_dir is not None:

@@ -66,7 +66,7 @@ class System:
     bandwidth_from: int = DEFAULT_BANDWIDTH_FROM
     sources: dict[str, str] = field(default_factory=dict)
     aliases: list[str] = field(default_factory=list)   # other names `--system` finds it by
-    stacks: list[str] = field(default_factory=list)    # shipped stacks (variants) built for its GPUs
+    stacks: list[str] = field(default_factory=list)    # shipped stacks (matrix row ids) CI validates on it
     lines: dict[str, int] = field(default_factory=dict)  # dotted key -> line, for messages
 
     def within_nvlink_domain(self, nodes: int) -> bool:
@@ -136,6 +136,23 @@ def _aliases(known: dict[str, Path]) -> dict[str, Path]:
         for alias in names if isinstance(names, list) else []:
             out.setdefault(str(alias), path)
     return out
+
+
+def for_row(row_id: str, site: Site | None = None) -> str | None:
+    """The system model a CI leg (a row of ``imagekit matrix``) is validated against: the first model on
+    the search path whose ``stacks:`` names the row's id (a variant, with ``-arm64`` for the arm64 row of
+    a multi-arch stack: one image, two systems); None when none does. Read without checking the rest of
+    each model, as aliases are: a broken model elsewhere must not stop the lookup."""
+    named: dict[str, str] = {}
+    for name, path in available(site).items():
+        try:
+            data = yamlpos.load(path)
+        except StackError:
+            continue
+        listed = data.get("stacks") if isinstance(data, dict) else None
+        for ref in listed if isinstance(listed, list) else []:
+            named.setdefault(str(ref), str(data.get("name") or name))
+    return named.get(row_id)
 
 
 def load(ref: "str | Path", site: Site | None = None) -> System:
