@@ -10,11 +10,9 @@ shared with other work, compare pairs, not single runs.
 
 from __future__ import annotations
 
-import resource
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import record
@@ -49,12 +47,11 @@ def main() -> None:
         for label in order:
             squash.tool_command = bounded if label == "bounded" else unbounded
             with tempfile.TemporaryDirectory(prefix="imagekit-read-ahead-") as tmp:
-                before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
                 request = ExportRequest(format=args.to, **({"preset": args.preset} if args.preset else {}))
-                export_image(args.image, request, Path(tmp) / "out", store=False)
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            runs.append({"read_ahead": label, "pair": pair, "wall_s": round(time.monotonic() - started, 1),
-                         "child_cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1)})
+                with record.timer() as t:
+                    export_image(args.image, request, Path(tmp) / "out", store=False)
+            runs.append({"read_ahead": label, "pair": pair, "wall_s": round(t.wall, 1),
+                         "child_cpu_s": round(t.children_cpu, 1)})
     squash.tool_command = bounded
     summary = {label: {"median_wall_s": statistics.median(r["wall_s"] for r in runs if r["read_ahead"] == label),
                        "median_child_cpu_s": statistics.median(r["child_cpu_s"] for r in runs

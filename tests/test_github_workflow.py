@@ -162,7 +162,7 @@ def test_validate_runs_the_rows_the_site_names_on_their_own_system_across_nodes(
                                      env={**os.environ, "IMAGEKIT_VALIDATE": "debian-mpi-arm64=gb200-nvl72",
                                           "IMAGEKIT_GPU_RUNNERS": "aarch64=self-hosted,gpu,ARM64"}).stdout)
     assert {r["id"]: (r["system"], r["gpu_runner"]) for r in rows} == {
-        "debian-mpi": ("", ["gpu", "x86_64"]), "debian-mpi-arm64": ("gb200-nvl72", ["self-hosted", "gpu", "ARM64"])}
+        "debian-mpi": ("", ["gpu", "x86_64"]), "debian-mpi-arm64": ("gb200-nvl72", ["self-hosted", "gpu", "ARM64", "gb200-nvl72"])}
 
 
 def test_validate_jobs_system_gate_fails_a_single_node_run_and_passes_two(tmp_path):

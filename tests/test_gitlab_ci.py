@@ -172,7 +172,7 @@ def test_a_row_the_site_names_gets_a_validate_job_on_its_gpu_runner_after_its_bu
     validates = {k: v for k, v in doc.items() if k.startswith("validate:")}
     assert list(validates) == ["validate:debian-mpi"]
     job = validates["validate:debian-mpi"]
-    assert job["tags"] == ["slurm-login", "gpu"] and job["variables"]["SYSTEM"] == "dgx-h100"
+    assert job["tags"] == ["slurm-login", "gpu", "dgx-h100"] and job["variables"]["SYSTEM"] == "dgx-h100"
     assert job["needs"] == [{"job": "build:debian-mpi", "artifacts": True}]
     assert "IMAGEKIT_PARENT_SOURCE" in job["rules"][0]["if"]
 

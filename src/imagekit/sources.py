@@ -34,8 +34,6 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from imagekit.util import digests, schema, settings, yamlpos
 from imagekit.util.errors import ImagekitError, StackError
 from imagekit.util.settings import Site, site_or_env
@@ -131,13 +129,11 @@ def site_pins(pinnable: Collection[str], site: Site | None = None) -> dict[tuple
 
 def is_pins_file(path: Path) -> bool:
     """Whether ``path`` is a site pins file rather than a stack: its only top-level key is ``pins``
-    (a stack has no such key). Unreadable files are the stack loader's to report."""
+    (a stack has no such key). Unreadable or unbounded files are the stack loader's to report (the
+    bounded parser: a file nested past its depth must fail as one error, not a RecursionError here)."""
     try:
-        if path.stat().st_size > _MAX_PINS_BYTES:
-            return False
-        with open(path, "rb") as fh:
-            doc = yaml.safe_load(fh)
-    except (OSError, yaml.YAMLError):
+        doc = yamlpos.load(path, max_bytes=_MAX_PINS_BYTES)
+    except (OSError, StackError):
         return False
     return isinstance(doc, dict) and set(doc) == {"pins"}
 

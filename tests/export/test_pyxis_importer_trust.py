@@ -102,7 +102,7 @@ def test_f3_a_trusted_referrer_must_be_a_squashfs_of_this_image(odd_in, tmp_path
     call = pyxis_get(uri, env)
     assert b"NOT-THE-IMAGE" not in served(call) and b"from CI" not in served(call)
     assert f"it names image 'sha256:{'0' * 64}', not {subject.config_digest}" in call.log, call.log
-    assert "squashfs version 17736.18733; Enroot and squashfuse read 4.0" in call.log    # b"hsqs-N"...
+    assert "squashfs version 17736.18733; Enroot, squashfuse and Apptainer mount 4.0" in call.log, call.log  # b"hsqs-N"...
     assert "converted and stored" in call.log
     assert [e.options for e in Store.open(tmp_path / "store").entries()] == [()]
 

@@ -71,8 +71,7 @@ class Store(Creating, Housekeeping):
         except OSError as exc:
             if no_space(exc):
                 raise NoSpaceError(f"no space to create the export store {path}") from None
-            raise ImagekitError(f"cannot use the export store {path}: {exc.strerror}",
-                                "choose another with --store DIR or IMAGEKIT_STORE, or --no-store") from None
+            raise _unusable(path, exc) from None
         return cls(path, trust, modes)
 
     # --- keys and lookups ----------------------------------------------------------------------
@@ -161,10 +160,18 @@ class Store(Creating, Housekeeping):
 def resolved(root: str | Path | None) -> Path:
     """The store's path (default: the user's own), its links resolved only where nobody but root and
     this user could have made or changed them (:func:`.nofollow.resolve`); UntrustedStore otherwise."""
+    path = root if root is not None else default_root()
     try:
-        return nofollow.resolve(root if root is not None else default_root())
+        return nofollow.resolve(path)
     except nofollow.NotADirectory as exc:
         raise UntrustedStore(exc.message, exc.hint) from None
+    except OSError as exc:      # e.g. a shared file system whose client died (ENOTCONN): the store's error
+        raise _unusable(path, exc) from None
+
+
+def _unusable(path: str | Path, exc: OSError) -> ImagekitError:
+    return ImagekitError(f"cannot use the export store {path}: {exc.strerror}",
+                         "choose another with --store DIR or IMAGEKIT_STORE, or --no-store")
 
 
 def make_private(path: Path) -> None:
