@@ -45,8 +45,8 @@ from imagekit.util import atomic, quoting
 from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.export import singularity_d, squash, tarstream
 from imagekit.export.image_source import Source, open_source
-from imagekit.export.output import (ConvertRequest, ExportResult, Progress, check_free_space, expected_bytes,
-                                    prepare_target, sha256_file)
+from imagekit.export.output import (ConvertRequest, Digest, ExportResult, Progress, check_free_space,
+                                    expected_bytes, prepare_target, sha256_file)
 from imagekit.util.signals import interrupt_on_sigterm
 
 # The format's layout and the reader live in imagekit.sif_reader, so that launch reads a SIF's labels
@@ -205,9 +205,10 @@ def convert(source: str | Source, target: Path, request: ConvertRequest, *,
         descriptors = _layout(objects, partition_size)
         with open(tmp, "r+b") as fh:
             write_prefix(fh, objects, descriptors, arch=arch, ident=ident, when=when)
+        digest = Digest(tmp)     # read beside the fsync, the rename and the check below
     read_sif(target)  # never hand out a file our own reader rejects
     return ExportResult(path=str(target), format="sif", image=image, bytes=target.stat().st_size,
-                        sha256=sha256_file(target), seconds=0.0, tool=used, compression=compression)
+                        sha256=digest.result(), seconds=0.0, tool=used, compression=compression)
 
 
 def _copy_at(src: Path, dst: Path, offset: int) -> None:

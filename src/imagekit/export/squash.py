@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from imagekit.util.errors import ImagekitError, UsageError
-from imagekit.util.procs import log_tail, stop
+from imagekit.util.procs import log_tail, stop, widen_pipe
 from imagekit.export import tarstream
 
 if TYPE_CHECKING:
@@ -160,9 +160,25 @@ def processors() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def cache_mem(block: int, jobs: int) -> int:
+    """Bytes of cache for mksquashfs's ``-mem``. Its default is a quarter of the machine's memory,
+    touched afresh as the stream goes by: on 24 GiB that is 0.7 GB of page faults per 771 MB image,
+    twice the system CPU and a third more wall time than a cache it reuses. A few dozen blocks per
+    thread keep every thread busy; the bytes written are the same whatever the size."""
+    return max(128 * MIB, 32 * block * jobs)
+
+
 @functools.lru_cache(maxsize=None)
 def _reads_tar(path: str) -> bool:
-    """Whether this mksquashfs has -tar (squashfs-tools >= 4.5)."""
+    """Whether this mksquashfs has -tar (squashfs-tools >= 4.5). An ``sqfstar`` beside it that is the
+    same program says so without a run (4.5 brought both, and installs sqfstar as a link to it);
+    else ``mksquashfs -help`` is asked."""
+    sibling = Path(path).with_name("sqfstar")
+    try:
+        if sibling.exists() and sibling.resolve() == Path(path).resolve():
+            return True
+    except OSError:
+        pass
     try:
         proc = subprocess.run([path, "-help"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
@@ -224,7 +240,9 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
     chosen = spec.resolved()
     if name in ("sqfstar", "mksquashfs"):
         head = [path] if name == "sqfstar" else [path, "-", str(out), "-tar", "-noappend"]
-        cmd = [*head, *chosen.mksquashfs_args(), "-processors", str(processors()),
+        jobs = processors()
+        cmd = [*head, *chosen.mksquashfs_args(), "-processors", str(jobs),
+               "-mem", f"{cache_mem(chosen.block, jobs) // MIB}M",
                "-quiet", "-no-progress", "-exit-on-error", "-root-mode", "0755"]
         if name == "sqfstar":
             cmd.append("-force")
@@ -269,8 +287,11 @@ def stream_to_squashfs(source: "Source", out: Path, spec: SquashSpec, rewrite: t
         try:
             # sqfstar refuses SOURCE_DATE_EPOCH next to explicit times; the times are explicit.
             tool_env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+            # One large buffer batches the small members into few writes (a flush comes before each
+            # spliced member); a large pipe lets each side run longer before the other must.
             squasher = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                        stderr=sq_err, env=tool_env)
+                                        stderr=sq_err, env=tool_env, bufsize=tarstream.CHUNK)
+            widen_pipe(squasher.stdin.fileno())
             try:
                 tarstream.filter_tar(rootfs.file, squasher.stdin, keep=keep, adjust=adjust, extra=extra,
                                      on_bytes=on_bytes)

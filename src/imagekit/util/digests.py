@@ -11,17 +11,22 @@ CHUNK = 4 << 20
 def sha256_and_size(path: str | os.PathLike, *, nofollow: bool = False) -> tuple[str, int]:
     """(hex sha256, bytes read) of ``path``; ``nofollow`` refuses a symbolic link (O_NOFOLLOW), for
     files that must never be one (a store entry)."""
+    fd = os.open(path, os.O_RDONLY | (os.O_NOFOLLOW if nofollow else 0))
+    try:
+        return sha256_of_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def sha256_of_fd(fd: int) -> tuple[str, int]:
+    """(hex sha256, bytes read) of what an open descriptor reads from its offset to its end."""
     h = hashlib.sha256()
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     size = 0
-    fd = os.open(path, os.O_RDONLY | (os.O_NOFOLLOW if nofollow else 0))
-    try:
-        while n := os.readv(fd, [buf]):
-            h.update(view[:n])
-            size += n
-    finally:
-        os.close(fd)
+    while n := os.readv(fd, [buf]):
+        h.update(view[:n])
+        size += n
     return h.hexdigest(), size
 
 
