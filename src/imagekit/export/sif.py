@@ -48,24 +48,18 @@ from imagekit.export.image_source import Source, open_source
 from imagekit.export.output import (ConvertRequest, Digest, ExportResult, Progress, check_free_space,
                                     expected_bytes, prepare_target, sha256_file)
 from imagekit.util.signals import interrupt_on_sigterm
+# The compressions (gzip, zstd, fast) are data in imagekit.export.presets and the file's mode is the
+# format's own (imagekit.sif_reader), so that the format table names them without loading this writer.
+from imagekit.export.presets import SIF_COMPRESSIONS, SIF_COMPRESSIONS_HINT  # noqa: F401
 
 # The format's layout and the reader live in imagekit.sif_reader, so that launch reads a SIF's labels
 # without loading this writer; the reader's names are imagekit.export.sif's too (its callers check
 # what they wrote with read_sif).
 from imagekit.sif_reader import (ARCH_CODES, DATA_DEFFILE, DATA_GENERIC_JSON, DATA_PARTITION, DESCRIPTOR,  # noqa: F401
-                                 DESCRIPTOR_CAPACITY, DESCRIPTORS_OFFSET, FS_SQUASHFS, HEADER, INSPECT_METADATA_NAME,
-                                 LAUNCH, MAGIC, OCI_CONFIG_NAME, PART_PRIMSYS, PARTITION_EXTRA, VERSION, Descriptor,
+                                 DESCRIPTOR_CAPACITY, DESCRIPTORS_OFFSET, FILE_MODE, FS_SQUASHFS, HEADER,
+                                 INSPECT_METADATA_NAME, LAUNCH, MAGIC, OCI_CONFIG_NAME, PART_PRIMSYS, PARTITION_EXTRA,
+                                 VERSION, Descriptor,
                                  SifFormatError, aligned, check_squashfs, read_sif)
-
-# gzip: Apptainer's own default, which every Apptainer and Singularity reads. zstd: zstd-15, as
-# `apptainer build --mksquashfs-args "-comp zstd"`. fast: the .sqsh default's zstd-3 (squash.PRESETS),
-# for a site whose hosts read zstd squashfs (Apptainer >= 1.0 through squashfuse or a kernel with
-# CONFIG_SQUASHFS_ZSTD); docs/export.md has its numbers against `apptainer build`.
-SIF_COMPRESSIONS = ("gzip", "zstd", "fast")
-SIF_COMPRESSIONS_HINT = "use gzip (default), zstd, or fast (zstd-3, as the .sqsh default)"
-
-FILE_MODE = 0o755  # before the umask, as apptainer/sif creates the file (the format row reads it)
-
 
 @dataclass
 class _Object:
