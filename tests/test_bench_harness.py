@@ -45,8 +45,11 @@ def test_script_uses_the_harness(script: Path):
     assert "timed" not in functions, f"{script.name} has a timing helper of its own: use record.timer()"
     used = {n.attr for n in ast.walk(tree)
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "record"}
-    assert "timer" in used or script.name in {"build.py", "cuda_build.py", "launch.py", "stacks_report.py"}, \
-        f"{script.name} times nothing with record.timer()"    # those report the library's own times (or its logs')
+    # record.alternate times each side of a pair with record.timer(); build.py and the like report the
+    # library's own times (or its logs').
+    assert used & {"timer", "alternate"} or script.name in {"build.py", "cuda_build.py", "launch.py",
+                                                            "stacks_report.py"}, \
+        f"{script.name} times nothing with record.timer() or record.alternate()"
     assert used & {"parser", "options"}, f"{script.name} has no --json/--out (record.parser or record.options)"
     assert {"start"} <= used, f"{script.name} writes no results file (record.start ... finish)"
 
