@@ -175,17 +175,25 @@ SHA_OUTPUTS = False     # set by --identity: every output hashed (the before/aft
 
 
 def measured(fn, image: str, work: Path, out: Path, notes: list[dict]):
-    """``fn`` as a side of a pair: its output's size and the peak extra disk go to ``notes``."""
+    """``fn`` as a side of a pair; the peak extra disk goes to ``notes`` (see :func:`noted`)."""
     def run() -> None:
         if out.exists():
             out.unlink()
         with DiskSampler(work) as disk:
             fn(image, work, out)
-        notes.append({"peak_extra": disk.peak, "out": out.stat().st_size if out.exists() else 0,
-                      "sha256": sha256_of(out) if out.exists() and SHA_OUTPUTS else ""})
+        notes.append({"peak_extra": disk.peak})
+    return run
+
+
+def noted(out: Path, notes: dict[str, list[dict]]):
+    """After a side, untimed: its output's size (and sha256 with --identity), then the output goes."""
+    def after(label: str) -> None:
+        note = notes[label][-1]
+        note["out"] = out.stat().st_size if out.exists() else 0
+        note["sha256"] = sha256_of(out) if out.exists() and SHA_OUTPUTS else ""
         if out.exists():
             out.unlink()
-    return run
+    return after
 
 
 def make_big_image(base: str, gb: float) -> str:
@@ -309,7 +317,7 @@ def main() -> int:
             notes: dict[str, list[dict]] = {label: [] for label in methods}
             out = work / f"out.{'sif' if args.to == 'sif' else 'sqsh'}"
             sides = {label: measured(fn, image, work, out, notes[label]) for label, fn in methods.items()}
-            samples = record.alternate(sides, args.runs)
+            samples = record.alternate(sides, args.runs, after=noted(out, notes))
             for label in methods:
                 notes[label] = notes[label][-args.runs:]       # the warm-up round's are not counted
             paired = {name: record.paired(samples[a], samples[b], a, b) for name, a, b in rows}

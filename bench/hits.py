@@ -27,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 from typing import Callable
 
@@ -87,17 +86,11 @@ def main() -> int:
     run = record.start("hits", args)
     from helpers.local_registry import running_registry
 
-    from imagekit.attest import keys
+    from signing import site_policy
 
     work = Path(tempfile.mkdtemp(prefix="imagekit-bench-hits-", dir="/var/tmp"))
     try:
-        keys.write_pair(keys.generate(), work / "ci")
-        policy = work / "policy.yaml"
-        policy.write_text(textwrap.dedent(f"""\
-            version: 1
-            keys: {{ci: {{path: {work}/ci.pub}}}}
-            repositories: [{{match: "*/bench/*", signers: [ci]}}]
-            """))
+        policy = site_policy(work)
         with running_registry(work / "registry") as addr:
             subprocess.run([str(CLI), "push", args.image, "--to", f"{addr}/bench/hits:1", "--with", "enroot",
                             "--sign", str(work / "ci.key"), "-q"], check=True, capture_output=True,

@@ -105,10 +105,12 @@ def spread(values: list[float], digits: int = 4) -> dict[str, float | int]:
     return {"n": n, "min": round(ordered[0], digits), "median": round(mid, digits), "max": round(ordered[-1], digits)}
 
 
-def alternate(sides: dict[str, Any], runs: int, warmup: int = 1) -> dict[str, list[Sample]]:
+def alternate(sides: dict[str, Any], runs: int, warmup: int = 1,
+              after: Any = None) -> dict[str, list[Sample]]:
     """Run each callable of ``sides`` in turn, ``runs`` rounds (A B A B …, after ``warmup`` rounds that
     are not kept), each timed by :func:`timer` with the load before and after: drift and a neighbour's
-    build hit every side alike, and each round gives one pair."""
+    build hit every side alike, and each round gives one pair. ``after(name)``, when given, runs after
+    each side outside the timing (checking or removing what it wrote)."""
     samples: dict[str, list[Sample]] = {name: [] for name in sides}
     for round_ in range(warmup + runs):
         for name, run_side in sides.items():
@@ -117,6 +119,8 @@ def alternate(sides: dict[str, Any], runs: int, warmup: int = 1) -> dict[str, li
                 run_side()
             if round_ >= warmup:
                 samples[name].append(Sample(t.wall, t.cpu, round(before, 2), round(os.getloadavg()[0], 2)))
+            if after is not None:
+                after(name)
     return samples
 
 
