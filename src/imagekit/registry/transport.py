@@ -17,15 +17,20 @@ with the socket's or the TLS library's own reason in their text.
 from __future__ import annotations
 
 import base64
-import http.client
 import ipaddress
 import os
 import socket
-import ssl
 import zlib
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import unquote, urlsplit
+
+# http.client (and the email and ssl packages it loads) is imported by the functions that talk HTTP,
+# when the first request is made: code that imports the registry client and never asks a registry (an
+# export store hit) does not pay for it.
+if TYPE_CHECKING:
+    import http.client
+    import ssl
 
 USER_AGENT = "imagekit"
 BLOCK = 1 << 20        # an upload's body goes out in pieces this large (http.client's default is 8 KiB)
@@ -44,6 +49,9 @@ class TransportTimeout(TransportError):
 
 
 def _wrap(exc: BaseException, when: str) -> TransportError:
+    import http.client
+    import ssl
+
     if isinstance(exc, TransportError):
         return exc
     if isinstance(exc, (ssl.SSLError, ssl.CertificateError)):
@@ -97,6 +105,8 @@ class Body:
                          else zlib.decompressobj() if encoding == "deflate" else None)
 
     def _pull(self, reader: Any, n: int, decode_content: bool) -> bytes:
+        import http.client
+
         while True:
             try:
                 data = reader(n if n and n > 0 else 1 << 16)
@@ -222,6 +232,8 @@ class Session:
         self._tls: ssl.SSLContext | None = None
 
     def _context(self) -> ssl.SSLContext:
+        import ssl
+
         if self._tls is None:
             if self.verify is False:
                 context = ssl._create_unverified_context()   # noqa: S323 - only when a caller asks for it
@@ -236,6 +248,8 @@ class Session:
     def _connect(self, scheme: str, host: str, port: int, proxy: str | None,
                  connect_timeout: float) -> tuple[http.client.HTTPConnection, dict[str, str]]:
         """A new connection (through ``proxy`` when given) and the headers the proxy needs per request."""
+        import http.client
+
         extra: dict[str, str] = {}
         if proxy:
             p = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
@@ -273,6 +287,8 @@ class Session:
         """Send one request and return its response with the body unread. Redirects are the caller's
         (``allow_redirects`` must be False); ``data``: bytes, or a file object with a Content-Length
         header given."""
+        import http.client
+
         if allow_redirects or not stream:
             raise ValueError("this transport streams every body and follows no redirect")
         parts = urlsplit(url)
