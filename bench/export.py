@@ -237,8 +237,10 @@ def main() -> int:
     ap.add_argument("--identity", action="store_true",
                     help="SOURCE_DATE_EPOCH set and every output hashed: before and after must be byte-identical")
     ap.add_argument("--only", help="comma-separated method labels to run (default: all)")
+    ap.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted (Apptainer's cache)")
     args = ap.parse_args()
     run = record.start(f"export-{args.to}", args)
+    record.byte_compile(Path(__file__).resolve().parents[1] / "src", *([args.baseline_src] if args.baseline_src else []))
     if args.identity:
         SHA_OUTPUTS = True
         os.environ.setdefault("SOURCE_DATE_EPOCH", "1700000000")
@@ -317,7 +319,7 @@ def main() -> int:
             notes: dict[str, list[dict]] = {label: [] for label in methods}
             out = work / f"out.{'sif' if args.to == 'sif' else 'sqsh'}"
             sides = {label: measured(fn, image, work, out, notes[label]) for label, fn in methods.items()}
-            samples = record.alternate(sides, args.runs, after=noted(out, notes))
+            samples = record.alternate(sides, args.runs, warmup=args.warmup, after=noted(out, notes))
             for label in methods:
                 notes[label] = notes[label][-args.runs:]       # the warm-up round's are not counted
             paired = {name: record.paired(samples[a], samples[b], a, b) for name, a, b in rows}

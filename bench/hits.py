@@ -45,6 +45,7 @@ class Sides:
         self.label, self.work, self.uri, self.image, self.policy = label, work, uri, image, policy
         self.extra = {"PYTHONPATH": pythonpath} if pythonpath else {}
         self.step = 0
+        self.held: list[dict[str, str]] = []
 
     def env(self, **more: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PYXIS_", "IMAGEKIT_"))}
@@ -63,8 +64,14 @@ class Sides:
                                   text=True, env=env)
             if proc.returncode != 0 or "store hit" not in proc.stderr:
                 raise SystemExit(f"{self.label}: {exe.name} get is not a hit ({proc.returncode}): {proc.stderr}")
-            subprocess.run([str(IMPORTER), "release"], env=env, stdin=subprocess.DEVNULL, capture_output=True)
+            self.held.append(env)
         return run
+
+    def release(self) -> None:
+        """Drop the holds of the gets so far (as Pyxis calls release after a step), untimed."""
+        while self.held:
+            subprocess.run([str(IMPORTER), "release"], env=self.held.pop(), stdin=subprocess.DEVNULL,
+                           capture_output=True)
 
     def reexport(self) -> None:
         env = self.env(IMAGEKIT_STORE=str(self.work / "export-store"))
@@ -84,6 +91,7 @@ def main() -> int:
     ap.add_argument("--baseline-src", help="an older imagekit's src directory: the before of every row")
     args = ap.parse_args()
     run = record.start("hits", args)
+    record.byte_compile(ROOT / "src", *([args.baseline_src] if args.baseline_src else []))
     from helpers.local_registry import running_registry
 
     from signing import site_policy
@@ -113,7 +121,7 @@ def main() -> int:
                 sides[f"signed importer hit ({name})"] = tree.get(SIGNED, IMAGEKIT_POLICY=str(policy))
                 sides[f"re-export hit ({name})"] = tree.reexport
                 sides[f"imagekit --version ({name})"] = tree.version
-            samples = record.alternate(sides, args.runs)
+            samples = record.alternate(sides, args.runs, after=lambda _side: [t.release() for t in trees.values()])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
