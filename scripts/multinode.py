@@ -52,8 +52,10 @@ PREFIX = "ikmn"
 CTLD_PORT = 6917          # not the single-node cluster's 6817: both may run at once
 COUNTFS = Path(os.environ.get("IMAGEKIT_COUNTFS", "/usr/local/bin/imagekit-countfs"))
 STATS = ".imagekit-countfs"
+# Node-local as on a real node: Enroot's directories, /tmp, and Pyxis's runtime path, where a stock
+# `enroot import` writes each node's squashfs under one name (nodes sharing it would overwrite).
 ENROOT_DIRS = {"enroot/data": "/var/tmp/enroot-data", "enroot/cache": "/var/tmp/enroot-cache",
-               "enroot/run": "/run/enroot", "tmp": "/tmp"}
+               "enroot/run": "/run/enroot", "pyxis/run": "/run/pyxis", "tmp": "/tmp"}
 
 SLURM_CONF = """\
 # Written by imagekit's scripts/multinode.py: {n} nodes in network namespaces, Pyxis in plugstack.conf.
@@ -95,7 +97,9 @@ PartitionName=nodes Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubs
 # in the node's namespaces. A site stages its images here (docs/many-nodes.md, "Staged by the prolog").
 PROLOG = """\
 #!/bin/sh
-if [ -x {site} ]; then exec {site}; fi
+# A hook that fails is logged by slurmd and never fails the prolog: a failed prolog drains the node,
+# and this cluster is shared by every test and bench of the machine.
+if [ -x {site} ]; then {site} || echo "prolog: {site} failed ($?)" >&2; fi
 exit 0
 """
 
@@ -267,6 +271,8 @@ class MultiCluster(Cluster):
         # 8 CPUs whatever the machine has (config_overrides): room for 8 tasks a node, as the tests ask.
         lines = [f"NodeName={n} NodeAddr={self.addr(n)} CPUs=8 State=UNKNOWN"
                  for n in self.nodes]
+        for target in ENROOT_DIRS.values():      # what each node binds its own directory over
+            Path(target).mkdir(parents=True, exist_ok=True)
         prolog = self.dir / "prolog"
         prolog.write_text(PROLOG.format(site=self.prolog_site))
         os.chmod(prolog, 0o755)
