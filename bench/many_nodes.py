@@ -551,9 +551,11 @@ def main() -> None:
     # the squashfs at once (the tests' 2 GiB do not hold them).
     cluster = multinode.MultiCluster(nodes=8, tree_width=2, local_size="4G").hold(squashfuse=True)
     work = Path(tempfile.mkdtemp(prefix="bench-many-", dir="/var/tmp"))
+    pushed_tag = ""
     try:
         with running_registry(work / "registry", listen="0.0.0.0") as addr:
-            push_image(args.image, f"{addr}/bench/many:1")
+            pushed_tag = f"{addr}/bench/many:1"
+            push_image(args.image, pushed_tag)
             uri = f"docker://{addr.replace('127.0.0.1', cluster.head)}#bench/many:1"
             bench = Bench(cluster, work, uri)
             from imagekit import registry
@@ -574,6 +576,9 @@ def main() -> None:
         cluster.pyxis(squashfuse=True)
         cluster.release()
         shutil.rmtree(work, ignore_errors=True)
+        if pushed_tag:
+            from imagekit.engines import docker as engine
+            engine.remove(pushed_tag)    # the push's local tag; the image itself stays
     from imagekit.engines import docker as engine
     doc = {"image": args.image, "jobs_from": str(args.jobs) if args.jobs else None, "image_bytes": int(engine.image_attrs(args.image).get("Size") or 0),
            "image_compressed_bytes": Bench.compressed, "entry": entry, "jobs": jobs, "parts": parts,
