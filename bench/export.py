@@ -1,45 +1,43 @@
 #!/usr/bin/env python3
-"""Benchmark: `imagekit export --to enroot` vs `enroot import dockerd://`, and `--to sif` vs `apptainer build`.
+"""Benchmark: `imagekit export --to enroot` vs `enroot import dockerd://` and the floor, and `--to sif`
+vs `apptainer build`, paired: every side runs in turn, A B C … (`record.alternate`), `--runs` rounds
+after a warm-up round, and every ratio is taken pair by pair (`record.paired`: min / median / max,
+with the load over the row).
 
-Rows, run side by side (interleaved, `--runs` times each; the median is shown):
+`--to enroot` sides and the rows read from them:
 
-- `enroot import dockerd://IMAGE` itself, when an `enroot` is found (`--enroot`,
-  else PATH). It is the baseline of the ratios. Enroot is not packaged for
-  Debian; build the bash part from its source tree (v4.1.2) with
-  `make FORCE_GLIBC=1 DEPS= UTILS= install prefix=/opt/enroot` (the C
-  utilities are not used by a dockerd:// import).
-- Enroot's method re-done by hand: docker create, docker export | tar -x into a
-  directory (dev/* and .dockerenv excluded), chmod, then `mksquashfs dir
-  out.sqsh -all-root -comp lzo -noD` (no fixperms pass over every file, no
-  config step, no bash): a lower bound for Enroot's design.
-- `imagekit export --to enroot --preset enroot` (Enroot's exact squash options)
-  and with the default preset.
+- `enroot import dockerd://IMAGE` (Enroot 4.1.2; `--enroot`, else PATH; without one, Enroot's method
+  re-done by hand: docker create, docker export | tar -x, chmod, `mksquashfs DIR -comp lzo -noD`);
+- `imagekit export` with the default preset and with `--preset enroot` (Enroot's own options):
+  rows "default vs enroot import" (goal ≥ 5×, wall and CPU) and "--preset enroot vs enroot import";
+- the floor, `docker export | wc -c`: row "default vs the floor" (goal ≤ 1.5× on wall time);
+- `docker export | mksquashfs - OUT -tar` with imagekit's exact tool options and no filter: row
+  "default vs docker export | mksquashfs" (goal ≤ 1.1× its CPU);
+- with `--baseline-src DIR` (an older imagekit's src, e.g. `git archive 67b9026 src | tar -x -C D`),
+  that imagekit's default export: row "default, after vs before". With `--identity` every output is
+  hashed under SOURCE_DATE_EPOCH=1700000000: before and after must give one sha256.
 
-With `--to sif`: `apptainer build OUT docker-daemon://IMAGE` (Apptainer's gzip default, the
-baseline), `imagekit export --to sif` (gzip too, the same bytes class), and the zstd pair
-(`apptainer build --mksquashfs-args "-comp zstd"` against `--preset zstd`), and the fast pair
-(zstd-3: `-comp zstd -Xcompression-level 3` against `--preset fast`), each imagekit row also read
-against the gzip baseline.
+`--to sif`: `apptainer build OUT docker-daemon://IMAGE` (gzip, its default) against
+`imagekit export --to sif` (gzip; goal ≥ 2.5× on wall), and `apptainer build --mksquashfs-args
+"-comp zstd -Xcompression-level 3"` against `--preset fast` (goal ≥ 5×); `--baseline-src` adds the
+before of both.
 
-Measured on the same image(s): wall time, CPU time of child processes
-(rusage), and peak extra disk on the file system of the work/output area
-(statvfs sampled every 50 ms; the output file itself is included, so the ideal
-is "peak == output size").
+CPU is user + system of the side's whole process tree (rusage of the reaped children); the
+engine's own work for `docker export` counts on no side. Each side's peak extra disk on the work
+area (statvfs every 50 ms, the output included) and output size are kept too.
 
-Images: imagekit/debian-mpi:latest when present, else the base image; and a
->= 1 GB one: --big-image, else imagekit/debian-cuda:devel when present (1.1 GB,
-`imagekit build debian-cuda --target devel`), else one made here (base +
-incompressible and compressible files, --big-gb).
+Images: imagekit/debian-mpi:latest when present, else the base image; and a >= 1 GB one:
+--big-image, else imagekit/debian-cuda:devel when present, else one made here (--big-gb), unless
+--skip-big.
 
-    python bench/export.py [--to enroot|sif] [--image IMAGE] [--big-image IMAGE] [--runs 5] [--workdir /var/tmp]
-                           [--enroot PATH] [--apptainer PATH]
+    python bench/export.py [--to enroot|sif] [--image IMAGE] [--skip-big] [--runs 5] [--baseline-src D/src]
+                           [--identity] [--only LABEL,...] [--workdir /var/tmp] [--enroot PATH] [--apptainer PATH]
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -121,30 +119,81 @@ def apptainer_build(apptainer: str, comp: str | None):
     return run
 
 
-def imagekit_method(preset: str | None, to: str = "enroot"):
+def imagekit_method(preset: str | None, to: str = "enroot", pythonpath: str | None = None):
+    """``imagekit export --no-store`` (``pythonpath``: another imagekit's source, the before side)."""
     def run(image: str, work: Path, out: Path) -> None:
         argv = [sys.executable, "-m", "imagekit", "export", image, "--to", to, "-o", str(out),
                 "--force", "--no-store", "-q"]
         if preset:
             argv += ["--preset", preset]
-        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+        env = dict(os.environ, **({"PYTHONPATH": pythonpath} if pythonpath else {}))
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
     return run
 
 
-def median_of(runs: list[dict]) -> dict:
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+def floor(image: str, work: Path, out: Path) -> None:
+    """``docker export | wc -c``: the engine's stream and nothing done with it (perf-4's floor)."""
+    name = f"bench-floor-{os.getpid()}"
+    try:
+        subprocess.run([DOCKER, "create", "--name", name, image, "/bin/sh"], check=True, capture_output=True)
+        subprocess.run(f"{DOCKER} export {name} | wc -c > /dev/null", shell=True, check=True)
+    finally:
+        subprocess.run([DOCKER, "rm", "-f", name], capture_output=True)
 
 
-def measure(fn, image: str, work: Path, out: Path) -> dict:
-    if out.exists():
-        out.unlink()
-    subprocess.run(["sync"])
-    with record.timer() as t, DiskSampler(work) as disk:
-        fn(image, work, out)
-    size = out.stat().st_size
-    result = {"wall": t.wall, "cpu": t.cpu, "peak_extra": disk.peak, "out": size}
-    out.unlink()
-    return result
+def mksquashfs_pipe(preset: str, offset: bool = False):
+    """``docker export | mksquashfs - OUT -tar`` with imagekit's exact options for ``preset`` (its tool
+    command line, no filter, no config files): the compressor's own cost, for the CPU ratio."""
+    def run(image: str, work: Path, out: Path) -> None:
+        from imagekit.export import squash
+
+        spec = squash.SquashSpec(preset=preset, tool="mksquashfs", all_root=True, xattrs=False)
+        cmd = squash.tool_command("mksquashfs", shutil.which("mksquashfs"), spec, out)
+        name = f"bench-pipe-{os.getpid()}"
+        try:
+            subprocess.run([DOCKER, "create", "--name", name, image, "/bin/sh"], check=True, capture_output=True)
+            exp = subprocess.Popen([DOCKER, "export", name], stdout=subprocess.PIPE)
+            subprocess.run(cmd, stdin=exp.stdout, check=True, stdout=subprocess.DEVNULL)
+            exp.stdout.close()
+            assert exp.wait() == 0
+        finally:
+            subprocess.run([DOCKER, "rm", "-f", name], capture_output=True)
+    return run
+
+
+def sha256_of(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(4 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+SHA_OUTPUTS = False     # set by --identity: every output hashed (the before/after byte identity)
+
+
+def measured(fn, image: str, work: Path, out: Path, notes: list[dict]):
+    """``fn`` as a side of a pair; the peak extra disk goes to ``notes`` (see :func:`noted`)."""
+    def run() -> None:
+        if out.exists():
+            out.unlink()
+        with DiskSampler(work) as disk:
+            fn(image, work, out)
+        notes.append({"peak_extra": disk.peak})
+    return run
+
+
+def noted(out: Path, notes: dict[str, list[dict]]):
+    """After a side, untimed: its output's size (and sha256 with --identity), then the output goes."""
+    def after(label: str) -> None:
+        note = notes[label][-1]
+        note["out"] = out.stat().st_size if out.exists() else 0
+        note["sha256"] = sha256_of(out) if out.exists() and SHA_OUTPUTS else ""
+        if out.exists():
+            out.unlink()
+    return after
 
 
 def make_big_image(base: str, gb: float) -> str:
@@ -173,9 +222,10 @@ def image_size(image: str) -> int:
 
 
 def main() -> int:
+    global SHA_OUTPUTS
     ap = record.parser(__doc__)
     ap.add_argument("--image", help="image to export (default: imagekit/debian-mpi:latest or the base)")
-    ap.add_argument("--runs", type=int, default=3, help="paired runs per method and image (median shown)")
+    ap.add_argument("--runs", type=int, default=3, help="paired rounds (A B A B ...), after one warm-up round")
     ap.add_argument("--big-image", help="the >= 1 GB image (default: imagekit/debian-cuda:devel, else made here)")
     ap.add_argument("--big-gb", type=float, default=1.0)
     ap.add_argument("--workdir", default="/var/tmp")
@@ -183,8 +233,17 @@ def main() -> int:
     ap.add_argument("--enroot", default=shutil.which("enroot"), help="enroot executable (default: PATH)")
     ap.add_argument("--to", choices=("enroot", "sif"), default="enroot")
     ap.add_argument("--apptainer", default=shutil.which("apptainer"), help="apptainer executable (default: PATH)")
+    ap.add_argument("--baseline-src", help="an older imagekit's src directory: its default export is the before side")
+    ap.add_argument("--identity", action="store_true",
+                    help="SOURCE_DATE_EPOCH set and every output hashed: before and after must be byte-identical")
+    ap.add_argument("--only", help="comma-separated method labels to run (default: all)")
+    ap.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted (Apptainer's cache)")
     args = ap.parse_args()
     run = record.start(f"export-{args.to}", args)
+    record.byte_compile(Path(__file__).resolve().parents[1] / "src", *([args.baseline_src] if args.baseline_src else []))
+    if args.identity:
+        SHA_OUTPUTS = True
+        os.environ.setdefault("SOURCE_DATE_EPOCH", "1700000000")
 
     from imagekit import base_image
     from imagekit.engines import docker as engine
@@ -206,59 +265,80 @@ def main() -> int:
             make_big_image(base, args.big_gb)
         images.append(BIG_TAG)
 
-    methods = []
+    default = squash.DEFAULT_PRESET
+    methods: dict[str, object] = {}
+    # (row name, A, B): each imagekit side read against its reference, pair by pair.
+    rows: list[tuple[str, str, str]] = []
     if args.to == "sif":
         if not args.apptainer:
             print("--to sif needs apptainer (--apptainer): it is the baseline", file=sys.stderr)
             return 2
-        methods += [("apptainer build docker-daemon:// (gzip)", apptainer_build(args.apptainer, None)),
-                    ("imagekit --to sif (gzip)", imagekit_method(None, "sif")),
-                    ("apptainer build -comp zstd", apptainer_build(args.apptainer, "zstd")),
-                    ("imagekit --to sif --preset zstd", imagekit_method("zstd", "sif")),
-                    ("apptainer build -comp zstd -Xcompression-level 3", apptainer_build(args.apptainer, "zstd -Xcompression-level 3")),
-                    ("imagekit --to sif --preset fast", imagekit_method("fast", "sif"))]
-    elif args.enroot:
-        methods.append(("enroot import dockerd://", enroot_import(args.enroot)))
+        methods = {"apptainer build (gzip)": apptainer_build(args.apptainer, None),
+                   "imagekit --to sif (gzip)": imagekit_method(None, "sif"),
+                   "apptainer build -comp zstd -Xcompression-level 3":
+                       apptainer_build(args.apptainer, "zstd -Xcompression-level 3"),
+                   "imagekit --to sif --preset fast": imagekit_method("fast", "sif")}
+        rows = [("sif default vs apptainer build", "imagekit --to sif (gzip)", "apptainer build (gzip)"),
+                ("sif fast vs apptainer build zstd-3", "imagekit --to sif --preset fast",
+                 "apptainer build -comp zstd -Xcompression-level 3")]
+        if args.baseline_src:
+            methods["imagekit before --to sif (gzip)"] = imagekit_method(None, "sif", args.baseline_src)
+            methods["imagekit before --to sif --preset fast"] = imagekit_method("fast", "sif", args.baseline_src)
+            rows += [("sif default, after vs before", "imagekit --to sif (gzip)", "imagekit before --to sif (gzip)"),
+                     ("sif fast, after vs before", "imagekit --to sif --preset fast",
+                      "imagekit before --to sif --preset fast")]
     else:
-        print("no enroot found (--enroot): the baseline is the method re-done by hand", file=sys.stderr)
-    if args.to == "enroot":
-        methods += [("enroot's method by hand", enroot_method),
-                    ("imagekit --preset enroot", imagekit_method("enroot")),
-                    (f"imagekit (default: {squash.DEFAULT_PRESET})", imagekit_method(None))]
+        if args.enroot:
+            methods["enroot import dockerd://"] = enroot_import(args.enroot)
+        else:
+            print("no enroot found (--enroot): the baseline is the method re-done by hand", file=sys.stderr)
+            methods["enroot's method by hand"] = enroot_method
+        reference = next(iter(methods))
+        methods.update({f"imagekit (default: {default})": imagekit_method(None),
+                        "imagekit --preset enroot": imagekit_method("enroot"),
+                        "docker export | wc -c (floor)": floor,
+                        f"docker export | mksquashfs ({default}'s options)": mksquashfs_pipe(default)})
+        ik = f"imagekit (default: {default})"
+        rows = [("default vs enroot import", ik, reference),
+                ("--preset enroot vs enroot import", "imagekit --preset enroot", reference),
+                ("default vs the floor", ik, "docker export | wc -c (floor)"),
+                ("default vs docker export | mksquashfs, same options", ik,
+                 f"docker export | mksquashfs ({default}'s options)")]
+        if args.baseline_src:
+            methods["imagekit before (default)"] = imagekit_method(None, pythonpath=args.baseline_src)
+            rows.append(("default, after vs before", ik, "imagekit before (default)"))
+    if args.only:
+        keep = {m.strip() for m in args.only.split(",")}
+        methods = {k: v for k, v in methods.items() if k in keep}
+        rows = [r for r in rows if r[1] in methods and r[2] in methods]
 
     work = Path(tempfile.mkdtemp(prefix="imagekit-bench-", dir=args.workdir))
-    results: dict[tuple[str, str], list[dict]] = {}
+    results = []
     try:
         for image in images:
-            for i in range(args.runs):
-                for label, fn in methods:   # interleaved, so drift hits every method alike
-                    r = measure(fn, image, work, work / f"out.{'sif' if args.to == 'sif' else 'sqsh'}")
-                    results.setdefault((image, label), []).append(r)
-                    print(f"  {image} run {i + 1}: {label}: {r['wall']:.1f}s", file=sys.stderr)
+            notes: dict[str, list[dict]] = {label: [] for label in methods}
+            out = work / f"out.{'sif' if args.to == 'sif' else 'sqsh'}"
+            sides = {label: measured(fn, image, work, out, notes[label]) for label, fn in methods.items()}
+            samples = record.alternate(sides, args.runs, warmup=args.warmup, after=noted(out, notes))
+            for label in methods:
+                notes[label] = notes[label][-args.runs:]       # the warm-up round's are not counted
+            paired = {name: record.paired(samples[a], samples[b], a, b) for name, a, b in rows}
+            for name, row in paired.items():
+                print(f"{image}: {name}: {record.describe(row)}; {record.describe(row, 'cpu')}", file=sys.stderr)
+            results.append({
+                "image": image, "image_bytes": image_size(image),
+                "methods": {label: {"wall_s": record.spread([x.wall for x in samples[label]], 3),
+                                    "cpu_s": record.spread([x.cpu for x in samples[label]], 3),
+                                    "peak_extra_bytes": max(n["peak_extra"] for n in notes[label]),
+                                    "out_bytes": sorted({n["out"] for n in notes[label]}),
+                                    "sha256": sorted({n["sha256"] for n in notes[label]} - {""})}
+                            for label in methods},
+                "rows": paired})
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-    mib = 1 << 20
-    print(f"\nmedian of {args.runs} paired runs, {os.cpu_count()} CPUs\n")
-    print("| image | method | wall s | CPU s | wall ratio | CPU ratio | peak extra MiB | out MiB |")
-    print("|---|---|---|---|---|---|---|---|")
-    # Each imagekit row against the tool's own run with the same compression.
-    baseline_of = {"imagekit --to sif --preset zstd": "apptainer build -comp zstd",
-                   "imagekit --to sif --preset fast": "apptainer build -comp zstd -Xcompression-level 3"}
-    for image in images:
-        for label, _ in methods:
-            base = median_of(results[(image, baseline_of.get(label, methods[0][0]))])
-            r = median_of(results[(image, label)])
-            print(f"| {image} ({image_size(image) / mib:.0f} MiB) | {label} | {r['wall']:.1f} | "
-                  f"{r['cpu']:.1f} | {base['wall'] / r['wall']:.2f}x | {base['cpu'] / max(r['cpu'], 1e-9):.2f}x | "
-                  f"{r['peak_extra'] / mib:.0f} | {r['out'] / mib:.0f} |")
-    print(f"\nratios: the baseline row's time over the row's (higher is faster), baseline: {methods[0][0]}"
-          + "".join(f"; for {k}: {v}" for k, v in baseline_of.items() if args.to == "sif"))
-    run.finish({"to": args.to, "runs": args.runs, "baseline": methods[0][0],
-                "images": {image: image_size(image) for image in images},
-                "results": [{"image": image, "method": label, "runs": results[(image, label)],
-                             "median": median_of(results[(image, label)])}
-                            for image in images for label, _ in methods]})
+    run.finish({"to": args.to, "runs": args.runs, "identity": args.identity,
+                "source_date_epoch": os.environ.get("SOURCE_DATE_EPOCH"), "baseline_src": args.baseline_src,
+                "results": results})
     return 0
 
 

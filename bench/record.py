@@ -6,6 +6,11 @@ with the commit, the machine and its load before and after. Numbers from this 2-
 comparable with numbers taken beside them, so every result says which commit measured it, on what,
 how loaded the machine was and with which command line; docs cite the file rather than retype it.
 
+A comparison is paired: :func:`alternate` runs the sides A B A B … and :func:`paired` gives the ratio
+taken pair by pair, min / median / max, with the load over the row. A ratio of medians taken at
+different moments is not one of these (perf-3 P3-5, perf-4 P4-3): a headline ratio in the docs is a
+paired median from a results file, and tests/test_docs.py fails one that no file backs.
+
     import record
     ap = record.parser(__doc__)
     args = ap.parse_args()
@@ -78,6 +83,79 @@ def timer() -> Iterator[Timing]:
         t.wall = time.perf_counter() - t._start
         t.self_cpu = _cpu(resource.RUSAGE_SELF) - s0
         t.children_cpu = _cpu(resource.RUSAGE_CHILDREN) - c0
+
+
+# --- pairs: A B A B ..., one ratio per pair -------------------------------------------------------
+
+@dataclass
+class Sample:
+    """One timed run of one side of a pair, with the 1-minute load average around it."""
+
+    wall: float
+    cpu: float
+    load_before: float
+    load_after: float
+
+
+def spread(values: list[float], digits: int = 4) -> dict[str, float | int]:
+    """min, median and max of ``values`` (and how many): what every figure in a result carries."""
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    return {"n": n, "min": round(ordered[0], digits), "median": round(mid, digits), "max": round(ordered[-1], digits)}
+
+
+def alternate(sides: dict[str, Any], runs: int, warmup: int = 1,
+              after: Any = None) -> dict[str, list[Sample]]:
+    """Run each callable of ``sides`` in turn, ``runs`` rounds (A B A B …, after ``warmup`` rounds that
+    are not kept), each timed by :func:`timer` with the load before and after: drift and a neighbour's
+    build hit every side alike, and each round gives one pair. ``after(name)``, when given, runs after
+    each side outside the timing (checking or removing what it wrote)."""
+    samples: dict[str, list[Sample]] = {name: [] for name in sides}
+    for round_ in range(warmup + runs):
+        for name, run_side in sides.items():
+            before = os.getloadavg()[0]
+            with timer() as t:
+                run_side()
+            if round_ >= warmup:
+                samples[name].append(Sample(t.wall, t.cpu, round(before, 2), round(os.getloadavg()[0], 2)))
+            if after is not None:
+                after(name)
+    return samples
+
+
+def paired(a: list[Sample], b: list[Sample], a_name: str = "a", b_name: str = "b") -> dict[str, Any]:
+    """A paired row: each side's wall and CPU, and the ratio A/B taken pair by pair (``ratio``: below 1
+    means A took less) with its inverse (``times``: how many times faster A is) and the difference
+    (``added_ms``: what A costs over B), each as min, median and max, and the load over the row. A headline in the docs is a ``times`` or ``ratio`` median from
+    here (tests/test_docs.py holds them to the results files)."""
+    if len(a) != len(b) or not a:
+        raise ValueError("a paired row needs the same number of runs on each side, at least one")
+    row: dict[str, Any] = {"a": a_name, "b": b_name, "n": len(a)}
+    for measure in ("wall", "cpu"):
+        xs, ys = [getattr(s, measure) for s in a], [getattr(s, measure) for s in b]
+        ratios = [x / y for x, y in zip(xs, ys) if y > 0 and x > 0]
+        row[measure] = {"a_s": spread(xs, 3), "b_s": spread(ys, 3), "ratio": spread(ratios, 3),
+                        "times": spread([1 / r for r in ratios], 2),
+                        "added_ms": spread([(x - y) * 1000 for x, y in zip(xs, ys)], 1)}
+    loads = [s.load_before for s in a + b] + [s.load_after for s in a + b]
+    row["load_1m"] = {"min": min(loads), "max": max(loads)}
+    return row
+
+
+def describe(row: dict[str, Any], measure: str = "wall") -> str:
+    """One line for people: ``A / B wall: ratio min / median / max (n), ×median, load lo–hi``."""
+    r, t = row[measure]["ratio"], row[measure]["times"]
+    return (f"{row['a']} / {row['b']} {measure}: {r['min']:.3f} / {r['median']:.3f} / {r['max']:.3f} ({row['n']}), "
+            f"{t['median']:.2f}x, load {row['load_1m']['min']:.1f}-{row['load_1m']['max']:.1f}")
+
+
+def byte_compile(*trees: Path | str) -> None:
+    """Write the bytecode of every module under ``trees``, as pip's install does: a process timed with
+    PYTHONDONTWRITEBYTECODE set (this machine's shells have it) would otherwise compile every imagekit
+    module from source at each start, which no installed site pays."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *map(str, trees)], check=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
 
 
 # --- what was measured, on what -------------------------------------------------------------------

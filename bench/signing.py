@@ -69,20 +69,28 @@ def get(uri: str, env: dict[str, str]) -> tuple[float, str]:
     return t.wall, proc.stderr
 
 
+def site_policy(work: Path) -> Path:
+    """A site key ``WORK/ci.key`` (and .pub) and a policy that trusts it for every ``*/bench/*`` image."""
+    from imagekit.attest import keys
+
+    keys.write_pair(keys.generate(), work / "ci")
+    policy = work / "policy.yaml"
+    policy.write_text(textwrap.dedent(f"""\
+        version: 1
+        keys: {{ci: {{path: {work}/ci.pub}}}}
+        repositories: [{{match: "*/bench/*", signers: [ci]}}]
+        """))
+    return policy
+
+
 def importer(args: argparse.Namespace) -> dict:
     from helpers.local_registry import running_registry
 
-    from imagekit.attest import bundle, keys
+    from imagekit.attest import bundle
 
     work = Path(tempfile.mkdtemp(prefix="imagekit-bench-signing-"))
     try:
-        keys.write_pair(keys.generate(), work / "ci")
-        policy = work / "policy.yaml"
-        policy.write_text(textwrap.dedent(f"""\
-            version: 1
-            keys: {{ci: {{path: {work}/ci.pub}}}}
-            repositories: [{{match: "*/bench/*", signers: [ci]}}]
-            """))
+        policy = site_policy(work)
         with running_registry(work / "registry") as addr:
             ref = f"{addr}/bench/signed:1"
             subprocess.run([str(CLI), "push", args.image, "--to", ref, "--with", "enroot", "--sign",

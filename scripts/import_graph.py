@@ -42,7 +42,7 @@ PLUGINS = "imagekit.components"
 class Edge:
     source: str
     target: str
-    kind: str  # "module", "type-checking", "function" or "discovery"
+    kind: str  # "module", "type-checking", "function", "discovery" or "table"
     line: int
 
 
@@ -107,6 +107,13 @@ def edges(src: Path = SRC) -> list[Edge]:
             for target in _targets(node, name, path.name == "__init__.py", known):
                 if target != name and target in known:
                     found.append(Edge(name, target, kind, node.lineno))
+        # A table's "imagekit.module:attribute" loads that module when its row is used
+        # (imagekit.util.lazy): drawn as the edge it is.
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and ":" in node.value:
+                target = node.value.split(":", 1)[0]
+                if target in known and target != name and node.value.startswith(PACKAGE + "."):
+                    found.append(Edge(name, target, "table", node.lineno))
     # The component registry imports every component module by name when first asked for
     # (components/__init__.py): drawn here as the edges they are.
     found += [Edge(PLUGINS, name, "discovery", 0) for name in sorted(known)

@@ -52,8 +52,10 @@ PREFIX = "ikmn"
 CTLD_PORT = 6917          # not the single-node cluster's 6817: both may run at once
 COUNTFS = Path(os.environ.get("IMAGEKIT_COUNTFS", "/usr/local/bin/imagekit-countfs"))
 STATS = ".imagekit-countfs"
+# Node-local as on a real node: Enroot's directories, /tmp, and Pyxis's runtime path, where a stock
+# `enroot import` writes each node's squashfs under one name (nodes sharing it would overwrite).
 ENROOT_DIRS = {"enroot/data": "/var/tmp/enroot-data", "enroot/cache": "/var/tmp/enroot-cache",
-               "enroot/run": "/run/enroot", "tmp": "/tmp"}
+               "enroot/run": "/run/enroot", "pyxis/run": "/run/pyxis", "tmp": "/tmp"}
 
 SLURM_CONF = """\
 # Written by imagekit's scripts/multinode.py: {n} nodes in network namespaces, Pyxis in plugstack.conf.
@@ -78,6 +80,10 @@ SchedulerType=sched/builtin
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
+# The site's prolog at allocation, on every node of a job, before its script (scripts/multinode.py
+# writes {d}/prolog: it runs {d}/prolog.site when there is one, the hook a bench or test sets).
+Prolog={d}/prolog
+PrologFlags=Alloc
 ReturnToService=2
 SlurmdTimeout=120
 MessageTimeout=30
@@ -85,6 +91,16 @@ KillWait=5
 TreeWidth={tree_width}
 {nodes}
 PartitionName=nodes Nodes={names} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+"""
+
+# Slurm's Prolog (PrologFlags=Alloc: once per node when a job is given it, before its script), as root
+# in the node's namespaces. A site stages its images here (docs/many-nodes.md, "Staged by the prolog").
+PROLOG = """\
+#!/bin/sh
+# A hook that fails is logged by slurmd and never fails the prolog: a failed prolog drains the node,
+# and this cluster is shared by every test and bench of the machine.
+if [ -x {site} ]; then {site} || echo "prolog: {site} failed ($?)" >&2; fi
+exit 0
 """
 
 # Run in the node's new mount and UTS namespaces (inside its network namespace), then becomes slurmd.
@@ -167,6 +183,7 @@ class MultiCluster(Cluster):
         self.pfs = self.dir / "pfs"          # the shared file system, at the same path on the head and every node
         self.local = self.dir / "local"      # on a node: its node-local disk (on the head: an empty directory)
         self.state_file = self.dir / "state.json"
+        self.prolog_site = self.dir / "prolog.site"   # the prolog's hook: absent, the prolog does nothing
 
     # --- names --------------------------------------------------------------------------------
 
@@ -254,6 +271,11 @@ class MultiCluster(Cluster):
         # 8 CPUs whatever the machine has (config_overrides): room for 8 tasks a node, as the tests ask.
         lines = [f"NodeName={n} NodeAddr={self.addr(n)} CPUs=8 State=UNKNOWN"
                  for n in self.nodes]
+        for target in ENROOT_DIRS.values():      # what each node binds its own directory over
+            Path(target).mkdir(parents=True, exist_ok=True)
+        prolog = self.dir / "prolog"
+        prolog.write_text(PROLOG.format(site=self.prolog_site))
+        os.chmod(prolog, 0o755)
         self.conf.write_text(SLURM_CONF.format(n=self.n, d=self.dir, head=self.head, port=self.port,
                                                tree_width=self.tree_width, nodes="\n".join(lines),
                                                names=",".join(self.nodes)))

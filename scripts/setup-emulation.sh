@@ -2,9 +2,12 @@
 # arm64 builds and containers on an x86 machine (and x86 ones on arm64): QEMU user mode through the
 # kernel's binfmt_misc. Debian's qemu-user-static registers its interpreters (with the F flag, so
 # that they work inside containers) from its postinst when binfmt_misc is mounted; on a machine or
-# container without systemd it may not be, so this mounts it and enables them. Idempotent; needs
-# root (or sudo). setup.sh installs the packages (qemu-user-static binfmt-support arch-test).
+# container without systemd it may not be, so this mounts it and enables them. It installs the
+# packages where missing (qemu-user-static binfmt-support arch-test; arch-test: mmdebstrap's check).
+# Idempotent; needs root (or sudo). The main job does not need it; scripts/setup-test.sh runs it.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/apt-install.sh emulation qemu-user-static binfmt-support arch-test
 
 BINFMT=/proc/sys/fs/binfmt_misc
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }

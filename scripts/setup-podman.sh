@@ -25,18 +25,9 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 log() { echo "setup-podman: $*"; }
 fail() { echo "setup-podman: $*" >&2; exit 1; }
 
-missing=()
-for pkg in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-    log "installing ${missing[*]}"
-    as_root apt-get update -qq
-    # No recommends: buildah, fuse-overlayfs and dbus-user-session are not needed (and fuse cannot work
-    # here); nor mmdebstrap's fakechroot, fakeroot, qemu helpers (imagekit uses its unshare mode).
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        "${missing[@]}" >/dev/null || fail "apt-get could not install: ${missing[*]}"
-fi
+# No recommends (apt-install.sh): buildah, fuse-overlayfs and dbus-user-session are not needed (and fuse
+# cannot work here); nor mmdebstrap's fakechroot, fakeroot, qemu helpers (imagekit uses its unshare mode).
+bash scripts/apt-install.sh setup-podman "${PACKAGES[@]}" || fail "apt-get could not install: ${PACKAGES[*]}"
 
 if ! id "$TEST_USER" >/dev/null 2>&1; then
     log "adding the unprivileged test user $TEST_USER"

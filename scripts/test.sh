@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The test suite, on a fresh machine: set up (engine and cluster runtimes included), then pytest.
-# Integration tests need the engine; with CI set, a missing engine fails them.
+# The test suite, on a fresh machine: set up (the main job's set-up, the tests' own packages, the
+# engine and the cluster runtimes), then pytest. Integration tests need the engine; with CI set, a
+# missing engine fails them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/setup-test.sh
 # The real runtimes (Enroot, Pyxis, Apptainer) and the test user; once per machine. Without their
 # sources the runtime tests skip here, and fail in CI.
 if ! bash scripts/setup-cluster.sh; then

@@ -45,8 +45,11 @@ def test_script_uses_the_harness(script: Path):
     assert "timed" not in functions, f"{script.name} has a timing helper of its own: use record.timer()"
     used = {n.attr for n in ast.walk(tree)
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "record"}
-    assert "timer" in used or script.name in {"build.py", "cuda_build.py", "launch.py", "stacks_report.py"}, \
-        f"{script.name} times nothing with record.timer()"    # those report the library's own times (or its logs')
+    # record.alternate times each side of a pair with record.timer(); build.py and the like report the
+    # library's own times (or its logs').
+    assert used & {"timer", "alternate"} or script.name in {"build.py", "cuda_build.py", "launch.py",
+                                                            "stacks_report.py"}, \
+        f"{script.name} times nothing with record.timer() or record.alternate()"
     assert used & {"parser", "options"}, f"{script.name} has no --json/--out (record.parser or record.options)"
     assert {"start"} <= used, f"{script.name} writes no results file (record.start ... finish)"
 
@@ -142,3 +145,30 @@ def test_json_prints_only_the_document_on_stdout(tmp_path: Path):
     help_text = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
                                check=True, env=env).stdout
     assert "python bench/tiny.py" in help_text and "--json" in help_text and "--out" in help_text
+
+
+def test_sides_alternate_and_the_warm_up_round_is_dropped():
+    order = []
+    samples = record.alternate({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, runs=2)
+    assert order == ["a", "b"] * 3
+    assert [len(v) for v in samples.values()] == [2, 2]
+    assert all(s.wall >= 0 and s.load_before >= 0 for s in samples["a"])
+
+
+def test_a_paired_row_takes_the_ratio_pair_by_pair():
+    s = lambda wall, cpu: record.Sample(wall, cpu, 1.0, 3.0)  # noqa: E731
+    a = [s(1.0, 2.0), s(3.0, 2.0), s(2.0, 2.0)]
+    b = [s(2.0, 4.0), s(3.0, 4.0), s(8.0, 4.0)]
+    row = record.paired(a, b, "new", "old")
+    # per pair 0.5, 1.0, 0.25: not the ratio of the medians (2 / 3)
+    assert row["wall"]["ratio"] == {"n": 3, "min": 0.25, "median": 0.5, "max": 1.0}
+    assert row["wall"]["times"]["median"] == 2.0 and row["cpu"]["times"]["median"] == 2.0
+    assert row["wall"]["added_ms"] == {"n": 3, "min": -6000.0, "median": -1000.0, "max": 0.0}
+    assert row["load_1m"] == {"min": 1.0, "max": 3.0} and (row["a"], row["b"], row["n"]) == ("new", "old", 3)
+    assert "new / old wall: 0.250 / 0.500 / 1.000 (3), 2.00x, load 1.0-3.0" == record.describe(row)
+    with pytest.raises(ValueError):
+        record.paired(a, b[:2])
+
+
+def test_spread_of_an_even_count_is_the_middle_pair_mean():
+    assert record.spread([4, 1, 3, 2]) == {"n": 4, "min": 1, "median": 2.5, "max": 4}

@@ -6,6 +6,7 @@ fresh rendering rather than read by eye.
 
 from __future__ import annotations
 
+import json
 import re
 import runpy
 from pathlib import Path
@@ -156,3 +157,76 @@ def _anchors(text: str) -> set[str]:
         elif not fenced and (m := re.match(r"#{1,6}\s+(.*)", line)):
             out.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
     return out
+
+
+# --- headline ratios: a paired median from a results file -------------------------------------------
+
+RESULTS = ROOT / "bench" / "results"
+# A headline ratio is written in bold: **5.4×** (perf-3 P3-5, perf-4 P4-3: ratios of medians taken at
+# different moments are not headlines).
+_HEADLINE = re.compile(r"\*\*(\d+(?:\.\d+)?)×\*\*")
+_RESULT_LINK = re.compile(r"bench/results/([\w.-]+\.json)")
+_HEADING = re.compile(r"^#{1,6} ")
+
+
+def paired_medians(doc) -> list[float]:
+    """Every paired median in a results document: the ``ratio`` and ``times`` spreads that
+    bench/record.py's ``paired`` writes (min, median, max and n)."""
+    found: list[float] = []
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            if key in ("ratio", "times") and isinstance(value, dict) and {"n", "min", "median", "max"} <= set(value):
+                found.append(float(value["median"]))
+            else:
+                found += paired_medians(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            found += paired_medians(value)
+    return found
+
+
+def backs(medians: list[float], written: str) -> bool:
+    """Whether a median, rounded as the docs wrote it, is the number written."""
+    decimals = len(written.split(".")[1]) if "." in written else 0
+    return any(f"{m:.{decimals}f}" == written for m in medians)
+
+
+def headlines(text: str) -> list[tuple[str, str, list[str]]]:
+    """(section title, ratio as written, results files the section names) for each headline ratio."""
+    sections: list[tuple[str, list[str]]] = [("(top)", [])]
+    fenced = False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if not fenced and _HEADING.match(line):
+            sections.append((line, []))
+        sections[-1][1].append(line)
+    out = []
+    for title, lines in sections:
+        body = "\n".join(lines)
+        files = sorted(set(_RESULT_LINK.findall(body)))
+        out += [(title, ratio, files) for ratio in _HEADLINE.findall(body)]
+    return out
+
+
+@pytest.mark.parametrize("page", [README, *PAGES], ids=lambda p: p.name)
+def test_every_headline_ratio_is_a_paired_median_of_a_results_file(page):
+    bad = []
+    for title, ratio, files in headlines(page.read_text()):
+        if not files:
+            bad.append(f"{title}: **{ratio}×** names no bench/results/*.json in its section")
+            continue
+        medians = [m for f in files if (RESULTS / f).is_file()
+                   for m in paired_medians(json.loads((RESULTS / f).read_text()))]
+        if not backs(medians, ratio):
+            bad.append(f"{title}: **{ratio}×** is no paired median (ratio or times) of {', '.join(files)}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_headline_check_can_fail():
+    doc = {"rows": {"x": {"wall": {"ratio": {"n": 3, "min": 0.1, "median": 0.185, "max": 0.3},
+                                   "times": {"n": 3, "min": 3.3, "median": 5.41, "max": 10.0}}}}}
+    medians = paired_medians(doc)
+    assert backs(medians, "5.4") and backs(medians, "5.41") and not backs(medians, "5.38")
+    text = "# A\nx **5.4×** (bench/results/a.json)\n## B\ny **2.0×**\n"
+    assert headlines(text) == [("# A", "5.4", ["a.json"]), ("## B", "2.0", [])]

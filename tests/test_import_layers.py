@@ -129,8 +129,8 @@ def test_the_run_side_never_reaches_the_build_side(graph):
 
 
 def test_imports_sit_at_the_top(graph):
-    """No module imports imagekit inside a function (docs/development.md, "Layers"). The one deferred loading is a
-    table, not an import statement: the CLI's LazyGroup loads a command's module by name."""
+    """No module imports imagekit inside a function (docs/development.md, "Layers"). The deferred loadings are
+    tables, not import statements: a row names its module (imagekit.util.lazy), drawn as a "table" edge."""
     edges, _g, _rows = graph
     inside = import_graph.function_level(edges)
     assert not inside, "move these imports to the top of their module: " + "; ".join(

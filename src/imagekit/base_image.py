@@ -181,7 +181,7 @@ def ensure(request: BaseRequest, *, log: Callable[[str], None] = print) -> str:
             and not shutil.which("arch-test"):
         # mmdebstrap checks a foreign architecture with arch-test, and refuses without it.
         raise ImagekitError(f"mmdebstrap needs arch-test to bootstrap {spec.debian_arch}",
-                            "apt-get install arch-test (scripts/setup.sh does), or --bootstrap debootstrap")
+                            "apt-get install arch-test (scripts/setup-emulation.sh does), or --bootstrap debootstrap")
     _bootstrap_and_import(spec, log, images, chosen)
     return spec.tag
 

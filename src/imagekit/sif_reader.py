@@ -22,6 +22,8 @@ from pathlib import Path
 from imagekit.util import known_errors
 from imagekit.util.known_errors import DamagedImage
 
+# A SIF is made with mode 0755 before the umask, as apptainer/sif creates it: `./x.sif` runs it.
+FILE_MODE = 0o755
 LAUNCH = b"#!/usr/bin/env run-singularity\n"
 MAGIC = b"SIF_MAGIC"
 VERSION = b"01"

@@ -215,8 +215,8 @@ def test_ldd_closure_names_the_missing_library_and_excepts_the_drivers(tmp_path)
 
 @pytest.fixture
 def gcc() -> None:
-    """These tests compile small libraries: CI has gcc (scripts/setup.sh installs it)."""
-    need(None if shutil.which("gcc") else "gcc (scripts/setup.sh installs it)")
+    """These tests compile small libraries: CI has gcc (scripts/setup-test.sh installs it)."""
+    need(None if shutil.which("gcc") else "gcc (scripts/setup-test.sh installs it)")
 
 
 def _cc(tmp_path, name: str, source: str, *args: str) -> Path:

@@ -187,7 +187,7 @@ def test_an_emulated_image_whose_programs_see_the_host_cpu_is_checked_with_an_ar
     program (its ``sh`` is a static one that only waits, for the idle container). testinfra needs a
     real shell, so the testinfra run is replaced by reading the file in the real check container
     with that ``cat``. An amd64 image is not emulated: no file, no note."""
-    need(None if shutil.which("gcc") else "gcc (scripts/setup.sh installs it)")
+    need(None if shutil.which("gcc") else "gcc (scripts/setup-test.sh installs it)")
     if os.uname().machine != "x86_64":
         pytest.skip("an x86_64 machine's case")
     ctx = tmp_path / "ctx"

@@ -199,6 +199,20 @@ def test_reproducible_with_source_date_epoch(odd_image, tmp_path, monkeypatch):
 
 
 @pytest.mark.engine
+@pytest.mark.parametrize("fmt", ["enroot", "sif"])
+def test_the_socket_stream_writes_the_clis_bytes(odd_image, tmp_path, monkeypatch, fmt):
+    """The export read from the engine's socket (spliced past Python) and the one `docker export`
+    pipes (the path an engine on tcp or ssh takes) give one file, byte for byte."""
+    from imagekit.engines import docker_socket
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    direct = export_image(odd_image, ExportRequest(fmt), tmp_path / "socket", store=False)
+    monkeypatch.setattr(docker_socket, "socket_path", lambda env=None: None)
+    cli = export_image(odd_image, ExportRequest(fmt), tmp_path / "cli", store=False)
+    assert direct.sha256 == cli.sha256 == hashlib.sha256((tmp_path / "cli").read_bytes()).hexdigest()
+
+
+@pytest.mark.engine
 def test_shared_fs_preset_and_tar2sqfs(odd_image, odd_tree, tmp_path):
     res = export_image(odd_image, ExportRequest("enroot", preset="shared-fs"), tmp_path / "s.sqsh")
     info = subprocess.run(["unsquashfs", "-s", res.path], capture_output=True, text=True).stdout

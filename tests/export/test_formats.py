@@ -53,7 +53,7 @@ def test_an_unknown_format_names_the_valid_ones():
 def test_every_converter_has_the_one_signature():
     """``(source, target, request, *, progress)``: the export path calls each the same way."""
     for fmt in formats.FORMATS.values():
-        params = inspect.signature(fmt.convert).parameters
+        params = inspect.signature(fmt.load_converter()).parameters
         assert list(params) == ["source", "target", "request", "progress"], fmt.name
         assert params["progress"].kind is inspect.Parameter.KEYWORD_ONLY
 

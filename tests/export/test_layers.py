@@ -190,7 +190,7 @@ def test_each_inflater_reads_a_layer_and_refuses_a_damaged_one(tool, monkeypatch
     import shutil
 
     found = shutil.which(tool)
-    need(None if found else f"{tool} is not installed (scripts/setup.sh installs isal, pigz and gzip)")
+    need(None if found else f"{tool} is not installed (scripts/setup-test.sh installs isal and pigz)")
     monkeypatch.setattr(L.shutil, "which", lambda name: found if name in (tool, "gzip") else None)
     assert L._decompressor(sorted(L.GZIP_TYPES)[0])[0] == found
     good = gzip.compress(layer_tar([("f", "g", b"zipped" * 1000)]))

@@ -48,7 +48,7 @@ def test_push_reports_the_registry_digest_and_pulls_back(odd_image, registry, do
 
 @pytest.mark.engine
 def test_cli_push_json(odd_image, registry):
-    from imagekit.cli.export_cmds import push
+    from imagekit.cli.push_cmds import push
 
     res = CliRunner().invoke(push, [odd_image, "--to", f"{registry}/imagekit-test/cli:v2", "--json"])
     assert res.exit_code == 0, res.output

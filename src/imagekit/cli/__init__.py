@@ -10,12 +10,11 @@ modules and everything below them import at module level.
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import click
 
-from imagekit.util import settings, signals, terminal, version_info
+from imagekit.util import lazy, settings, signals, terminal, version_info
 from imagekit.util.errors import EXIT_CODES, ImagekitError
 
 # name -> "module:attribute"; each command module owns its commands.
@@ -30,7 +29,7 @@ COMMANDS: dict[str, str] = {
     "check": "imagekit.cli.build_cmds:check",
     "report": "imagekit.cli.build_cmds:report",
     "export": "imagekit.cli.export_cmds:export",
-    "push": "imagekit.cli.export_cmds:push",
+    "push": "imagekit.cli.push_cmds:push",
     "pull": "imagekit.cli.pull_cmds:pull",
     "store": "imagekit.cli.store_cmds:store",
     "keygen": "imagekit.cli.sign_cmds:keygen",
@@ -98,8 +97,7 @@ class LazyGroup(click.Group):
         target = COMMANDS.get(name)
         if target is None:
             return None
-        module_name, attr = target.split(":")
-        return getattr(importlib.import_module(module_name), attr)
+        return lazy.load(target)
 
     def invoke(self, ctx: click.Context):
         try:

@@ -38,15 +38,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import shutil
 import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Sequence
 
 from imagekit.util import known_errors, leases
+from imagekit.engines import docker_socket
 from imagekit.engines.image import LOCAL_STORE, BuildCommand, Image, ImageMissing
 from imagekit.util.errors import EngineError
 
@@ -131,29 +133,16 @@ def image_id(ref: str) -> str:
 def image_attrs(ref: str) -> dict[str, Any]:
     """The image's inspect document (Id, Architecture, Os, ...); ImageMissing when absent.
 
-    Asks the engine's unix socket directly with the standard library (a few ms), because
-    importing the ``docker`` package alone costs more than an export store hit may take;
-    any other engine address (tcp, ssh, TLS) goes through :func:`inspect`.
+    Asks the engine's unix socket directly with the standard library (a few ms,
+    :mod:`imagekit.engines.docker_socket`), because importing the ``docker`` package alone costs more
+    than an export store hit may take; any other engine address (tcp, ssh, TLS) goes through
+    :func:`inspect`.
     """
-    import json
-    import socket
-    from urllib.parse import quote
-
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    if host.startswith("unix://") and not os.environ.get("DOCKER_TLS_VERIFY"):
-        # HTTP/1.0: the engine answers with the whole body and closes (no chunking to decode).
-        request = f"GET /images/{quote(ref, safe='/:@')}/json HTTP/1.0\r\nHost: docker\r\n\r\n"
+    sock = docker_socket.socket_path()
+    if sock is not None:
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(30)
-                sock.connect(host[len("unix://"):])
-                sock.sendall(request.encode())
-                chunks = []
-                while chunk := sock.recv(1 << 16):
-                    chunks.append(chunk)
-            head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-            status = int(head.split(b" ", 2)[1])
-        except (OSError, ValueError, IndexError):
+            status, body = docker_socket.call(sock, "GET", docker_socket.path("images", ref, "json"), timeout=30)
+        except (OSError, EngineError):
             status = 0   # no socket there, or not HTTP: the docker package gives the one clear error
         if status == 404:
             raise ImageMissing(ref)
@@ -270,6 +259,60 @@ def throwaway(image: str, command: Sequence[str] = (), *, entrypoint: str | None
         yield container
     finally:
         subprocess.run([cli, "rm", "-f", "-v", container], capture_output=True)
+
+
+@contextlib.contextmanager
+def exported(image: str, purpose: str = "export") -> Iterator[BinaryIO | None]:
+    """``docker export`` of a throwaway container of ``image``, as one stream read straight from the
+    engine's unix socket (:func:`docker_socket.stream`): no ``docker`` package, no CLI process and no
+    copy through one. The container carries the owner label and is removed however the body ends,
+    as :func:`throwaway`'s; what dead owners left is swept first. Yields None where the engine is
+    not on a local socket (the caller runs the CLI, :func:`throwaway`)."""
+    sock = docker_socket.socket_path()
+    if sock is None:
+        yield None
+        return
+    container = _create(sock, image, purpose)
+    try:
+        with docker_socket.stream(sock, docker_socket.path("containers", container, "export")) as body:
+            yield body
+    finally:
+        with contextlib.suppress(OSError, EngineError):
+            docker_socket.call(sock, "DELETE", docker_socket.path("containers", container, v=1, force=1))
+
+
+def _create(sock: str, image: str, purpose: str) -> str:
+    """A created (never started) container of ``image`` with the owner label, through the socket."""
+    try:
+        with contextlib.suppress(EngineError, ValueError):   # best effort, as client()'s sweep
+            _sweep(sock)
+        name = docker_socket.path("containers", "create", name=f"imagekit-{purpose}-{uuid.uuid4().hex[:12]}")
+        spec: dict[str, Any] = {"Image": image, "Labels": leases.labels()}
+        try:
+            return docker_socket.json_call(sock, "POST", name, spec, ok=(201,))["Id"]
+        except docker_socket.EngineRefused as exc:
+            if exc.status != 400 or "no command specified" not in str(exc).lower():
+                raise
+            # The command does not change what `docker export` sees; give a placeholder.
+            return docker_socket.json_call(sock, "POST", name, {**spec, "Cmd": ["/bin/sh"]}, ok=(201,))["Id"]
+    except docker_socket.EngineRefused as exc:
+        if exc.status == 404:
+            raise ImageMissing(image) from None
+        raise EngineError(f"cannot create a container of {image}: {exc}") from None
+    except OSError as exc:
+        raise EngineError(f"no Docker engine answers at {_host()}: {_why(exc)}", SETUP_HINT) from None
+
+
+def _sweep(sock: str) -> None:
+    """:func:`leases.sweep_engine` over the socket: containers and networks of dead owners go."""
+    flt = json.dumps({"label": [leases.LABEL]})
+    for kind, listing in (("containers", docker_socket.path("containers", "json", all=1, filters=flt)),
+                          ("networks", docker_socket.path("networks", filters=flt))):
+        for item in docker_socket.json_call(sock, "GET", listing) or []:
+            if not leases.alive((item.get("Labels") or {}).get(leases.LABEL, "")):
+                gone = docker_socket.path(kind, item["Id"], **({"force": 1} if kind == "containers" else {}))
+                with contextlib.suppress(OSError, EngineError):   # gone already, or still in use
+                    docker_socket.call(sock, "DELETE", gone)
 
 
 def run_once(image: str, argv: Sequence[str], *, timeout: float | None = None) -> subprocess.CompletedProcess:

@@ -59,8 +59,8 @@ from imagekit.util import login_env, quoting
 from imagekit.export import squash
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.layers import made_by_docker, steady_times
-from imagekit.export.output import (ConvertRequest, ExportResult, Progress, atomic_output, check_free_space,
-                                    expected_bytes, prepare_target, sha256_file)
+from imagekit.export.output import (ConvertRequest, Digest, ExportResult, Progress, atomic_output, check_free_space,
+                                    expected_bytes, prepare_target)
 from imagekit.export.tarstream import (DIRECTORY, HARDLINK, SYMLINK, DroppedLinkTarget, Member, Rewrite,
                                        dir_entry, file_entry, missing_dirs, normalise)
 from imagekit.util.signals import interrupt_on_sigterm
@@ -307,6 +307,7 @@ def squashfs(image: "str | Source", output: Path, request: ConvertRequest, *,
                                       "filesystem (no dev/* and no /.dockerenv): `enroot import` fails on it too "
                                       "(tar: Cannot hard link)", exc.hint) from None
         meter.done()
+        digest = Digest(tmp)     # read beside the fsync and the rename
     return ExportResult(path=str(target), format="enroot", image=image,
-                        bytes=target.stat().st_size, sha256=sha256_file(target), seconds=0.0,
+                        bytes=target.stat().st_size, sha256=digest.result(), seconds=0.0,
                         tool=used, compression=label)

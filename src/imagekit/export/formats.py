@@ -5,16 +5,27 @@ a format only from its row here, so an unknown format is refused the same way ev
 any work starts, and a new format is one row plus one converter module (as an Apptainer assembler
 is one module behind one interface). Nothing is derived from the table at import time: a row added
 later (a test adds one) is seen by every reader.
+
+A row names its converter as ``"module:function"``, loaded when an export converts
+(:mod:`imagekit.util.lazy`): the export store, a store hit and the Pyxis importer read the
+rows on every call and convert nothing, so they never load the converters and the tar pipeline.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Union
 
+from imagekit import sif_reader
+from imagekit.util import lazy
 from imagekit.util.errors import UsageError
-from imagekit.export import enroot, sif, squash
-from imagekit.export.output import Convert
+from imagekit.export import presets
 from imagekit.registry.client import OCI_EMPTY
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from imagekit.export.output import Convert, ConvertRequest, ExportResult
 
 # Registry artifact media types (export/artifacts.py lays the manifests out). No type exists for an
 # Enroot squashfs, so imagekit defines one; the SIF types are the ones Apptainer pushes (oras://).
@@ -38,7 +49,7 @@ class Format:
     name: str
     suffix: str                  # of an exported file, with its dot
     mode: int                    # of an exported file, before the umask: a SIF runs as a program
-    convert: Convert             # (source, target, request, *, progress) -> ExportResult
+    converter: Union[str, "Convert"]   # "module:function" (or the function): see convert()
     default_preset: str          # what a request naming none gets; the store keys entries by it
     presets: tuple[str, ...]     # the preset names the converter takes
     # The store's format version: bump it whenever imagekit writes the format differently, so
@@ -52,6 +63,16 @@ class Format:
     preset_noun: str = "compression preset"  # in the error for an unknown preset
     preset_hint: str = ""                    # that error's hint (default: the names)
 
+    def load_converter(self) -> Convert:
+        """The converter function the row names (its module is imported now, on the first export)."""
+        return lazy.load(self.converter) if isinstance(self.converter, str) else self.converter
+
+    def convert(self, source, target: Path, request: ConvertRequest, *,
+                progress: Callable[[int, bool], None] | None = None) -> ExportResult:
+        """Write ``source`` as this format at ``target``, atomically, as ``request`` says
+        (:class:`imagekit.export.output.Convert`)."""
+        return self.load_converter()(source, target, request, progress=progress)
+
     def check_preset(self, name: str) -> None:
         """UsageError unless ``name`` is one of this format's presets."""
         if name not in self.presets:
@@ -61,12 +82,13 @@ class Format:
 
 # The enroot default preset follows from bench/compression.py (docs/export.md, "Compression presets").
 FORMATS: dict[str, Format] = {
-    "enroot": Format("enroot", ".sqsh", 0o644, enroot.convert, squash.DEFAULT_PRESET, tuple(squash.PRESETS),
-                     store_version=4, artifact=ArtifactKind(ENROOT_ARTIFACT_TYPE, OCI_EMPTY, ENROOT_LAYER)),
-    "sif": Format("sif", ".sif", sif.FILE_MODE, sif.convert, "gzip", sif.SIF_COMPRESSIONS,
-                  store_version=3, artifact=ArtifactKind(SIF_CONFIG, SIF_CONFIG, SIF_LAYER),
+    "enroot": Format("enroot", ".sqsh", 0o644, "imagekit.export.enroot:convert", presets.DEFAULT_PRESET,
+                     tuple(presets.PRESETS), store_version=4,
+                     artifact=ArtifactKind(ENROOT_ARTIFACT_TYPE, OCI_EMPTY, ENROOT_LAYER)),
+    "sif": Format("sif", ".sif", sif_reader.FILE_MODE, "imagekit.export.sif:convert", "gzip",
+                  presets.SIF_COMPRESSIONS, store_version=3, artifact=ArtifactKind(SIF_CONFIG, SIF_CONFIG, SIF_LAYER),
                   signed_inside=True, vias=("native", "apptainer"), preset_noun="SIF compression",
-                  preset_hint=sif.SIF_COMPRESSIONS_HINT),
+                  preset_hint=presets.SIF_COMPRESSIONS_HINT),
 }
 
 

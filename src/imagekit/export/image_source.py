@@ -42,7 +42,7 @@ from imagekit.engines import docker as engine
 from imagekit.engines import podman
 from imagekit.util.errors import EngineError, ImagekitError, NotFoundError, UsageError
 from imagekit.export.layers import Layer, LayerError, check_media_type, check_size, docker_init_layer, merge
-from imagekit.util.procs import log_tail, stop
+from imagekit.util.procs import log_tail, stop, widen_pipe
 # The media types are the registry client's: one list for a registry and an OCI layout alike.
 from imagekit.registry.client import INDEX_TYPES, MANIFEST_TYPES
 
@@ -112,17 +112,32 @@ class EngineSource(Source):
 
     def inspect(self) -> dict[str, Any]:
         if self._info is None:
-            self._info = engine.inspect(self.text).attrs
+            self._info = engine.image_attrs(self.text)
         return self._info
 
     @contextlib.contextmanager
     def rootfs(self) -> Iterator[Rootfs]:
+        with engine.exported(self.text) as body:
+            if body is None:                 # an engine on tcp, ssh or TLS: its CLI knows how
+                with self._cli_rootfs() as rootfs:
+                    yield rootfs
+                return
+
+            def failed(exc: Exception) -> Exception:
+                return EngineError(f"docker export {self.text} failed: the engine's stream broke off ({exc})")
+
+            # The stream's end is the archive's end: the engine reports nothing after it.
+            yield Rootfs(body, failed, lambda: None)
+
+    @contextlib.contextmanager
+    def _cli_rootfs(self) -> Iterator[Rootfs]:
         docker = engine.docker_cli()
         with engine.throwaway(self.text, purpose="export") as container, \
                 tempfile.NamedTemporaryFile(prefix="imagekit-export-", suffix=".err") as err:
             # Unbuffered: the one buffer is the reader (the filter splices past it).
             exporter = subprocess.Popen([docker, "export", container], stdout=subprocess.PIPE,
                                         stderr=err, bufsize=0)
+            widen_pipe(exporter.stdout.fileno())
             try:
                 def failed(exc: Exception) -> Exception:
                     exporter.wait()
@@ -185,6 +200,7 @@ class LayeredSource(Source):
     def rootfs(self) -> Iterator[Rootfs]:
         _, _, layers = self.loaded()
         read_fd, write_fd = os.pipe()
+        widen_pipe(write_fd)
         failure: list[BaseException] = []
         cancel = threading.Event()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -112,6 +113,34 @@ def atomic_output(target: Path):
 
 def sha256_file(path: Path) -> str:
     return digests.sha256_file(path)
+
+
+class Digest:
+    """The sha256 of a file just written, read in a thread from the moment it is made: the file is
+    opened here, so the rename that publishes it does not matter, and the read (0.3 s per 450 MB
+    from the page cache) runs beside the fsync and the clean-up that finish an export rather than
+    after them. Nothing of the file may change once this starts."""
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_RDONLY)
+        self._answer: list[str] = []
+        self._failure: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, name=f"sha256 {path.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._answer.append(digests.sha256_of_fd(self._fd)[0])
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller of result()
+            self._failure.append(exc)
+        finally:
+            os.close(self._fd)
+
+    def result(self) -> str:
+        self._thread.join()
+        if self._failure:
+            raise self._failure[0]
+        return self._answer[0]
 
 
 def expected_bytes(source, info: dict) -> int | None:

@@ -68,7 +68,7 @@ from imagekit.engines import docker as engine
 from imagekit.attest import POLICY_ENV
 from imagekit.util.errors import ImagekitError, IntegrityError, UsageError
 from imagekit.registry import enroot_config
-from imagekit.export import pyxis_unsigned, squash, stage
+from imagekit.export import presets, pyxis_unsigned, stage
 from imagekit.export.stage_env import pinned, pinned_entry, staged
 from imagekit.export import store as store_mod
 from imagekit.export.store import Entry, Store, locks, notices
@@ -290,7 +290,7 @@ def find(uri: str, env: Mapping[str, str], accept: Accept | None = None) -> tupl
 def conversion_preset(env: Mapping[str, str]) -> str:
     """The preset the importer converts with: the site's choice (its wrapper's IMAGEKIT_IMPORTER_PRESET,
     e.g. shared-fs for 1 MiB blocks on a parallel file system), else the store's default."""
-    return env.get(PRESET_ENV) or squash.DEFAULT_STORE_PRESET
+    return env.get(PRESET_ENV) or presets.DEFAULT_STORE_PRESET
 
 
 class _MustConvert(Exception):

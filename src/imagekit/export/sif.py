@@ -46,27 +46,21 @@ from imagekit.util.errors import ImagekitError, UsageError
 from imagekit.export import singularity_d, squash, tarstream
 from imagekit.export.image_source import Source, open_source
 from imagekit.export.layers import steady_times
-from imagekit.export.output import (ConvertRequest, ExportResult, Progress, check_free_space, expected_bytes,
-                                    prepare_target, sha256_file)
+from imagekit.export.output import (ConvertRequest, Digest, ExportResult, Progress, check_free_space,
+                                    expected_bytes, prepare_target, sha256_file)
 from imagekit.util.signals import interrupt_on_sigterm
+# The compressions (gzip, zstd, fast) are data in imagekit.export.presets and the file's mode is the
+# format's own (imagekit.sif_reader), so that the format table names them without loading this writer.
+from imagekit.export.presets import SIF_COMPRESSIONS, SIF_COMPRESSIONS_HINT  # noqa: F401
 
 # The format's layout and the reader live in imagekit.sif_reader, so that launch reads a SIF's labels
 # without loading this writer; the reader's names are imagekit.export.sif's too (its callers check
 # what they wrote with read_sif).
 from imagekit.sif_reader import (ARCH_CODES, DATA_DEFFILE, DATA_GENERIC_JSON, DATA_PARTITION, DESCRIPTOR,  # noqa: F401
-                                 DESCRIPTOR_CAPACITY, DESCRIPTORS_OFFSET, FS_SQUASHFS, HEADER, INSPECT_METADATA_NAME,
-                                 LAUNCH, MAGIC, OCI_CONFIG_NAME, PART_PRIMSYS, PARTITION_EXTRA, VERSION, Descriptor,
+                                 DESCRIPTOR_CAPACITY, DESCRIPTORS_OFFSET, FILE_MODE, FS_SQUASHFS, HEADER,
+                                 INSPECT_METADATA_NAME, LAUNCH, MAGIC, OCI_CONFIG_NAME, PART_PRIMSYS, PARTITION_EXTRA,
+                                 VERSION, Descriptor,
                                  SifFormatError, aligned, check_squashfs, read_sif)
-
-# gzip: Apptainer's own default, which every Apptainer and Singularity reads. zstd: zstd-15, as
-# `apptainer build --mksquashfs-args "-comp zstd"`. fast: the .sqsh default's zstd-3 (squash.PRESETS),
-# for a site whose hosts read zstd squashfs (Apptainer >= 1.0 through squashfuse or a kernel with
-# CONFIG_SQUASHFS_ZSTD); docs/export.md has its numbers against `apptainer build`.
-SIF_COMPRESSIONS = ("gzip", "zstd", "fast")
-SIF_COMPRESSIONS_HINT = "use gzip (default), zstd, or fast (zstd-3, as the .sqsh default)"
-
-FILE_MODE = 0o755  # before the umask, as apptainer/sif creates the file (the format row reads it)
-
 
 @dataclass
 class _Object:
@@ -207,9 +201,10 @@ def convert(source: str | Source, target: Path, request: ConvertRequest, *,
         descriptors = _layout(objects, partition_size)
         with open(tmp, "r+b") as fh:
             write_prefix(fh, objects, descriptors, arch=arch, ident=ident, when=when)
+        digest = Digest(tmp)     # read beside the fsync, the rename and the check below
     read_sif(target)  # never hand out a file our own reader rejects
     return ExportResult(path=str(target), format="sif", image=image, bytes=target.stat().st_size,
-                        sha256=sha256_file(target), seconds=0.0, tool=used, compression=compression)
+                        sha256=digest.result(), seconds=0.0, tool=used, compression=compression)
 
 
 def _copy_at(src: Path, dst: Path, offset: int) -> None:

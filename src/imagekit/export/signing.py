@@ -36,6 +36,7 @@ from imagekit.engines import docker as engine
 from imagekit.attest import (CYCLONEDX_PREDICATE, PAYLOAD_TYPE, SLSA_PROVENANCE, bundle, inventory, provenance,
                              sbom, signer)
 from imagekit.attest.inventory import Inventory
+from imagekit.attest import keys
 from imagekit.attest.keys import SigningKey
 from imagekit.attest.provenance import BuildRun
 from imagekit.attest.sbom import ImageRecord
@@ -248,6 +249,19 @@ def sign_export(exported: ExportResult, key: SigningKey, described: Described, *
             if log:
                 log(f"warning: not adding the signatures beside the store entry: {exc.message}")
     return Signed(str(path), str(side), subjects, key.key.keyid, files)
+
+
+def export_signer(key_path: str, log: Log | None = None) -> Callable[[ExportResult, Source], Signed]:
+    """What ``imagekit export --sign KEY`` does after its export (the CLI loads this module by name, so an
+    unsigned export loads neither the key's cryptography nor the SBOM's code). The key is read now, so a
+    bad key or password fails before the export; the function returned describes the exported image and
+    signs the file (:func:`sign_export`)."""
+    key = keys.load_private(key_path)
+
+    def sign(exported: ExportResult, source: Source) -> Signed:
+        return sign_export(exported, key, describe(source, log=log), log=log)
+
+    return sign
 
 
 def file_record(path: Path) -> tuple[ImageRecord, Inventory, str]:

@@ -18,127 +18,21 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from imagekit.util.errors import ImagekitError, UsageError
-from imagekit.util.procs import log_tail, stop
+from imagekit.util.procs import log_tail, stop, widen_pipe
 from imagekit.export import tarstream
+# The presets are data of their own (imagekit.export.presets); their names are this module's too.
+from imagekit.export.presets import (DEFAULT_PRESET, DEFAULT_STORE_PRESET, KIB, MIB, PRESETS, TOOLS,  # noqa: F401
+                                     Preset, preset, source_date_epoch)
 
 if TYPE_CHECKING:
     from imagekit.export.image_source import Source
 
-# squashfs-tools cannot read a tar stream before 4.5: `mksquashfs - OUT -tar` and sqfstar
-# both arrived then and write identical bytes for identical options. sqfstar (4.5.1 to 4.7)
-# takes the value of any -X compressor option for the output file name, so presets with a
-# level or an algorithm go through `mksquashfs -tar`; tar2sqfs (squashfs-tools-ng) is the
-# fallback where squashfs-tools is too old.
-TOOLS = ("sqfstar", "mksquashfs", "tar2sqfs")
 INSTALL_HINT = "apt-get install squashfs-tools (>= 4.5) or squashfs-tools-ng (tar2sqfs)"
-KIB = 1 << 10
-MIB = 1 << 20
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A squashfs compression choice, written once and translated for each tool."""
-
-    compressor: str                  # gzip, lzo, lz4, zstd, xz; "none" stores everything raw
-    block: int = 128 * KIB           # data block (and fragment) size
-    level: int | None = None         # -Xcompression-level (gzip, zstd, lzo1x_999); None: tool's
-    algorithm: str | None = None     # lzo variant (-Xalgorithm); None: lzo1x_999
-    hc: bool = False                 # lz4 high compression
-    raw_data: bool = False           # -noD: data blocks stored uncompressed (Enroot's default)
-    tailends: bool = True            # pack the tail of files > block into fragments
-    exportable: bool = False         # NFS export table (mksquashfs's default for a directory)
-    summary: str = field(default="", compare=False)
-
-    @property
-    def compressor_options(self) -> bool:
-        """Whether the preset needs -X options (which sqfstar cannot parse)."""
-        return self.level is not None or self.algorithm is not None or self.hc
-
-    def label(self) -> str:
-        """Short description, e.g. ``zstd-3 1M`` or ``lzo(lzo1x_999) 128K raw data``."""
-        if self.compressor == "none":
-            return "uncompressed"
-        name = self.compressor
-        if self.algorithm:
-            name += f"({self.algorithm})"
-        if self.level is not None:
-            name += f"-{self.level}"
-        if self.hc:
-            name += "hc"
-        size = f"{self.block // MIB}M" if self.block % MIB == 0 else f"{self.block // KIB}K"
-        return f"{name} {size}" + (" raw data" if self.raw_data else "")
-
-    def mksquashfs_args(self) -> list[str]:
-        """Options for mksquashfs/sqfstar (-X ones only where needed)."""
-        if self.compressor == "none":
-            args = ["-noI", "-noD", "-noF", "-noX"]
-        else:
-            args = ["-comp", self.compressor]
-            if self.level is not None:
-                args += ["-Xcompression-level", str(self.level)]
-            if self.algorithm is not None:
-                args += ["-Xalgorithm", self.algorithm]
-            if self.hc:
-                args.append("-Xhc")
-            if self.raw_data:
-                args.append("-noD")
-        if self.block != 128 * KIB:
-            args += ["-b", str(self.block)]
-        # Reading tar, both tools pack tail ends and write no export table unless told.
-        if not self.tailends:
-            args.append("-no-tailends")
-        if self.exportable:
-            args.append("-exports")
-        return args
-
-    def tar2sqfs_args(self) -> list[str]:
-        """Options for tar2sqfs, which always compresses data (``raw_data`` is approximated)."""
-        if self.compressor == "none":
-            raise UsageError("tar2sqfs cannot write an uncompressed image",
-                             "install squashfs-tools >= 4.5, or pick a compressed preset")
-        extra = []
-        if self.level is not None:
-            extra.append(f"level={self.level}")
-        if self.algorithm is not None:
-            extra.append(f"algorithm={self.algorithm}")
-        if self.hc:
-            extra.append("hc")
-        args = ["-c", self.compressor, "-b", str(self.block)]
-        if extra:   # the defaults (zstd 15, gzip 9, lzo1x_999 8) are squashfs-tools' too
-            args += ["-X", ",".join(extra)]
-        if not self.tailends:
-            args.append("--no-tail-packing")
-        if self.exportable:
-            args.append("--exportable")
-        return args
-
-
-# The presets a site picks by name (docs/export.md has the measurements behind them).
-PRESETS: dict[str, Preset] = {
-    # Enroot's default ENROOT_SQUASH_OPTIONS exactly: `mksquashfs DIR OUT -all-root -comp lzo
-    # -noD`, so lzo1x_999 level 8 on metadata and fragments, raw data, and mksquashfs's
-    # directory defaults (no tail-end packing, an NFS export table).
-    "enroot": Preset("lzo", raw_data=True, tailends=False, exportable=True,
-                     summary="Enroot's own options (lzo1x_999 metadata and fragments, raw data)"),
-    "none": Preset("none", summary="nothing compressed"),
-    "gzip": Preset("gzip", summary="gzip-9, 128 KiB blocks: Apptainer's SIF default"),
-    "zstd": Preset("zstd", summary="zstd-15, 128 KiB blocks: Apptainer's -comp zstd"),
-    # The default (bench/compression.py): a third of the enroot preset's CPU, two thirds of its
-    # size, and 128 KiB blocks, which squashfuse and the kernel read faster than 1 MiB ones.
-    "fast": Preset("zstd", level=3, summary="zstd-3, 128 KiB blocks: the default"),
-    # Pyxis's caching importer uses zstd with 1 MiB blocks; matching a parallel file system's
-    # stripe size cuts metadata round trips when many nodes read one file, and unsquashfs
-    # (enroot create) reads big blocks fastest.
-    "shared-fs": Preset("zstd", block=1 * MIB, level=3,
-                        summary="zstd-3, 1 MiB blocks: many nodes reading one file"),
-    # For registries and slow links: 10% smaller than shared-fs, 15x its export CPU.
-    "small": Preset("zstd", block=1 * MIB, level=19, summary="zstd-19, 1 MiB blocks: smallest"),
-}
 
 # How far mksquashfs/sqfstar may read ahead of what they have compressed. Their default is a quarter of
 # the machine's memory (6 GiB here), which takes a whole image in while the compressors are a minute or
@@ -146,20 +40,7 @@ PRESETS: dict[str, Preset] = {
 # 0 s left" for 2-3 minutes of gzip (review 4). Bounded, the stream moves at the compressors' pace, so
 # the bytes still to stream are the bytes still to process (imagekit.util.eta), and the tools hold less
 # memory on a shared login node. bench/progress_record.py measures both.
-READ_AHEAD = "128M"
-
-# The default of `imagekit export --to enroot` and of the export store (set from the bench).
-DEFAULT_PRESET = "fast"
-DEFAULT_STORE_PRESET = DEFAULT_PRESET
-
-
-def preset(name: str) -> Preset:
-    """The preset called ``name``; UsageError listing the valid ones otherwise."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise UsageError(f"unknown compression preset {name!r}",
-                         f"use one of: {', '.join(PRESETS)}") from None
+READ_AHEAD = 128 * MIB
 
 
 def processors() -> int:
@@ -170,9 +51,26 @@ def processors() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def cache_mem(block: int, jobs: int) -> int:
+    """Bytes of cache for mksquashfs's ``-mem``. Its default is a quarter of the machine's memory,
+    touched afresh as the stream goes by: on 24 GiB that is 0.7 GB of page faults per 771 MB image,
+    twice the system CPU and a third more wall time than a cache it reuses. A few dozen blocks per
+    thread keep every thread busy; the bytes written are the same whatever the size. At least
+    :data:`READ_AHEAD`, which also bounds how far the tool reads ahead of its compressors."""
+    return max(READ_AHEAD, 32 * block * jobs)
+
+
 @functools.lru_cache(maxsize=None)
 def _reads_tar(path: str) -> bool:
-    """Whether this mksquashfs has -tar (squashfs-tools >= 4.5)."""
+    """Whether this mksquashfs has -tar (squashfs-tools >= 4.5). An ``sqfstar`` beside it that is the
+    same program says so without a run (4.5 brought both, and installs sqfstar as a link to it);
+    else ``mksquashfs -help`` is asked."""
+    sibling = Path(path).with_name("sqfstar")
+    try:
+        if sibling.exists() and sibling.resolve() == Path(path).resolve():
+            return True
+    except OSError:
+        pass
     try:
         proc = subprocess.run([path, "-help"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
@@ -235,7 +133,9 @@ def tool_command(name: str, path: str, spec: SquashSpec, out: Path) -> list[str]
     chosen = spec.resolved()
     if name in ("sqfstar", "mksquashfs"):
         head = [path] if name == "sqfstar" else [path, "-", str(out), "-tar", "-noappend"]
-        cmd = [*head, *chosen.mksquashfs_args(), "-processors", str(processors()), "-mem", READ_AHEAD,
+        jobs = processors()
+        cmd = [*head, *chosen.mksquashfs_args(), "-processors", str(jobs),
+               "-mem", f"{cache_mem(chosen.block, jobs) // MIB}M",
                "-quiet", "-no-progress", "-exit-on-error", "-root-mode", "0755"]
         if name == "sqfstar":
             cmd.append("-force")
@@ -288,8 +188,11 @@ def stream_to_squashfs(source: "Source", out: Path, spec: SquashSpec, rewrite: t
         try:
             # sqfstar refuses SOURCE_DATE_EPOCH next to explicit times; the times are explicit.
             tool_env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+            # One large buffer batches the small members into few writes (a flush comes before each
+            # spliced member); a large pipe lets each side run longer before the other must.
             squasher = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                        stderr=sq_err, env=tool_env)
+                                        stderr=sq_err, env=tool_env, bufsize=tarstream.CHUNK)
+            widen_pipe(squasher.stdin.fileno())
             try:
                 tarstream.filter_tar(rootfs.file, squasher.stdin, keep=keep, adjust=adjust, extra=extra,
                                      on_bytes=on_bytes)
@@ -335,16 +238,3 @@ def image_time(info: dict, env: dict[str, str] | None = None) -> int | None:
     seconds = int(stamp.timestamp())
     return seconds if 0 <= seconds < 2 ** 32 else None
 
-
-def source_date_epoch(env: dict[str, str] | None = None) -> int | None:
-    value = (env if env is not None else os.environ).get("SOURCE_DATE_EPOCH")
-    if value in (None, ""):
-        return None
-    try:
-        epoch = int(value)
-    except ValueError:
-        raise UsageError(f"SOURCE_DATE_EPOCH={value!r} is not an integer",
-                         "set it to seconds since 1970, e.g. $(git log -1 --format=%ct)") from None
-    if not 0 <= epoch < 2 ** 32:
-        raise UsageError(f"SOURCE_DATE_EPOCH={epoch} is out of squashfs's 32-bit range")
-    return epoch

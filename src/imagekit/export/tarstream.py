@@ -193,14 +193,16 @@ class _Reader:
                 dst.write(chunk)
 
     def splice_to(self, dst: BinaryIO) -> bool:
-        """Whether file data may bypass Python: both ends are pipes and Linux has splice(2)."""
+        """Whether file data may bypass Python: Linux has splice(2), the output is a pipe and the
+        input a pipe or a socket (the engine's export, :mod:`imagekit.engines.docker_socket`)."""
         if self._splice_ok is None:
             self._splice_ok = False
             # Only one buffer may sit over the fd, or bytes in a lower one would be skipped.
             if (hasattr(os, "splice") and isinstance(self.src, io.BufferedReader)
                     and isinstance(self.src.raw, io.FileIO)):
                 try:
-                    self._splice_ok = (stat.S_ISFIFO(os.fstat(self.src.fileno()).st_mode)
+                    mode = os.fstat(self.src.fileno()).st_mode
+                    self._splice_ok = ((stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode))
                                        and stat.S_ISFIFO(os.fstat(dst.fileno()).st_mode))
                 except (OSError, ValueError, io.UnsupportedOperation):
                     pass

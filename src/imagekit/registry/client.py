@@ -8,8 +8,8 @@ verified, and list referrers (the 1.1 API, else the referrers tag schema).
 Authentication follows the registry's ``WWW-Authenticate`` challenge: ``Bearer``
 (a token from the realm, with credentials when there are any) or ``Basic``.
 Credentials come from :mod:`imagekit.registry.credentials` (Enroot's file, Docker's
-config.json) and nowhere else: requests' ``trust_env`` is off, so ``~/.netrc`` is
-never read (proxies and the CA bundle are taken from the environment explicitly).
+config.json) and nowhere else: ``~/.netrc`` is never read (proxies and the CA bundle are taken from
+the environment explicitly). HTTP is :mod:`imagekit.registry.transport` (the standard library).
 They are never logged.
 
 What is sent where (an *origin* is scheme, host and port):
@@ -57,11 +57,11 @@ from urllib.parse import urlencode, urljoin, urlsplit
 from imagekit.util import digests, platforms, untrusted_json
 from imagekit.util.errors import CredentialsError, IntegrityError, NotFoundError, RegistryError
 from imagekit.registry import credentials as creds
+from imagekit.registry import transport
 from imagekit.registry.reference import Reference
 
 if TYPE_CHECKING:
-    from requests import Response
-    from requests.structures import CaseInsensitiveDict
+    from imagekit.registry.transport import Headers, Response
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -292,7 +292,7 @@ def _size(n: int) -> str:
 
 
 class _Reader:
-    """A file object for requests that reports bytes read (upload progress)."""
+    """A file object for an upload's body that reports bytes read (upload progress)."""
 
     def __init__(self, fh: IO[bytes], size: int, progress: Callable[[int], None] | None) -> None:
         self.fh, self.size, self.progress, self.done = fh, size, progress, 0
@@ -321,8 +321,6 @@ class RegistryClient:
                  timeout: float | tuple[float, float] = DEFAULT_TIMEOUT,
                  document_deadline: float = DOCUMENT_DEADLINE,
                  blob_window: float = BLOB_WINDOW, blob_min_bytes: int = BLOB_MIN_BYTES) -> None:
-        import requests
-
         self.registry = registry
         self.user = user
         self.env = os.environ if env is None else env
@@ -337,10 +335,9 @@ class RegistryClient:
             else (float(timeout[0]), float(timeout[1]))
         self.document_deadline = float(document_deadline)
         self.blob_window, self.blob_min_bytes = float(blob_window), int(blob_min_bytes)
-        self.session = requests.Session()
-        # trust_env would send ~/.netrc's entry for any host unasked, replacing the Authorization
-        # header set here (F11). The proxies and the CA bundle it also reads are taken explicitly.
-        self.session.trust_env = False
+        self.session = transport.Session()
+        # Nothing reads ~/.netrc, which would send its entry for any host unasked, replacing the
+        # Authorization header set here (F11). The proxies and the CA bundle are taken explicitly.
         # SSL_CERT_FILE/SSL_CERT_DIR: what Enroot's curl takes from enroot.conf (enroot_config).
         self.session.verify = (self.env.get("REQUESTS_CA_BUNDLE") or self.env.get("CURL_CA_BUNDLE")
                                or self.env.get("SSL_CERT_FILE") or self.env.get("SSL_CERT_DIR") or True)
@@ -460,10 +457,8 @@ class RegistryClient:
                                 f"{target.hostport} to IMAGEKIT_INSECURE_REGISTRIES")
 
     def _proxies(self, url: str) -> dict[str, str]:
-        """The environment's proxy for ``url`` by requests' rules (``<scheme>_proxy``,
+        """The environment's proxy for ``url`` by requests' and curl's rules (``<scheme>_proxy``,
         ``all_proxy``, ``no_proxy``; lower case first), read from this client's env."""
-        import requests.utils
-
         def get(name: str) -> str | None:
             return self.env.get(name) or self.env.get(name.upper())
 
@@ -472,17 +467,15 @@ class RegistryClient:
         if not proxy:
             return {}
         no_proxy = get("no_proxy")
-        if no_proxy and requests.utils.should_bypass_proxies(url, no_proxy=no_proxy):
+        if no_proxy and transport.bypasses_proxy(url, no_proxy):
             return {}
         return {scheme: proxy}
 
     def _exchange(self, method: str, url: str, headers: dict[str, str], data: Any,
                   authorization: tuple[Origin, str] | None, label: str, what: str) -> Response:
-        """One request, redirects followed here (requests' own would re-add credentials and
+        """One request, redirects followed here (a library's own would re-add credentials and
         follow any number): ``authorization`` goes only to its origin, every hop is checked
         by :meth:`_check_url`, and at most MAX_REDIRECTS are followed. Streams the response."""
-        import requests
-
         hops = 0
         while True:
             self._check_url(url, what)
@@ -492,16 +485,16 @@ class RegistryClient:
             try:
                 resp = self.session.request(method, url, headers=sent, data=data, timeout=self.timeout,
                                             allow_redirects=False, stream=True, proxies=self._proxies(url))
-            except requests.exceptions.SSLError as exc:
+            except transport.TLSFailure as exc:
                 raise RegistryError(f"TLS failed talking to {label}: {_reason(exc)}",
                                     f"for a plain-HTTP registry set IMAGEKIT_INSECURE_REGISTRIES="
                                     f"{self.registry}, or ENROOT_ALLOW_HTTP yes in Enroot's enroot.conf "
                                     "(the Pyxis importer reads it too); for a private CA set "
                                     "REQUESTS_CA_BUNDLE or SSL_CERT_FILE") from None
-            except requests.exceptions.Timeout as exc:
+            except transport.TransportTimeout as exc:
                 raise RegistryError(f"{label} timed out ({_reason(exc)}) on {what}",
                                     f"is a registry answering at {Origin.of(url)}?") from None
-            except (requests.exceptions.RequestException, OSError) as exc:
+            except OSError as exc:
                 raise RegistryError(f"cannot reach {label}: {_reason(exc)}",
                                     f"is a registry listening at {Origin.of(url)}?"
                                     + (f" (plain HTTP: {self.insecure})" if self.plain_http else "")) from None
@@ -523,8 +516,6 @@ class RegistryClient:
     def _read(self, resp: Response, limit: int, label: str, what: str, truncate: bool = False) -> bytes:
         """The body of ``resp``, at most ``limit`` bytes (more is a RegistryError naming the
         limit, or cut off with ``truncate``), arrived within the document deadline."""
-        import urllib3
-
         try:
             declared = int(resp.headers.get("Content-Length") or -1)
         except ValueError:
@@ -533,7 +524,7 @@ class RegistryClient:
             resp.close()
             raise self._too_large(limit, label, what, f"it announced {declared} bytes")
         raw = resp.raw
-        # read1 returns what has arrived (urllib3 2): the deadline is checked between reads.
+        # read1 returns what has arrived: the deadline is checked between reads.
         read = getattr(raw, "read1", None) or raw.read
         deadline = time.monotonic() + self.document_deadline
         body = bytearray()
@@ -552,7 +543,7 @@ class RegistryClient:
                     raise RegistryError(f"{what} from {label} did not arrive within "
                                         f"{self.document_deadline:g} s ({len(body)} bytes came)",
                                         "the registry is too slow or stalls: try again later")
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        except OSError as exc:
             raise RegistryError(f"{label} broke off {what}: {_reason(exc)}",
                                 "the registry stopped sending: try again") from None
         finally:
@@ -661,7 +652,7 @@ class RegistryClient:
         return Manifest(digest=digest, media_type=media_type, body=body)
 
     def put_manifest(self, repo: str, reference: str, body: bytes,
-                     media_type: str) -> tuple[str, CaseInsensitiveDict[str]]:
+                     media_type: str) -> tuple[str, Headers]:
         """PUT a manifest (by tag or by its digest); returns its digest and the response headers
         (case-insensitive: ``OCI-Subject`` tells whether the registry indexed a ``subject``)."""
         digest = sha256_digest(body)
@@ -754,21 +745,19 @@ class RegistryClient:
         match ``digest`` (or ``size``: the stream stops as soon as it runs past it). RegistryError
         when it stalls (the read timeout) or trickles (under ``blob_min_bytes`` per ``blob_window``
         s). The caller writes to a temporary file it drops on error."""
-        import urllib3
-
         what = f"blob {digest} in {repo}"
         resp = self._request("GET", f"/v2/{repo}/blobs/{digest}", repo=repo, what=what)
         h = hashlib.sha256()
         done = 0
         raw = resp.raw
-        # read1 returns what has arrived (urllib3 2), so the rate is checked while bytes trickle.
+        # read1 returns what has arrived, so the rate is checked while bytes trickle.
         read = getattr(raw, "read1", None) or raw.read
         window_start, window_done = time.monotonic(), 0
 
         def arrived() -> bytes:
             try:
                 return read(CHUNK, decode_content=True)
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
+            except OSError as exc:
                 timed_out = "timed out" in str(exc).lower() or "timeout" in type(exc).__name__.lower()
                 raise RegistryError(f"{self.registry} {'timed out' if timed_out else 'broke off'} sending "
                                     f"{what} after {done} bytes ({_reason(exc)})",
@@ -873,7 +862,7 @@ class RegistryClient:
 def _reason(exc: BaseException) -> str:
     """The innermost reason of a connection error, whole (``[SSL: WRONG_VERSION_NUMBER] wrong
     version number (_ssl.c:992)``, ``[Errno 111] Connection refused``), without the URLs around it
-    that could carry a query. urllib3 quotes the reason, so it ends at the first quote."""
+    that could carry a query. A library may quote the reason, so it ends at the first quote."""
     text = str(exc)
     for pattern in (r"\[Errno [^\]]+\] [^'\"]+", r"\[SSL(: [A-Z0-9_]+)?\] [^'\"]*", r"Read timed out",
                     r"[Cc]onnect(ion)? timed out", r"timed out"):

@@ -14,8 +14,7 @@ Docker's ``$DOCKER_CONFIG/config.json`` (default ``~/.docker/config.json``) is t
 fallback: ``credHelpers``/``credsStore`` through their ``docker-credential-NAME get``
 protocol, then ``auths``' base64 ``user:password``.
 
-These two are the only sources: ``~/.netrc`` is not one (the client turns requests'
-``trust_env`` off). Which credential goes to which origin (the registry, its token
+These two are the only sources: ``~/.netrc`` is not one (the client's transport never reads it). Which credential goes to which origin (the registry, its token
 server) is decided in :mod:`imagekit.registry.client`.
 
 A :class:`Credential` never shows its password: not in ``repr``, errors or logs.

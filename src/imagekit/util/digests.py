@@ -13,12 +13,13 @@ def sha256_and_size(path: str | os.PathLike, *, nofollow: bool = False) -> tuple
     files that must never be one (a store entry)."""
     fd = os.open(path, os.O_RDONLY | (os.O_NOFOLLOW if nofollow else 0))
     try:
-        return _hash_fd(fd)
+        return sha256_of_fd(fd)
     finally:
         os.close(fd)
 
 
-def _hash_fd(fd: int) -> tuple[str, int]:
+def sha256_of_fd(fd: int) -> tuple[str, int]:
+    """(hex sha256, bytes read) of what an open descriptor reads from its offset to its end."""
     h = hashlib.sha256()
     buf = bytearray(CHUNK)
     view = memoryview(buf)
@@ -32,7 +33,7 @@ def _hash_fd(fd: int) -> tuple[str, int]:
 def sha256_fd(fd: int) -> str:
     """Hex sha256 of what the open descriptor ``fd`` reads from where it stands to its end: the bytes of
     the very file that was checked, whatever its path names by now."""
-    return _hash_fd(fd)[0]
+    return sha256_of_fd(fd)[0]
 
 
 def sha256_file(path: str | os.PathLike, *, nofollow: bool = False) -> str:

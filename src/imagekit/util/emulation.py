@@ -20,7 +20,7 @@ from imagekit.util.errors import ImagekitError
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 # binfmt_misc entry names Debian's qemu-user-static registers, per architecture (stack spelling).
 ENTRIES = {"aarch64": "qemu-aarch64", "x86_64": "qemu-x86_64"}
-FIX = ("apt-get install qemu-user-static binfmt-support (scripts/setup.sh does it); where "
+FIX = ("apt-get install qemu-user-static binfmt-support (scripts/setup-emulation.sh does it); where "
        f"{BINFMT} is empty, mount it first: mount -t binfmt_misc binfmt_misc {BINFMT} and run "
        "update-binfmts --enable")
 
