@@ -229,7 +229,6 @@ def test_an_alias_of_etc_rc_or_fstab_never_reaches_enroot(base_image, docker_bin
     (a host bind of /), `../etc/rc` and `etc/./environment`, as an exporter other than Docker could
     write them: the squashfs tools would keep these first copies; imagekit's filter drops them, and
     the container Enroot starts has imagekit's files (the entrypoint runs, /host is no mount)."""
-    import contextlib
     import io
     import tarfile
 
@@ -252,12 +251,9 @@ def test_an_alias_of_etc_rc_or_fstab_never_reaches_enroot(base_image, docker_bin
     # The hostile members first (the tools keep the first of two names), then the image: no end marker between.
     stream = shared_dir / "image.tar"
     stream.write_bytes(hostile.getvalue()[:members_end] + rootfs)
-    cli = shared_dir / "docker-cat"
-    cli.write_text(f"#!/bin/sh\nexec cat {stream}\n")
-    cli.chmod(0o755)
     config = {"Entrypoint": ["/bin/sh", "-c", 'echo "env=${HOSTILE:-none}"; test -d /host && echo HOST-BOUND; :']}
-    monkeypatch.setattr(engine, "docker_cli", lambda: str(cli))
-    monkeypatch.setattr(engine, "throwaway", lambda image, **kw: contextlib.nullcontext("container"))
+    # The engine's `docker export` stream, as its socket gives it (engine.exported), is that file.
+    monkeypatch.setattr(engine, "exported", lambda image, purpose="export": open(stream, "rb"))
     monkeypatch.setattr(image_source.EngineSource, "inspect", lambda self: {"Config": config, "Size": len(rootfs)})
     from imagekit.export import enroot
 
