@@ -64,7 +64,6 @@ from typing import Callable, Mapping, NoReturn
 
 from imagekit import registry
 from imagekit.util import own_python, platforms, terminal
-from imagekit.engines import docker as engine
 from imagekit.attest import POLICY_ENV
 from imagekit.util.errors import ImagekitError, IntegrityError, UsageError
 from imagekit.registry import enroot_config
@@ -220,6 +219,7 @@ def identify(uri: str, env: Mapping[str, str]) -> tuple[str, str | None]:
         image = uri[len("dockerd://"):]
         if not image:
             raise UsageError("dockerd:// names no image", "e.g. dockerd://imagekit/debian-mpi:latest")
+        from imagekit.engines import docker as engine   # dockerd:// only: a registry hit never loads the engines
         attrs = engine.image_attrs(image)
         platforms.check_runs_here(platforms.Platform.of(attrs), uri)
         return attrs["Id"], None

@@ -11,7 +11,6 @@ job's output, once per job (a marker file per user and job, created exclusively)
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -38,6 +37,7 @@ def warn_once(env: Mapping[str, str], say: Callable[[str], None], *,
         return False
     job = env.get("SLURM_JOB_ID", "")
     if job.isdigit():
+        import tempfile   # here: only a job under a kept policy pays for it (and random, which it loads)
         where = markers if markers is not None else Path(tempfile.gettempdir())
         marker = where / f"imagekit-unsigned-warned-{os.getuid()}-{job}"
         try:

@@ -33,7 +33,6 @@ import os
 import re
 import socket
 import stat
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,6 +258,7 @@ def broadcast(source: Path, sha256: str, size: int, job: StageJob,
               log: Callable[[str], None] = lambda m: None) -> Broadcast:
     """Prepare every node of ``job`` (one ``srun`` step), then ``sbcast`` ``source`` to those that lack it.
     StageError carries what the failing node or sbcast said."""
+    import subprocess   # here: a node's get (local_copy) starts nothing and need not load it
     sha = check_sha(sha256)
     base, importer, nodes, env = job.base, job.importer, job.nodes, job.env
     started = time.monotonic()

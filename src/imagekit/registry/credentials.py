@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,6 +111,7 @@ def _expand(path: Path, entry: _Entry) -> str:
         raise CredentialsError(
             f"{path}:{entry.line}: refusing to run the password command of a file that others can write",
             f"chown it to yourself and chmod 600 {path}")
+    import subprocess   # here: the importer's hit path reads credentials and runs no command
     proc = subprocess.run(["/bin/sh", "-c", "echo " + entry.password], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL)
     value = proc.stdout.rstrip("\n")
@@ -149,6 +149,7 @@ def enroot_user(registry: str, env: dict[str, str] | None = None) -> str | None:
 
 
 def _helper(name: str, registry: str, source: str) -> Credential | None:
+    import subprocess
     try:
         proc = subprocess.run([f"docker-credential-{name}", "get"], input=registry, capture_output=True,
                               text=True, timeout=60)

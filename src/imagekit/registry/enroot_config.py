@@ -32,7 +32,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +120,7 @@ def expand(setting: Setting, env: Mapping[str, str]) -> str:
     """The value as Enroot's ``eval echo`` gives it, run by the shell as this user with ``env``."""
     if _LITERAL.fullmatch(setting.raw):
         return setting.raw
+    import subprocess   # here: a literal setting (the usual one) starts no shell, and the importer no module
     try:
         proc = subprocess.run(["/bin/bash", "-c", _EXPAND, "enroot.conf", setting.raw], env=dict(env),
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)

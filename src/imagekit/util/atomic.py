@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -75,6 +74,7 @@ def target(path: str | os.PathLike, mode: int = 0o644, sync: bool = False) -> It
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         leases.sweep_parts(final)  # what a killed earlier run left (never a live writer's)
+        import tempfile   # here: the importer's hit path writes nothing and need not load it
         fd, tmp = tempfile.mkstemp(prefix=leases.part_prefix(final), suffix=".part", dir=final.parent)
     except OSError as exc:
         raise unwritable(final, exc, str(final)) from None

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
 import stat
 from pathlib import Path
 from typing import Iterator
@@ -35,7 +34,7 @@ def token(home: str | None = None) -> str | None:
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            os.write(fd, secrets.token_hex(8).encode() + b"\n")
+            os.write(fd, os.urandom(8).hex().encode() + b"\n")   # secrets.token_hex's bytes
         finally:
             os.close(fd)
         with contextlib.suppress(FileExistsError):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,6 +59,7 @@ def link_or_copy(entry: "Entry", target: Path, *, force: bool = False) -> str:
     try:
         # The entry's read permissions (atomic.target takes the umask off), and writable by its new owner.
         with atomic.target(target, mode=entry.path.stat().st_mode & 0o777 | 0o200, sync=True) as part:
+            import shutil   # here: a hit serves the entry itself and never copies it
             shutil.copyfile(entry.path, part)
     except OSError as exc:
         if _full(exc):
