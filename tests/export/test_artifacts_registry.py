@@ -243,7 +243,7 @@ def test_a_registry_that_refuses_the_media_type_is_exit_4_and_nothing_is_listed(
 
 def test_presets_and_formats_options():
     assert art.parse_formats("enroot, sif,enroot") == ["enroot", "sif"]
-    assert art.parse_presets(("enroot=shared-fs",), ["enroot", "sif"]) == {"enroot": "shared-fs", "sif": "gzip"}
+    assert art.parse_presets(("enroot=shared-fs",), ["enroot", "sif"]) == {"enroot": "shared-fs", "sif": "gzip-6"}
     assert art.parse_presets(("zstd",), ["sif"]) == {"sif": "zstd"}
     from imagekit.util.errors import UsageError
 

@@ -29,7 +29,8 @@ SIGNER = "imagekit.export.signing:export_signer"
               help="Compression (docs/export.md has the measurements). enroot: fast "
                    "(zstd-3, 128 KiB blocks; default), enroot (Enroot's own -comp lzo -noD), "
                    "shared-fs (zstd-3, 1 MiB blocks), small (zstd-19, 1 MiB), none. "
-                   "sif: gzip (default), zstd (zstd-15), fast (zstd-3, as the .sqsh default; hosts must read zstd).")
+                   "sif: gzip-6 (default), gzip (gzip-9, Apptainer's own), zstd (zstd-15), fast (zstd-3, as the "
+                   ".sqsh default; hosts must read zstd).")
 @click.option("--squash-opt", "squash_opts", multiple=True, metavar="OPT",
               help="Extra option for the squashfs tool, repeatable (e.g. --squash-opt=-b "
                    "--squash-opt=256K).")

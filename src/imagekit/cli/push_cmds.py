@@ -30,7 +30,7 @@ STATEMENTS = ("sbom", "provenance")
                    "Exports the registry already has for this image and preset are not made again.")
 @click.option("--preset", "presets", multiple=True, metavar="[FORMAT=]PRESET",
               help="Export preset for --with (enroot: fast (default), enroot, shared-fs, small, "
-                   "none; sif: gzip, zstd); FORMAT=PRESET for one format, repeatable.")
+                   "none; sif: gzip-6 (default), gzip, zstd, fast); FORMAT=PRESET for one format, repeatable.")
 @click.option("--sign", "sign_key", metavar="KEY", type=click.Path(dir_okay=False),
               help="Sign with this site key: the SIF inside, and the SBOM and provenance (subjects: the "
                    "manifest, the config and each export) pushed as referrers of the manifest.")

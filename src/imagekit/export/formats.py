@@ -86,7 +86,7 @@ FORMATS: dict[str, Format] = {
                      artifact=ArtifactKind(ENROOT_ARTIFACT_TYPE, OCI_EMPTY, ENROOT_LAYER)),
     # 0o755: sif_reader.FILE_MODE, which tests/export/test_formats.py holds equal (importing the reader
     # here would load it, and uuid, on every importer start).
-    "sif": Format("sif", ".sif", 0o755, "imagekit.export.sif:convert", "gzip",
+    "sif": Format("sif", ".sif", 0o755, "imagekit.export.sif:convert", presets.SIF_DEFAULT,
                   presets.SIF_COMPRESSIONS, store_version=3, artifact=ArtifactKind(SIF_CONFIG, SIF_CONFIG, SIF_LAYER),
                   signed_inside=True, vias=("native", "apptainer"), preset_noun="SIF compression",
                   preset_hint=presets.SIF_COMPRESSIONS_HINT),

@@ -112,6 +112,9 @@ PRESETS: dict[str, Preset] = {
                      summary="Enroot's own options (lzo1x_999 metadata and fragments, raw data)"),
     "none": Preset("none", summary="nothing compressed"),
     "gzip": Preset("gzip", summary="gzip-9, 128 KiB blocks: Apptainer's SIF default"),
+    # The SIF default (bench/export.py --to sif): zlib's own default level, which every reader of gzip
+    # squashfs reads; half gzip-9's CPU for 0.2 % more bytes on debian-mpi (docs/export.md).
+    "gzip-6": Preset("gzip", level=6, summary="gzip-6, 128 KiB blocks: the SIF default"),
     "zstd": Preset("zstd", summary="zstd-15, 128 KiB blocks: Apptainer's -comp zstd"),
     # The default (bench/compression.py): a third of the enroot preset's CPU, two thirds of its
     # size, and 128 KiB blocks, which squashfuse and the kernel read faster than 1 MiB ones.
@@ -139,13 +142,14 @@ def preset(name: str) -> Preset:
                          f"use one of: {', '.join(PRESETS)}") from None
 
 
-# A SIF's compression (``--to sif --preset``). gzip: Apptainer's own default, which every Apptainer and
-# Singularity reads. zstd: zstd-15, as `apptainer build --mksquashfs-args "-comp zstd"`. fast: the .sqsh
+# A SIF's compression (``--to sif --preset``), the default first. gzip-6 and gzip: every Apptainer and
+# Singularity reads them; gzip is Apptainer's own default (gzip-9), at twice gzip-6's CPU. zstd: zstd-15, as `apptainer build --mksquashfs-args "-comp zstd"`. fast: the .sqsh
 # default's zstd-3 (PRESETS), for a site whose hosts read zstd squashfs (Apptainer >= 1.0 through
 # squashfuse or a kernel with CONFIG_SQUASHFS_ZSTD); docs/export.md has its numbers against
 # `apptainer build`.
-SIF_COMPRESSIONS = ("gzip", "zstd", "fast")
-SIF_COMPRESSIONS_HINT = "use gzip (default), zstd, or fast (zstd-3, as the .sqsh default)"
+SIF_COMPRESSIONS = ("gzip-6", "gzip", "zstd", "fast")
+SIF_DEFAULT = SIF_COMPRESSIONS[0]
+SIF_COMPRESSIONS_HINT = "use gzip-6 (default), gzip (gzip-9, as Apptainer), zstd, or fast (zstd-3, as the .sqsh default)"
 
 
 def source_date_epoch(env: dict[str, str] | None = None) -> int | None:

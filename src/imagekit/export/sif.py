@@ -49,8 +49,9 @@ from imagekit.export.layers import steady_times
 from imagekit.export.output import (ConvertRequest, Digest, ExportResult, Progress, check_free_space,
                                     expected_bytes, prepare_target, sha256_file)
 from imagekit.util.signals import interrupt_on_sigterm
-# The compressions (gzip, zstd, fast) are data in imagekit.export.presets and the file's mode is the
+# The compressions (gzip-6, gzip, zstd, fast) are data in imagekit.export.presets and the file's mode is the
 # format's own (imagekit.sif_reader), so that the format table names them without loading this writer.
+from imagekit.export import presets
 from imagekit.export.presets import SIF_COMPRESSIONS, SIF_COMPRESSIONS_HINT  # noqa: F401
 
 # The format's layout and the reader live in imagekit.sif_reader, so that launch reads a SIF's labels
@@ -220,9 +221,9 @@ def _via_apptainer(image: str, target: Path, compression: str) -> ExportResult:
                             "install Apptainer, or drop --via to write the SIF natively")
     with interrupt_on_sigterm(), atomic.target(target, file_mode(), sync=True) as tmp:
         os.unlink(tmp)  # apptainer refuses to overwrite without --force
-        # Apptainer compresses with gzip by default; `--mksquashfs-args` passes anything else.
-        args = {"zstd": ["--mksquashfs-args", "-comp zstd"],
-                "fast": ["--mksquashfs-args", "-comp zstd -Xcompression-level 3"]}.get(compression, [])
+        # Apptainer compresses with gzip-9 by default; `--mksquashfs-args` passes any other preset's options.
+        options = presets.preset(compression).mksquashfs_args()
+        args = [] if compression == "gzip" else ["--mksquashfs-args", " ".join(options)]
         proc = subprocess.run([binary, "build", *args, str(tmp), f"docker-daemon://{image}"],
                               capture_output=True, text=True)
         if proc.returncode != 0:
