@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Sequence
 
 from imagekit.util import known_errors, leases
 from imagekit.engines import docker_socket
-from imagekit.engines.image import LOCAL_STORE, BuildCommand, Image, ImageMissing
+from imagekit.engines.image import LOCAL_STORE, BuildCommand, Image, ImageMissing, ModuleEngine
 from imagekit.util.errors import EngineError
 
 if TYPE_CHECKING:
@@ -450,10 +450,11 @@ def _short(exc: BaseException) -> str:
 
 # --- the engine ---------------------------------------------------------------------------------
 
-class Docker:
-    """The Docker engine as an :class:`imagekit.engines.Engine`. Each method looks the module's
-    function up when called, so a test that replaces one (``monkeypatch``) replaces it here too."""
+class Docker(ModuleEngine):
+    """The Docker engine as an :class:`imagekit.engines.Engine`: this module's functions (ModuleEngine),
+    and what is Docker's own."""
 
+    module = __name__
     name = "docker"
     title = "Docker"
     store = LOCAL_STORE
@@ -476,38 +477,8 @@ class Docker:
     def version(self) -> str:
         return version()
 
-    def inspect(self, ref: str) -> Image:
-        return inspect(ref)
-
-    def image_id(self, ref: str) -> str:
-        return image_id(ref)
-
-    def image_exists(self, ref: str) -> bool:
-        return image_exists(ref)
-
-    def tag(self, image: str, name: str) -> None:
-        tag(image, name)
-
-    def remove(self, *refs: str) -> None:
-        remove(*refs)
-
-    def throwaway(self, image: str, command: Sequence[str] = (), *, entrypoint: str | None = None,
-                  options: Sequence[str] = (), idle: bool = False,
-                  purpose: str = "tmp") -> contextlib.AbstractContextManager[str]:
-        return throwaway(image, command, entrypoint=entrypoint, options=options, idle=idle, purpose=purpose)
-
-    def run_once(self, image: str, argv: Sequence[str], *,
-                 timeout: float | None = None) -> subprocess.CompletedProcess:
-        return run_once(image, argv, timeout=timeout)
-
     def dockerfile(self, text: str) -> str:
         return text                     # BuildKit runs the rendered Dockerfile as it is
-
-    def build_argv(self, build: BuildCommand) -> list[str]:
-        return build_argv(build)
-
-    def build_env(self) -> dict[str, str]:
-        return build_env()
 
     def export_source(self, name: str, image_id: str, *, pinned: bool = False) -> str:
         """The exporter reads the engine's image by name, or by ID when ``pinned`` (what is signed is

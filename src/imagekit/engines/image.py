@@ -6,6 +6,9 @@ the same class, and the package's ``__init__`` (which names the engines) imports
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -61,3 +64,45 @@ class BuildCommand:
     secrets: Mapping[str, str] = field(default_factory=dict)
     cache_from: Sequence[str] = ()
     inline_cache: bool = False
+
+
+class ModuleEngine:
+    """The part of an :class:`imagekit.engines.Engine` that is its module's functions of the same names
+    (``module``: the engine module's ``__name__``). Each is looked up when called, so a test that replaces
+    one (``monkeypatch``) replaces it here too. An engine class adds its attributes and what differs."""
+
+    module: str
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(sys.modules[self.module], name)(*args, **kwargs)
+
+    def inspect(self, ref: str) -> Image:
+        return self._call("inspect", ref)
+
+    def image_id(self, ref: str) -> str:
+        return self._call("image_id", ref)
+
+    def image_exists(self, ref: str) -> bool:
+        return self._call("image_exists", ref)
+
+    def tag(self, image: str, name: str) -> None:
+        self._call("tag", image, name)
+
+    def remove(self, *refs: str) -> None:
+        self._call("remove", *refs)
+
+    def throwaway(self, image: str, command: Sequence[str] = (), *, entrypoint: str | None = None,
+                  options: Sequence[str] = (), idle: bool = False,
+                  purpose: str = "tmp") -> contextlib.AbstractContextManager[str]:
+        return self._call("throwaway", image, command, entrypoint=entrypoint, options=options, idle=idle,
+                          purpose=purpose)
+
+    def run_once(self, image: str, argv: Sequence[str], *,
+                 timeout: float | None = None) -> subprocess.CompletedProcess:
+        return self._call("run_once", image, argv, timeout=timeout)
+
+    def build_argv(self, build: BuildCommand) -> list[str]:
+        return self._call("build_argv", build)
+
+    def build_env(self) -> dict[str, str]:
+        return self._call("build_env")

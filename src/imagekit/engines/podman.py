@@ -39,7 +39,7 @@ from typing import Iterator, Sequence
 
 from imagekit.engines import podman_trust
 from imagekit.util import leases, private_names
-from imagekit.engines.image import BuildCommand, Image, ImageMissing
+from imagekit.engines.image import BuildCommand, Image, ImageMissing, ModuleEngine
 from imagekit.util.errors import EngineError, UsageError
 
 SETUP_HINT = ("install Podman: `apt-get install podman uidmap slirp4netns` (Debian 12: Podman 4.3), "
@@ -329,10 +329,11 @@ def save_oci_archive(ref: str, path: str | os.PathLike) -> None:
 
 # --- the engine ---------------------------------------------------------------------------------
 
-class Podman:
-    """Podman as an :class:`imagekit.engines.Engine`. Each method looks the module's function up when
-    called, so a test that replaces one (``monkeypatch``) replaces it here too."""
+class Podman(ModuleEngine):
+    """Podman as an :class:`imagekit.engines.Engine`: this module's functions (ModuleEngine), and what
+    is Podman's own."""
 
+    module = __name__
     name = "podman"
     title = "Podman"
     store = STORE
@@ -358,38 +359,8 @@ class Podman:
     def version(self) -> str:
         return "podman"
 
-    def inspect(self, ref: str) -> Image:
-        return inspect(ref)
-
-    def image_id(self, ref: str) -> str:
-        return image_id(ref)
-
-    def image_exists(self, ref: str) -> bool:
-        return image_exists(ref)
-
-    def tag(self, image: str, name: str) -> None:
-        tag(image, name)
-
-    def remove(self, *refs: str) -> None:
-        remove(*refs)
-
-    def throwaway(self, image: str, command: Sequence[str] = (), *, entrypoint: str | None = None,
-                  options: Sequence[str] = (), idle: bool = False,
-                  purpose: str = "tmp") -> contextlib.AbstractContextManager[str]:
-        return throwaway(image, command, entrypoint=entrypoint, options=options, idle=idle, purpose=purpose)
-
-    def run_once(self, image: str, argv: Sequence[str], *,
-                 timeout: float | None = None) -> subprocess.CompletedProcess:
-        return run_once(image, argv, timeout=timeout)
-
     def dockerfile(self, text: str) -> str:
         return dockerfile(text)
-
-    def build_argv(self, build: BuildCommand) -> list[str]:
-        return build_argv(build)
-
-    def build_env(self) -> dict[str, str]:
-        return build_env()
 
     def export_source(self, name: str, image_id: str, *, pinned: bool = False) -> str:
         """The user's store, by name: the exporter saves it with ``podman save`` and holds the config
