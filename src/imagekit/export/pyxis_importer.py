@@ -67,7 +67,7 @@ from imagekit.util import own_python, platforms, terminal
 from imagekit.attest import POLICY_ENV
 from imagekit.util.errors import ImagekitError, IntegrityError, UsageError
 from imagekit.registry import enroot_config
-from imagekit.export import presets, pyxis_unsigned, stage
+from imagekit.export import platform_cache, presets, pyxis_unsigned, stage
 from imagekit.export.stage_env import pinned, pinned_entry, staged
 from imagekit.export import store as store_mod
 from imagekit.export.store import Entry, Store, locks, notices
@@ -234,9 +234,14 @@ def identify(uri: str, env: Mapping[str, str]) -> tuple[str, str | None]:
 
 def resolve_for_node(client: registry.RegistryClient, ref: registry.Reference, uri: str) -> registry.Resolved:
     """``ref`` resolved for this node: an index's entry for its architecture (none: an error
-    naming what the index has), and a plain manifest's image checked against it (its config)."""
+    naming what the index has), and a plain manifest's image checked against it (its config, read once
+    per user and image: :mod:`imagekit.export.platform_cache`)."""
     resolved = client.resolve(ref, platforms.host())
-    platforms.check_runs_here(client.image_platform(resolved), uri)
+    platform = resolved.platform or platform_cache.known(resolved.config_digest)
+    if platform is None:
+        platform = client.image_platform(resolved)
+        platform_cache.remember(resolved.config_digest, platform)
+    platforms.check_runs_here(platform, uri)
     return resolved
 
 

@@ -56,6 +56,16 @@ def sha256_file(path: Path) -> str:
     return digests.sha256_file(path, nofollow=True)
 
 
+def own_private_dir(path: Path) -> bool:
+    """``path`` is a real directory (not a link), this user's, and writable by nobody else: a record kept
+    there is this user's own."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
 class Stamps:
     """This user's record of files already hashed (see the module docstring)."""
 
@@ -66,12 +76,9 @@ class Stamps:
     def usable(self) -> bool:
         """The directory exists (made 0700 if not), is a real directory, ours, writable by nobody else."""
         if self._usable is None:
-            self._usable = False
             with contextlib.suppress(OSError):
                 self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-                st = os.lstat(self.dir)
-                self._usable = (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
-                                and not st.st_mode & 0o022)
+            self._usable = own_private_dir(self.dir)
         return self._usable
 
     @staticmethod
