@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Callable, Mapping, NoReturn
 
 from imagekit import registry
-from imagekit.util import own_python, platforms, terminal
+from imagekit.util import lazy, own_python, platforms, terminal
 from imagekit.attest import POLICY_ENV
 from imagekit.util.errors import ImagekitError, IntegrityError, UsageError
 from imagekit.registry import enroot_config
@@ -113,6 +113,8 @@ Exit status: 0 ok, 4 registry unreachable, 5 no artifact, 6 digest mismatch, 7 c
 8 no space, 10 image not found, 12 refused by the signature policy, 130 interrupted
 (the table: `imagekit --help`)."""
 SHARED_ENV = "IMAGEKIT_SHARED_STORE"
+# A local engine's image (dockerd:// only), loaded by name: a registry hit never loads the engines.
+ENGINE_IMAGE = "imagekit.engines.docker:image_attrs"
 PRESET_ENV = "IMAGEKIT_IMPORTER_PRESET"
 _NUMBER = re.compile(r"[0-9]+")
 
@@ -219,8 +221,7 @@ def identify(uri: str, env: Mapping[str, str]) -> tuple[str, str | None]:
         image = uri[len("dockerd://"):]
         if not image:
             raise UsageError("dockerd:// names no image", "e.g. dockerd://imagekit/debian-mpi:latest")
-        from imagekit.engines import docker as engine   # dockerd:// only: a registry hit never loads the engines
-        attrs = engine.image_attrs(image)
+        attrs = lazy.load(ENGINE_IMAGE)(image)
         platforms.check_runs_here(platforms.Platform.of(attrs), uri)
         return attrs["Id"], None
     if uri.startswith("podman://"):
