@@ -7,21 +7,18 @@ redirect to object storage: a second request, often to a second host. With this 
 the registry for the manifest alone; only a user's first get of an image reads the config.
 
 The record is this user's: ``${XDG_CACHE_HOME:-~/.cache}/imagekit/platforms/HEX.json``, in a directory
-that is ours and writable by nobody else (as the store's read stamps, :class:`~imagekit.export.store.verify.Stamps`).
+that is ours and writable by nobody else (as the store's read stamps, :mod:`imagekit.util.private_records`).
 Whoever could change it could only misname the platform of their own jobs' images; a record that is
 missing, unreadable or not a platform is passed over, and the registry asked.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import re
 from pathlib import Path
 
 from imagekit.export.store.keys import user_cache
-from imagekit.export.store.verify import own_private_dir
+from imagekit.util import private_records
 from imagekit.util.platforms import Platform
 
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
@@ -35,7 +32,7 @@ def directory() -> Path:
 def _path(digest: str, where: Path | None) -> Path | None:
     m = _DIGEST.fullmatch(digest or "")
     base = where if where is not None else directory()
-    return base / f"{m.group(1)}.json" if m and own_private_dir(base) else None
+    return base / f"{m.group(1)}.json" if m and private_records.own_private_dir(base) else None
 
 
 def known(digest: str, where: Path | None = None) -> Platform | None:
@@ -43,14 +40,7 @@ def known(digest: str, where: Path | None = None) -> Platform | None:
     path = _path(digest, where)
     if path is None:
         return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        try:
-            doc = json.loads(os.read(fd, 1024))
-        finally:
-            os.close(fd)
-    except (OSError, ValueError):
-        return None
+    doc = private_records.read(path, 1024)
     if not isinstance(doc, dict) or set(doc) - {"os", "architecture", "variant"}:
         return None
     values = [doc.get("os"), doc.get("architecture")] + ([doc["variant"]] if "variant" in doc else [])
@@ -62,18 +52,8 @@ def known(digest: str, where: Path | None = None) -> Platform | None:
 def remember(digest: str, platform: Platform, where: Path | None = None) -> None:
     """Record ``platform`` for the config ``digest``. Best effort: a failure costs a request next time."""
     base = where if where is not None else directory()
-    with contextlib.suppress(OSError):
-        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_records.make_private_dir(base)
     path = _path(digest, where)
     if path is None or not platform.architecture:
         return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
-    with contextlib.suppress(OSError):
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, json.dumps(platform.as_dict()).encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    with contextlib.suppress(OSError):
-        tmp.unlink()
+    private_records.write(path, platform.as_dict())

@@ -32,18 +32,14 @@ Under a signature policy the seal is never used: a publisher who cannot sign wri
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
 import socket
-import stat
 from pathlib import Path
 
-from imagekit.util import digests
+from imagekit.util import digests, private_records
 from imagekit.util.errors import IntegrityError
 from imagekit.export.store.keys import user_cache
-
 
 
 def node_name() -> str:
@@ -56,16 +52,6 @@ def sha256_file(path: Path) -> str:
     return digests.sha256_file(path, nofollow=True)
 
 
-def own_private_dir(path: Path) -> bool:
-    """``path`` is a real directory (not a link), this user's, and writable by nobody else: a record kept
-    there is this user's own."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
-
-
 class Stamps:
     """This user's record of files already hashed (see the module docstring)."""
 
@@ -76,9 +62,7 @@ class Stamps:
     def usable(self) -> bool:
         """The directory exists (made 0700 if not), is a real directory, ours, writable by nobody else."""
         if self._usable is None:
-            with contextlib.suppress(OSError):
-                self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._usable = own_private_dir(self.dir)
+            self._usable = private_records.make_private_dir(self.dir)
         return self._usable
 
     @staticmethod
@@ -88,14 +72,7 @@ class Stamps:
     def known(self, st: os.stat_result, sha256: str) -> bool:
         if not self.usable():
             return False
-        try:
-            fd = os.open(self.dir / self._name(st), os.O_RDONLY | os.O_NOFOLLOW)
-            try:
-                doc = json.loads(os.read(fd, 4096))
-            finally:
-                os.close(fd)
-        except (OSError, ValueError):
-            return False
+        doc = private_records.read(self.dir / self._name(st))
         return isinstance(doc, dict) and doc.get("size") == st.st_size and \
             doc.get("mtime_ns") == st.st_mtime_ns and doc.get("ctime_ns") == st.st_ctime_ns and \
             doc.get("sha256") == sha256
@@ -104,18 +81,8 @@ class Stamps:
         """Best effort: a failure only costs a hash next time."""
         if not self.usable():
             return
-        final = self.dir / self._name(st)
-        tmp = self.dir / f".{final.name}.{os.getpid()}.{os.urandom(4).hex()}"
-        with contextlib.suppress(OSError):
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            try:
-                os.write(fd, json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                                     "ctime_ns": st.st_ctime_ns, "sha256": sha256}).encode())
-            finally:
-                os.close(fd)
-            os.replace(tmp, final)
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        private_records.write(self.dir / self._name(st), {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                                                          "ctime_ns": st.st_ctime_ns, "sha256": sha256})
 
 
 def seal_of(st: os.stat_result) -> dict[str, int]:
