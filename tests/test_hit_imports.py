@@ -5,7 +5,8 @@ is most of what these paths cost (perf-4, P4-2); the times are bench/hits.py's, 
 Each path runs as its caller runs it, a whole process, against a real registry and store; the modules
 it had loaded when it exited are compared with what it must not load: the converters, the tar
 pipeline's runner, the SBOM and provenance code, requests (and what it brings), the docker package,
-and cryptography where nothing is verified or signed.
+and cryptography where nothing is verified or signed, or where a verdict recorded for the same policy
+bytes spares the signed importer's check (:mod:`imagekit.export.pyxis_verdicts`).
 """
 
 from __future__ import annotations
@@ -101,9 +102,15 @@ def test_an_importer_hit_loads_no_converter_sbom_or_http_library(signed_push, si
     loaded(entry, ["get", uri], _importer_env(work, name, 1, **extra), work / f"first-{name}.json")
     names, log = loaded(entry, ["get", uri], _importer_env(work, name, 2, **extra), work / f"hit-{name}.json")
     assert "store hit" in log, log
-    assert _hits(names, NEVER_ON_A_HIT | REGISTRY_HIT | (set() if signed else VERIFYING)) == []
+    # The signed importer's repeat hit: the verdict recorded by the first get holds (pyxis_verdicts).
+    assert _hits(names, NEVER_ON_A_HIT | REGISTRY_HIT | VERIFYING) == []
     if signed:
-        assert "imagekit.export.pyxis_policy" in names and "cryptography" in names   # it does verify
+        assert "checked before" in log, log
+        # The policy changed: the same hit verifies in full again (and records the new verdict).
+        policy.write_text(policy.read_text() + "# edited\n")
+        names, log = loaded(entry, ["get", uri], _importer_env(work, name, 3, **extra), work / f"edited-{name}.json")
+        assert "store hit" in log and "checked before" not in log, log
+        assert "imagekit.export.pyxis_policy" in names and "cryptography" in names
 
 
 def test_a_re_export_hit_loads_no_converter_signing_or_engine_library(base_image, tmp_path):

@@ -28,6 +28,14 @@ from imagekit.registry import RegistryClient, parse
 from imagekit.export import stage
 
 pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """Each test's importer keeps its records (read stamps, policy verdicts) in the test's own cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
 PREFIX = f"imagekit-pyxis-importer on {stage.host()}: "   # one line per node: the host says which
 
 
@@ -90,7 +98,8 @@ def get(uri: str, tmp_path: Path, policy: Path, step: int = 0, argv: list[str] |
 
 def test_a_signed_image_is_served_its_signed_sqsh_then_warm_hits_check_offline(base_image, registry, site, tmp_path):
     """No IMAGEKIT_TRUSTED_ARTIFACTS: the .sqsh is pulled because a verified statement names it; the
-    statements go beside the store entry, and the next job's hit verifies them with no referrer fetch."""
+    statements go beside the store entry, and the next job's hit verifies them with no referrer fetch
+    (a user with no verdicts recorded yet), and the one after is spared it (pyxis_verdicts)."""
     ref = f"{registry}/ik-signed/base:1"
     push_signed(base_image, ref, site.dir / "ci.key", tmp_path)
     policy = site.policy(POLICY)
@@ -103,9 +112,13 @@ def test_a_signed_image_is_served_its_signed_sqsh_then_warm_hits_check_offline(b
     sha = hashlib.sha256(served.read_bytes()).hexdigest()
     named = [json.loads(line) for line in (served.parent / bundle.ENTRY_NAME).read_bytes().splitlines()]
     assert len(named) == 2
-    warm = get(f"docker://{registry}#ik-signed/base:1", tmp_path, policy, step=1)
+    cache = str(tmp_path / "another-user-cache")        # no verdict recorded there yet
+    warm = get(f"docker://{registry}#ik-signed/base:1", tmp_path, policy, step=1, XDG_CACHE_HOME=cache)
     assert warm.rc == 0 and warm.path == cold.path, warm.log
     assert "(beside the entry)" in warm.log and "store hit" in warm.log
+    again = get(f"docker://{registry}#ik-signed/base:1", tmp_path, policy, step=2, XDG_CACHE_HOME=cache)
+    assert again.rc == 0 and again.path == cold.path, again.log
+    assert f"signed by ci ({site.ci_id}) (checked before; {policy} and its keys unchanged)" in again.log
     res = CliRunner().invoke(main, ["verify", f"docker://{ref}", "--key", str(site.dir / "ci.pub"), "--json"])
     assert res.exit_code == 0 and any(s["digest"]["sha256"] == sha for s in json.loads(res.stdout)["subjects"])
 
@@ -242,7 +255,8 @@ def test_h7_what_a_publisher_leaves_beside_an_entry_never_hangs_or_breaks_the_im
         os.mkfifo(side)
     else:
         side.write_bytes(b'{"payloadType":"x","payload":"","signatures":' + b"[" * 200_000 + b"]" * 200_000 + b"}\n")
-    again = get(f"docker://{registry}#ik-signed/h7:1", tmp_path, policy, step=1)
+    # A cache without the first get's verdict: the check reads what lies beside the entry.
+    again = get(f"docker://{registry}#ik-signed/h7:1", tmp_path, policy, step=1, XDG_CACHE_HOME=str(tmp_path / "c2"))
     assert again.rc == 0 and again.path == first.path, again.log
     assert f"the signatures beside {first.path} are unreadable" in again.log, again.log
     assert "Traceback" not in again.log and "a bug" not in again.log
@@ -290,3 +304,41 @@ def test_h5_only_junk_is_a_refusal_that_names_its_signer(base_image, registry, s
     flood(registry, "ik-signed/onlyjunk", site.dir / "rogue.key", 3)
     line = refusal(get(f"docker://{registry}#ik-signed/onlyjunk:1", tmp_path, site.policy(POLICY)))
     assert f"3 listed, signed by {site.rogue_id}, not by a key the site accepts" in line, line
+
+
+def test_a_recorded_verdict_holds_only_while_the_policy_its_keys_and_their_trust_do(base_image, registry, site,
+                                                                                    tmp_path):
+    """A repeat hit is spared the signature check (pyxis_verdicts), and each change the full check would
+    refuse is refused at once: a key revoked in the policy, the policy made writable by others, the key
+    file replaced by another key. Put back, the image is served again, checked in full first."""
+    push_signed(base_image, f"{registry}/ik-signed/held:1", site.dir / "ci.key", tmp_path)
+    own = tmp_path / "site"
+    own.mkdir()
+    for name in ("ci.pub", "rogue.pub"):
+        (own / name).write_bytes((site.dir / name).read_bytes())
+    policy = own / "policy.yaml"
+    good = POLICY.replace("{dir}", str(own)).replace("{{", "{").replace("}}", "}")
+    policy.write_text(textwrap.dedent(good))
+    uri, cache = f"docker://{registry}#ik-signed/held:1", str(tmp_path / "cache")
+    steps = iter(range(100))
+
+    def hit():
+        return get(uri, tmp_path, policy, step=next(steps), XDG_CACHE_HOME=cache)
+
+    first = hit()
+    assert first.rc == 0 and "checked before" not in first.log, first.log
+    spared = hit()
+    assert spared.rc == 0 and spared.path == first.path and "checked before" in spared.log, spared.log
+    policy.write_text(textwrap.dedent(good) + "revoked: [ci]\n")
+    assert "which is revoked" in refusal(hit())
+    policy.write_text(textwrap.dedent(good) + "# ci unrevoked\n")     # new bytes: checked in full, recorded
+    served = hit()
+    assert served.rc == 0 and "checked before" not in served.log, served.log
+    assert "checked before" in hit().log
+    policy.chmod(0o646)
+    line = refusal(hit())
+    assert f"signature policy {policy} is writable by everyone" in line, line
+    policy.chmod(0o644)
+    assert "checked before" in hit().log
+    (own / "ci.pub").write_bytes((own / "rogue.pub").read_bytes())
+    assert "not by a key the site accepts" in refusal(hit())

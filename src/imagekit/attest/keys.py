@@ -16,7 +16,7 @@ import base64
 import hashlib
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
 
@@ -46,6 +46,8 @@ class Key:
     keyid: str
     kind: str
     source: str = ""
+    # of the file it was read from (hex): what a record of a policy verdict names (pyxis_verdicts)
+    sha256: str = field(default="", compare=False)
 
     def pem(self) -> bytes:
         return self.public.public_bytes(serialization.Encoding.PEM,
@@ -106,7 +108,7 @@ def load_public(path: str | os.PathLike) -> Key:
         raise UsageError(f"{path}: not a public key imagekit can read ({_first_line(exc)})",
                          "give a PEM public key (`imagekit keygen` writes NAME.pub) or an OpenSSH .pub line") from None
     kind = kind_of(public, str(path))
-    return Key(public, keyid(public), kind, str(path))  # type: ignore[arg-type]
+    return Key(public, keyid(public), kind, str(path), hashlib.sha256(data).hexdigest())  # type: ignore[arg-type]
 
 
 def _first_line(exc: Exception) -> str:

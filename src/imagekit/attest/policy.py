@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,13 @@ class Rule:
 class Policy:
     path: Path
     rules: list[Rule] = field(default_factory=list)
+    sha256: str = ""                                   # of the bytes parsed (hex)
+    keys: dict[str, TrustedKey] = field(default_factory=dict)
+
+    def files(self) -> list[tuple[str, str]]:
+        """(path, sha256 of the bytes read) of the policy and of every key file it names: all that its
+        decisions were made from (:mod:`imagekit.export.pyxis_verdicts`)."""
+        return [(str(self.path), self.sha256)] + [(k.key.source, k.key.sha256) for k in self.keys.values()]
 
     def rule_for(self, name: str) -> Rule:
         """The first rule whose pattern matches ``name``, both canonical (:func:`canonical`: the registry a
@@ -155,7 +163,8 @@ def load(path: str | os.PathLike) -> Policy:
     path = Path(path)
     trusted_files.check(path, "signature policy")       # before a byte of it counts (H14)
     try:
-        doc = yamlpos.load(path)
+        raw = yamlpos.read(path)
+        doc = yamlpos.load(path, raw=raw)
     except StackError as exc:
         raise PolicyError.wrap(exc) from None
     if not isinstance(doc, dict):
@@ -206,7 +215,7 @@ def load(path: str | os.PathLike) -> Policy:
                        f"keys the policy defines: {', '.join(trusted)}", where)
         rules.append(Rule(spec["match"], Trust([trusted[n] for n in names], revoked), convert,
                           spec.pos("match")[1]))
-    return Policy(path, rules)
+    return Policy(path, rules, hashlib.sha256(raw).hexdigest(), trusted)
 
 
 def configured(env: dict[str, str] | os._Environ) -> Path | None:

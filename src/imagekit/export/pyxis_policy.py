@@ -35,7 +35,8 @@ from imagekit.attest import bundle, policy, verifier
 from imagekit.attest.verifier import Signed, Trust
 from imagekit.attest.dsse import Envelope
 from imagekit.util.errors import ImagekitError, VerificationError
-from imagekit.export import attestations
+from imagekit.export import attestations, pyxis_verdicts
+from imagekit.export.pyxis_verdicts import name_of
 from imagekit.export.store import ARTIFACT_OPTION, Entry, sealed
 from imagekit.export.store.verify import Stamps
 from imagekit.registry import client as reg
@@ -58,6 +59,7 @@ class Decision:
     rule: policy.Rule | None
     signed: list[Signed] = field(default_factory=list)
     envelopes: list[Envelope] = field(default_factory=list)
+    policy: policy.Policy | None = None   # what the rule came from (its files' digests: a verdict's record)
 
     @property
     def enforced(self) -> bool:
@@ -75,14 +77,6 @@ class Decision:
 
 def configured(env: Mapping[str, str]) -> Path | None:
     return policy.configured(env)   # type: ignore[arg-type]
-
-
-def name_of(uri: str) -> tuple[str, str]:
-    """(what a rule matches, the image as the error shows it)."""
-    if uri.startswith("dockerd://"):
-        return uri, uri
-    ref = registry.parse(uri)
-    return f"{ref.registry}/{ref.repository}", ref.docker
 
 
 def _load(path: Path, uri: str, digest: str) -> policy.Policy:
@@ -109,7 +103,7 @@ def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mappi
     if rule.unsigned:
         if log:
             log(f"policy: {name} may start unsigned ({path} line {rule.line})")
-        return Decision(uri, digest, rule)
+        return Decision(uri, digest, rule, policy=rules)
     assert rule.trust is not None
     kind = "oci-manifest" if manifest_digest else "oci-config"
     local = []
@@ -125,7 +119,7 @@ def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mappi
             signed = _first_naming(local, rule.trust, kind, digest, shown)
             if log:
                 log(f"policy: {shown} is signed by {', '.join(verifier.signers(signed))} (beside the entry)")
-            return Decision(uri, digest, rule, signed, local)
+            return Decision(uri, digest, rule, signed, local, rules)
         except VerificationError as exc:
             problem = exc   # stale (a key rotated since): the registry may list newer statements
     fetched = attestations.Fetched()
@@ -147,7 +141,7 @@ def check_image(uri: str, image_id: str, manifest_digest: str | None, env: Mappi
         raise Refused(shown, digest, _why(exc), rule.trust) from None
     if log:
         log(f"policy: {shown} is signed by {', '.join(verifier.signers(signed))}")
-    return Decision(uri, digest, rule, signed, envelopes)
+    return Decision(uri, digest, rule, signed, envelopes, rules)
 
 
 def _first_naming(envelopes: list[Envelope], trust: Trust, kind: str, digest: str, shown: str) -> list[Signed]:
@@ -216,6 +210,19 @@ def check_served(decision: Decision, entry: Entry, stamps: Stamps | None = None)
     check_file(decision, entry)
     if decision.enforced:
         sealed.check(entry.path, entry.sha256, Stamps() if stamps is None else stamps)
+    remember(decision, entry)
+
+
+def remember(decision: Decision, entry: Entry) -> None:
+    """Record a decision that let ``entry`` through, so that the next hit on it is spared steps 1-6 while
+    nothing it was made from changes (:mod:`imagekit.export.pyxis_verdicts`)."""
+    if decision.policy is None or decision.rule is None:
+        return
+    keys = [k for s in decision.signed for k in s.signers]
+    ends = [k.not_after.timestamp() for k in keys if k.not_after is not None]
+    question = pyxis_verdicts.Question.of(decision.policy.path, decision.uri, decision.digest, entry)
+    verdict = pyxis_verdicts.Verdict(decision.enforced, verifier.signers(decision.signed), decision.rule.line)
+    pyxis_verdicts.remember(question, decision.policy.files(), verdict, min(ends) if ends else None)
 
 
 def enforce(uri: str, image_id: str, manifest_digest: str | None, entry: Entry, env: Mapping[str, str] | None = None,

@@ -122,7 +122,9 @@ def _precheck(text: str, max_nodes: int, max_depth: int) -> None:
         parser.dispose()
 
 
-def _read(path: Path, max_bytes: int) -> bytes:
+def read(path: Path, max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of ``path`` (StackError naming it when it is missing, unreadable or past ``max_bytes``):
+    for a caller that records what it parsed, and hands them to :func:`load`."""
     name = str(path)
     try:
         with open(path, "rb") as fh:
@@ -137,11 +139,12 @@ def _read(path: Path, max_bytes: int) -> bytes:
     return raw
 
 
-def load(path: Path, *, max_bytes: int = MAX_BYTES, max_nodes: int = MAX_NODES) -> Any:
-    """Parse ``path``; raise StackError with file:line for malformed YAML or duplicate keys, or a file
-    past ``max_bytes`` or ``max_nodes`` (aliases counted as expanded; see the module docstring)."""
+def load(path: Path, *, max_bytes: int = MAX_BYTES, max_nodes: int = MAX_NODES, raw: bytes | None = None) -> Any:
+    """Parse ``path`` (or ``raw``, its bytes already :func:`read`); raise StackError with file:line for
+    malformed YAML or duplicate keys, or a file past ``max_bytes`` or ``max_nodes`` (aliases counted as
+    expanded; see the module docstring)."""
     name = str(path)
-    raw = _read(path, max_bytes)
+    raw = read(path, max_bytes) if raw is None else raw
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
