@@ -9,7 +9,9 @@ an export store with one ``imagekit export``, stamps the reader, then runs every
 
 - ``get docker://…`` through ``imagekit-pyxis-importer`` (the repeat hit; goal < 0.1 s);
 - the same through ``imagekit-pyxis-importer-signed`` with ``IMAGEKIT_POLICY``, the statements beside the
-  entry (goal: adds < 20 ms over the plain one, pair by pair);
+  entry (goal: adds < 20 ms over the plain one, pair by pair): a repeat hit, spared the check by the verdict
+  the first get recorded (imagekit.export.pyxis_verdicts), and, this tree only, a hit checked in full (its
+  verdicts removed first: a user's first hit of the entry, or the first after the policy changed);
 - ``imagekit export IMAGE --to enroot -o OUT --force -q`` on the warm export store, and
   ``imagekit --version``, the CLI's own start (goal: the hit ≤ 2× the start);
 
@@ -56,14 +58,21 @@ class Sides:
         env.update(more)
         return env
 
-    def get(self, exe: Path, **more: str) -> Callable[[], None]:
+    def get(self, exe: Path, verdict: bool | None = None, **more: str) -> Callable[[], None]:
+        """A timed ``get``. ``verdict`` (the signed importer, this tree): True, a verdict recorded earlier must
+        spare the check; False, the verdicts are removed first (a user's first hit, or the policy changed)."""
         def run() -> None:
             self.step += 1
             env = self.env(**more)
+            if verdict is False:
+                for old in (self.work / "cache" / "imagekit" / "verified").glob("policy-*.json"):
+                    old.unlink()
             proc = subprocess.run([str(exe), "get", self.uri], stdin=subprocess.DEVNULL, capture_output=True,
                                   text=True, env=env)
             if proc.returncode != 0 or "store hit" not in proc.stderr:
                 raise SystemExit(f"{self.label}: {exe.name} get is not a hit ({proc.returncode}): {proc.stderr}")
+            if verdict is not None and ("checked before" in proc.stderr) != verdict:
+                raise SystemExit(f"{self.label}: the verdict was {'not ' if verdict else ''}used: {proc.stderr}")
             self.held.append(env)
         return run
 
@@ -118,7 +127,11 @@ def main() -> int:
             sides: dict[str, Callable[[], None]] = {}
             for name, tree in trees.items():
                 sides[f"importer hit ({name})"] = tree.get(IMPORTER)
-                sides[f"signed importer hit ({name})"] = tree.get(SIGNED, IMAGEKIT_POLICY=str(policy))
+                sides[f"signed importer hit ({name})"] = tree.get(
+                    SIGNED, verdict=True if name == "after" else None, IMAGEKIT_POLICY=str(policy))
+                if name == "after":
+                    sides[f"signed importer hit, checked in full ({name})"] = tree.get(
+                        SIGNED, verdict=False, IMAGEKIT_POLICY=str(policy))
                 sides[f"re-export hit ({name})"] = tree.reexport
                 sides[f"imagekit --version ({name})"] = tree.version
             samples = record.alternate(sides, args.runs, after=lambda _side: [t.release() for t in trees.values()])
@@ -129,6 +142,10 @@ def main() -> int:
     for name in trees:
         rows[f"signed vs plain importer hit ({name})"] = record.paired(
             samples[f"signed importer hit ({name})"], samples[f"importer hit ({name})"], "signed", "plain")
+        if name == "after":
+            rows[f"signed, checked in full, vs plain importer hit ({name})"] = record.paired(
+                samples[f"signed importer hit, checked in full ({name})"], samples[f"importer hit ({name})"],
+                "signed, checked in full", "plain")
         rows[f"re-export hit vs imagekit --version ({name})"] = record.paired(
             samples[f"re-export hit ({name})"], samples[f"imagekit --version ({name})"], "re-export hit", "--version")
     if "before" in trees:

@@ -20,7 +20,9 @@ on a hit, :mod:`imagekit.export.pyxis_fill` after a fill):
    served (the importer looks further, and fills the user's own store).
 
 A refusal is one line, ``error: IMAGE (DIGEST): refused: WHY; accepted signers: …``, and exit
-status 12; nothing is printed on stdout, so Pyxis starts nothing.
+status 12; nothing is printed on stdout, so Pyxis starts nothing. An entry let through is recorded
+(:mod:`imagekit.export.pyxis_verdicts`): the user's next hit on it is spared steps 1-6 while the policy,
+its keys and their trust are as they were, and no signer has expired.
 """
 
 from __future__ import annotations
