@@ -13,7 +13,8 @@ since they last passed. ``.ci/heavy-tier.json`` records, from a run of the heavy
 - **builds**: for each image a heavy test built, the stack file by its path in the tree with every
   file its ``extends:`` chain read, and what it rendered to now: the recipe's sha256 and the sha256
   of its build labels (the checks JSON, the facts) without the version;
-- the site pins file, the site mirror's ``SHA256SUMS`` and the machine's architecture.
+- the site pins file, the site mirror's ``SHA256SUMS``, the machine's architecture, and the Python that ran
+  the tests (:func:`interpreter`): a record made under pyenv's 3.11.7 vouches nothing for Debian's 3.11.2.
 
 Anything ``status`` cannot compute (an unreadable or hand-edited record, an unknown version, a stack
 that no longer renders, a missing file or mirror) means the heavy tier must run, with the reason. The
@@ -41,7 +42,7 @@ from pathlib import Path
 
 TOP = Path(__file__).resolve().parents[1]
 RECORD = Path(os.environ.get("IMAGEKIT_HEAVY_RECORD_FILE") or TOP / ".ci" / "heavy-tier.json")
-VERSION = 2
+VERSION = 3
 
 # Fixtures whose cold build takes many minutes on two cores: a test using one is heavy.
 HEAVY_FIXTURES = frozenset({"cuda_images", "cuda12_images", "pytorch_images"})
@@ -214,8 +215,8 @@ class Build:
             return recipe, label_digest(loaded, self.target, recipe)
 
 
-RECORD_KEYS = ("commit", "date", "machine", "arch", "load", "seconds", "passed", "tests", "inputs", "pins",
-               "mirror", "builds")
+RECORD_KEYS = ("commit", "date", "machine", "arch", "python", "load", "seconds", "passed", "tests", "inputs",
+               "pins", "mirror", "builds")
 
 
 @dataclass
@@ -224,6 +225,7 @@ class Record:
     date: str
     machine: str
     arch: str
+    python: str                 # interpreter(): the Python the heavy tests ran under
     load: str
     seconds: float
     passed: int
@@ -317,6 +319,8 @@ def changes(record: Record, tree: Tree = Tree()) -> list[Change]:
     out: list[Change] = []
     if record.arch != platform.machine():
         out.append(Change(f"the record was made on {record.arch}, this machine is {platform.machine()}"))
+    if record.python != interpreter():
+        out.append(Change(f"the record was made under {record.python}, the tests run under {interpreter()}"))
     users = _helper_users(tree, record.tests)
     now = tree.inputs(record.tests)
     # A stack file a build read is reported with that build, which names the tests it fed.
@@ -386,6 +390,13 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, {mem:.0f} GiB"
 
 
+def interpreter() -> str:
+    """The Python running this (the venv's: test.sh runs ``status`` and pytest with it): implementation,
+    version and the real path of the interpreter a venv was made from."""
+    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    return f"{platform.python_implementation()} {platform.python_version()} ({base})"
+
+
 def new_record(tests, builds: list[Build], seconds: float, passed: int, *, load_at_start: float | None = None,
                tree: Tree = Tree()) -> Record:
     unique: dict[tuple, Build] = {}
@@ -399,8 +410,8 @@ def new_record(tests, builds: list[Build], seconds: float, passed: int, *, load_
         load = f"{load_at_start:.1f} at the start, {load}"
     tests = sorted(set(tests))
     return Record(commit=head_commit(tree), date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine=machine(),
-                  arch=platform.machine(), load=load, seconds=round(seconds, 1), passed=passed, tests=tests,
-                  inputs=tree.inputs(tests), pins=tree.pins_hash(), mirror=tree.mirror_hash(),
+                  arch=platform.machine(), python=interpreter(), load=load, seconds=round(seconds, 1), passed=passed,
+                  tests=tests, inputs=tree.inputs(tests), pins=tree.pins_hash(), mirror=tree.mirror_hash(),
                   builds=sorted(unique.values(), key=lambda b: (b.stack or "", b.text or "", b.variant or "",
                                                                  b.arch, b.target, b.mirror)))
 

@@ -85,6 +85,17 @@ def test_a_record_from_another_architecture_is_stale(tmp_path):
     assert _lines(heavy_tier.changes(record)) == [f"the record was made on riscv64, this machine is {platform.machine()}"]
 
 
+def test_a_record_made_under_another_python_is_stale(tmp_path):
+    """CI runs the suite under the distro's own Python: a record made under another (pyenv's, conda's) vouches
+    nothing for it, since an interpreter's version and build (its stdlib, its extension modules) can break a test."""
+    record = _record([])
+    assert record.python == heavy_tier.interpreter() and platform.python_version() in record.python
+    record.python = "CPython 3.9.2 (/opt/conda/bin/python3.9)"
+    assert _lines(heavy_tier.changes(record)) == [
+        f"the record was made under CPython 3.9.2 (/opt/conda/bin/python3.9), the tests run "
+        f"under {heavy_tier.interpreter()}"]
+
+
 def _status(script: Path, record: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**(os.environ if env is None else env), "IMAGEKIT_HEAVY_RECORD_FILE": str(record)}
     return subprocess.run([sys.executable, str(script), "status", *args], capture_output=True, text=True, env=env)
@@ -104,7 +115,8 @@ def test_status_says_why_and_exits_1_without_a_record(tmp_path):
 @pytest.mark.parametrize("spoil, why", [
     (lambda text: text[: len(text) // 2], "it is not JSON"),
     (lambda text: text.replace('"passed": 1', '"passed": 7'), "its seal does not match its content"),
-    (lambda text: text.replace('"version": 2', '"version": 99'), "record version 99; this script reads version 2"),
+    (lambda text: text.replace(f'"version": {heavy_tier.VERSION}', '"version": 99'),
+     f"record version 99; this script reads version {heavy_tier.VERSION}"),
     (lambda text: "[]", "the record is not a JSON object"),
 ])
 def test_a_truncated_or_hand_edited_record_is_never_trusted(tmp_path, spoil, why):
