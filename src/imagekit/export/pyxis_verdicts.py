@@ -36,8 +36,7 @@ from imagekit.attest import POLICY_ENV
 from imagekit.util import private_records, trusted_files
 from imagekit.util.errors import UsageError
 from imagekit.export.store import ARTIFACT_OPTION, Entry, sealed
-from imagekit.export.store.keys import user_cache
-from imagekit.export.store.verify import Stamps
+from imagekit.export.store.verify import Stamps, verified_dir
 
 VERSION = 1
 RECORD_LIMIT = 64 << 10
@@ -50,10 +49,6 @@ def name_of(uri: str) -> tuple[str, str]:
         return uri, uri
     ref = registry.parse(uri)
     return f"{ref.registry}/{ref.repository}", ref.docker
-
-
-def directory() -> Path:
-    return user_cache() / "verified"
 
 
 @dataclass(frozen=True)
@@ -77,7 +72,7 @@ class Question:
 
     def path(self) -> Path:
         key = hashlib.sha256(json.dumps(self.as_list()).encode()).hexdigest()[:40]
-        return directory() / f"policy-{key}.json"
+        return verified_dir() / f"policy-{key}.json"
 
 
 @dataclass(frozen=True)
@@ -100,7 +95,7 @@ def remember(question: Question, files: list[tuple[str, str]], verdict: Verdict,
     every key file it names, as parsed; ``not_after``: when the first key that signed expires (POSIX time)."""
     if not files or files[0][0] != question.policy or not all(sha for _, sha in files):
         return
-    base = directory()
+    base = verified_dir()
     if not private_records.make_private_dir(base):
         return
     private_records.write(question.path(), {
@@ -112,7 +107,7 @@ def remember(question: Question, files: list[tuple[str, str]], verdict: Verdict,
 def recall(question: Question, now: float | None = None) -> Verdict | None:
     """The recorded verdict for ``question``, or None (then the full check runs): no record, a record
     that is not the user's own, another question, past its time, or any file changed or no longer trusted."""
-    if not private_records.own_private_dir(directory()):
+    if not private_records.own_private_dir(verified_dir()):
         return None
     doc = private_records.read(question.path(), RECORD_LIMIT)
     if not isinstance(doc, dict) or doc.get("version") != VERSION or doc.get("question") != question.as_list():

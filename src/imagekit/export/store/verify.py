@@ -52,11 +52,17 @@ def sha256_file(path: Path) -> str:
     return digests.sha256_file(path, nofollow=True)
 
 
+def verified_dir() -> Path:
+    """This user's private directory of verification records: the read stamps here, and the signed
+    importer's verdicts (:mod:`imagekit.export.pyxis_verdicts`)."""
+    return user_cache() / "verified"
+
+
 class Stamps:
     """This user's record of files already hashed (see the module docstring)."""
 
     def __init__(self, directory: Path | None = None) -> None:
-        self.dir = directory if directory is not None else user_cache() / "verified"
+        self.dir = directory if directory is not None else verified_dir()
         self._usable: bool | None = None
 
     def usable(self) -> bool:
