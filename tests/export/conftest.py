@@ -21,7 +21,8 @@ DOCKERFILE = textwrap.dedent("""\
      && mkdir -p /opt/ro/sub && chmod 0555 /opt/ro /opt/ro/sub \\
      && mkdir -p /opt/deep/1/2/3/4/5/6/7/8/9/10/11/12/13/14 \\
      && chmod 0555 /opt/deep/1/2/3/4/5/6/7 /opt/deep/1/2/3/4/5/6/7/8/9/10/11/12/13/14 \\
-     && chown 1234:5678 /opt/data/file.txt
+     && chown 1234:5678 /opt/data/file.txt \\
+     && sed -i 's/^daemon:x:1:1:/daemon:x:1234:5678:/' /etc/passwd && sed -i 's/^daemon:x:1:/daemon:x:5678:/' /etc/group
     ENV GREETING="hello world" QUOTED="it's \\"quoted\\" \\$x \\\\ back" EMPTY=
     ENTRYPOINT ["/bin/echo", "ep arg", "it's"]
     CMD ["cmd one", "two"]
@@ -41,7 +42,10 @@ def docker_bin() -> str:
 @pytest.fixture(scope="session")
 def odd_image(base_image: str, docker_bin: str, tmp_path_factory) -> str:
     """Symlinks, a hard link, setuid/setgid, unreadable files, read-only dirs, a file under
-    dev/, ENV with spaces and quotes, ENTRYPOINT+CMD with arguments, WORKDIR, VOLUMEs."""
+    dev/, ENV with spaces and quotes, ENTRYPOINT+CMD with arguments, WORKDIR, VOLUMEs, and a file
+    whose owner the image names ``daemon`` with ids (1234:5678) that every Debian host gives another
+    user (1:1): the engine's stream carries the image's names, which the squashfs tools would map
+    through this host's passwd."""
     ctx = tmp_path_factory.mktemp("odd-ctx")
     root = ctx / "rootfs"
     (root / "opt/data").mkdir(parents=True)

@@ -106,3 +106,47 @@ def test_a_changed_time_is_written_to_the_header_and_a_pax_time_that_would_overr
         got = {m.name: (m.mtime, m.pax_headers.get("mtime")) for m in tar.getmembers()}
     assert got == {"etc/hosts": (1000, None), "usr/bin/tool": (1600000000, None)}
     assert layers.steady_times(None) is None
+
+
+def _owned_tar() -> bytes:
+    """Members whose owner names exist on every host with other ids: ``root`` (0) for uid 4242, in the
+    ustar fields and, for the second, in pax records too (as a long name would make a writer put them)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, pax in (("ustar-named", {}), ("pax-named", {"uname": "root", "gname": "root"})):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.uid, info.gid = 1, 0o644, 4242, 4343
+            info.uname = info.gname = "root"
+            info.pax_headers = pax
+            tar.addfile(info, io.BytesIO(b"x"))
+    return buf.getvalue()
+
+
+def test_members_leave_without_owner_names_and_with_their_ids():
+    """The squashfs tools map a member's names through this host's passwd and group: the names go, each
+    header's checksum stays right (tarfile checks it), the numeric ids and everything else stay."""
+    out = io.BytesIO()
+    tarstream.filter_tar(io.BufferedReader(io.BytesIO(_owned_tar())), out, keep=lambda m: True)
+    with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
+        got = {m.name: (m.uid, m.gid, m.uname, m.gname, m.mode, tar.extractfile(m).read()) for m in tar}
+        pax = {m.name: m.pax_headers for m in tar}
+    assert got == {name: (4242, 4343, "", "", 0o644, b"x") for name in ("ustar-named", "pax-named")}
+    assert not any({"uname", "gname"} & set(records) for records in pax.values())
+
+
+def test_mksquashfs_keeps_the_images_ids_only_without_the_names(tmp_path):
+    """The real tool, as a SIF export runs it (owners kept): fed the names, mksquashfs -tar writes this
+    host's uid of ``root`` (0) for a file the image gives uid 4242; fed the filter's stream, 4242."""
+    from imagekit.export import squash
+
+    def owners(stream: bytes, out) -> set[str]:
+        spec = squash.SquashSpec(preset="fast", tool="mksquashfs", all_root=False)
+        cmd = squash.tool_command("mksquashfs", squash.pick_tool("mksquashfs")[1], spec, out)
+        subprocess.run(cmd, input=stream, check=True, capture_output=True)
+        listing = subprocess.run(["unsquashfs", "-lln", str(out)], check=True, capture_output=True, text=True)
+        return {line.split()[1] for line in listing.stdout.splitlines() if "-named" in line}
+
+    filtered = io.BytesIO()
+    tarstream.filter_tar(io.BufferedReader(io.BytesIO(_owned_tar())), filtered, keep=lambda m: True)
+    assert owners(_owned_tar(), tmp_path / "named.sqsh") == {"0/0"}
+    assert owners(filtered.getvalue(), tmp_path / "filtered.sqsh") == {"4242/4343"}
