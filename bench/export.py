@@ -24,8 +24,12 @@ same compression as Apptainer's), and `apptainer build --mksquashfs-args
 before of both.
 
 CPU is user + system of the side's whole process tree (rusage of the reaped children); the
-engine's own work for `docker export` counts on no side. Each side's peak extra disk on the work
-area (statvfs every 50 ms, the output included) and output size are kept too.
+engine's own work for `docker export` counts on no side there. It is kept beside it as `engine_cpu_s`:
+dockerd's process tree (its `docker-tar` child, which writes the tar, and containerd), read from
+/proc around each side, and `total_cpu_s`, the two added; each row has a `total_cpu` ratio taken pair
+by pair from those. On a machine of N cores a side's total CPU / N is a floor under its wall time.
+Each side's peak extra disk on the work area (statvfs every 50 ms, the output included) and output
+size are kept too.
 
 Images: imagekit/debian-mpi:latest when present, else the base image; and a >= 1 GB one:
 --big-image, else imagekit/debian-cuda:devel when present, else one made here (--big-gb), unless
@@ -175,15 +179,62 @@ def sha256_of(path: Path) -> str:
 SHA_OUTPUTS = False     # set by --identity: every output hashed (the before/after byte identity)
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_ticks(pid: int, children: dict[int, list[int]]) -> int:
+    """User + system ticks of ``pid`` and its live descendants, with what each has reaped."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        own = sum(int(x) for x in fields[11:15])    # utime stime cutime cstime
+    except (OSError, IndexError, ValueError):
+        return 0                                      # gone meanwhile: its parent's cutime has it
+    return own + sum(_tree_ticks(c, children) for c in children.get(pid, ()))
+
+
+def engine_cpu() -> float:
+    """CPU seconds so far of dockerd's whole process tree (0 where no dockerd runs here). A child that
+    exits within an interval (the ``docker-tar`` that writes an export's tar) counts through its
+    parent's cutime once reaped."""
+    children: dict[int, list[int]] = {}
+    daemon = None
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+        if name == "dockerd":
+            daemon = int(entry.name)
+    return _tree_ticks(daemon, children) / TICK if daemon else 0.0
+
+
 def measured(fn, image: str, work: Path, out: Path, notes: list[dict]):
-    """``fn`` as a side of a pair; the peak extra disk goes to ``notes`` (see :func:`noted`)."""
+    """``fn`` as a side of a pair; the peak extra disk and the engine's CPU go to ``notes`` (see
+    :func:`noted`)."""
     def run() -> None:
         if out.exists():
             out.unlink()
         with DiskSampler(work) as disk:
+            before = engine_cpu()
             fn(image, work, out)
-        notes.append({"peak_extra": disk.peak})
+            engine = engine_cpu() - before
+        notes.append({"peak_extra": disk.peak, "engine_cpu": engine})
     return run
+
+
+def total_cpu_row(a: list[record.Sample], a_notes: list[dict], b: list[record.Sample],
+                  b_notes: list[dict]) -> dict[str, dict]:
+    """A row's ratio on CPU with the engine's added to each side, pair by pair."""
+    xs = [s.cpu + n["engine_cpu"] for s, n in zip(a, a_notes)]
+    ys = [s.cpu + n["engine_cpu"] for s, n in zip(b, b_notes)]
+    ratios = [x / y for x, y in zip(xs, ys) if x > 0 and y > 0]
+    return {"a_s": record.spread(xs, 3), "b_s": record.spread(ys, 3), "ratio": record.spread(ratios, 3),
+            "times": record.spread([1 / r for r in ratios], 2)}
 
 
 def noted(out: Path, notes: dict[str, list[dict]]):
@@ -327,12 +378,19 @@ def main() -> int:
             for label in methods:
                 notes[label] = notes[label][-args.runs:]       # the warm-up round's are not counted
             paired = {name: record.paired(samples[a], samples[b], a, b) for name, a, b in rows}
+            for name, a, b in rows:
+                paired[name]["total_cpu"] = total_cpu_row(samples[a], notes[a], samples[b], notes[b])
             for name, row in paired.items():
-                print(f"{image}: {name}: {record.describe(row)}; {record.describe(row, 'cpu')}", file=sys.stderr)
+                total = row["total_cpu"]["times"]["median"]
+                print(f"{image}: {name}: {record.describe(row)}; {record.describe(row, 'cpu')}; "
+                      f"with the engine's CPU {total:.2f}x", file=sys.stderr)
             results.append({
                 "image": image, "image_bytes": image_size(image),
                 "methods": {label: {"wall_s": record.spread([x.wall for x in samples[label]], 3),
                                     "cpu_s": record.spread([x.cpu for x in samples[label]], 3),
+                                    "engine_cpu_s": record.spread([n["engine_cpu"] for n in notes[label]], 3),
+                                    "total_cpu_s": record.spread([x.cpu + n["engine_cpu"] for x, n in
+                                                                  zip(samples[label], notes[label])], 3),
                                     "peak_extra_bytes": max(n["peak_extra"] for n in notes[label]),
                                     "out_bytes": sorted({n["out"] for n in notes[label]}),
                                     "sha256": sorted({n["sha256"] for n in notes[label]} - {""})}
