@@ -41,6 +41,7 @@ Images: imagekit/debian-mpi:latest when present, else the base image; and a >= 1
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -229,12 +230,10 @@ def measured(fn, image: str, work: Path, out: Path, notes: list[dict]):
 
 def total_cpu_row(a: list[record.Sample], a_notes: list[dict], b: list[record.Sample],
                   b_notes: list[dict]) -> dict[str, dict]:
-    """A row's ratio on CPU with the engine's added to each side, pair by pair."""
-    xs = [s.cpu + n["engine_cpu"] for s, n in zip(a, a_notes)]
-    ys = [s.cpu + n["engine_cpu"] for s, n in zip(b, b_notes)]
-    ratios = [x / y for x, y in zip(xs, ys) if x > 0 and y > 0]
-    return {"a_s": record.spread(xs, 3), "b_s": record.spread(ys, 3), "ratio": record.spread(ratios, 3),
-            "times": record.spread([1 / r for r in ratios], 2)}
+    """A row's ratio on CPU with the engine's added to each side, pair by pair (record.paired's own)."""
+    def with_engine(samples: list[record.Sample], notes: list[dict]) -> list[record.Sample]:
+        return [dataclasses.replace(s, cpu=s.cpu + n["engine_cpu"]) for s, n in zip(samples, notes)]
+    return record.paired(with_engine(a, a_notes), with_engine(b, b_notes))["cpu"]
 
 
 def noted(out: Path, notes: dict[str, list[dict]]):
