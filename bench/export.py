@@ -183,21 +183,12 @@ SHA_OUTPUTS = False     # set by --identity: every output hashed (the before/aft
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _tree_ticks(pid: int, children: dict[int, list[int]]) -> int:
-    """User + system ticks of ``pid`` and its live descendants, with what each has reaped."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        own = sum(int(x) for x in fields[11:15])    # utime stime cutime cstime
-    except (OSError, IndexError, ValueError):
-        return 0                                      # gone meanwhile: its parent's cutime has it
-    return own + sum(_tree_ticks(c, children) for c in children.get(pid, ()))
-
-
 def engine_cpu() -> float:
-    """CPU seconds so far of dockerd's whole process tree (0 where no dockerd runs here). A child that
-    exits within an interval (the ``docker-tar`` that writes an export's tar) counts through its
-    parent's cutime once reaped."""
+    """CPU seconds so far of dockerd's whole process tree (0 where no dockerd runs here), from one read
+    of each /proc/PID/stat. A child that exits within an interval (the ``docker-tar`` that writes an
+    export's tar) counts through its parent's cutime once reaped."""
     children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
     daemon = None
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -205,13 +196,20 @@ def engine_cpu() -> float:
         try:
             stat = (entry / "stat").read_text()
         except OSError:
-            continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-        if name == "dockerd":
-            daemon = int(entry.name)
-    return _tree_ticks(daemon, children) / TICK if daemon else 0.0
+            continue                                  # gone meanwhile: its parent's cutime has it
+        pid, fields = int(entry.name), stat.rsplit(")", 1)[1].split()
+        children.setdefault(int(fields[1]), []).append(pid)
+        ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        if stat[stat.index("(") + 1:stat.rindex(")")] == "dockerd":
+            daemon = pid
+    if daemon is None:
+        return 0.0
+    tree, total = [daemon], 0
+    while tree:
+        pid = tree.pop()
+        total += ticks.get(pid, 0)
+        tree.extend(children.get(pid, ()))
+    return total / TICK
 
 
 def measured(fn, image: str, work: Path, out: Path, notes: list[dict]):
